@@ -1,0 +1,112 @@
+#pragma once
+// The Backend interface: memory per tier, copies, synchronisation and op dispatch. The model
+// layer runs the same forward on any backend; a backend never decides policy.
+//
+// Conventions for every op:
+//  - tensors live on this backend's device (memory from allocate(kDevice)); shapes are in
+//    each signature's comment;
+//  - activations use act_dtype() (f32 on the CPU, bf16 on CUDA); weights may be f32/bf16/f16;
+//  - ops are asynchronous on CUDA (one stream, in order); synchronize() waits for all of them.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/paged_kv.h"
+
+namespace ls {
+
+enum class MemoryTier : uint8_t {
+  kDevice,  // where kernels run (host RAM for the CPU backend, HBM for CUDA)
+  kHost,    // host RAM, pinned when the backend is a GPU (transfers, offloaded KV)
+};
+
+class Backend;
+
+// Owning, move-only allocation from a Backend.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend* owner, void* data, int64_t bytes, MemoryTier tier)
+      : owner_(owner), data_(data), bytes_(bytes), tier_(tier) {}
+  ~Buffer();
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+  MemoryTier tier() const { return tier_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  // A contiguous view of the start of the buffer (must fit).
+  TensorView view(DType dtype, std::initializer_list<int64_t> shape) const;
+
+ private:
+  Backend* owner_ = nullptr;
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+  MemoryTier tier_ = MemoryTier::kDevice;
+};
+
+// A linear layer's parameters: y = x · w^T + bias.
+struct LinearWeight {
+  TensorView w;     // [out_features, in_features] f32/bf16/f16
+  TensorView bias;  // [out_features] f32, or empty
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;  // "cpu (2 threads)", "cuda:0 NVIDIA H100 ..."
+  virtual DType act_dtype() const = 0;
+
+  // ---- memory ----
+  virtual Result<Buffer> allocate(int64_t bytes, MemoryTier tier = MemoryTier::kDevice) = 0;
+  // Called by ~Buffer.
+  virtual void release(void* data, int64_t bytes, MemoryTier tier) = 0;
+  // Copies bytes between any two tiers of this backend (or plain host memory).
+  virtual void copy_bytes(void* dst, const void* src, int64_t bytes) = 0;
+  virtual void fill_zero(void* dst, int64_t bytes) = 0;
+  // Waits until every queued op has finished.
+  virtual void synchronize() = 0;
+
+  // ---- ops ----
+  // out[t, :] = table[ids[t], :]; ids: [T] i32; table: [V, H]; out: [T, H] act_dtype.
+  virtual void embedding(const TensorView& ids, const TensorView& table, const TensorView& out) = 0;
+  // out = rmsnorm(x) * w per row; x, out: [R, D] act_dtype (may alias); w: [D] f32.
+  virtual void rmsnorm(const TensorView& x, const TensorView& w, float eps,
+                       const TensorView& out) = 0;
+  // out[M, N] = x[M, K] · w^T + bias.
+  virtual void linear(const TensorView& x, const LinearWeight& w, const TensorView& out) = 0;
+  // Rotates x: [T, H, D] act_dtype in place on the first rotary_dim dims; cos, sin: [T, rotary/2]
+  // f32.
+  virtual void rope(const TensorView& x, const TensorView& cos, const TensorView& sin,
+                    int64_t rotary_dim) = 0;
+  // out[T, I] = silu(gate_up[:, :I]) * gate_up[:, I:]; gate_up: [T, 2I].
+  virtual void silu_mul(const TensorView& gate_up, const TensorView& out) = 0;
+  // x += y, same shape.
+  virtual void add_inplace(const TensorView& x, const TensorView& y) = 0;
+  // Copies rows: out[i, :] = x[rows[i], :]; rows: [R] i32 on device; x: [T, H]; out: [R, H].
+  virtual void gather_rows(const TensorView& x, const TensorView& rows, const TensorView& out) = 0;
+  // Converts between float dtypes (e.g. bf16 logits to f32); same numel.
+  virtual void convert(const TensorView& src, const TensorView& dst) = 0;
+
+  // Paged KV and attention (plain-data params, see kernels/paged_kv.h).
+  virtual void kv_append(const kernels::KvAppendParams& params) = 0;
+  virtual void page_summary_update(const kernels::SummaryUpdateParams& params) = 0;
+  virtual void page_select(const kernels::PageSelectParams& params) = 0;
+  virtual void attention(const kernels::AttentionParams& params) = 0;
+};
+
+// Creates the CPU backend with `num_threads` threads (<= 0: all cores).
+std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
+
+}  // namespace ls

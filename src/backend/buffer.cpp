@@ -1,0 +1,33 @@
+#include <cassert>
+
+#include "backend/backend.h"
+
+namespace ls {
+
+Buffer::~Buffer() {
+  if (owner_ && data_) owner_->release(data_, bytes_, tier_);
+}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    if (owner_ && data_) owner_->release(data_, bytes_, tier_);
+    owner_ = o.owner_;
+    data_ = o.data_;
+    bytes_ = o.bytes_;
+    tier_ = o.tier_;
+    o.owner_ = nullptr;
+    o.data_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+TensorView Buffer::view(DType dtype, std::initializer_list<int64_t> shape) const {
+  Device dev = Device::kCpu;
+  if (owner_ && tier_ == MemoryTier::kDevice) dev = owner_->device();
+  TensorView v(data_, dtype, shape, dev);
+  assert(v.nbytes() <= bytes_);
+  return v;
+}
+
+}  // namespace ls

@@ -1,0 +1,186 @@
+#pragma once
+// Plain-data views of the paged KV cache and of one layer's attention plan, consumed by the
+// CPU kernels (kernels/cpu) and the CUDA kernels (kernels/cuda) alike. Every pointer is in the
+// memory of the device that runs the kernel. Nothing here decides policy: attention/ builds
+// these structs from an AttentionPlan, kv/ owns the memory.
+//
+// Head-wise pages. A *head-page* holds `page_tokens` consecutive tokens of ONE kv head of ONE
+// layer: K and V each [page_tokens, head_dim]. A pool stores head-pages in blocks: block b holds
+// one head-page for each of the pool's `heads_per_block` (layer, kv head) pairs, so
+//   head_page(b, slot) = b * heads_per_block + slot
+// and one block table per sequence (logical block -> physical block) serves every layer and
+// head of that pool. The head-page is the unit of selection and of transfer between tiers; the
+// block is the unit of allocation (all heads of a pool grow in lockstep).
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace ls::kernels {
+
+// One pool of head-pages (retrieval pool or streaming pool).
+struct PagedKvPool {
+  void* k = nullptr;  // [num_blocks * heads_per_block, page_tokens, head_dim] dtype
+  void* v = nullptr;  // [num_blocks * heads_per_block, page_tokens, head_dim] dtype
+  DType dtype = DType::kF32;
+  int32_t num_blocks = 0;
+  int32_t heads_per_block = 0;
+  int32_t page_tokens = 0;
+  int32_t head_dim = 0;
+};
+
+// Key min/max summaries of retrieval head-pages, per logical page (LServe hierarchical paging).
+// Indexed by head-page id like the pool; lives in its own arrays so it can stay resident when
+// pages move between tiers.
+struct PageSummaries {
+  void* kmin = nullptr;  // [num_head_pages, logical_per_page, head_dim] dtype
+  void* kmax = nullptr;  // [num_head_pages, logical_per_page, head_dim] dtype
+  DType dtype = DType::kF32;
+  int32_t logical_page_tokens = 0;  // tokens per logical page; page_tokens % this == 0
+  int32_t logical_per_page = 0;     // page_tokens / logical_page_tokens
+};
+
+// How one kv head of a layer chooses the keys it attends to.
+enum class HeadMode : int32_t {
+  kCausal = 0,     // retrieval pool, every key at position <= the query's
+  kStreaming = 1,  // streaming pool, keys in the sink or in the local window (Λ mask)
+  kSelected = 2,   // retrieval pool, the pages listed in `selected` plus every page after the
+                   // last listed one (pages started since a reused selection), causal within them
+};
+
+// Streaming heads keep `num_sink_pages` sink pages, then a ring of `ring_pages[s]` pages:
+// logical page j >= num_sink_pages lives in ring slot (j - num_sink_pages) % ring_pages[s].
+// The streaming block table row of sequence s is [sink blocks..., ring slot blocks...].
+inline int32_t streaming_table_index(int32_t logical_page, int32_t num_sink_pages,
+                                     int32_t ring_pages) {
+  return logical_page < num_sink_pages
+             ? logical_page
+             : num_sink_pages + (logical_page - num_sink_pages) % ring_pages;
+}
+
+// Λ mask: may a query at position q see the key at position k (both absolute)?
+inline bool streaming_visible(int64_t q, int64_t k, int32_t sink_tokens, int32_t local_tokens) {
+  return k <= q && (k < sink_tokens || q - k < local_tokens);
+}
+
+// Everything one layer's attention needs for a batch of sequences. Queries of sequence s are
+// rows [q_indptr[s], q_indptr[s+1]) of q; they sit at absolute positions
+// kv_lens[s] - q_len .. kv_lens[s] - 1 (this step's K/V are already appended).
+struct AttentionParams {
+  // queries / output
+  const void* q = nullptr;  // [num_tokens, num_q_heads, head_dim] q_dtype
+  void* out = nullptr;      // [num_tokens, num_q_heads, head_dim] q_dtype
+  DType q_dtype = DType::kF32;
+  int32_t num_tokens = 0;
+  int32_t num_q_heads = 0;
+  int32_t num_kv_heads = 0;  // query head h uses kv head h / (num_q_heads / num_kv_heads)
+  int32_t head_dim = 0;
+  float scale = 1.0f;  // softmax scale, usually 1/sqrt(head_dim)
+
+  // batch
+  int32_t num_seqs = 0;
+  const int32_t* q_indptr = nullptr;  // [num_seqs + 1]
+  const int32_t* kv_lens = nullptr;   // [num_seqs] tokens in the cache, including this step's
+
+  // per kv head of this layer
+  const int32_t* head_mode = nullptr;  // [num_kv_heads] HeadMode
+  const int32_t* head_slot = nullptr;  // [num_kv_heads] slot of the head-page within a block of
+                                       //   its pool (retrieval or streaming, by head_mode)
+
+  // retrieval pool
+  PagedKvPool retrieval;
+  const int32_t* retrieval_blocks = nullptr;  // [num_seqs, retrieval_blocks_stride]
+  int32_t retrieval_blocks_stride = 0;
+
+  // streaming pool
+  PagedKvPool streaming;
+  const int32_t* streaming_blocks = nullptr;  // [num_seqs, streaming_blocks_stride]
+  int32_t streaming_blocks_stride = 0;
+  int32_t num_sink_pages = 0;
+  const int32_t* ring_pages = nullptr;    // [num_seqs] ring capacity in pages
+  int32_t sink_tokens = 0;
+  const int32_t* local_tokens = nullptr;  // [num_seqs] local window of each sequence
+
+  // selected pages (HeadMode::kSelected): logical page indices into retrieval_blocks, ascending
+  const int32_t* selected = nullptr;      // [num_seqs, num_kv_heads, max_selected]
+  const int32_t* num_selected = nullptr;  // [num_seqs, num_kv_heads]
+  int32_t max_selected = 0;
+};
+
+// Append this step's keys/values into the pools (streaming heads into their ring).
+// Token i of sequence s goes to absolute position kv_lens[s] - q_len + i.
+struct KvAppendParams {
+  const void* k = nullptr;  // [num_tokens, num_kv_heads, head_dim] src_dtype (post-RoPE)
+  const void* v = nullptr;  // [num_tokens, num_kv_heads, head_dim] src_dtype
+  DType src_dtype = DType::kF32;
+  int32_t num_tokens = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t num_seqs = 0;
+  const int32_t* q_indptr = nullptr;   // [num_seqs + 1]
+  const int32_t* kv_lens = nullptr;    // [num_seqs] after the append
+  const int32_t* head_mode = nullptr;  // [num_kv_heads] kStreaming -> streaming pool, else retrieval
+  const int32_t* head_slot = nullptr;  // [num_kv_heads]
+  PagedKvPool retrieval;
+  const int32_t* retrieval_blocks = nullptr;  // [num_seqs, retrieval_blocks_stride]
+  int32_t retrieval_blocks_stride = 0;
+  PagedKvPool streaming;
+  const int32_t* streaming_blocks = nullptr;  // [num_seqs, streaming_blocks_stride]
+  int32_t streaming_blocks_stride = 0;
+  int32_t num_sink_pages = 0;
+  const int32_t* ring_pages = nullptr;  // [num_seqs]
+};
+
+// Fold this step's keys into the per-logical-page key min/max of retrieval heads (the "index"
+// of Quest / LServe). A logical page whose first token arrives now is initialised from it, so
+// summaries are exact for partly filled pages and never read stale memory.
+struct SummaryUpdateParams {
+  const void* k = nullptr;  // [num_tokens, num_kv_heads, head_dim] src_dtype (post-RoPE)
+  DType src_dtype = DType::kF32;
+  int32_t num_tokens = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t num_seqs = 0;
+  const int32_t* q_indptr = nullptr;   // [num_seqs + 1]
+  const int32_t* kv_lens = nullptr;    // [num_seqs] after the append
+  const int32_t* head_mode = nullptr;  // [num_kv_heads]; kStreaming heads are skipped
+  const int32_t* head_slot = nullptr;  // [num_kv_heads]
+  int32_t page_tokens = 0;
+  int32_t heads_per_block = 0;
+  const int32_t* retrieval_blocks = nullptr;  // [num_seqs, retrieval_blocks_stride]
+  int32_t retrieval_blocks_stride = 0;
+  PageSummaries summaries;
+};
+
+// Quest / LServe page scoring and top-K for kSelected heads of one layer (decode: one query
+// token per sequence). For each (sequence, kv head) with head_mode == kSelected:
+//   bound_h(lp) = sum_d max(q_h[d] * kmax[lp][d], q_h[d] * kmin[lp][d])   per query head h
+//   group score of logical page lp = max_h (bound_h(lp) - max_lp' bound_h(lp'))
+//   physical page score = max over its logical pages (only logical pages holding tokens)
+// then the top (k - 1) pages among all but the last, ranked by score (ties: lower page index
+// first), plus the last page; k = min(max(3, budget_pages), num_pages). When
+// num_pages <= budget_pages every page is listed. Output sorted ascending.
+struct PageSelectParams {
+  const void* q = nullptr;  // [num_seqs, num_q_heads, head_dim] q_dtype (one query per sequence)
+  DType q_dtype = DType::kF32;
+  int32_t num_seqs = 0;
+  int32_t num_q_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  const int32_t* kv_lens = nullptr;    // [num_seqs]
+  const int32_t* head_mode = nullptr;  // [num_kv_heads]
+  const int32_t* head_slot = nullptr;  // [num_kv_heads]
+  int32_t page_tokens = 0;
+  const int32_t* retrieval_blocks = nullptr;  // [num_seqs, retrieval_blocks_stride]
+  int32_t retrieval_blocks_stride = 0;
+  int32_t heads_per_block = 0;
+  PageSummaries summaries;
+  int32_t budget_pages = 0;             // token budget / page_tokens
+  int32_t* selected = nullptr;          // [num_seqs, num_kv_heads, max_selected] out
+  int32_t* num_selected = nullptr;      // [num_seqs, num_kv_heads] out
+  int32_t max_selected = 0;             // >= max(3, budget_pages)
+  float* page_scores = nullptr;         // optional [num_seqs, num_kv_heads, max_pages] out
+  int32_t max_pages = 0;                // stride of page_scores
+};
+
+}  // namespace ls::kernels
