@@ -2,6 +2,9 @@
 
 # Warnings are errors on project code only (third-party headers come in as SYSTEM).
 function(longserve_target_options target)
+  if(LONGSERVE_FUZZ)
+    return()
+  endif()
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-missing-field-initializers>)
   if(LONGSERVE_NATIVE)
@@ -29,6 +32,9 @@ endfunction()
 # Tests run with the repository root as working directory so fixtures resolve the same everywhere.
 function(longserve_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(LONGSERVE_FUZZ)
+    return()
+  endif()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   longserve_target_options(${name})
@@ -36,4 +42,28 @@ function(longserve_test name)
   include(GoogleTest)
   gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
     PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+endfunction()
+
+# longserve_fuzzer(NAME SOURCES ... DEPS ... SEEDS dir [SECONDS n]): a libFuzzer target, built
+# only in a fuzz configuration (-DLONGSERVE_FUZZ=ON with clang; see scripts/setup.sh), and run
+# briefly by ctest (label "fuzz") from the seed corpus in SEEDS. New inputs go to a scratch
+# folder in the build tree, never into the repository.
+function(longserve_fuzzer name)
+  cmake_parse_arguments(ARG "" "SEEDS;SECONDS" "SOURCES;DEPS" ${ARGN})
+  if(NOT LONGSERVE_FUZZ)
+    return()
+  endif()
+  if(NOT ARG_SECONDS)
+    set(ARG_SECONDS 20)
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+  target_compile_options(${name} PRIVATE -fsanitize=fuzzer)
+  target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+  set(scratch ${CMAKE_CURRENT_BINARY_DIR}/${name}_corpus)
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
+      sh -c "rm -rf '${scratch}' && mkdir -p '${scratch}' && exec '$<TARGET_FILE:${name}>' -max_total_time=${ARG_SECONDS} -rss_limit_mb=2048 -timeout=10 '${scratch}' '${ARG_SEEDS}'"
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(${name} PROPERTIES LABELS fuzz TIMEOUT 300)
 endfunction()

@@ -1,0 +1,83 @@
+#pragma once
+// The engine's public API: what the server and the tools may use. Thread-safe: any thread may
+// submit or abort; one engine thread owns the model and runs the step loop; results are
+// delivered to each request's OutputSink from that thread (sinks must not block for long).
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/sampling_params.h"
+
+namespace ls {
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+// One step's output for one request (one sequence of it: `index` < n).
+struct RequestOutput {
+  int32_t index = 0;              // which of the request's n choices
+  std::vector<int32_t> token_ids;  // new tokens this step (usually one)
+  std::string text;               // new text to show (may be empty while a stop string or an
+                                  // incomplete UTF-8 sequence is held back)
+  // For each new token when logprobs were asked: its logprob and the top-N alternatives.
+  std::vector<TokenLogprob> logprobs;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string stop_reason;  // the matched stop string, or the stop token id as text
+  std::string error;        // set when finish_reason == kError
+  // Counts for usage, valid when finished.
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+};
+
+// Called on the engine thread for every RequestOutput of a request, in order; the last one per
+// choice has finished == true. Must be fast and must not call back into the engine.
+using OutputSink = std::function<void(const RequestOutput&)>;
+
+struct GenerateRequest {
+  std::string request_id;           // unique among live requests
+  std::vector<int32_t> prompt_ids;  // already tokenized (chat template applied by the caller)
+  SamplingParams sampling;
+  StopParams stop;
+  int32_t n = 1;  // independent choices; choice i uses seed + i when a seed is given
+};
+
+struct EngineStats {
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  double kv_usage = 0.0;            // fraction of KV pages in use, 0..1
+  int64_t kv_bytes_in_use = 0;
+  int64_t num_preemptions = 0;      // since start
+  int64_t prompt_tokens_total = 0;  // prompt tokens prefilled, since start
+  int64_t generation_tokens_total = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // Queues a request. Errors (empty prompt, prompt + max_tokens over the context, bad sampling
+  // fields) are returned here and nothing is queued.
+  virtual Status submit(GenerateRequest request, OutputSink sink) = 0;
+  // Stops a request wherever it is and frees everything it holds; its sink then gets a final
+  // output with finish_reason kAbort. Unknown ids are ignored.
+  virtual void abort(const std::string& request_id) = 0;
+  virtual EngineStats stats() const = 0;
+
+  virtual int32_t max_model_len() const = 0;  // context length in tokens
+  virtual int32_t vocab_size() const = 0;
+  virtual const std::string& model_name() const = 0;
+  // Default eos ids and sampling defaults from generation_config.json.
+  virtual const StopParams& default_stop() const = 0;
+  virtual const SamplingParams& default_sampling() const = 0;
+};
+
+}  // namespace ls
