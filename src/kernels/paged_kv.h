@@ -44,8 +44,10 @@ struct PageSummaries {
 enum class HeadMode : int32_t {
   kCausal = 0,     // retrieval pool, every key at position <= the query's
   kStreaming = 1,  // streaming pool, keys in the sink or in the local window (Λ mask)
-  kSelected = 2,   // retrieval pool, the pages listed in `selected` plus every page after the
-                   // last listed one (pages started since a reused selection), causal within them
+  kSelected = 2,   // retrieval pool, the pages listed in the sequence's `selected` row plus every
+                   // page after the last listed one (pages started since a reused selection),
+                   // causal within them; a sequence whose row is -1 or lists no page (prefill,
+                   // context within the budget) is treated as kCausal
 };
 
 // Streaming heads keep `num_sink_pages` sink pages, then a ring of `ring_pages[s]` pages:
@@ -101,9 +103,12 @@ struct AttentionParams {
   int32_t sink_tokens = 0;
   const int32_t* local_tokens = nullptr;  // [num_seqs] local window of each sequence
 
-  // selected pages (HeadMode::kSelected): logical page indices into retrieval_blocks, ascending
-  const int32_t* selected = nullptr;      // [num_seqs, num_kv_heads, max_selected]
-  const int32_t* num_selected = nullptr;  // [num_seqs, num_kv_heads]
+  // selected pages (HeadMode::kSelected): logical page indices into retrieval_blocks, ascending.
+  // Selections persist across decode steps (reuse interval), so they are stored per sequence
+  // row (the sequence's slot), not per batch position.
+  const int32_t* selected_rows = nullptr;  // [num_seqs] row of each sequence, or -1 (none)
+  const int32_t* selected = nullptr;       // [num_rows, num_kv_heads, max_selected]
+  const int32_t* num_selected = nullptr;   // [num_rows, num_kv_heads]
   int32_t max_selected = 0;
 };
 
@@ -176,8 +181,10 @@ struct PageSelectParams {
   int32_t heads_per_block = 0;
   PageSummaries summaries;
   int32_t budget_pages = 0;             // token budget / page_tokens
-  int32_t* selected = nullptr;          // [num_seqs, num_kv_heads, max_selected] out
-  int32_t* num_selected = nullptr;      // [num_seqs, num_kv_heads] out
+  const int32_t* out_rows = nullptr;    // [num_seqs] row to write for each sequence; -1: skip it
+                                        //   (its selection is being reused, or it is prefilling)
+  int32_t* selected = nullptr;          // [num_rows, num_kv_heads, max_selected] out
+  int32_t* num_selected = nullptr;      // [num_rows, num_kv_heads] out
   int32_t max_selected = 0;             // >= max(3, budget_pages)
   float* page_scores = nullptr;         // optional [num_seqs, num_kv_heads, max_pages] out
   int32_t max_pages = 0;                // stride of page_scores
