@@ -166,9 +166,12 @@ struct SummaryUpdateParams {
 // first), plus the last page; k = min(max(3, budget_pages), num_pages). When
 // num_pages <= budget_pages every page is listed. Output sorted ascending.
 struct PageSelectParams {
-  const void* q = nullptr;  // [num_seqs, num_q_heads, head_dim] q_dtype (one query per sequence)
+  const void* q = nullptr;  // [num_tokens, num_q_heads, head_dim] q_dtype; sequence s scores
+                            // with its newest query, row q_indptr[s + 1] - 1 (mixed batches
+                            // need no gather)
   DType q_dtype = DType::kF32;
   int32_t num_seqs = 0;
+  const int32_t* q_indptr = nullptr;  // [num_seqs + 1]
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
