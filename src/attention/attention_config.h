@@ -1,0 +1,28 @@
+#pragma once
+// User knobs of the attention policy (EngineConfig's attention part). Immutable after
+// validation. A value of -1 means "the policy's default" (LServe's defaults for lserve, Quest's
+// 16-token pages for quest), so one set of CLI flags serves every policy.
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace ls {
+
+struct AttentionConfig {
+  std::string policy = "dense";      // dense | streaming | quest | lserve
+  std::string head_pattern_path;     // DuoAttention full_attention_heads.tsv (lserve)
+  double streaming_ratio = 0.5;      // share of kv heads made streaming heads (lserve)
+  int32_t token_budget = 4096;       // tokens a selecting head attends to in decode
+  int32_t page_tokens = -1;          // physical page; lserve 64, quest 16, dense/streaming 64
+  int32_t logical_page_tokens = -1;  // summary granularity; lserve 16 (quest: = page)
+  int32_t select_interval = 4;       // decode steps a selection is reused for
+  int32_t sink_tokens = 128;
+  int32_t prefill_local_tokens = 8192;
+  int32_t decode_local_tokens = 256;
+
+  Status validate() const;
+};
+
+}  // namespace ls

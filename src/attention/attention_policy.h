@@ -1,0 +1,102 @@
+#pragma once
+// AttentionPolicy: the algorithm's part of the sparse-attention pipeline (Spin's Index / Select;
+// the Attention kernel is shared). A policy decides
+//  - once, which kv heads are streaming heads and how the KV cache is paged (kv_geometry());
+//  - each step, on the host, what every sequence does (plan_step): its local window, whether it
+//    reselects pages now or reuses its last selection;
+//  - each layer, on the device, how page summaries are kept (index) and which pages each
+//    (sequence, kv head) visits (select), written into the plan the attention kernel consumes
+//    (fill_attention).
+// Policies are injected, never branched on: adding one adds files (policies/) and a line in
+// policy_registry.cpp.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "kernels/paged_kv.h"
+#include "kv/kv_geometry.h"
+
+namespace ls {
+
+// Host-side facts about one sequence in this step's batch.
+struct StepSequence {
+  int32_t slot = 0;        // the sequence's row in the KV tables and selection store
+  int32_t q_len = 0;       // tokens computed this step
+  int32_t kv_len = 0;      // tokens in the cache after this step's append
+  bool prefilling = true;  // this step's tokens are prompt tokens
+};
+
+// What a policy decides for one step; host arrays, [num_seqs] each, uploaded with the step.
+struct StepAttentionPlan {
+  std::vector<int32_t> local_tokens;   // streaming window of each sequence
+  std::vector<int32_t> selected_rows;  // row whose selection the sequence uses, or -1 (causal)
+  std::vector<int32_t> select_rows;    // row page_select writes this step, or -1
+  bool any_select = false;             // some sequence reselects: run select()
+  void resize(size_t n) {
+    local_tokens.assign(n, 0);
+    selected_rows.assign(n, -1);
+    select_rows.assign(n, -1);
+    any_select = false;
+  }
+};
+
+// Device pointers of one layer's step, filled by the model.
+struct LayerAttentionContext {
+  int32_t layer = 0;
+  int32_t num_seqs = 0;
+  int32_t num_tokens = 0;
+  int32_t num_q_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  const void* q = nullptr;  // [num_tokens, num_q_heads, head_dim] act dtype, post-RoPE
+  const void* k = nullptr;  // [num_tokens, num_kv_heads, head_dim] act dtype, post-RoPE
+  DType act_dtype = DType::kF32;
+  const int32_t* q_indptr = nullptr;          // [num_seqs + 1]
+  const int32_t* kv_lens = nullptr;           // [num_seqs]
+  const int32_t* retrieval_blocks = nullptr;  // [num_seqs, retrieval_blocks_stride]
+  int32_t retrieval_blocks_stride = 0;
+  const int32_t* selected_rows = nullptr;     // [num_seqs]
+  const int32_t* select_rows = nullptr;       // [num_seqs]
+  kernels::PagedKvPool retrieval;
+  kernels::PageSummaries summaries;
+};
+
+class AttentionPolicy {
+ public:
+  virtual ~AttentionPolicy() = default;
+
+  virtual std::string_view name() const = 0;
+  // Head roles, page sizes, windows and whether summaries are kept. dtype and max_chunk_tokens
+  // are left for the caller (they belong to the backend and the scheduler).
+  virtual const KvGeometry& kv_geometry() const = 0;
+
+  // Allocates per-layer device state (head modes, the selection store for max_seqs rows).
+  virtual Status bind(Backend& backend, int32_t max_seqs) = 0;
+
+  // Host, once per step, before the forward: fills `plan` for `seqs`.
+  virtual void plan_step(std::span<const StepSequence> seqs, StepAttentionPlan& plan) = 0;
+
+  // Device, per layer, after this step's K/V were appended.
+  virtual void index(Backend& backend, const LayerAttentionContext& ctx) = 0;
+  virtual void select(Backend& backend, const LayerAttentionContext& ctx) = 0;
+
+  // Writes this layer's head modes/slots and selection store into the kernel params.
+  virtual void fill_attention(int32_t layer, kernels::AttentionParams& params) const = 0;
+  // Same for the KV append (head modes/slots only).
+  virtual void fill_append(int32_t layer, kernels::KvAppendParams& params) const = 0;
+};
+
+// Facts about the model a policy needs to lay out its heads.
+struct PolicyModelInfo {
+  int32_t num_layers = 0;
+  int32_t num_q_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+};
+
+}  // namespace ls

@@ -1,0 +1,88 @@
+#include "kv/kv_geometry.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace ls {
+
+HeadRoles::HeadRoles(int32_t num_layers, int32_t num_kv_heads, const std::vector<bool>& streaming)
+    : num_layers_(num_layers), num_kv_heads_(num_kv_heads) {
+  const size_t n = static_cast<size_t>(num_layers) * static_cast<size_t>(num_kv_heads);
+  pool_.resize(n);
+  slot_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const bool s = i < streaming.size() && streaming[i];
+    pool_[i] = s ? HeadPool::kStreaming : HeadPool::kRetrieval;
+    slot_[i] = s ? num_streaming_++ : num_retrieval_++;
+  }
+}
+
+int32_t HeadRoles::num_streaming_in_layer(int32_t layer) const {
+  int32_t n = 0;
+  for (int32_t h = 0; h < num_kv_heads_; ++h) n += is_streaming(layer, h) ? 1 : 0;
+  return n;
+}
+
+std::string HeadRoles::describe() const {
+  std::string out;
+  for (int32_t l = 0; l < num_layers_; ++l) {
+    out += fmt::format("layer {:>2}: ", l);
+    for (int32_t h = 0; h < num_kv_heads_; ++h) out += is_streaming(l, h) ? 'S' : 'R';
+    out += '\n';
+  }
+  return out;
+}
+
+int32_t KvGeometry::ring_pages_for(int32_t chunk_tokens, int32_t local_tokens) const {
+  const int32_t span = std::max(1, chunk_tokens) + std::max(1, local_tokens) - 1;
+  return (span + page_tokens - 1) / page_tokens + 1;
+}
+
+int32_t KvGeometry::streaming_table_stride() const {
+  if (roles.num_streaming() == 0) return 0;
+  return num_sink_pages() + std::max(prefill_ring_pages(), decode_ring_pages());
+}
+
+int64_t KvGeometry::page_bytes() const {
+  return dtype_nbytes(dtype, static_cast<int64_t>(page_tokens) * head_dim);
+}
+
+int64_t KvGeometry::retrieval_block_bytes() const {
+  const int64_t heads = roles.num_retrieval();
+  int64_t bytes = 2 * heads * page_bytes();
+  if (keep_summaries) {
+    bytes += 2 * heads * dtype_nbytes(dtype, static_cast<int64_t>(logical_per_page()) * head_dim);
+  }
+  return bytes;
+}
+
+int64_t KvGeometry::streaming_block_bytes() const {
+  return 2 * static_cast<int64_t>(roles.num_streaming()) * page_bytes();
+}
+
+Status KvGeometry::validate() const {
+  if (num_layers <= 0 || num_kv_heads <= 0 || head_dim <= 0) {
+    return invalid_argument("KV geometry needs positive layers/heads/head_dim, got {}/{}/{}",
+                            num_layers, num_kv_heads, head_dim);
+  }
+  if (page_tokens <= 0 || logical_page_tokens <= 0 || page_tokens % logical_page_tokens != 0) {
+    return invalid_argument(
+        "--page-tokens ({}) must be a positive multiple of --logical-page-tokens ({})",
+        page_tokens, logical_page_tokens);
+  }
+  if (roles.num_layers() != num_layers || roles.num_kv_heads() != num_kv_heads) {
+    return internal_error("head roles cover {}x{} heads, model has {}x{}", roles.num_layers(),
+                          roles.num_kv_heads(), num_layers, num_kv_heads);
+  }
+  if (sink_tokens < 0 || prefill_local_tokens <= 0 || decode_local_tokens <= 0) {
+    return invalid_argument(
+        "sink tokens must be >= 0 and local windows > 0 (sink {}, prefill local {}, decode "
+        "local {})",
+        sink_tokens, prefill_local_tokens, decode_local_tokens);
+  }
+  if (max_chunk_tokens <= 0) return invalid_argument("max chunk tokens must be positive");
+  return {};
+}
+
+}  // namespace ls

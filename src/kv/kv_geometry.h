@@ -1,0 +1,88 @@
+#pragma once
+// The shape of a KV cache, derived once from the model and the attention policy: which pool each
+// (layer, kv head) lives in, page sizes, streaming windows, and the bytes of a block. Immutable.
+//
+// Two-way cache (LServe): retrieval heads keep every page (plus key min/max summaries per
+// logical page when the policy selects pages); streaming heads keep their sink pages and a ring
+// of local pages, so their memory does not grow with the context.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace ls {
+
+enum class HeadPool : uint8_t { kRetrieval, kStreaming };
+
+// Which pool each (layer, kv head) uses and its slot within a block of that pool.
+class HeadRoles {
+ public:
+  HeadRoles() = default;
+  // streaming[layer * num_kv_heads + head] says whether that head is a streaming head.
+  HeadRoles(int32_t num_layers, int32_t num_kv_heads, const std::vector<bool>& streaming);
+
+  int32_t num_layers() const { return num_layers_; }
+  int32_t num_kv_heads() const { return num_kv_heads_; }
+  HeadPool pool(int32_t layer, int32_t head) const { return pool_[index(layer, head)]; }
+  int32_t slot(int32_t layer, int32_t head) const { return slot_[index(layer, head)]; }
+  bool is_streaming(int32_t layer, int32_t head) const {
+    return pool(layer, head) == HeadPool::kStreaming;
+  }
+  int32_t num_retrieval() const { return num_retrieval_; }  // head-pages per retrieval block
+  int32_t num_streaming() const { return num_streaming_; }  // head-pages per streaming block
+  // Streaming heads in one layer.
+  int32_t num_streaming_in_layer(int32_t layer) const;
+  // One line per layer, 'R' retrieval / 'S' streaming: "layer 0: RRSS".
+  std::string describe() const;
+
+ private:
+  size_t index(int32_t layer, int32_t head) const {
+    return static_cast<size_t>(layer) * static_cast<size_t>(num_kv_heads_) +
+           static_cast<size_t>(head);
+  }
+  int32_t num_layers_ = 0;
+  int32_t num_kv_heads_ = 0;
+  std::vector<HeadPool> pool_;  // [num_layers * num_kv_heads]
+  std::vector<int32_t> slot_;   // [num_layers * num_kv_heads]
+  int32_t num_retrieval_ = 0;
+  int32_t num_streaming_ = 0;
+};
+
+struct KvGeometry {
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  DType dtype = DType::kF32;  // element type of K, V and summaries
+
+  int32_t page_tokens = 64;          // physical page (head-page) size
+  int32_t logical_page_tokens = 16;  // summary granularity; divides page_tokens
+  bool keep_summaries = false;       // retrieval heads keep key min/max per logical page
+  HeadRoles roles;
+
+  int32_t sink_tokens = 128;
+  int32_t prefill_local_tokens = 8192;
+  int32_t decode_local_tokens = 256;
+  int32_t max_chunk_tokens = 2048;  // largest prefill chunk: sizes the ring while prefilling
+
+  int32_t logical_per_page() const { return page_tokens / logical_page_tokens; }
+  int32_t num_sink_pages() const { return (sink_tokens + page_tokens - 1) / page_tokens; }
+  // Ring capacity that lets queries of a chunk of `chunk_tokens` see `local_tokens` back:
+  // ceil((chunk + local - 1) / page) + 1 pages (the window straddles page boundaries).
+  int32_t ring_pages_for(int32_t chunk_tokens, int32_t local_tokens) const;
+  int32_t prefill_ring_pages() const { return ring_pages_for(max_chunk_tokens, prefill_local_tokens); }
+  int32_t decode_ring_pages() const { return ring_pages_for(1, decode_local_tokens); }
+  // Columns of a streaming block-table row: sink pages + the largest ring.
+  int32_t streaming_table_stride() const;
+
+  int64_t page_bytes() const;  // one head-page of K (or of V)
+  // One block of each pool, K + V (+ summaries for retrieval blocks).
+  int64_t retrieval_block_bytes() const;
+  int64_t streaming_block_bytes() const;
+
+  Status validate() const;
+};
+
+}  // namespace ls

@@ -1,0 +1,82 @@
+#pragma once
+// KvManager: the control plane of the two-way paged KV cache. It hands out sequence slots and
+// blocks and keeps each sequence's block tables; it never touches KV memory (kv_pool.h does)
+// and so runs and tests without any backend.
+//
+// Retrieval table of a sequence: logical page j -> block. Streaming table: sink pages first,
+// then a ring whose slot for logical page j >= S is S + (j - S) % ring_pages (see
+// kernels/paged_kv.h). While a sequence prefills, its ring is sized for the prefill window plus
+// one chunk; finish_prefill() shrinks it to the decode window, freeing the extra blocks, so a
+// streaming head holds at most num_sink_pages + prefill ring pages whatever the context length.
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "kv/block_allocator.h"
+#include "kv/kv_geometry.h"
+
+namespace ls {
+
+struct SequenceKv {
+  bool active = false;
+  bool prefilling = true;
+  int32_t num_tokens = 0;           // tokens with space reserved (written or about to be)
+  int32_t ring_pages = 0;           // current ring capacity in pages
+  std::vector<int32_t> retrieval;   // [num logical pages] retrieval block per page
+  std::vector<int32_t> streaming;   // [streaming_table_stride] block per table column, -1 = none
+};
+
+struct BlockCount {
+  int32_t retrieval = 0;
+  int32_t streaming = 0;
+};
+
+class KvManager {
+ public:
+  KvManager(KvGeometry geometry, int32_t num_retrieval_blocks, int32_t num_streaming_blocks,
+            int32_t max_seqs);
+
+  const KvGeometry& geometry() const { return geometry_; }
+  int32_t max_seqs() const { return static_cast<int32_t>(seqs_.size()); }
+  int32_t max_retrieval_pages_per_seq() const;  // longest retrieval table (context / page)
+
+  // Returns a free slot (row of the block tables), or ResourceExhausted.
+  Result<int32_t> add_sequence();
+  // Frees the slot and every block it holds.
+  void remove_sequence(int32_t slot);
+  const SequenceKv& sequence(int32_t slot) const { return seqs_[static_cast<size_t>(slot)]; }
+  int32_t num_active() const;
+
+  // Blocks that growing `slot` to `new_len` tokens would take from each pool.
+  BlockCount blocks_needed(int32_t slot, int32_t new_len) const;
+  // Blocks a new sequence needs for its first `len` tokens (prefilling).
+  BlockCount blocks_for_new_sequence(int32_t len) const;
+  bool can_allocate(const BlockCount& count) const;
+  // Reserves space for tokens [num_tokens, new_len); all or nothing. A prefill chunk may not
+  // exceed geometry().max_chunk_tokens when there are streaming heads (the ring is sized for it).
+  Status grow(int32_t slot, int32_t new_len);
+  // The sequence moves to decode: its ring shrinks to decode_ring_pages().
+  void finish_prefill(int32_t slot);
+
+  int32_t num_free_retrieval_blocks() const { return retrieval_.num_free(); }
+  int32_t num_free_streaming_blocks() const { return streaming_.num_free(); }
+  int32_t num_retrieval_blocks() const { return retrieval_.num_blocks(); }
+  int32_t num_streaming_blocks() const { return streaming_.num_blocks(); }
+  int64_t bytes_in_use() const;
+  int64_t bytes_total() const;
+  double usage() const;  // bytes_in_use / bytes_total (0 when the cache is empty)
+  // KV bytes one sequence holds (retrieval pages grow with context; streaming stay bounded).
+  int64_t sequence_bytes(int32_t slot) const;
+  int64_t sequence_streaming_bytes(int32_t slot) const;
+
+ private:
+  int32_t ring_column(int32_t logical_page, int32_t ring_pages) const;
+
+  KvGeometry geometry_;
+  BlockAllocator retrieval_;
+  BlockAllocator streaming_;
+  std::vector<SequenceKv> seqs_;  // [max_seqs]
+};
+
+}  // namespace ls

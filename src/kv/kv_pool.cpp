@@ -1,0 +1,59 @@
+#include "kv/kv_pool.h"
+
+namespace ls {
+
+namespace {
+
+Result<Buffer> allocate_zeroed(Backend& backend, int64_t bytes) {
+  if (bytes == 0) return Buffer{};
+  LS_ASSIGN_OR_RETURN(Buffer buf, backend.allocate(bytes));
+  backend.fill_zero(buf.data(), bytes);
+  return buf;
+}
+
+}  // namespace
+
+Result<KvPool> KvPool::create(const KvGeometry& g, Backend& backend,
+                              int32_t num_retrieval_blocks, int32_t num_streaming_blocks) {
+  LS_RETURN_IF_ERROR(g.validate());
+  KvPool pool;
+  const int64_t page_bytes = g.page_bytes();
+  const int64_t r_pages = static_cast<int64_t>(num_retrieval_blocks) * g.roles.num_retrieval();
+  const int64_t s_pages = static_cast<int64_t>(num_streaming_blocks) * g.roles.num_streaming();
+  LS_ASSIGN_OR_RETURN(pool.retrieval_k_, allocate_zeroed(backend, r_pages * page_bytes));
+  LS_ASSIGN_OR_RETURN(pool.retrieval_v_, allocate_zeroed(backend, r_pages * page_bytes));
+  LS_ASSIGN_OR_RETURN(pool.streaming_k_, allocate_zeroed(backend, s_pages * page_bytes));
+  LS_ASSIGN_OR_RETURN(pool.streaming_v_, allocate_zeroed(backend, s_pages * page_bytes));
+  if (g.keep_summaries) {
+    const int64_t summary_bytes =
+        r_pages * dtype_nbytes(g.dtype, static_cast<int64_t>(g.logical_per_page()) * g.head_dim);
+    LS_ASSIGN_OR_RETURN(pool.kmin_, allocate_zeroed(backend, summary_bytes));
+    LS_ASSIGN_OR_RETURN(pool.kmax_, allocate_zeroed(backend, summary_bytes));
+  }
+  pool.bytes_ = pool.retrieval_k_.bytes() + pool.retrieval_v_.bytes() + pool.kmin_.bytes() +
+                pool.kmax_.bytes() + pool.streaming_k_.bytes() + pool.streaming_v_.bytes();
+
+  auto view = [&](const Buffer& k, const Buffer& v, int32_t blocks, int32_t heads) {
+    kernels::PagedKvPool p;
+    p.k = k.data();
+    p.v = v.data();
+    p.dtype = g.dtype;
+    p.num_blocks = blocks;
+    p.heads_per_block = heads;
+    p.page_tokens = g.page_tokens;
+    p.head_dim = g.head_dim;
+    return p;
+  };
+  pool.retrieval_view_ = view(pool.retrieval_k_, pool.retrieval_v_, num_retrieval_blocks,
+                              g.roles.num_retrieval());
+  pool.streaming_view_ = view(pool.streaming_k_, pool.streaming_v_, num_streaming_blocks,
+                              g.roles.num_streaming());
+  pool.summaries_view_.kmin = pool.kmin_.data();
+  pool.summaries_view_.kmax = pool.kmax_.data();
+  pool.summaries_view_.dtype = g.dtype;
+  pool.summaries_view_.logical_page_tokens = g.logical_page_tokens;
+  pool.summaries_view_.logical_per_page = g.logical_per_page();
+  return pool;
+}
+
+}  // namespace ls
