@@ -67,6 +67,9 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string name() const = 0;  // "cpu (2 threads)", "cuda:0 NVIDIA H100 ..."
   virtual DType act_dtype() const = 0;
+  // The dtype this backend computes linear layers with for weights stored as `stored`
+  // (CPU: as stored, converting in registers; CUDA: bf16).
+  virtual DType weight_dtype_for(DType stored) const { return stored; }
 
   // ---- memory ----
   virtual Result<Buffer> allocate(int64_t bytes, MemoryTier tier = MemoryTier::kDevice) = 0;
