@@ -80,6 +80,9 @@ class Backend {
   virtual void fill_zero(void* dst, int64_t bytes) = 0;
   // Waits until every queued op has finished.
   virtual void synchronize() = 0;
+  // Free and total bytes of kDevice memory (GPU: cudaMemGetInfo; CPU: physical RAM).
+  virtual int64_t device_memory_free_bytes() const;
+  virtual int64_t device_memory_total_bytes() const;
 
   // ---- ops ----
   // out[t, :] = table[ids[t], :]; ids: [T] i32; table: [V, H]; out: [T, H] act_dtype.

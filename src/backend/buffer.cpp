@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <cassert>
 
 #include "backend/backend.h"
@@ -20,6 +22,14 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     o.bytes_ = 0;
   }
   return *this;
+}
+
+int64_t Backend::device_memory_total_bytes() const {
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+int64_t Backend::device_memory_free_bytes() const {
+  return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 
 TensorView Buffer::view(DType dtype, std::initializer_list<int64_t> shape) const {
