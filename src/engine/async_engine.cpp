@@ -1,0 +1,83 @@
+#include "engine/async_engine.h"
+
+#include "core/log.h"
+
+namespace ls {
+
+AsyncEngine::AsyncEngine(std::unique_ptr<EngineCore> core) : core_(std::move(core)) {
+  stats_ = core_->stats();
+  thread_ = std::thread([this] { loop(); });
+}
+
+AsyncEngine::~AsyncEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Status AsyncEngine::submit(GenerateRequest request, OutputSink sink) {
+  LS_RETURN_IF_ERROR(core_->validate_request(request));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return cancelled("the engine is shutting down");
+    inbox_.emplace_back(std::move(request), std::move(sink));
+  }
+  cv_.notify_one();
+  return {};
+}
+
+void AsyncEngine::abort(const std::string& request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborts_.push_back(request_id);
+  }
+  cv_.notify_one();
+}
+
+EngineStats AsyncEngine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void AsyncEngine::loop() {
+  while (true) {
+    std::vector<std::pair<GenerateRequest, OutputSink>> inbox;
+    std::vector<std::string> aborts;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || core_->has_work(); });
+      if (stop_) break;
+      inbox.swap(inbox_);
+      aborts.swap(aborts_);
+    }
+    for (auto& [request, sink] : inbox) {
+      OutputSink keep = sink;
+      Status st = core_->add_request(std::move(request), std::move(sink));
+      if (!st.ok()) {  // e.g. a duplicate id: the request ends at once with the error
+        RequestOutput out;
+        out.finished = true;
+        out.finish_reason = FinishReason::kError;
+        out.error = st.message();
+        keep(out);
+      }
+    }
+    for (const std::string& id : aborts) core_->abort(id);
+    Status st = core_->step();
+    if (!st.ok()) LS_LOG_WARN("engine step: {}", st.to_string());
+    EngineStats s = core_->stats();
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_ = s;
+  }
+  // Shutdown: everything still queued or running ends as aborted.
+  for (auto& [request, sink] : inbox_) {
+    RequestOutput out;
+    out.finished = true;
+    out.finish_reason = FinishReason::kAbort;
+    sink(out);
+  }
+}
+
+}  // namespace ls

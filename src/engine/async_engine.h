@@ -1,0 +1,48 @@
+#pragma once
+// AsyncEngine: the thread-safe Engine (engine_api.h) over an EngineCore. One engine thread owns
+// the core and loops: take new requests and aborts from the inbox, run a step, repeat; it sleeps
+// when there is no work. Outputs reach sinks on that thread.
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "engine/engine_api.h"
+#include "engine/engine_core.h"
+
+namespace ls {
+
+class AsyncEngine final : public Engine {
+ public:
+  explicit AsyncEngine(std::unique_ptr<EngineCore> core);
+  ~AsyncEngine() override;  // stops the thread; unfinished requests are aborted
+
+  Status submit(GenerateRequest request, OutputSink sink) override;
+  void abort(const std::string& request_id) override;
+  EngineStats stats() const override;
+  int32_t max_model_len() const override { return core_->max_model_len(); }
+  int32_t vocab_size() const override { return core_->vocab_size(); }
+  const std::string& model_name() const override { return core_->model_name(); }
+  const StopParams& default_stop() const override { return core_->default_stop(); }
+  const SamplingParams& default_sampling() const override { return core_->default_sampling(); }
+
+  const EngineCore& core() const { return *core_; }
+
+ private:
+  void loop();
+
+  std::unique_ptr<EngineCore> core_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::pair<GenerateRequest, OutputSink>> inbox_;
+  std::vector<std::string> aborts_;
+  EngineStats stats_;  // snapshot after each step
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ls

@@ -1,0 +1,29 @@
+#include "engine/engine_config.h"
+
+namespace ls {
+
+Status EngineConfig::validate() const {
+  if (model_dir.empty()) return invalid_argument("--model is required");
+  if (device != "cpu" && device != "cuda") {
+    return invalid_argument("--device must be cpu or cuda (got '{}')", device);
+  }
+  if (max_num_seqs <= 0) return invalid_argument("--max-num-seqs must be positive (got {})", max_num_seqs);
+  if (max_num_batched_tokens <= 0) {
+    return invalid_argument("--max-num-batched-tokens must be positive (got {})",
+                            max_num_batched_tokens);
+  }
+  if (max_num_batched_tokens < max_num_seqs) {
+    return invalid_argument(
+        "--max-num-batched-tokens ({}) must be at least --max-num-seqs ({}): every running "
+        "sequence needs a token each step",
+        max_num_batched_tokens, max_num_seqs);
+  }
+  if (max_model_len < 0) return invalid_argument("--max-model-len must be >= 0");
+  if (kv_cache_bytes < 0) return invalid_argument("--kv-cache-bytes must be >= 0");
+  if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
+    return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
+  }
+  return attention.validate();
+}
+
+}  // namespace ls

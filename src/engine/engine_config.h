@@ -1,0 +1,30 @@
+#pragma once
+// EngineConfig: the user's knobs for one engine, validated once, immutable afterwards. Facts about
+// the model live in ModelConfig; geometry derived from both lives in KvGeometry.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "attention/attention_config.h"
+#include "core/status.h"
+
+namespace ls {
+
+struct EngineConfig {
+  std::filesystem::path model_dir;
+  std::string device = "cpu";        // cpu | cuda
+  int32_t num_threads = 0;           // CPU threads (<= 0: every core)
+  AttentionConfig attention;
+  int32_t max_num_seqs = 16;             // sequences per step
+  int32_t max_num_batched_tokens = 2048; // tokens per step: decode tokens + prefill chunks
+  int32_t max_model_len = 0;             // context limit; 0 = the model's max_position_embeddings
+  int64_t kv_cache_bytes = 0;            // 0 = automatic (see engine_core.cpp)
+  double gpu_memory_utilization = 0.9;   // CUDA: share of device memory the engine may use
+  uint64_t seed = 0;                     // draws seeds for requests that give none
+  std::string served_model_name;         // empty: the model directory's name
+
+  Status validate() const;
+};
+
+}  // namespace ls

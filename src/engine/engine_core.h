@@ -1,0 +1,95 @@
+#pragma once
+// EngineCore: the synchronous engine. add_request() queues work, step() runs one scheduler step
+// (one forward over a mixed batch), samples, checks stop conditions and delivers outputs to each
+// request's sink. Single-threaded by design; AsyncEngine (async_engine.h) runs it on its own
+// thread behind the thread-safe Engine API, and the CLI drives it directly.
+
+#include <map>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/engine_api.h"
+#include "engine/engine_config.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "kv/kv_manager.h"
+#include "model/step_executor.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ls {
+
+struct ModelStack;  // the data plane (model/model_stack.h)
+
+class EngineCore {
+ public:
+  // Loads the model and builds every component the config asks for.
+  static Result<std::unique_ptr<EngineCore>> create(const EngineConfig& config);
+  // For tests: a caller-made executor (a fake model), KV manager and optional tokenizer.
+  // The executor writes no KV, so the KV manager only needs to agree on block accounting.
+  EngineCore(const EngineConfig& config, std::unique_ptr<StepExecutor> executor,
+             std::unique_ptr<KvManager> kv, std::shared_ptr<const Tokenizer> tokenizer,
+             int32_t max_model_len, StopParams default_stop, SamplingParams default_sampling);
+  ~EngineCore();
+
+  // Checks the request (empty or too long prompt, bad fields: vLLM's messages) and queues it.
+  Status add_request(GenerateRequest request, OutputSink sink);
+  // The checks add_request makes that depend only on immutable state (safe from any thread):
+  // everything but the uniqueness of the request id.
+  Status validate_request(const GenerateRequest& request) const;
+  // Frees the request wherever it is; its sink receives a final kAbort output.
+  void abort(const std::string& request_id);
+  // One step; returns after the step's outputs were delivered. A failing forward finishes the
+  // step's sequences with kError and leaves the engine serving.
+  Status step();
+  bool has_work() const { return scheduler_.has_work(); }
+  EngineStats stats() const;
+
+  // Logits of every position of `ids` ([ids.size(), vocab] f32), computed in prefill chunks
+  // outside the scheduler (the `score` command). Needs an idle engine.
+  Status score(std::span<const int32_t> ids, std::vector<float>& logits);
+
+  int32_t max_model_len() const { return max_model_len_; }
+  int32_t vocab_size() const { return executor_->vocab_size(); }
+  const std::string& model_name() const { return model_name_; }
+  const StopParams& default_stop() const { return default_stop_; }
+  const SamplingParams& default_sampling() const { return default_sampling_; }
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  std::shared_ptr<const Tokenizer> shared_tokenizer() const { return tokenizer_; }
+  const KvManager& kv() const { return *kv_; }
+  // "dense", "lserve", ... (empty for a test engine).
+  std::string attention_policy_name() const;
+  const EngineConfig& config() const { return config_; }
+
+ private:
+  EngineCore(const EngineConfig& config, std::unique_ptr<ModelStack> stack,
+             std::shared_ptr<const Tokenizer> tokenizer, StopParams default_stop,
+             SamplingParams default_sampling);
+  void finish(Sequence* seq, RequestOutput& out);
+  void fail_sequences(const SchedulerOutput& out, const Status& error);
+  void process_sample(Sequence* seq, std::span<float> logits);
+
+  EngineConfig config_;
+  std::unique_ptr<ModelStack> stack_;  // null for a test engine
+  std::unique_ptr<StepExecutor> owned_executor_;  // test engines own these two
+  std::unique_ptr<KvManager> owned_kv_;
+  StepExecutor* executor_;
+  KvManager* kv_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  int32_t max_model_len_;
+  StopParams default_stop_;
+  SamplingParams default_sampling_;
+  std::string model_name_;
+  Scheduler scheduler_;
+  std::mt19937_64 seed_rng_;
+
+  std::map<std::string, std::vector<std::unique_ptr<Sequence>>> requests_;  // id -> choices
+  int64_t prompt_tokens_total_ = 0;
+  int64_t generation_tokens_total_ = 0;
+  std::vector<float> logits_;  // [rows, vocab] scratch of the last step
+};
+
+}  // namespace ls

@@ -1,0 +1,106 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace ls {
+
+Scheduler::Scheduler(const SchedulerConfig& config, KvManager& kv) : config_(config), kv_(kv) {}
+
+void Scheduler::add(Sequence* seq) {
+  seq->arrival_order = next_arrival_++;
+  seq->status = SequenceStatus::kWaiting;
+  waiting_.push_back(seq);
+}
+
+void Scheduler::preempt(Sequence* seq) {
+  kv_.remove_sequence(seq->slot);
+  seq->slot = -1;
+  seq->num_computed = 0;
+  seq->status = SequenceStatus::kWaiting;
+  running_.erase(std::find(running_.begin(), running_.end(), seq));
+  // Back among the waiting at its arrival position, so FCFS order holds.
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](const Sequence* w) {
+    return w->arrival_order > seq->arrival_order;
+  });
+  waiting_.insert(pos, seq);
+  ++num_preemptions_;
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int32_t budget = config_.max_num_batched_tokens;
+
+  // 1. Running sequences, oldest first.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* seq = running_[i];
+    const bool prefilling = kv_.sequence(seq->slot).prefilling;
+    const int32_t want = prefilling ? std::min({seq->num_uncomputed(), budget,
+                                                config_.max_chunk_tokens})
+                                    : 1;
+    const int32_t new_len = seq->num_computed + want;
+    bool scheduled = false;
+    while (true) {
+      if (kv_.can_allocate(kv_.blocks_needed(seq->slot, new_len))) {
+        if (kv_.grow(seq->slot, new_len).ok()) scheduled = true;
+        break;
+      }
+      Sequence* victim = running_.back();
+      const bool self = victim == seq;
+      preempt(victim);
+      out.preempted.push_back(victim);
+      if (self) break;
+    }
+    if (!scheduled) {
+      if (seq->status == SequenceStatus::kRunning) ++i;  // grow failed for another reason
+      continue;
+    }
+    out.chunks.push_back({seq, want, prefilling, seq->num_computed + want == seq->num_tokens()});
+    out.num_tokens += want;
+    budget -= want;
+    ++i;
+  }
+
+  // 2. Waiting sequences, in order, while everything fits; the first that does not fit blocks
+  //    the rest (FCFS).
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+    Sequence* seq = waiting_.front();
+    const int32_t want = std::min({seq->num_uncomputed(), budget, config_.max_chunk_tokens});
+    if (!kv_.can_allocate(kv_.blocks_for_new_sequence(want))) break;
+    auto slot = kv_.add_sequence();
+    if (!slot.ok()) break;
+    if (!kv_.grow(*slot, want).ok()) {
+      kv_.remove_sequence(*slot);
+      break;
+    }
+    waiting_.pop_front();
+    seq->slot = *slot;
+    seq->status = SequenceStatus::kRunning;
+    running_.push_back(seq);
+    std::stable_sort(running_.begin(), running_.end(), [](const Sequence* a, const Sequence* b) {
+      return a->arrival_order < b->arrival_order;
+    });
+    out.chunks.push_back({seq, want, true, want == seq->num_tokens()});
+    out.num_tokens += want;
+    budget -= want;
+  }
+  return out;
+}
+
+void Scheduler::on_step_done(const SchedulerOutput& out) {
+  for (const ScheduledChunk& c : out.chunks) {
+    Sequence* seq = c.seq;
+    seq->num_computed += c.num_tokens;
+    if (c.prefilling && seq->num_computed == seq->num_tokens()) kv_.finish_prefill(seq->slot);
+  }
+}
+
+void Scheduler::remove(Sequence* seq) {
+  if (seq->slot >= 0) kv_.remove_sequence(seq->slot);
+  seq->slot = -1;
+  seq->status = SequenceStatus::kFinished;
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
+}
+
+}  // namespace ls

@@ -1,0 +1,20 @@
+#include "engine/sequence.h"
+
+namespace ls {
+
+Sequence::Sequence(std::shared_ptr<RequestState> req, int32_t choice, uint64_t seed,
+                   const Tokenizer* tokenizer, int32_t max_output_tokens)
+    : request(std::move(req)),
+      index(choice),
+      sampling(request->sampling, seed, request->prompt_ids),
+      stop(request->stop, max_output_tokens) {
+  if (request->stop.min_tokens > 0) {
+    sampling.forbid_until(min_tokens_forbidden_ids(request->stop), request->stop.min_tokens);
+  }
+  if (tokenizer != nullptr) {
+    detokenizer = std::make_unique<IncrementalDetokenizer>(
+        *tokenizer, request->stop.skip_special_tokens, request->prompt_ids);
+  }
+}
+
+}  // namespace ls

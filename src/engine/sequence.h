@@ -1,0 +1,56 @@
+#pragma once
+// Sequence: one choice of a request as the engine tracks it (control plane only). A request with
+// n choices becomes n sequences sharing its id.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine_api.h"
+#include "engine/sampler.h"
+#include "engine/stop_checker.h"
+#include "tokenizer/detokenizer.h"
+
+namespace ls {
+
+enum class SequenceStatus { kWaiting, kRunning, kFinished };
+
+// State shared by the choices of one request.
+struct RequestState {
+  std::string request_id;
+  std::vector<int32_t> prompt_ids;
+  SamplingParams sampling;
+  StopParams stop;
+  OutputSink sink;
+  int64_t arrival_ns = 0;
+  int32_t num_unfinished = 0;  // choices not yet finished
+};
+
+struct Sequence {
+  Sequence(std::shared_ptr<RequestState> request, int32_t index, uint64_t seed,
+           const Tokenizer* tokenizer, int32_t max_output_tokens);
+
+  std::shared_ptr<RequestState> request;
+  int32_t index = 0;                // choice index
+  std::vector<int32_t> output_ids;  // generated tokens
+  SequenceStatus status = SequenceStatus::kWaiting;
+  int32_t slot = -1;          // KV slot while running
+  int32_t num_computed = 0;   // tokens whose K/V are in the cache
+  int64_t arrival_order = 0;  // FCFS key (preempted sequences keep theirs)
+  SequenceSamplingState sampling;
+  StopChecker stop;
+  std::unique_ptr<IncrementalDetokenizer> detokenizer;  // null without a tokenizer
+
+  int32_t prompt_len() const { return static_cast<int32_t>(request->prompt_ids.size()); }
+  int32_t num_tokens() const { return prompt_len() + static_cast<int32_t>(output_ids.size()); }
+  int32_t token_at(int32_t i) const {
+    return i < prompt_len() ? request->prompt_ids[static_cast<size_t>(i)]
+                            : output_ids[static_cast<size_t>(i - prompt_len())];
+  }
+  // Tokens whose K/V are not cached yet: the whole prompt at first, one token per decode step,
+  // the prompt and the outputs so far after a preemption (recompute).
+  int32_t num_uncomputed() const { return num_tokens() - num_computed; }
+};
+
+}  // namespace ls

@@ -1,0 +1,43 @@
+#pragma once
+// A loaded decoder model: its immutable config, architecture family, RoPE table and weights on
+// one backend. Running it is ModelRunner's job.
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "io/model_config.h"
+#include "model/architecture.h"
+#include "model/rope_table.h"
+#include "model/weights.h"
+
+namespace ls {
+
+class Model {
+ public:
+  // Reads config.json and the safetensors weights of a Hugging Face model directory.
+  // Unknown architectures, unsupported features and every loader fault end in one clear error.
+  static Result<std::unique_ptr<Model>> load(const std::filesystem::path& dir, Backend& backend);
+
+  const ModelConfig& config() const { return config_; }
+  const ArchitectureSpec& arch() const { return *arch_; }
+  const ModelWeights& weights() const { return weights_; }
+  const RopeTable& rope() const { return rope_; }
+  Backend& backend() const { return *backend_; }
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  Model(ModelConfig config, const ArchitectureSpec* arch, ModelWeights weights, Backend* backend,
+        std::filesystem::path dir);
+
+  ModelConfig config_;
+  const ArchitectureSpec* arch_;
+  ModelWeights weights_;
+  RopeTable rope_;
+  Backend* backend_;
+  std::filesystem::path dir_;
+};
+
+}  // namespace ls

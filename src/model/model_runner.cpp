@@ -1,0 +1,335 @@
+#include "model/model_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace ls {
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+int64_t align_up(int64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+ModelRunner::ModelRunner(const Model& model, const KvManager& kv, const KvPool& pool,
+                         AttentionPolicy& policy, const RunnerConfig& config)
+    : model_(model), kv_(kv), pool_(pool), policy_(policy), config_(config),
+      backend_(model.backend()) {}
+
+Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Model& model, const KvManager& kv,
+                                                         const KvPool& pool,
+                                                         AttentionPolicy& policy,
+                                                         const RunnerConfig& config) {
+  if (config.max_step_tokens <= 0 || config.max_seqs <= 0 || config.max_logit_rows <= 0) {
+    return invalid_argument("runner limits must be positive");
+  }
+  std::unique_ptr<ModelRunner> r(new ModelRunner(model, kv, pool, policy, config));
+  LS_RETURN_IF_ERROR(r->allocate());
+  return r;
+}
+
+Status ModelRunner::allocate() {
+  const ModelConfig& c = model_.config();
+  const DType act = backend_.act_dtype();
+  const int64_t t = config_.max_step_tokens;
+  const int64_t r = config_.max_logit_rows;
+  auto alloc = [&](Buffer& b, int64_t elems, DType dt) -> Status {
+    LS_ASSIGN_OR_RETURN(b, backend_.allocate(std::max<int64_t>(kAlign, dtype_nbytes(dt, elems))));
+    return {};
+  };
+  LS_RETURN_IF_ERROR(alloc(x_, t * c.hidden_size(), act));
+  LS_RETURN_IF_ERROR(alloc(xn_, t * c.hidden_size(), act));
+  LS_RETURN_IF_ERROR(alloc(q_, t * c.num_attention_heads() * c.head_dim(), act));
+  LS_RETURN_IF_ERROR(alloc(k_, t * c.num_key_value_heads() * c.head_dim(), act));
+  LS_RETURN_IF_ERROR(alloc(v_, t * c.num_key_value_heads() * c.head_dim(), act));
+  LS_RETURN_IF_ERROR(alloc(attn_, t * c.num_attention_heads() * c.head_dim(), act));
+  LS_RETURN_IF_ERROR(alloc(gate_up_, t * 2 * c.intermediate_size(), act));
+  LS_RETURN_IF_ERROR(alloc(mlp_, t * c.intermediate_size(), act));
+  LS_RETURN_IF_ERROR(alloc(rows_, r * c.hidden_size(), act));
+  LS_RETURN_IF_ERROR(alloc(logits_, r * c.vocab_size(), act));
+  if (act != DType::kF32) LS_RETURN_IF_ERROR(alloc(logits_f32_, r * c.vocab_size(), DType::kF32));
+
+  const int64_t s = config_.max_seqs;
+  const int64_t half = model_.rope().rotary_dim() / 2;
+  const KvGeometry& g = kv_.geometry();
+  const int64_t retrieval_cols = (config_.max_model_len + g.page_tokens - 1) / g.page_tokens;
+  const int64_t meta_bytes = align_up(t * 4) + align_up((s + 1) * 4) + 5 * align_up(s * 4) +
+                             align_up(s * retrieval_cols * 4) +
+                             align_up(s * g.streaming_table_stride() * 4) + align_up(r * 4) +
+                             2 * align_up(t * half * 4) + kAlign;
+  LS_ASSIGN_OR_RETURN(meta_, backend_.allocate(meta_bytes));
+  staging_.resize(static_cast<size_t>(meta_bytes));
+  return {};
+}
+
+Status ModelRunner::validate(const StepInput& step) const {
+  const auto num_tokens = static_cast<int64_t>(step.tokens.size());
+  if (num_tokens == 0 || num_tokens > config_.max_step_tokens) {
+    return invalid_argument("step has {} tokens; the runner takes 1..{}", num_tokens,
+                            config_.max_step_tokens);
+  }
+  if (step.seqs.empty() || static_cast<int32_t>(step.seqs.size()) > config_.max_seqs) {
+    return invalid_argument("step has {} sequences; the runner takes 1..{}", step.seqs.size(),
+                            config_.max_seqs);
+  }
+  if (static_cast<int32_t>(step.logit_rows.size()) > config_.max_logit_rows) {
+    return invalid_argument("step asks for {} logit rows; the runner takes at most {}",
+                            step.logit_rows.size(), config_.max_logit_rows);
+  }
+  int64_t sum = 0;
+  for (const StepSequence& s : step.seqs) {
+    const SequenceKv& kv = kv_.sequence(s.slot);
+    if (!kv.active || s.q_len <= 0 || s.kv_len < s.q_len || s.kv_len > kv.num_tokens ||
+        s.kv_len > config_.max_model_len) {
+      return internal_error("inconsistent step sequence (slot {}, q_len {}, kv_len {}, reserved {})",
+                            s.slot, s.q_len, s.kv_len, kv.num_tokens);
+    }
+    sum += s.q_len;
+  }
+  if (sum != num_tokens) return internal_error("sequence lengths do not add up to the tokens");
+  const int32_t vocab = static_cast<int32_t>(model_.config().vocab_size());
+  for (int32_t id : step.tokens) {
+    if (id < 0 || id >= vocab) return invalid_argument("token id {} is outside the vocabulary [0, {})", id, vocab);
+  }
+  for (int32_t row : step.logit_rows) {
+    if (row < 0 || row >= num_tokens) return internal_error("logit row {} out of range", row);
+  }
+  return {};
+}
+
+void ModelRunner::upload_metadata(const StepInput& step, const StepAttentionPlan& plan) {
+  const auto num_tokens = static_cast<int64_t>(step.tokens.size());
+  const auto num_seqs = static_cast<int64_t>(step.seqs.size());
+  const auto num_rows = static_cast<int64_t>(step.logit_rows.size());
+  const int64_t half = model_.rope().rotary_dim() / 2;
+
+  retrieval_stride_ = 1;
+  for (const StepSequence& s : step.seqs) {
+    retrieval_stride_ = std::max<int32_t>(
+        retrieval_stride_, static_cast<int32_t>(kv_.sequence(s.slot).retrieval.size()));
+  }
+  streaming_stride_ = std::max(1, kv_.geometry().streaming_table_stride());
+
+  MetaLayout& L = layout_;
+  int64_t off = 0;
+  auto place = [&](int64_t& field, int64_t bytes) {
+    field = off;
+    off = align_up(off + bytes);
+  };
+  place(L.tokens, num_tokens * 4);
+  place(L.q_indptr, (num_seqs + 1) * 4);
+  place(L.kv_lens, num_seqs * 4);
+  place(L.ring_pages, num_seqs * 4);
+  place(L.local_tokens, num_seqs * 4);
+  place(L.selected_rows, num_seqs * 4);
+  place(L.select_rows, num_seqs * 4);
+  place(L.retrieval_blocks, num_seqs * retrieval_stride_ * 4);
+  place(L.streaming_blocks, num_seqs * streaming_stride_ * 4);
+  place(L.logit_rows, std::max<int64_t>(1, num_rows) * 4);
+  place(L.cos, num_tokens * half * 4);
+  place(L.sin, num_tokens * half * 4);
+  L.end = off;
+
+  uint8_t* base = staging_.data();
+  auto at = [&](int64_t field) { return reinterpret_cast<int32_t*>(base + field); };
+  std::memcpy(at(L.tokens), step.tokens.data(), static_cast<size_t>(num_tokens) * 4);
+  std::vector<int32_t> positions(static_cast<size_t>(num_tokens));
+  std::vector<int32_t> seq_lens(static_cast<size_t>(num_tokens));
+  int32_t* indptr = at(L.q_indptr);
+  indptr[0] = 0;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const StepSequence& seq = step.seqs[static_cast<size_t>(s)];
+    const SequenceKv& kv = kv_.sequence(seq.slot);
+    indptr[s + 1] = indptr[s] + seq.q_len;
+    at(L.kv_lens)[s] = seq.kv_len;
+    at(L.ring_pages)[s] = std::max(1, kv.ring_pages);
+    at(L.local_tokens)[s] = plan.local_tokens[static_cast<size_t>(s)];
+    at(L.selected_rows)[s] = plan.selected_rows[static_cast<size_t>(s)];
+    at(L.select_rows)[s] = plan.select_rows[static_cast<size_t>(s)];
+    int32_t* rrow = at(L.retrieval_blocks) + s * retrieval_stride_;
+    std::fill(rrow, rrow + retrieval_stride_, -1);
+    std::copy(kv.retrieval.begin(), kv.retrieval.end(), rrow);
+    int32_t* srow = at(L.streaming_blocks) + s * streaming_stride_;
+    std::fill(srow, srow + streaming_stride_, -1);
+    std::copy(kv.streaming.begin(), kv.streaming.end(), srow);
+    for (int32_t i = 0; i < seq.q_len; ++i) {
+      positions[static_cast<size_t>(indptr[s] + i)] = seq.kv_len - seq.q_len + i;
+      seq_lens[static_cast<size_t>(indptr[s] + i)] = seq.kv_len;
+    }
+  }
+  if (num_rows > 0) {
+    std::memcpy(at(L.logit_rows), step.logit_rows.data(), static_cast<size_t>(num_rows) * 4);
+  }
+  model_.rope().fill(positions, seq_lens, reinterpret_cast<float*>(base + L.cos),
+                     reinterpret_cast<float*>(base + L.sin));
+  backend_.copy_bytes(meta_.data(), staging_.data(), L.end);
+}
+
+Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
+  LS_RETURN_IF_ERROR(validate(step));
+  const ModelConfig& c = model_.config();
+  const ModelWeights& w = model_.weights();
+  const DType act = backend_.act_dtype();
+  const auto num_tokens = static_cast<int32_t>(step.tokens.size());
+  const auto num_seqs = static_cast<int32_t>(step.seqs.size());
+  num_logit_rows_ = static_cast<int32_t>(step.logit_rows.size());
+
+  StepAttentionPlan plan;
+  policy_.plan_step(step.seqs, plan);
+  upload_metadata(step, plan);
+
+  auto* meta = static_cast<uint8_t*>(meta_.data());
+  TensorView tokens(meta + layout_.tokens, DType::kI32, {num_tokens}, backend_.device());
+  TensorView x = x_.view(act, {num_tokens, c.hidden_size()});
+  backend_.embedding(tokens, w.embed, x);
+
+  for (int32_t layer = 0; layer < static_cast<int32_t>(c.num_hidden_layers()); ++layer) {
+    run_layer(layer, num_tokens, num_seqs, plan.any_select);
+  }
+
+  logits.clear();
+  if (num_logit_rows_ == 0) {
+    backend_.synchronize();
+    return {};
+  }
+  const int32_t rows = num_logit_rows_;
+  TensorView row_ids(meta + layout_.logit_rows, DType::kI32, {rows}, backend_.device());
+  TensorView xr = rows_.view(act, {rows, c.hidden_size()});
+  backend_.gather_rows(x, row_ids, xr);
+  backend_.rmsnorm(xr, w.final_norm, static_cast<float>(c.rms_norm_eps()), xr);
+  TensorView out = logits_.view(act, {rows, c.vocab_size()});
+  backend_.linear(xr, w.lm_head, out);
+  const void* src = out.data;
+  if (act != DType::kF32) {
+    TensorView f32 = logits_f32_.view(DType::kF32, {rows, c.vocab_size()});
+    backend_.convert(out, f32);
+    src = f32.data;
+  }
+  logits.resize(static_cast<size_t>(rows) * static_cast<size_t>(c.vocab_size()));
+  backend_.copy_bytes(logits.data(), src, static_cast<int64_t>(logits.size()) * 4);
+  backend_.synchronize();
+  for (float v : logits) {
+    if (!std::isfinite(v)) return internal_error("the forward produced non-finite logits");
+  }
+  return {};
+}
+
+void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs, bool any_select) {
+  const ModelConfig& c = model_.config();
+  const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
+  const DType act = backend_.act_dtype();
+  const Device dev = backend_.device();
+  const auto hidden = c.hidden_size();
+  const auto heads = c.num_attention_heads();
+  const auto kv_heads = c.num_key_value_heads();
+  const auto head_dim = c.head_dim();
+  const auto eps = static_cast<float>(c.rms_norm_eps());
+  auto* meta = static_cast<uint8_t*>(meta_.data());
+  auto meta_i32 = [&](int64_t field) { return reinterpret_cast<const int32_t*>(meta + field); };
+
+  TensorView x = x_.view(act, {num_tokens, hidden});
+  TensorView xn = xn_.view(act, {num_tokens, hidden});
+  TensorView q = q_.view(act, {num_tokens, heads, head_dim});
+  TensorView k = k_.view(act, {num_tokens, kv_heads, head_dim});
+  TensorView v = v_.view(act, {num_tokens, kv_heads, head_dim});
+  TensorView attn = attn_.view(act, {num_tokens, heads * head_dim});
+
+  // Attention block.
+  backend_.rmsnorm(x, w.input_norm, eps, xn);
+  backend_.linear(xn, w.q, q.reshaped({num_tokens, heads * head_dim}));
+  backend_.linear(xn, w.k, k.reshaped({num_tokens, kv_heads * head_dim}));
+  backend_.linear(xn, w.v, v.reshaped({num_tokens, kv_heads * head_dim}));
+  if (!w.q_norm.empty()) {
+    TensorView q_rows = q.reshaped({num_tokens * heads, head_dim});
+    TensorView k_rows = k.reshaped({num_tokens * kv_heads, head_dim});
+    backend_.rmsnorm(q_rows, w.q_norm, eps, q_rows);
+    backend_.rmsnorm(k_rows, w.k_norm, eps, k_rows);
+  }
+  const int64_t half = model_.rope().rotary_dim() / 2;
+  TensorView cos(meta + layout_.cos, DType::kF32, {num_tokens, half}, dev);
+  TensorView sin(meta + layout_.sin, DType::kF32, {num_tokens, half}, dev);
+  backend_.rope(q, cos, sin, half * 2);
+  backend_.rope(k, cos, sin, half * 2);
+
+  kernels::KvAppendParams ap;
+  ap.k = k.data;
+  ap.v = v.data;
+  ap.src_dtype = act;
+  ap.num_tokens = num_tokens;
+  ap.num_kv_heads = static_cast<int32_t>(kv_heads);
+  ap.head_dim = static_cast<int32_t>(head_dim);
+  ap.num_seqs = num_seqs;
+  ap.q_indptr = meta_i32(layout_.q_indptr);
+  ap.kv_lens = meta_i32(layout_.kv_lens);
+  ap.retrieval = pool_.retrieval();
+  ap.retrieval_blocks = meta_i32(layout_.retrieval_blocks);
+  ap.retrieval_blocks_stride = retrieval_stride_;
+  ap.streaming = pool_.streaming();
+  ap.streaming_blocks = meta_i32(layout_.streaming_blocks);
+  ap.streaming_blocks_stride = streaming_stride_;
+  ap.ring_pages = meta_i32(layout_.ring_pages);
+  policy_.fill_append(layer, ap);
+  backend_.kv_append(ap);
+
+  LayerAttentionContext ctx;
+  ctx.layer = layer;
+  ctx.num_seqs = num_seqs;
+  ctx.num_tokens = num_tokens;
+  ctx.num_q_heads = static_cast<int32_t>(heads);
+  ctx.num_kv_heads = static_cast<int32_t>(kv_heads);
+  ctx.head_dim = static_cast<int32_t>(head_dim);
+  ctx.q = q.data;
+  ctx.k = k.data;
+  ctx.act_dtype = act;
+  ctx.q_indptr = ap.q_indptr;
+  ctx.kv_lens = ap.kv_lens;
+  ctx.retrieval_blocks = ap.retrieval_blocks;
+  ctx.retrieval_blocks_stride = retrieval_stride_;
+  ctx.selected_rows = meta_i32(layout_.selected_rows);
+  ctx.select_rows = meta_i32(layout_.select_rows);
+  ctx.retrieval = pool_.retrieval();
+  ctx.summaries = pool_.summaries();
+  policy_.index(backend_, ctx);
+  if (any_select) policy_.select(backend_, ctx);
+
+  kernels::AttentionParams p;
+  p.q = q.data;
+  p.out = attn.data;
+  p.q_dtype = act;
+  p.num_tokens = num_tokens;
+  p.num_q_heads = static_cast<int32_t>(heads);
+  p.num_kv_heads = static_cast<int32_t>(kv_heads);
+  p.head_dim = static_cast<int32_t>(head_dim);
+  p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  p.num_seqs = num_seqs;
+  p.q_indptr = ap.q_indptr;
+  p.kv_lens = ap.kv_lens;
+  p.retrieval = pool_.retrieval();
+  p.retrieval_blocks = ap.retrieval_blocks;
+  p.retrieval_blocks_stride = retrieval_stride_;
+  p.streaming = pool_.streaming();
+  p.streaming_blocks = ap.streaming_blocks;
+  p.streaming_blocks_stride = streaming_stride_;
+  p.ring_pages = ap.ring_pages;
+  p.local_tokens = meta_i32(layout_.local_tokens);
+  p.selected_rows = ctx.selected_rows;
+  policy_.fill_attention(layer, p);
+  backend_.attention(p);
+
+  backend_.linear(attn, w.o, xn);
+  backend_.add_inplace(x, xn);
+
+  // MLP block.
+  const auto inter = c.intermediate_size();
+  TensorView gate_up = gate_up_.view(act, {num_tokens, 2 * inter});
+  TensorView mlp = mlp_.view(act, {num_tokens, inter});
+  backend_.rmsnorm(x, w.post_norm, eps, xn);
+  backend_.linear(xn, w.gate_up, gate_up);
+  backend_.silu_mul(gate_up, mlp);
+  backend_.linear(mlp, w.down, xn);
+  backend_.add_inplace(x, xn);
+}
+
+}  // namespace ls

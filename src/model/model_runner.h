@@ -1,0 +1,82 @@
+#pragma once
+// ModelRunner: runs one engine step of a Model over a batch that mixes prefill chunks and decode
+// tokens, on the paged two-way KV cache, under an attention policy. It owns the step's device
+// buffers (activations sized for the largest step, and one metadata block uploaded per step),
+// and is the only place where host-side plans (block tables, the policy's step plan) become
+// device pointers.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "attention/attention_policy.h"
+#include "backend/backend.h"
+#include "core/status.h"
+#include "kv/kv_manager.h"
+#include "kv/kv_pool.h"
+#include "model/model.h"
+#include "model/step_executor.h"
+
+namespace ls {
+
+struct RunnerConfig {
+  int32_t max_step_tokens = 2048;  // tokens per step (prefill chunk + decode tokens)
+  int32_t max_seqs = 16;           // sequences per step
+  int32_t max_logit_rows = 2048;   // rows of logits per step
+  int32_t max_model_len = 4096;    // longest sequence (sizes the block-table rows)
+};
+
+class ModelRunner final : public StepExecutor {
+ public:
+  static Result<std::unique_ptr<ModelRunner>> create(const Model& model, const KvManager& kv,
+                                                     const KvPool& pool, AttentionPolicy& policy,
+                                                     const RunnerConfig& config);
+
+  // Runs the step; `logits` becomes [logit_rows.size(), vocab] f32 (host).
+  Status forward(const StepInput& step, std::vector<float>& logits) override;
+  int32_t vocab_size() const override { return static_cast<int32_t>(model_.config().vocab_size()); }
+  const RunnerConfig& config() const { return config_; }
+
+ private:
+  ModelRunner(const Model& model, const KvManager& kv, const KvPool& pool,
+              AttentionPolicy& policy, const RunnerConfig& config);
+  Status allocate();
+  Status validate(const StepInput& step) const;
+  // Packs the step's host arrays into `staging_` and uploads them in one copy.
+  void upload_metadata(const StepInput& step, const StepAttentionPlan& plan);
+  void run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs, bool any_select);
+
+  const Model& model_;
+  const KvManager& kv_;
+  const KvPool& pool_;
+  AttentionPolicy& policy_;
+  RunnerConfig config_;
+  Backend& backend_;
+
+  // Activations, act dtype, sized for max_step_tokens rows.
+  Buffer x_;        // [T, hidden] residual stream
+  Buffer xn_;       // [T, hidden] normed input / projection outputs
+  Buffer q_;        // [T, num_heads, head_dim]
+  Buffer k_;        // [T, num_kv_heads, head_dim]
+  Buffer v_;        // [T, num_kv_heads, head_dim]
+  Buffer attn_;     // [T, num_heads, head_dim]
+  Buffer gate_up_;  // [T, 2 * intermediate]
+  Buffer mlp_;      // [T, intermediate]
+  Buffer rows_;     // [R, hidden] rows whose logits are wanted
+  Buffer logits_;   // [R, vocab] act dtype
+  Buffer logits_f32_;  // [R, vocab] f32 (device), when act dtype is not f32
+
+  // Step metadata: one device block, filled from a host staging copy each step.
+  Buffer meta_;
+  std::vector<uint8_t> staging_;
+  struct MetaLayout {
+    int64_t tokens = 0, q_indptr = 0, kv_lens = 0, ring_pages = 0, local_tokens = 0,
+            selected_rows = 0, select_rows = 0, retrieval_blocks = 0, streaming_blocks = 0,
+            logit_rows = 0, cos = 0, sin = 0, end = 0;
+  } layout_;
+  int32_t retrieval_stride_ = 0;  // columns of this step's retrieval table rows
+  int32_t streaming_stride_ = 0;
+  int32_t num_logit_rows_ = 0;
+};
+
+}  // namespace ls

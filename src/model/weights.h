@@ -1,0 +1,50 @@
+#pragma once
+// The parameters of a decoder model, resident on one backend. Shapes follow Hugging Face: a
+// linear weight is [out_features, in_features]. gate and up are fused into one [2 * inter,
+// hidden] matrix so the MLP runs one GEMM and silu_mul reads both halves.
+
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "io/checkpoint.h"
+#include "io/model_config.h"
+#include "model/architecture.h"
+
+namespace ls {
+
+struct LayerWeights {
+  TensorView input_norm;  // [hidden] f32
+  LinearWeight q;         // [num_heads * head_dim, hidden]
+  LinearWeight k;         // [num_kv_heads * head_dim, hidden]
+  LinearWeight v;         // [num_kv_heads * head_dim, hidden]
+  TensorView q_norm;      // [head_dim] f32, Qwen3 only (else empty)
+  TensorView k_norm;      // [head_dim] f32, Qwen3 only
+  LinearWeight o;         // [hidden, num_heads * head_dim]
+  TensorView post_norm;   // [hidden] f32
+  LinearWeight gate_up;   // [2 * intermediate, hidden]: gate rows, then up rows
+  LinearWeight down;      // [hidden, intermediate]
+};
+
+struct ModelWeights {
+  TensorView embed;  // [vocab, hidden] weight dtype
+  std::vector<LayerWeights> layers;
+  TensorView final_norm;  // [hidden] f32
+  LinearWeight lm_head;   // [vocab, hidden]; views `embed` when the embeddings are tied
+  std::vector<Buffer> storage;  // owns every tensor above
+  int64_t bytes = 0;            // device bytes of all parameters
+  // Bytes read from memory per decoded token (every parameter once, plus one embedding row).
+  int64_t bytes_per_token = 0;
+};
+
+// Reads, checks and uploads every tensor. Linear weights and the embedding table are stored as
+// backend.weight_dtype_for(checkpoint dtype) (the CPU keeps f32/bf16/f16 as they are); norm
+// weights and biases become f32. Errors name the tensor and its file.
+Result<ModelWeights> load_weights(const Checkpoint& checkpoint, const ModelConfig& config,
+                                  const ArchitectureSpec& arch, Backend& backend);
+
+// The tensor names this architecture reads for `config` (required first, optional second).
+void expected_tensor_names(const ModelConfig& config, const ArchitectureSpec& arch,
+                           std::vector<std::string>& required, std::vector<std::string>& optional);
+
+}  // namespace ls
