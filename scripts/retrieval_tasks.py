@@ -1,0 +1,604 @@
+"""Synthetic long-context retrieval tasks (RULER-style) for the bundled tiny model.
+
+One generator serves training (token-level assembly, fast) and evaluation (the same token ids plus the
+exact prompt text), so the C++ harness can load `--emit-eval-jsonl` prompts or mirror the formats
+documented in docs/training.md. Needs numpy and `tokenizers` only (no torch), so data workers start
+quickly.
+
+A prompt is
+
+    {header}\\n {e_1} {e_2} ... {e_n}\\n{question}\\nAnswer:
+
+where the e_i are filler sentences with the task's needles (or variable statements) inserted
+between them, each preceded by one space (so the haystack line starts with a space). The model
+continues with " {answer}" and then <|end_of_text|>. In chat form the user message is the same text
+without "\\nAnswer:" and the assistant replies "{answer}" then <|eot_id|>.
+
+Token-level assembly concatenates the encodings of " " + element, which equals the tokenization of
+the joined text because every element starts with " " + a letter and ends with "." (the Llama-3
+split regex never merges across that boundary). The tail (last element + question) is encoded as one
+piece because "." + "\\n" would merge. `train_tiny.py --smoke` checks the equality on every task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from typing import Sequence
+
+import numpy as np
+
+TASKS = ("niah_single", "niah_multikey", "niah_multivalue", "vt")
+
+HEADER_NIAH = ("Some special magic numbers are hidden within the following text. Make sure to "
+               "memorize them. I will quiz you about the numbers afterwards.")
+HEADER_VT = "Memorize and track the chain(s) of variable assignment hidden in the following text."
+NEEDLE = "The special magic number for {key} is {value}."
+QUESTION_ONE = "What is the special magic number for {key} mentioned in the provided text?"
+QUESTION_ALL = "What are all the special magic numbers for {key} mentioned in the provided text?"
+VT_FIRST = "VAR {name} = {value}."
+VT_NEXT = "VAR {name} = VAR {prev}."
+QUESTION_VT = "Find all variables that are assigned the value {value} in the text above."
+ANSWER_CUE = "Answer:"
+# Separator between answer items: values are listed "a, b, c"; variable names "A B C".
+ITEM_SEP = {"niah_single": ", ", "niah_multikey": ", ", "niah_multivalue": ", ", "vt": " "}
+
+# Task sizes used for evaluation (and emitted prompts); training samples around them.
+EVAL_PARAMS = {
+    "niah_single": {},
+    "niah_multikey": {"num_keys": 4},
+    "niah_multivalue": {"num_values": 4},
+    "vt": {"num_chains": 2, "num_hops": 3},
+}
+
+# --- word lists -------------------------------------------------------------------------------
+# Filler words and key words are disjoint, so a key is only ever seen in needles and questions.
+
+NAMES = ("Anna Ben Clara David Elena Felix Grace Henry Iris Jack Laura Martin Nina Oscar Paula "
+         "Quentin Rosa Samuel Tara Victor Wendy Adam Bella Carl Diana Emil Fiona George Hanna Ivan "
+         "Julia Karl Lena Marco Nora Peter Ruth Simon Vera Walter").split()
+NOUNS = ("farmer teacher child doctor baker sailor student painter driver neighbor writer singer "
+         "river house garden letter market window bridge road book table dog cat bird tree boat "
+         "train village city song story door field hill lamp cup basket blanket bottle bread "
+         "candle chair clock coat fence flower forest glass horse island kitchen lake meadow moon "
+         "mountain orchard paper pencil picture pond rain roof school shop shore sky stone street "
+         "sun tower valley wagon wall well wheel wind").split()
+ADJECTIVES = ("small large old young happy tired busy careful friendly heavy warm cold bright dark "
+              "early late simple famous local calm green yellow tall short narrow wide soft loud "
+              "clean empty full strange kind patient curious sleepy hungry cheerful quick slow "
+              "gray brown round flat smooth rough distant nearby wet dry").split()
+VERBS_T = ("found carried painted opened closed watched visited cleaned fixed followed noticed "
+           "remembered bought sold built moved pushed pulled lifted washed counted borrowed "
+           "described admired ignored greeted answered filled covered crossed").split()
+VERBS_I = ("waited slept laughed walked rested smiled listened worked arrived returned wandered "
+           "sang danced paused stayed travelled shivered hurried whistled nodded").split()
+VERBS_BASE = ("see carry paint open close watch visit clean fix follow notice remember buy sell "
+              "build move lift wash count borrow").split()
+AUX = "will can should might could would must may".split()
+ADVERBS = ("slowly quickly quietly happily carefully gently loudly often rarely again together "
+           "alone softly early later patiently suddenly calmly briefly warmly").split()
+PREPS = "near behind beside under above across along around inside outside beyond past".split()
+PLACES = ("station harbor library bakery square chapel barn cottage workshop museum theater "
+          "hospital castle mill fountain stable quarry pier tavern lighthouse").split()
+TIMES = ("morning evening night afternoon winter summer spring autumn week month Sunday "
+         "Monday weekend holiday dawn").split()
+DETERMINERS = "the this that one every".split()
+
+KEY_ADJECTIVES = ("amber azure crimson golden silver scarlet violet ivory jade coral copper bronze "
+                  "cobalt emerald indigo ochre olive teal maroon russet tawny velvet marble "
+                  "granite crystal frozen hidden silent ancient brave clever gentle humble lively "
+                  "mellow nimble polite rapid shiny sturdy swift tidy vivid witty fuzzy jolly "
+                  "lucky merry noble proud rusty sandy snowy sunny windy wooden woolly dusty "
+                  "frosty misty stormy").split()
+KEY_NOUNS = ("falcon otter badger heron lynx panther walrus gecko toucan bison cobra dolphin "
+             "ferret gazelle hamster iguana jackal koala lemur marmot narwhal ocelot pelican quail "
+             "raccoon salmon tapir urchin vulture wombat zebra anchor beacon compass lantern harp "
+             "violin trumpet kettle mirror saddle spindle teapot thimble trowel whistle anvil "
+             "bellows chisel goblet hammock locket mallet pendant quill ribbon scepter turbine "
+             "cactus tulip").split()
+
+# (template, weight). Upper-case slots are filled from the lists above.
+TEMPLATES = (
+    "DET ADJ NOUN VT DET NOUN PREP the PLACE",
+    "NAME VI ADV PREP the PLACE",
+    "PREP the PLACE , the ADJ NOUN VI ADV",
+    "DET NOUN AUX VB the ADJ NOUN",
+    "when the NOUN VI , NAME VT the NOUN",
+    "NAME said that the NOUN was ADJ",
+    "every TIME , the ADJ NOUN VT the NOUN",
+    "there was one ADJ NOUN PREP the PLACE",
+    "NAME and NAME VT the ADJ NOUN in the TIME",
+    "the NOUN of the PLACE was ADJ and ADJ",
+    "after the TIME , NAME VI PREP the NOUN",
+    "NAME VT the NOUN because it was ADJ",
+)
+_SLOTS = {"NAME": NAMES, "NOUN": NOUNS, "ADJ": ADJECTIVES, "VT": VERBS_T, "VI": VERBS_I,
+          "VB": VERBS_BASE, "AUX": AUX, "ADV": ADVERBS, "PREP": PREPS, "PLACE": PLACES,
+          "TIME": TIMES, "DET": DETERMINERS}
+_TEMPLATE_PARTS = tuple(t.split() for t in TEMPLATES)
+
+
+def _check_word_lists() -> None:
+    filler = {w.lower() for words in _SLOTS.values() for w in words}
+    keys = set(KEY_ADJECTIVES) | set(KEY_NOUNS)
+    clash = filler & keys
+    assert not clash, f"filler and key words overlap: {sorted(clash)}"
+    assert len(set(KEY_ADJECTIVES)) == len(KEY_ADJECTIVES) and len(set(KEY_NOUNS)) == len(KEY_NOUNS)
+
+
+_check_word_lists()
+
+
+def filler_sentence(rng: np.random.Generator) -> str:
+    """One sentence from the grammar: a template, each slot an independent uniform draw."""
+    parts = _TEMPLATE_PARTS[int(rng.integers(len(_TEMPLATE_PARTS)))]
+    words = []
+    for p in parts:
+        choices = _SLOTS.get(p)
+        words.append(choices[int(rng.integers(len(choices)))] if choices else p)
+    text = " ".join(words).replace(" ,", ",")
+    return text[0].upper() + text[1:] + "."
+
+
+def is_eval_key(key: str) -> bool:
+    """Keys are split 90/10 by a fixed hash: evaluation keys never occur in training."""
+    return zlib.crc32(key.encode()) % 10 == 0
+
+
+def sample_key(rng: np.random.Generator, split: str, avoid: set[str]) -> str:
+    while True:
+        key = (KEY_ADJECTIVES[int(rng.integers(len(KEY_ADJECTIVES)))] + "-" +
+               KEY_NOUNS[int(rng.integers(len(KEY_NOUNS)))])
+        if key not in avoid and is_eval_key(key) == (split == "eval"):
+            avoid.add(key)
+            return key
+
+
+def _sample_near_key(rng: np.random.Generator, key: str, split: str, avoid: set[str]) -> str:
+    """A distractor key sharing the adjective or the noun with `key` (falls back to a random one)."""
+    adj, noun = key.split("-")
+    for _ in range(20):
+        if rng.random() < 0.5:
+            cand = adj + "-" + KEY_NOUNS[int(rng.integers(len(KEY_NOUNS)))]
+        else:
+            cand = KEY_ADJECTIVES[int(rng.integers(len(KEY_ADJECTIVES)))] + "-" + noun
+        if cand not in avoid and is_eval_key(cand) == (split == "eval"):
+            avoid.add(cand)
+            return cand
+    return sample_key(rng, split, avoid)
+
+
+def _distinct_ints(rng: np.random.Generator, n: int, lo: int, hi: int) -> list[int]:
+    out: list[int] = []
+    while len(out) < n:
+        v = int(rng.integers(lo, hi))
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def _var_names(rng: np.random.Generator, n: int) -> list[str]:
+    out: list[str] = []
+    while len(out) < n:
+        name = "".join(chr(ord("A") + int(c)) for c in rng.integers(0, 26, size=5))
+        if name not in out:
+            out.append(name)
+    return out
+
+
+# --- tokenizer and filler pool ----------------------------------------------------------------
+
+
+class Encoder:
+    """The tokenizer plus the ids the task formats need."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tok = tokenizer
+        ids = {s: tokenizer.token_to_id(s) for s in (
+            "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+            "<|eot_id|>")}
+        missing = [s for s, i in ids.items() if i is None]
+        if missing:
+            raise ValueError(f"tokenizer lacks special tokens {missing}")
+        self.bos_id = ids["<|begin_of_text|>"]
+        self.eos_id = ids["<|end_of_text|>"]
+        self.eot_id = ids["<|eot_id|>"]
+        # <|start_header_id|>user<|end_header_id|> and the assistant header + "\n\n".
+        self.user_header = np.array(
+            [ids["<|start_header_id|>"], *self.encode("user"), ids["<|end_header_id|>"]], np.int32)
+        self.assistant_header = np.array(
+            [self.eot_id, ids["<|start_header_id|>"], *self.encode("assistant"),
+             ids["<|end_header_id|>"], *self.encode("\n\n")], np.int32)
+        self._cache: dict[str, np.ndarray] = {}
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self.tok.encode(text, add_special_tokens=False).ids, np.int32)
+
+    def encode_cached(self, text: str) -> np.ndarray:
+        ids = self._cache.get(text)
+        if ids is None:
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            ids = self._cache[text] = self.encode(text)
+        return ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return [np.asarray(e.ids, np.int32)
+                for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
+
+
+class FillerPool:
+    """Grammar sentences pre-tokenized with their leading space, for fast token-level assembly."""
+
+    def __init__(self, enc: Encoder, num_sentences: int, seed: int) -> None:
+        rng = np.random.default_rng([seed, 0xF111E4])
+        self.texts = [filler_sentence(rng) for _ in range(num_sentences)]
+        encoded = enc.encode_batch([" " + t for t in self.texts])
+        self.lens = np.array([len(e) for e in encoded], np.int64)  # [num_sentences]
+        self.starts = np.concatenate([[0], np.cumsum(self.lens)[:-1]])  # [num_sentences]
+        self.flat = np.concatenate(encoded).astype(np.int32)  # [sum(lens)] token ids
+        self.mean_len = float(self.lens.mean())
+
+    def sample(self, rng: np.random.Generator, budget_tokens: int) -> np.ndarray:
+        """Indices of i.i.d. sentences whose total length stays within budget_tokens."""
+        if budget_tokens <= 0:
+            return np.zeros(0, np.int64)
+        n = int(budget_tokens / self.mean_len * 1.2) + 8
+        idx = rng.integers(0, len(self.texts), size=n)
+        total = np.cumsum(self.lens[idx])
+        while total[-1] <= budget_tokens:  # rare: draw more
+            more = rng.integers(0, len(self.texts), size=n)
+            idx = np.concatenate([idx, more])
+            total = np.cumsum(self.lens[idx])
+        return idx[: int(np.searchsorted(total, budget_tokens, side="right"))]
+
+    def gather(self, idx: np.ndarray) -> np.ndarray:
+        """Concatenated token ids of the sentences idx, as one [sum(lens[idx])] int32 array."""
+        if len(idx) == 0:
+            return np.zeros(0, np.int32)
+        lens = self.lens[idx]
+        out_starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+        pos = np.arange(int(lens.sum())) + np.repeat(self.starts[idx] - out_starts, lens)
+        return self.flat[pos]
+
+
+# --- documents --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Doc:
+    task: str
+    chat: bool
+    prompt_ids: np.ndarray  # [num_prompt_tokens] int32: BOS ... "Answer:" (raw) or assistant header
+    answer_ids: np.ndarray  # [num_answer_tokens] int32: the answer continuation, then eos/eot
+    item_spans: list[tuple[int, int]]  # [begin, end) of each answer item inside answer_ids
+    answer: str  # expected text (whitespace-stripped), e.g. "4829137, 1234567"
+    answers: list[str]  # the answer's items
+    depth: float  # depth of the first answer item (the queried needle for niah tasks)
+    needle_depths: list[float]  # depth of every inserted item, in insertion order
+    needle_positions: list[int]  # prompt token index of each item's first token, in text order
+    prompt: str | None = None  # raw prompt text (no BOS); None when built without text
+    user_message: str | None = None  # chat user message; None when built without text
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
+
+
+@dataclasses.dataclass
+class _Item:
+    text: str
+    depth: float
+    order: int  # tie-break so chains keep their order at equal insertion points
+
+
+def _task_content(task: str, rng: np.random.Generator, split: str, params: dict,
+                  depth: float | None):
+    """Header, items to insert, question, answer items and the depth of the first answer item."""
+    avoid: set[str] = set()
+    d0 = float(rng.random()) if depth is None else float(depth)
+    if task in ("niah_single", "niah_multikey"):
+        num_keys = 1 if task == "niah_single" else int(params.get("num_keys", 4))
+        key = sample_key(rng, split, avoid)
+        keys = [key] + [_sample_near_key(rng, key, split, avoid) if rng.random() < 0.5
+                        else sample_key(rng, split, avoid) for _ in range(num_keys - 1)]
+        values = _distinct_ints(rng, num_keys, 1_000_000, 10_000_000)
+        depths = [d0] + [float(rng.random()) for _ in range(num_keys - 1)]
+        order = rng.permutation(num_keys)  # the queried needle's rank among equal depths is random
+        items = [_Item(NEEDLE.format(key=k, value=v), d, int(o))
+                 for k, v, d, o in zip(keys, values, depths, order)]
+        return HEADER_NIAH, items, QUESTION_ONE.format(key=key), [str(values[0])], d0
+    if task == "niah_multivalue":
+        num_values = int(params.get("num_values", 4))
+        key = sample_key(rng, split, avoid)
+        values = _distinct_ints(rng, num_values, 1_000_000, 10_000_000)
+        if depth is None:
+            depths = sorted(float(x) for x in rng.random(num_values))
+        else:  # the first value sits at `depth`, the others after it
+            depths = [d0] + sorted(float(rng.uniform(d0, 1.0)) for _ in range(num_values - 1))
+        items = [_Item(NEEDLE.format(key=key, value=v), d, i)
+                 for i, (v, d) in enumerate(zip(values, depths))]
+        return (HEADER_NIAH, items, QUESTION_ALL.format(key=key), [str(v) for v in values],
+                depths[0])
+    if task == "vt":
+        num_chains = int(params.get("num_chains", 2))
+        num_hops = int(params.get("num_hops", 3))
+        names = _var_names(rng, num_chains * (num_hops + 1))
+        values = _distinct_ints(rng, num_chains, 10_000, 100_000)
+        items, chains = [], []
+        for c in range(num_chains):
+            chain = names[c * (num_hops + 1):(c + 1) * (num_hops + 1)]
+            if c == 0 and depth is not None:
+                ds = sorted([d0] + [float(rng.uniform(d0, 1.0)) for _ in range(num_hops)])
+            else:
+                ds = sorted(float(x) for x in rng.random(num_hops + 1))
+            for h, (name, d) in enumerate(zip(chain, ds)):
+                text = (VT_FIRST.format(name=name, value=values[c]) if h == 0
+                        else VT_NEXT.format(name=name, prev=chain[h - 1]))
+                items.append(_Item(text, d, c * 100 + h))
+            chains.append((chain, ds[0]))
+        q = int(rng.integers(num_chains)) if depth is None else 0
+        chain, first_depth = chains[q]
+        return HEADER_VT, items, QUESTION_VT.format(value=values[q]), list(chain), first_depth
+    raise ValueError(f"unknown task {task!r}")
+
+
+def build_doc(task: str, rng: np.random.Generator, enc: Encoder, pool: FillerPool, *,
+              max_prompt_tokens: int | None = None, max_total_tokens: int | None = None,
+              depth: float | None = None, split: str = "train", chat: bool = False,
+              params: dict | None = None, with_text: bool = False) -> Doc:
+    """One task instance whose prompt fills max_prompt_tokens (or prompt + answer fills
+    max_total_tokens) up to less than one filler sentence.
+
+    depth (0 = right after the header, 1 = right before the question) places the first answer item;
+    None draws it uniformly. Item k is inserted before filler sentence round(depth_k * m), m being
+    the number of filler sentences.
+    """
+    params = EVAL_PARAMS[task] if params is None else params
+    header, items, question, answer_items, first_depth = _task_content(
+        task, rng, split, params, depth)
+    sep = ITEM_SEP[task]
+    end_id = enc.eot_id if chat else enc.eos_id
+
+    # Answer: raw continues "Answer:" with " a, b"; chat starts after the "\n\n" of the header.
+    pieces = [("" if chat else " ") + answer_items[0]] + [sep + a for a in answer_items[1:]]
+    answer_parts = [enc.encode(p) for p in pieces]
+    item_spans, pos = [], 0
+    for part in answer_parts:
+        item_spans.append((pos, pos + len(part)))
+        pos += len(part)
+    answer_ids = np.concatenate(answer_parts + [np.array([end_id], np.int32)])
+
+    if chat:
+        head = np.concatenate([[enc.bos_id], enc.user_header,
+                               enc.encode_cached("\n\n" + header + "\n")]).astype(np.int32)
+        tail_suffix = "\n" + question
+        end = enc.assistant_header
+    else:
+        head = np.concatenate([[enc.bos_id], enc.encode_cached(header + "\n")]).astype(np.int32)
+        tail_suffix = "\n" + question + "\n" + ANSWER_CUE
+        end = np.zeros(0, np.int32)
+    item_ids = [enc.encode(" " + it.text) for it in items]
+
+    if max_prompt_tokens is not None:
+        limit = max_prompt_tokens
+    elif max_total_tokens is not None:
+        limit = max_total_tokens - len(answer_ids)
+    else:
+        raise ValueError("build_doc needs max_prompt_tokens or max_total_tokens")
+    fixed = len(head) + len(end) + sum(len(i) for i in item_ids) + len(enc.encode(tail_suffix))
+    idx = pool.sample(rng, limit - fixed)
+
+    while True:
+        m = len(idx)
+        slots = [min(m, int(round(it.depth * m))) for it in items]
+        order = sorted(range(len(items)), key=lambda k: (slots[k], items[k].order))
+        # Elements in text order: ("f", sentence index) or ("i", item index).
+        elements: list[tuple[str, int]] = []
+        nxt = 0
+        for k in order:
+            elements += [("f", int(s)) for s in idx[nxt:slots[k]]]
+            nxt = max(nxt, slots[k])
+            elements.append(("i", k))
+        elements += [("f", int(s)) for s in idx[nxt:]]
+
+        last_kind, last = elements[-1]
+        last_text = pool.texts[last] if last_kind == "f" else items[last].text
+        tail = enc.encode(" " + last_text + tail_suffix)
+        chunks, positions = [head], []
+        cur = len(head)
+        run_start = 0
+        body = elements[:-1]
+        for e, (kind, k) in enumerate(body):
+            if kind == "i":
+                if run_start < e:
+                    ids = pool.gather(np.array([s for _, s in body[run_start:e]]))
+                    chunks.append(ids)
+                    cur += len(ids)
+                positions.append(cur)
+                chunks.append(item_ids[k])
+                cur += len(item_ids[k])
+                run_start = e + 1
+        if run_start < len(body):
+            ids = pool.gather(np.array([s for _, s in body[run_start:]]))
+            chunks.append(ids)
+            cur += len(ids)
+        if last_kind == "i":
+            positions.append(cur)
+        chunks += [tail, end]
+        prompt_ids = np.concatenate(chunks).astype(np.int32)
+        if len(prompt_ids) <= limit or m == 0:
+            break
+        idx = idx[:-1]  # boundary merges made it a token or two too long
+
+    doc = Doc(task=task, chat=chat, prompt_ids=prompt_ids, answer_ids=answer_ids,
+              item_spans=item_spans, answer=sep.join(answer_items), answers=list(answer_items),
+              depth=round(first_depth, 4), needle_depths=[round(it.depth, 4) for it in items],
+              needle_positions=positions)
+    if with_text:
+        texts = [pool.texts[k] if kind == "f" else items[k].text for kind, k in elements]
+        haystack = "".join(" " + t for t in texts)
+        doc.user_message = header + "\n" + haystack + "\n" + question
+        doc.prompt = doc.user_message + "\n" + ANSWER_CUE
+    return doc
+
+
+def doc_to_json(doc: Doc, doc_id: str, context_tokens: int) -> dict:
+    """The record `--emit-eval-jsonl` writes (one JSON object per line)."""
+    return {
+        "id": doc_id,
+        "task": doc.task,
+        "context_tokens": context_tokens,
+        "num_prompt_tokens": doc.num_prompt_tokens,
+        "depth": doc.depth,
+        "prompt": doc.prompt,
+        "answer": doc.answer,
+        "answers": doc.answers,
+        "user_message": doc.user_message,
+        "needle_depths": doc.needle_depths,
+        "needle_positions": doc.needle_positions,
+    }
+
+
+def eval_docs(enc: Encoder, pool: FillerPool, seed: int, lengths: Sequence[int],
+              samples_per_cell: int, depths: Sequence[float], tasks: Sequence[str] = TASKS,
+              chat: bool = False, with_text: bool = True) -> list[tuple[str, int, Doc]]:
+    """The held-out grid: niah_single at every depth x length, the other tasks at random depths.
+
+    Every document has its own RNG stream derived from (seed, task, length, depth, sample), so a
+    cell does not change when other cells are added. Returns (id, context_tokens, doc) triples.
+    """
+    out = []
+    for t_idx, task in enumerate(tasks):
+        for length in lengths:
+            cell_depths = list(depths) if task == "niah_single" else [None]
+            for d_idx, depth in enumerate(cell_depths):
+                for s in range(samples_per_cell):
+                    rng = np.random.default_rng([seed, 0xE7A1, t_idx, length, d_idx, s, int(chat)])
+                    doc = build_doc(task, rng, enc, pool, max_prompt_tokens=length, depth=depth,
+                                    split="eval", chat=chat, with_text=with_text)
+                    dtag = "rand" if depth is None else f"{depth:.2f}"
+                    out.append((f"{task}-{length}-{dtag}-{s}{'-chat' if chat else ''}", length,
+                                doc))
+    return out
+
+
+def score_text(prediction: str, doc_answer: str, doc_answers: Sequence[str]) -> tuple[bool, float]:
+    """How the harness scores free generation: cut at the first newline, strip, compare exactly;
+    recall is RULER's string_match_all (fraction of items found anywhere in the cut text)."""
+    cut = prediction.split("\n", 1)[0].strip()
+    recall = sum(a in cut for a in doc_answers) / max(1, len(doc_answers))
+    return cut == doc_answer, recall
+
+
+# --- training rows ----------------------------------------------------------------------------
+
+TRAIN_TASK_WEIGHTS = {"niah_single": 0.3, "niah_multikey": 0.25, "niah_multivalue": 0.2, "vt": 0.25}
+
+
+def sample_train_params(task: str, rng: np.random.Generator) -> dict:
+    """Training varies the task sizes around EVAL_PARAMS."""
+    if task == "niah_multikey":
+        return {"num_keys": int(rng.integers(2, 7))}
+    if task == "niah_multivalue":
+        return {"num_values": int(rng.integers(2, 6))}
+    if task == "vt":
+        return {"num_chains": int(rng.integers(1, 4)), "num_hops": int(rng.integers(1, 5))}
+    return {}
+
+
+def build_training_rows(enc: Encoder, pool: FillerPool, rng: np.random.Generator, row_tokens: int,
+                        num_rows: int, doc_min_tokens: int, doc_max_tokens: int,
+                        chat_fraction: float, lm_fraction: float, whole_row_prob: float = 0.5,
+                        task_weights: dict[str, float] = TRAIN_TASK_WEIGHTS) -> dict:
+    """Rows of exactly row_tokens tokens. With probability whole_row_prob a row is one document as
+    long as the row (so the longest contexts are trained); otherwise it is packed with documents of
+    log-uniform length in [doc_min_tokens, doc_max_tokens] (the last one takes the rest of the row;
+    a remainder shorter than doc_min_tokens is filler). Documents are not masked from each other;
+    each starts with BOS.
+
+    Returns ids [num_rows, row_tokens] int32; answer_mask and lm_mask [num_rows, row_tokens] bool,
+    where mask[r, t] marks that the prediction made at t (of ids[r, t + 1]) is trained: answer
+    tokens (incl. the end-of-turn id) for answer_mask, a random lm_fraction of the other positions
+    for lm_mask; and num_docs.
+    """
+    tasks = list(task_weights)
+    probs = np.array([task_weights[t] for t in tasks], np.float64)
+    probs /= probs.sum()
+    ids = np.zeros((num_rows, row_tokens), np.int32)
+    answer_mask = np.zeros((num_rows, row_tokens), bool)
+    num_docs = 0
+    for r in range(num_rows):
+        pos = 0
+        whole = rng.random() < whole_row_prob
+        while row_tokens - pos >= doc_min_tokens:
+            room = row_tokens - pos
+            hi = min(doc_max_tokens, room)
+            n = hi if whole or hi <= doc_min_tokens else \
+                int(np.exp(rng.uniform(np.log(doc_min_tokens), np.log(hi))))
+            if room - n < doc_min_tokens:
+                n = room
+            task = tasks[int(rng.choice(len(tasks), p=probs))]
+            doc = build_doc(task, rng, enc, pool, max_total_tokens=n,
+                            chat=bool(rng.random() < chat_fraction),
+                            params=sample_train_params(task, rng))
+            full = np.concatenate([doc.prompt_ids, doc.answer_ids])
+            if len(full) > room:  # too many items for a tiny document: leave the room to filler
+                break
+            ids[r, pos:pos + len(full)] = full
+            a0 = pos + len(doc.prompt_ids)
+            answer_mask[r, a0 - 1:a0 - 1 + len(doc.answer_ids)] = True
+            pos += len(full)
+            num_docs += 1
+        if pos < row_tokens:
+            fill = pool.gather(pool.sample(rng, row_tokens - pos + 64))
+            ids[r, pos:] = fill[:row_tokens - pos]
+    lm_mask = (rng.random((num_rows, row_tokens)) < lm_fraction) & ~answer_mask
+    lm_mask[:, -1] = False
+    lm_mask[:, :-1] &= ids[:, 1:] != enc.bos_id
+    return {"ids": ids, "answer_mask": answer_mask, "lm_mask": lm_mask, "num_docs": num_docs}
+
+
+def tokenizer_corpus(seed: int, num_filler: int = 20000, num_needles: int = 16000) -> list[str]:
+    """Task text for training the BPE tokenizer: filler, needles (every 3-digit group many times),
+    variable statements, headers, questions and chat words."""
+    rng = np.random.default_rng([seed, 0xC0])
+    texts = [" ".join(filler_sentence(rng) for _ in range(20)) for _ in range(num_filler // 20)]
+    avoid: set[str] = set()
+    for i in range(num_needles):
+        if len(avoid) > 3000:
+            avoid.clear()
+        key = sample_key(rng, "eval" if i % 10 == 0 else "train", avoid)
+        value = int(rng.integers(1_000_000, 10_000_000))
+        texts.append(" " + NEEDLE.format(key=key, value=value) + " " + QUESTION_ONE.format(key=key)
+                     + "\n" + ANSWER_CUE + f" {value}, {value}")
+    for _ in range(num_needles // 4):
+        a, b = _var_names(rng, 2)
+        v = int(rng.integers(10_000, 100_000))
+        texts.append(f" {VT_FIRST.format(name=a, value=v)} {VT_NEXT.format(name=b, prev=a)} "
+                     f"{QUESTION_VT.format(value=v)}\n{ANSWER_CUE} {a} {b}")
+    texts += [HEADER_NIAH + "\n", HEADER_VT + "\n", QUESTION_ALL.format(key="amber-falcon"),
+              "user\n\nassistant\n\n"] * 50
+    return texts
+
+
+# --- data workers (spawned processes; no torch) ------------------------------------------------
+
+_WORKER: dict = {}
+
+
+def init_worker(tokenizer_json: str, pool_sentences: int, seed: int) -> None:
+    """Process-pool initializer: every worker rebuilds the same encoder and filler pool."""
+    from tokenizers import Tokenizer
+
+    enc = Encoder(Tokenizer.from_str(tokenizer_json))
+    _WORKER["enc"] = enc
+    _WORKER["pool"] = FillerPool(enc, pool_sentences, seed)
+
+
+def worker_rows(job: dict) -> dict:
+    """One training step's rows; the RNG stream depends on (seed, stream, index) only."""
+    rng = np.random.default_rng([job["seed"], job["stream"], job["index"]])
+    return build_training_rows(_WORKER["enc"], _WORKER["pool"], rng, job["row_tokens"],
+                               job["num_rows"], job["doc_min_tokens"], job["doc_max_tokens"],
+                               job["chat_fraction"], job["lm_fraction"])
