@@ -289,7 +289,8 @@ EngineStats EngineCore::stats() const {
   return s;
 }
 
-Status EngineCore::score(std::span<const int32_t> ids, std::vector<float>& logits) {
+Status EngineCore::score(std::span<const int32_t> ids, std::vector<float>& logits,
+                         int64_t* kv_bytes) {
   if (scheduler_.has_work()) return failed_precondition("score needs an idle engine");
   if (ids.empty()) return invalid_argument("nothing to score: no tokens");
   if (static_cast<int64_t>(ids.size()) > max_model_len_) {
@@ -318,6 +319,7 @@ Status EngineCore::score(std::span<const int32_t> ids, std::vector<float>& logit
     st = executor_->forward(input, part);
     if (st.ok()) std::copy(part.begin(), part.end(), logits.begin() + static_cast<ptrdiff_t>(begin) * vocab);
   }
+  if (kv_bytes != nullptr) *kv_bytes = kv_->sequence_bytes(slot);
   kv_->remove_sequence(slot);
   return st;
 }

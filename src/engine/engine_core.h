@@ -49,8 +49,10 @@ class EngineCore {
   EngineStats stats() const;
 
   // Logits of every position of `ids` ([ids.size(), vocab] f32), computed in prefill chunks
-  // outside the scheduler (the `score` command). Needs an idle engine.
-  Status score(std::span<const int32_t> ids, std::vector<float>& logits);
+  // outside the scheduler (the `score` command). Needs an idle engine. `kv_bytes` (optional)
+  // receives the KV bytes the sequence held at its end.
+  Status score(std::span<const int32_t> ids, std::vector<float>& logits,
+               int64_t* kv_bytes = nullptr);
 
   int32_t max_model_len() const { return max_model_len_; }
   int32_t vocab_size() const { return executor_->vocab_size(); }

@@ -1,0 +1,65 @@
+#include "tools/engine_flags.h"
+
+#include <cstdlib>
+
+namespace ls {
+
+std::string default_model_dir() {
+  if (const char* env = std::getenv("LONGSERVE_MODEL")) return env;
+  return LONGSERVE_DEFAULT_MODEL_DIR;
+}
+
+void add_engine_flags(CLI::App& app, EngineConfig& c) {
+  app.add_option("--model", c.model_dir,
+                 "Hugging Face model directory (default: the bundled model)");
+  app.add_option("--device", c.device, "cpu or cuda")->capture_default_str();
+  app.add_option("--threads", c.num_threads, "CPU threads (0: all cores)")->capture_default_str();
+  app.add_option("--max-model-len", c.max_model_len,
+                 "Context limit in tokens (0: the model's max_position_embeddings)")
+      ->capture_default_str();
+  app.add_option("--max-num-seqs", c.max_num_seqs, "Sequences per step")->capture_default_str();
+  app.add_option("--max-num-batched-tokens", c.max_num_batched_tokens,
+                 "Tokens per step (decode tokens + prefill chunk)")
+      ->capture_default_str();
+  app.add_option("--kv-cache-bytes", c.kv_cache_bytes, "KV cache budget in bytes (0: automatic)")
+      ->capture_default_str();
+  app.add_option("--gpu-memory-utilization", c.gpu_memory_utilization,
+                 "Share of GPU memory the engine may use")
+      ->capture_default_str();
+  app.add_option("--engine-seed", c.seed, "Engine seed (requests without a seed draw from it)")
+      ->capture_default_str();
+  AttentionConfig& a = c.attention;
+  app.add_option("--attention", a.policy, "Attention policy: dense, streaming, quest or lserve")
+      ->capture_default_str();
+  app.add_option("--head-pattern", a.head_pattern_path,
+                 "DuoAttention full_attention_heads.tsv choosing streaming heads (lserve)");
+  app.add_option("--streaming-ratio", a.streaming_ratio,
+                 "Share of kv heads that become streaming heads (lserve)")
+      ->capture_default_str();
+  app.add_option("--token-budget", a.token_budget,
+                 "Tokens a selecting head attends to per decode step (quest, lserve)")
+      ->capture_default_str();
+  app.add_option("--page-tokens", a.page_tokens,
+                 "Physical page size (-1: the policy's default, 64; quest 16)")
+      ->capture_default_str();
+  app.add_option("--logical-page-tokens", a.logical_page_tokens,
+                 "Logical page size of the key summaries (-1: 16; quest uses the page)")
+      ->capture_default_str();
+  app.add_option("--select-interval", a.select_interval,
+                 "Decode steps a page selection is reused for")
+      ->capture_default_str();
+  app.add_option("--sink-tokens", a.sink_tokens, "Attention-sink tokens of streaming heads")
+      ->capture_default_str();
+  app.add_option("--prefill-local-tokens", a.prefill_local_tokens,
+                 "Local window of streaming heads in prefill")
+      ->capture_default_str();
+  app.add_option("--decode-local-tokens", a.decode_local_tokens,
+                 "Local window of streaming heads in decode")
+      ->capture_default_str();
+}
+
+void finalize_engine_flags(EngineConfig& c) {
+  if (c.model_dir.empty()) c.model_dir = default_model_dir();
+}
+
+}  // namespace ls
