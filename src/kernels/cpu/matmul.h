@@ -8,10 +8,38 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/isa.h"
 
 namespace ls::kernels::cpu {
 
 void matmul(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n,
             const float* bias, float* y, ThreadPool& pool);
+
+// matmul() sends M <= this to matmul_small_m and larger M to matmul_blas (measured crossover,
+// see bench/kernels).
+inline constexpr int64_t kSmallMMaxRows = 8;
+
+// The decode path on its own (correct for any M, fastest for small M): output rows (weight
+// rows) are split over the pool; each weight element is read from memory once and widened in
+// registers.
+void matmul_small_m(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n,
+                    const float* bias, float* y, ThreadPool& pool, Isa isa);
+
+// How the OpenBLAS path uses the cores (both exist so the benchmark can compare them).
+enum class BlasThreading {
+  // OpenBLAS single-threaded; each pool thread runs sgemm on its own slice of output columns
+  // (converting its bf16/f16 weight panels itself). No second set of threads competes with
+  // the pool's spinning workers. The default.
+  kPoolSplit,
+  // OpenBLAS with the pool's thread count, called from the caller; the pool only converts
+  // weight panels.
+  kBlasThreads,
+};
+
+// The prefill path on its own: sgemm over f32 weight panels (bf16/f16 panels are converted
+// into a per-thread f32 scratch of `panel_rows` x K first).
+void matmul_blas(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n,
+                 const float* bias, float* y, ThreadPool& pool,
+                 BlasThreading threading = BlasThreading::kPoolSplit, int64_t panel_rows = 0);
 
 }  // namespace ls::kernels::cpu

@@ -6,10 +6,13 @@
 #include <cstdint>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/isa.h"
 
 namespace ls::kernels::cpu {
 
 void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rotary_dim,
           const float* cos, const float* sin, ThreadPool& pool);
+void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rotary_dim,
+          const float* cos, const float* sin, ThreadPool& pool, Isa isa);
 
 }  // namespace ls::kernels::cpu

@@ -1,0 +1,366 @@
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/attention_pages.h"
+#include "kernels/cpu/attention_tile.h"
+#include "kernels/cpu/simd.h"
+
+namespace ls::kernels::cpu {
+
+namespace {
+
+constexpr int32_t kTileRows = 64;         // target query rows (tokens x group heads) per tile
+constexpr int32_t kMinPagesPerChunk = 4;  // a split chunk covers at least this many pages
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// One unit of scheduled work: a query tile of one (sequence, kv head), or one chunk of its
+// page list when the tile is split.
+struct Item {
+  int32_t seq = 0;
+  int32_t kv_head = 0;
+  int32_t q_row = 0;       // first query row (index into q / out tokens)
+  int32_t num_q = 0;       // query tokens in the tile
+  int64_t first_pos = 0;   // absolute position of the tile's first query
+  int32_t page_begin = 0;  // chunk [page_begin, page_end) of the tile's visible page list
+  int32_t page_end = 0;
+  int32_t partial = -1;  // partial slot, or -1 when the item writes out directly
+  int64_t cost = 0;      // rows x visible tokens, for largest-first scheduling
+};
+
+// A split tile: chunks in slots [first_slot, first_slot + num_slots), merged after the run.
+struct SplitGroup {
+  Item tile;
+  int32_t first_slot = 0;
+  int32_t num_slots = 0;
+};
+
+// Partial softmax states of split chunks: slot i holds [rows, head_dim] o, [rows] m and l.
+struct Partials {
+  std::vector<int64_t> offset;  // [slots + 1] float offsets into o (rows * head_dim each)
+  std::vector<float> o;
+  std::vector<float> m;  // [sum of rows] indexed by offset / head_dim
+  std::vector<float> l;
+};
+
+struct Geometry {
+  int32_t group = 0;
+  int32_t head_dim = 0;
+  int64_t q_row_bytes = 0;  // one head's row in q / out
+};
+
+// Per-thread buffers, grown on demand and kept across calls (decode issues one call per
+// layer per step; reallocating would dominate short calls).
+struct ThreadScratch {
+  std::vector<float> q, s, o, m, l, alpha, row;
+  std::vector<PageVisit> pages;
+  TileState bind(int32_t rows, int32_t head_dim, int32_t ld_s) {
+    const auto grow = [](std::vector<float>& v, int64_t n) {
+      if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+    };
+    grow(q, int64_t{rows} * head_dim);
+    grow(s, int64_t{rows} * ld_s);
+    grow(o, int64_t{rows} * head_dim);
+    grow(m, rows);
+    grow(l, rows);
+    grow(alpha, rows);
+    grow(row, head_dim);
+    TileState t;
+    t.rows = rows;
+    t.head_dim = head_dim;
+    t.ld_s = ld_s;
+    t.q = q.data();
+    t.s = s.data();
+    t.o = o.data();
+    t.m = m.data();
+    t.l = l.data();
+    t.alpha = alpha.data();
+    return t;
+  }
+};
+
+ThreadScratch& thread_scratch() {
+  thread_local ThreadScratch scratch;
+  return scratch;
+}
+
+void* out_row(const AttentionParams& p, const Geometry& geo, int64_t token, int32_t q_head) {
+  return static_cast<char*>(p.out) + (token * p.num_q_heads + q_head) * geo.q_row_bytes;
+}
+
+// out rows of a tile = o / l (0 where l == 0), converted to q_dtype.
+template <class S>
+void write_rows(const AttentionParams& p, const Geometry& geo, const Item& it, const float* o,
+                const float* l, float* tmp) {
+  constexpr int64_t kW = S::kWidth;
+  const int64_t d = geo.head_dim;
+  for (int32_t t = 0; t < it.num_q; ++t) {
+    for (int32_t h = 0; h < geo.group; ++h) {
+      const int64_t r = int64_t{t} * geo.group + h;
+      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+      void* dst = out_row(p, geo, it.q_row + t, it.kv_head * geo.group + h);
+      float* f = p.q_dtype == DType::kF32 ? static_cast<float*>(dst) : tmp;
+      const auto vinv = S::set1(inv);
+      int64_t e = 0;
+      for (; e + kW <= d; e += kW) S::store(f + e, S::mul(S::load(o + r * d + e), vinv));
+      for (; e < d; ++e) f[e] = o[r * d + e] * inv;
+      if (p.q_dtype != DType::kF32) convert_from_f32(tmp, p.q_dtype, dst, d);
+    }
+  }
+}
+
+template <class S, DType kKv>
+void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Partials& partials) {
+  ThreadScratch& scratch = thread_scratch();
+  const bool streaming = p.head_mode[it.kv_head] == static_cast<int32_t>(HeadMode::kStreaming);
+  const PagedKvPool& kv = streaming ? p.streaming : p.retrieval;
+  const int32_t pt = kv.page_tokens;
+  const int32_t ld_s = (pt + S::kWidth - 1) / S::kWidth * S::kWidth;
+  const int32_t rows = it.num_q * geo.group;
+  const int64_t d = geo.head_dim;
+  TileState t = scratch.bind(rows, geo.head_dim, ld_s);
+
+  // Scaled queries: rows of one token are the group's heads, contiguous in q.
+  for (int32_t tok = 0; tok < it.num_q; ++tok) {
+    const auto* src = static_cast<const char*>(p.q) + ((int64_t{it.q_row} + tok) * p.num_q_heads +
+                                                       int64_t{it.kv_head} * geo.group) *
+                                                          geo.q_row_bytes;
+    float* dst = t.q + int64_t{tok} * geo.group * d;
+    simd::widen_to_f32<S>(p.q_dtype, src, dst, geo.group * d);
+    for (int64_t e = 0; e < geo.group * d; ++e) dst[e] *= p.scale;
+  }
+  std::fill(t.m, t.m + rows, kNegInf);
+  std::fill(t.l, t.l + rows, 0.0f);
+  std::fill(t.o, t.o + int64_t{rows} * d, 0.0f);
+
+  const int64_t q_last = it.first_pos + it.num_q - 1;
+  collect_visible_pages(p, it.seq, it.kv_head, it.first_pos, q_last, scratch.pages);
+  const int32_t sink = p.sink_tokens;
+  const int32_t local = streaming ? p.local_tokens[it.seq] : 0;
+  const int32_t page_end =
+      std::min<int32_t>(it.page_end, static_cast<int32_t>(scratch.pages.size()));
+  for (int32_t pi = it.page_begin; pi < page_end; ++pi) {
+    const PageVisit& page = scratch.pages[static_cast<size_t>(pi)];
+    const int64_t key_row0 = page.head_page * pt;  // row of the page's first key in the pool
+    dot_tile<S, kKv>(t.q, d, rows, kv.k, key_row0, d, page.num_tokens, d, t.s, ld_s);
+    int32_t keys_used = 0;
+    for (int32_t tok = 0; tok < it.num_q; ++tok) {
+      const VisibleKeys vk = visible_keys(streaming, it.first_pos + tok, page, sink, local);
+      keys_used = std::max(keys_used, vk.end);
+      for (int32_t h = 0; h < geo.group; ++h) {
+        float* srow = t.s + (int64_t{tok} * geo.group + h) * ld_s;
+        std::fill(srow + vk.sink_end, srow + vk.window_begin, kNegInf);
+        std::fill(srow + vk.end, srow + ld_s, kNegInf);
+      }
+    }
+    if (keys_used == 0) continue;
+    softmax_update<S>(t);
+    pv_update<S, kKv>(t, keys_used, kv.v, key_row0);
+  }
+
+  if (it.partial < 0) {
+    write_rows<S>(p, geo, it, t.o, t.l, scratch.row.data());
+    return;
+  }
+  const int64_t off = partials.offset[static_cast<size_t>(it.partial)];
+  std::copy(t.o, t.o + int64_t{rows} * d, partials.o.data() + off);
+  std::copy(t.m, t.m + rows, partials.m.data() + off / d);
+  std::copy(t.l, t.l + rows, partials.l.data() + off / d);
+}
+
+// Combines the chunks of a split tile: o = sum_c o_c e^(m_c - m), l likewise, out = o / l.
+template <class S>
+void merge_group(const AttentionParams& p, const Geometry& geo, const SplitGroup& g,
+                 Partials& partials) {
+  ThreadScratch& scratch = thread_scratch();
+  const int32_t rows = g.tile.num_q * geo.group;
+  const int64_t d = geo.head_dim;
+  TileState t = scratch.bind(rows, geo.head_dim, S::kWidth);
+  for (int32_t r = 0; r < rows; ++r) {
+    float m = kNegInf;
+    for (int32_t c = 0; c < g.num_slots; ++c) {
+      m = std::max(m, partials.m[static_cast<size_t>(
+                          partials.offset[static_cast<size_t>(g.first_slot + c)] / d + r)]);
+    }
+    float l = 0.0f;
+    float* o = t.o + int64_t{r} * d;
+    std::fill(o, o + d, 0.0f);
+    if (m != kNegInf) {
+      for (int32_t c = 0; c < g.num_slots; ++c) {
+        const int64_t off = partials.offset[static_cast<size_t>(g.first_slot + c)];
+        const float mc = partials.m[static_cast<size_t>(off / d + r)];
+        if (mc == kNegInf) continue;
+        const float w = std::exp(mc - m);
+        l += partials.l[static_cast<size_t>(off / d + r)] * w;
+        const float* oc = partials.o.data() + off + int64_t{r} * d;
+        for (int64_t e = 0; e < d; ++e) o[e] += oc[e] * w;
+      }
+    }
+    t.l[r] = l;
+  }
+  write_rows<S>(p, geo, g.tile, t.o, t.l, scratch.row.data());
+}
+
+void zero_rows(const AttentionParams& p, const Geometry& geo, int32_t q_row, int32_t num_q,
+               int32_t kv_head) {
+  for (int32_t t = 0; t < num_q; ++t) {
+    for (int32_t h = 0; h < geo.group; ++h) {
+      std::memset(out_row(p, geo, q_row + t, kv_head * geo.group + h), 0,
+                  static_cast<size_t>(geo.q_row_bytes));
+    }
+  }
+}
+
+bool pool_usable(const PagedKvPool& pool, int32_t head_dim) {
+  return pool.k && pool.v && pool.page_tokens > 0 && pool.head_dim == head_dim &&
+         pool.heads_per_block > 0 && simd::is_float_dtype(pool.dtype);
+}
+
+template <class S>
+void run(const AttentionParams& p, ThreadPool& pool) {
+  Geometry geo;
+  geo.group = p.num_q_heads / p.num_kv_heads;
+  geo.head_dim = p.head_dim;
+  geo.q_row_bytes = dtype_nbytes(p.q_dtype, p.head_dim);
+  const int32_t tile_tokens = std::max(1, kTileRows / geo.group);
+
+  // ---- plan: items with their visible-token cost ----
+  thread_local std::vector<Item> items;
+  thread_local std::vector<SplitGroup> groups;
+  thread_local Partials partials;
+  items.clear();
+  groups.clear();
+  std::vector<PageVisit>& pages = thread_scratch().pages;
+  for (int32_t s = 0; s < p.num_seqs; ++s) {
+    const int32_t q_row = p.q_indptr[s];
+    const int32_t q_len = p.q_indptr[s + 1] - q_row;
+    if (q_len <= 0) continue;
+    const int64_t first_pos = int64_t{p.kv_lens[s]} - q_len;
+    for (int32_t g = 0; g < p.num_kv_heads; ++g) {
+      const bool streaming = p.head_mode[g] == static_cast<int32_t>(HeadMode::kStreaming);
+      const bool usable =
+          first_pos >= 0 && pool_usable(streaming ? p.streaming : p.retrieval, p.head_dim);
+      for (int32_t t0 = 0; t0 < q_len; t0 += tile_tokens) {
+        Item it;
+        it.seq = s;
+        it.kv_head = g;
+        it.q_row = q_row + t0;
+        it.num_q = std::min(tile_tokens, q_len - t0);
+        it.first_pos = first_pos + t0;
+        if (!usable ||
+            !collect_visible_pages(p, s, g, it.first_pos, it.first_pos + it.num_q - 1, pages)) {
+          zero_rows(p, geo, it.q_row, it.num_q, g);
+          continue;
+        }
+        int64_t tokens = 0;
+        for (const PageVisit& v : pages) tokens += v.num_tokens;
+        it.page_end = static_cast<int32_t>(pages.size());
+        it.cost = tokens * it.num_q * geo.group + 1;
+        items.push_back(it);
+      }
+    }
+  }
+
+  // ---- split long page lists when there are too few items to keep every thread busy ----
+  const int threads = pool.num_threads();
+  int32_t num_slots = 0;
+  if (threads > 1 && static_cast<int64_t>(items.size()) < 2 * threads) {
+    const int64_t want = (4 * threads + static_cast<int64_t>(items.size()) - 1) /
+                         std::max<int64_t>(1, static_cast<int64_t>(items.size()));
+    std::vector<Item> split;
+    for (const Item& it : items) {
+      const int32_t n = it.page_end - it.page_begin;
+      const int32_t chunks = static_cast<int32_t>(std::min<int64_t>(want, n / kMinPagesPerChunk));
+      if (chunks <= 1) {
+        split.push_back(it);
+        continue;
+      }
+      SplitGroup g;
+      g.tile = it;
+      g.first_slot = num_slots;
+      g.num_slots = chunks;
+      groups.push_back(g);
+      for (int32_t c = 0; c < chunks; ++c) {
+        Item part = it;
+        part.page_begin = it.page_begin + static_cast<int32_t>(int64_t{n} * c / chunks);
+        part.page_end = it.page_begin + static_cast<int32_t>(int64_t{n} * (c + 1) / chunks);
+        part.partial = num_slots++;
+        part.cost = it.cost / chunks + 1;
+        split.push_back(part);
+      }
+    }
+    items.swap(split);
+  }
+  if (num_slots > 0) {
+    partials.offset.assign(static_cast<size_t>(num_slots) + 1, 0);
+    for (const SplitGroup& g : groups) {
+      for (int32_t c = 0; c < g.num_slots; ++c) {
+        partials.offset[static_cast<size_t>(g.first_slot + c + 1)] =
+            partials.offset[static_cast<size_t>(g.first_slot + c)] +
+            int64_t{g.tile.num_q} * geo.group * p.head_dim;
+      }
+    }
+    const int64_t total = partials.offset.back();
+    if (static_cast<int64_t>(partials.o.size()) < total)
+      partials.o.resize(static_cast<size_t>(total));
+    const int64_t total_rows = total / p.head_dim;
+    if (static_cast<int64_t>(partials.m.size()) < total_rows) {
+      partials.m.resize(static_cast<size_t>(total_rows));
+      partials.l.resize(static_cast<size_t>(total_rows));
+    }
+  }
+
+  // ---- run, largest first, threads pulling items from a shared counter ----
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  std::atomic<int64_t> next{0};
+  const int64_t num_items = static_cast<int64_t>(items.size());
+  const auto work = [&](int) {
+    for (int64_t i = next.fetch_add(1); i < num_items; i = next.fetch_add(1)) {
+      const Item& it = items[static_cast<size_t>(i)];
+      const bool streaming = p.head_mode[it.kv_head] == static_cast<int32_t>(HeadMode::kStreaming);
+      simd::dispatch_float_dtype((streaming ? p.streaming : p.retrieval).dtype,
+                                 [&]<DType kKv>() { run_item<S, kKv>(p, geo, it, partials); });
+    }
+  };
+  if (num_items <= 1) {
+    work(0);
+  } else {
+    pool.run_on_all(work);
+  }
+
+  if (!groups.empty()) {
+    pool.parallel_for(static_cast<int64_t>(groups.size()), 1, [&](int64_t g0, int64_t g1) {
+      for (int64_t g = g0; g < g1; ++g)
+        merge_group<S>(p, geo, groups[static_cast<size_t>(g)], partials);
+    });
+  }
+}
+
+}  // namespace
+
+void paged_attention(const AttentionParams& p, ThreadPool& pool, Isa isa) {
+  if (p.num_seqs <= 0 || p.num_tokens <= 0 || p.num_q_heads <= 0 || p.num_kv_heads <= 0 ||
+      p.head_dim <= 0 || p.num_q_heads % p.num_kv_heads != 0 || !p.q || !p.out || !p.q_indptr ||
+      !p.kv_lens || !p.head_mode || !p.head_slot || !simd::is_float_dtype(p.q_dtype)) {
+    return;
+  }
+  simd::dispatch_isa(isa, [&]<class S>() {
+    if (p.head_dim % S::kWidth != 0) {
+      run<simd::Scalar>(p, pool);  // vector kernels assume whole vectors per head row
+    } else {
+      run<S>(p, pool);
+    }
+  });
+}
+
+void paged_attention(const AttentionParams& p, ThreadPool& pool) {
+  paged_attention(p, pool, best_isa());
+}
+
+}  // namespace ls::kernels::cpu

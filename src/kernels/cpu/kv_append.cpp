@@ -1,0 +1,85 @@
+#include "kernels/cpu/kv_append.h"
+
+#include <cstring>
+
+#include "kernels/cpu/simd.h"
+
+namespace ls::kernels::cpu {
+
+namespace {
+
+// Converts one row of head_dim elements between float dtypes (f32 in between, exact widening,
+// round-to-nearest-even narrowing as core/dtype does).
+void copy_row(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t head_dim,
+              float* tmp) {
+  if (src_dtype == dst_dtype) {
+    std::memcpy(dst, src, static_cast<size_t>(dtype_nbytes(dst_dtype, head_dim)));
+    return;
+  }
+  simd::dispatch_isa(best_isa(),
+                     [&]<class S>() { simd::widen_to_f32<S>(src_dtype, src, tmp, head_dim); });
+  convert_from_f32(tmp, dst_dtype, dst, head_dim);
+}
+
+}  // namespace
+
+void kv_append(const KvAppendParams& p, ThreadPool& pool) {
+  if (p.num_tokens <= 0 || p.num_kv_heads <= 0 || p.head_dim <= 0 || p.num_seqs <= 0) return;
+  const int64_t d = p.head_dim;
+  const int64_t src_row_bytes = dtype_nbytes(p.src_dtype, d);
+  const auto* k_src = static_cast<const char*>(p.k);
+  const auto* v_src = static_cast<const char*>(p.v);
+
+  // One item per (sequence, kv head); tokens of an item go in order, so when a streaming ring
+  // wraps inside one call the newest token of each slot is the one left in place. Tokens whose
+  // slot is overwritten later in the same call are skipped outright.
+  const int64_t num_items = static_cast<int64_t>(p.num_seqs) * p.num_kv_heads;
+  pool.parallel_for(num_items, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> tmp(static_cast<size_t>(d));
+    for (int64_t item = i0; item < i1; ++item) {
+      const int32_t s = static_cast<int32_t>(item / p.num_kv_heads);
+      const int32_t g = static_cast<int32_t>(item % p.num_kv_heads);
+      const int32_t q_begin = p.q_indptr[s], q_end = p.q_indptr[s + 1];
+      const int32_t q_len = q_end - q_begin;
+      if (q_len <= 0) continue;
+      const int64_t first_pos = static_cast<int64_t>(p.kv_lens[s]) - q_len;
+      if (first_pos < 0) continue;  // inconsistent lengths: write nothing
+      const bool streaming = p.head_mode[g] == static_cast<int32_t>(HeadMode::kStreaming);
+      const PagedKvPool& pool_g = streaming ? p.streaming : p.retrieval;
+      if (pool_g.page_tokens <= 0 || pool_g.head_dim != p.head_dim || !pool_g.k || !pool_g.v)
+        continue;
+      const int32_t slot = p.head_slot[g];
+      if (slot < 0 || slot >= pool_g.heads_per_block) continue;
+      const int32_t pt = pool_g.page_tokens;
+      const int32_t* table = streaming ? p.streaming_blocks : p.retrieval_blocks;
+      const int32_t stride = streaming ? p.streaming_blocks_stride : p.retrieval_blocks_stride;
+      const int32_t ring = streaming ? p.ring_pages[s] : 0;
+      if (streaming && ring <= 0) continue;
+      const int64_t last_page = (p.kv_lens[s] - 1) / pt;
+      const int64_t dst_row_bytes = dtype_nbytes(pool_g.dtype, d);
+      const int64_t page_bytes = dst_row_bytes * pt;
+      for (int32_t t = 0; t < q_len; ++t) {
+        const int64_t pos = first_pos + t;
+        const int64_t page = pos / pt;
+        int64_t table_index = page;
+        if (streaming) {
+          if (page >= p.num_sink_pages && last_page - page >= ring) continue;  // overwritten below
+          table_index = streaming_table_index(static_cast<int32_t>(page), p.num_sink_pages, ring);
+        }
+        if (table_index >= stride) continue;
+        const int32_t block = table[static_cast<int64_t>(s) * stride + table_index];
+        if (block < 0 || block >= pool_g.num_blocks) continue;
+        const int64_t head_page = static_cast<int64_t>(block) * pool_g.heads_per_block + slot;
+        const int64_t offset = head_page * page_bytes + (pos % pt) * dst_row_bytes;
+        const int64_t src_offset =
+            ((q_begin + t) * static_cast<int64_t>(p.num_kv_heads) + g) * src_row_bytes;
+        copy_row(k_src + src_offset, p.src_dtype, static_cast<char*>(pool_g.k) + offset,
+                 pool_g.dtype, d, tmp.data());
+        copy_row(v_src + src_offset, p.src_dtype, static_cast<char*>(pool_g.v) + offset,
+                 pool_g.dtype, d, tmp.data());
+      }
+    }
+  });
+}
+
+}  // namespace ls::kernels::cpu
