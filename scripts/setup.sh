@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# One-command set-up for a fresh Debian bookworm machine (as root, or with sudo available).
+#
+#   scripts/setup.sh run    install what is missing, build, run the main job on the bundled model
+#   scripts/setup.sh test   install what is missing, build, run the whole test suite
+#   scripts/setup.sh build  install what is missing and build only
+#
+# Debian packages come from scripts/apt-packages.txt (only the missing ones are installed);
+# Python packages for the tests come from tests/requirements.txt (pinned) into build/venv.
+# Environment: JOBS (build parallelism, default: all cores), BUILD_DIR (default: build).
+set -euo pipefail
+
+mode="${1:-run}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+build_dir="${BUILD_DIR:-build}"
+jobs="${JOBS:-$(nproc)}"
+
+log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+install_packages() {
+  local missing=()
+  while read -r pkg; do
+    [ -z "$pkg" ] && continue
+    case "$pkg" in \#*) continue ;; esac
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$pkg")
+    fi
+  done < scripts/apt-packages.txt
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing Debian packages: ${missing[*]}"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  else
+    log "Debian packages: all present"
+  fi
+}
+
+build() {
+  log "configuring ($build_dir)"
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+  log "building with $jobs jobs"
+  cmake --build "$build_dir" -j "$jobs"
+}
+
+python_env() {
+  if [ ! -x "$build_dir/venv/bin/python" ]; then
+    log "creating $build_dir/venv"
+    python3 -m venv "$build_dir/venv"
+  fi
+  "$build_dir/venv/bin/python" -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+}
+
+fuzz_build() {
+  log "building the libFuzzer targets with clang ($build_dir-fuzz)"
+  CC=clang CXX=clang++ cmake -S . -B "$build_dir-fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DLONGSERVE_FUZZ=ON -DLONGSERVE_CUDA=OFF -DLONGSERVE_BENCH=OFF
+  local targets
+  targets=$(cmake --build "$build_dir-fuzz" --target help | sed -n 's/^\(fuzz_[a-z_]*\):.*/\1/p' | sort -u)
+  if [ -n "$targets" ]; then
+    # shellcheck disable=SC2086
+    cmake --build "$build_dir-fuzz" -j "$jobs" --target $targets
+  fi
+}
+
+main_job() {
+  log "main job: the bundled model answers through the OpenAI-compatible server"
+  "$root/scripts/demo.sh" "$build_dir"
+}
+
+install_packages
+case "$mode" in
+  build)
+    build
+    ;;
+  run)
+    build
+    main_job
+    ;;
+  test)
+    build
+    python_env
+    fuzz_build
+    log "running the test suite"
+    LONGSERVE_PYTHON="$root/$build_dir/venv/bin/python" \
+      ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 900
+    log "running the fuzzers briefly"
+    ctest --test-dir "$build_dir-fuzz" -L fuzz --output-on-failure
+    ;;
+  *)
+    echo "usage: scripts/setup.sh run|test|build" >&2
+    exit 2
+    ;;
+esac
