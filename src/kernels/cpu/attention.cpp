@@ -230,9 +230,14 @@ void run(const AttentionParams& p, ThreadPool& pool) {
   const int32_t tile_tokens = std::max(1, kTileRows / geo.group);
 
   // ---- plan: items with their visible-token cost ----
-  thread_local std::vector<Item> items;
-  thread_local std::vector<SplitGroup> groups;
-  thread_local Partials partials;
+  // The plan lives in the caller's thread-local storage; workers reach it through these
+  // references (a thread_local named inside a lambda would be the worker's own instance).
+  thread_local std::vector<Item> plan_items;
+  thread_local std::vector<SplitGroup> plan_groups;
+  thread_local Partials plan_partials;
+  std::vector<Item>& items = plan_items;
+  std::vector<SplitGroup>& groups = plan_groups;
+  Partials& partials = plan_partials;
   items.clear();
   groups.clear();
   std::vector<PageVisit>& pages = thread_scratch().pages;

@@ -88,11 +88,14 @@ bool collect_visible_pages(const AttentionParams& p, int32_t seq, int32_t kv_hea
       const int32_t count = std::min(p.num_selected[base], p.max_selected);
       if (count > 0) {
         const int32_t* list = p.selected + base * p.max_selected;
+        // "The last listed page" is a property of the list, not of this query block: pages
+        // between a block's last query and it stay invisible.
+        const int32_t num_pages = (src.kv_len - 1) / pt + 1;
         int32_t prev = -1;
         for (int32_t i = 0; i < count; ++i) {
           const int32_t j = list[i];
-          if (j <= prev || j > q_last_page) continue;
-          push_page(src, j, j, pages);
+          if (j <= prev || j >= num_pages) continue;
+          if (j <= q_last_page) push_page(src, j, j, pages);
           prev = j;
         }
         next = prev + 1;

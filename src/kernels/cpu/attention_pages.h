@@ -21,8 +21,9 @@ struct PageVisit {
 // sequence `seq` and kv head `kv_head` that holds a key visible to some query at an absolute
 // position in [q_first, q_last]:
 //  - kCausal, or kSelected without a selection row: logical pages 0 .. q_last / page_tokens;
-//  - kSelected: the listed pages (ascending, <= q_last's page; out-of-order or duplicate
-//    entries are skipped) plus every page after the last listed one;
+//  - kSelected: the listed pages up to q_last's page (ascending; out-of-order, duplicate or
+//    beyond-the-context entries are skipped) plus every page after the last listed one, up to
+//    q_last's page;
 //  - kStreaming: sink pages holding a sink token or a window key, then the window pages
 //    intersecting [q_first - local + 1, q_last]; a window page whose ring slot already holds a
 //    newer page (the ring was sized below window + chunk) is skipped, never read as another
