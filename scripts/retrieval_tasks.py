@@ -7,12 +7,13 @@ quickly.
 
 A prompt is
 
-    {header}\\n {e_1} {e_2} ... {e_n}\\n{question}\\nAnswer:
+    {header}\n {e_1} {e_2} ... {e_n}\n{question}\nAnswer: {answer prefix}
 
 where the e_i are filler sentences with the task's needles (or variable statements) inserted
-between them, each preceded by one space (so the haystack line starts with a space). The model
-continues with " {answer}" and then <|end_of_text|>. In chat form the user message is the same text
-without "\\nAnswer:" and the assistant replies "{answer}" then <|eot_id|>.
+between them, each preceded by one space (so the haystack line starts with a space). The answer
+prefix repeats the needle's words up to the value ("The special magic number for {key} is"); the
+model continues with " {answer}" and then <|end_of_text|>. In chat form the user message is the
+same text up to the question, and the assistant replies "{answer prefix} {answer}" then <|eot_id|>.
 
 Token-level assembly concatenates the encodings of " " + element, which equals the tokenization of
 the joined text because every element starts with " " + a letter and ends with "." (the Llama-3
@@ -40,6 +41,11 @@ VT_FIRST = "VAR {name} = {value}."
 VT_NEXT = "VAR {name} = VAR {prev}."
 QUESTION_VT = "Find all variables that are assigned the value {value} in the text above."
 ANSWER_CUE = "Answer:"
+# The answer prefix repeats the needle's words up to the value, so that retrieval is an induction
+# step (match "for {key} is", copy what followed), as in RULER's answer prefixes.
+ANSWER_ONE = "The special magic number for {key} is"
+ANSWER_ALL = "The special magic numbers for {key} are"
+ANSWER_VT = "The variables assigned the value {value} are"
 # Separator between answer items: values are listed "a, b, c"; variable names "A B C".
 ITEM_SEP = {"niah_single": ", ", "niah_multikey": ", ", "niah_multivalue": ", ", "vt": " "}
 
@@ -269,11 +275,14 @@ class FillerPool:
 class Doc:
     task: str
     chat: bool
-    prompt_ids: np.ndarray  # [num_prompt_tokens] int32: BOS ... "Answer:" (raw) or assistant header
-    answer_ids: np.ndarray  # [num_answer_tokens] int32: the answer continuation, then eos/eot
+    prompt_ids: np.ndarray  # [num_prompt_tokens] int32: BOS ... answer prefix (raw) or the
+    #                         assistant header + "\n\n" (chat)
+    answer_ids: np.ndarray  # [num_answer_tokens] int32: the continuation, then eos (raw) / eot (chat)
     item_spans: list[tuple[int, int]]  # [begin, end) of each answer item inside answer_ids
-    answer: str  # expected text (whitespace-stripped), e.g. "4829137, 1234567"
+    copy_spans: list[tuple[int, int]]  # [begin, end) in prompt_ids of echo-needle values (training)
+    answer: str  # expected raw continuation, whitespace-stripped: "4829137" / "1234567, 7654321"
     answers: list[str]  # the answer's items
+    chat_answer: str  # expected assistant reply: answer prefix + " " + answer
     depth: float  # depth of the first answer item (the queried needle for niah tasks)
     needle_depths: list[float]  # depth of every inserted item, in insertion order
     needle_positions: list[int]  # prompt token index of each item's first token, in text order
@@ -289,26 +298,50 @@ class Doc:
 class _Item:
     text: str
     depth: float
-    order: int  # tie-break so chains keep their order at equal insertion points
+    order: int  # tie-break at equal insertion points (keeps chains and echo pairs in order)
+    copy_value: str | None = None  # echo needles: the value whose tokens are trained
+
+
+@dataclasses.dataclass
+class _Content:
+    header: str
+    items: list[_Item]
+    question: str
+    answer_prefix: str
+    answers: list[str]
+    first_depth: float
+
+
+def _needle_items(rng, split, avoid, num_pairs: int, order0: int) -> list[_Item]:
+    """Echo pairs (training only): a needle with a fresh key and, later, the same needle again; the
+    repeated value is predictable only by finding the first one, a dense version of the task."""
+    items = []
+    for i in range(num_pairs):
+        key = sample_key(rng, split, avoid)
+        value = int(rng.integers(1_000_000, 10_000_000))
+        a, b = sorted(float(x) for x in rng.random(2))
+        text = NEEDLE.format(key=key, value=value)
+        items += [_Item(text, a, order0 + 2 * i), _Item(text, b, order0 + 2 * i + 1, str(value))]
+    return items
 
 
 def _task_content(task: str, rng: np.random.Generator, split: str, params: dict,
-                  depth: float | None):
-    """Header, items to insert, question, answer items and the depth of the first answer item."""
+                  depth: float | None) -> _Content:
     avoid: set[str] = set()
     d0 = float(rng.random()) if depth is None else float(depth)
     if task in ("niah_single", "niah_multikey"):
         num_keys = 1 if task == "niah_single" else int(params.get("num_keys", 4))
         key = sample_key(rng, split, avoid)
-        keys = [key] + [_sample_near_key(rng, key, split, avoid) if rng.random() < 0.5
+        keys = [key] + [_sample_near_key(rng, key, split, avoid) if rng.random() < 0.3
                         else sample_key(rng, split, avoid) for _ in range(num_keys - 1)]
         values = _distinct_ints(rng, num_keys, 1_000_000, 10_000_000)
         depths = [d0] + [float(rng.random()) for _ in range(num_keys - 1)]
         order = rng.permutation(num_keys)  # the queried needle's rank among equal depths is random
         items = [_Item(NEEDLE.format(key=k, value=v), d, int(o))
                  for k, v, d, o in zip(keys, values, depths, order)]
-        return HEADER_NIAH, items, QUESTION_ONE.format(key=key), [str(values[0])], d0
-    if task == "niah_multivalue":
+        content = _Content(HEADER_NIAH, items, QUESTION_ONE.format(key=key),
+                           ANSWER_ONE.format(key=key), [str(values[0])], d0)
+    elif task == "niah_multivalue":
         num_values = int(params.get("num_values", 4))
         key = sample_key(rng, split, avoid)
         values = _distinct_ints(rng, num_values, 1_000_000, 10_000_000)
@@ -318,9 +351,9 @@ def _task_content(task: str, rng: np.random.Generator, split: str, params: dict,
             depths = [d0] + sorted(float(rng.uniform(d0, 1.0)) for _ in range(num_values - 1))
         items = [_Item(NEEDLE.format(key=key, value=v), d, i)
                  for i, (v, d) in enumerate(zip(values, depths))]
-        return (HEADER_NIAH, items, QUESTION_ALL.format(key=key), [str(v) for v in values],
-                depths[0])
-    if task == "vt":
+        content = _Content(HEADER_NIAH, items, QUESTION_ALL.format(key=key),
+                           ANSWER_ALL.format(key=key), [str(v) for v in values], depths[0])
+    elif task == "vt":
         num_chains = int(params.get("num_chains", 2))
         num_hops = int(params.get("num_hops", 3))
         names = _var_names(rng, num_chains * (num_hops + 1))
@@ -329,7 +362,7 @@ def _task_content(task: str, rng: np.random.Generator, split: str, params: dict,
         for c in range(num_chains):
             chain = names[c * (num_hops + 1):(c + 1) * (num_hops + 1)]
             if c == 0 and depth is not None:
-                ds = sorted([d0] + [float(rng.uniform(d0, 1.0)) for _ in range(num_hops)])
+                ds = [d0] + sorted(float(rng.uniform(d0, 1.0)) for _ in range(num_hops))
             else:
                 ds = sorted(float(x) for x in rng.random(num_hops + 1))
             for h, (name, d) in enumerate(zip(chain, ds)):
@@ -339,8 +372,14 @@ def _task_content(task: str, rng: np.random.Generator, split: str, params: dict,
             chains.append((chain, ds[0]))
         q = int(rng.integers(num_chains)) if depth is None else 0
         chain, first_depth = chains[q]
-        return HEADER_VT, items, QUESTION_VT.format(value=values[q]), list(chain), first_depth
-    raise ValueError(f"unknown task {task!r}")
+        content = _Content(HEADER_VT, items, QUESTION_VT.format(value=values[q]),
+                           ANSWER_VT.format(value=values[q]), list(chain), first_depth)
+    else:
+        raise ValueError(f"unknown task {task!r}")
+    echo_pairs = int(params.get("echo_pairs", 0))
+    if echo_pairs:
+        content.items += _needle_items(rng, split, avoid, echo_pairs, 10_000)
+    return content
 
 
 def build_doc(task: str, rng: np.random.Generator, enc: Encoder, pool: FillerPool, *,
@@ -355,30 +394,37 @@ def build_doc(task: str, rng: np.random.Generator, enc: Encoder, pool: FillerPoo
     the number of filler sentences.
     """
     params = EVAL_PARAMS[task] if params is None else params
-    header, items, question, answer_items, first_depth = _task_content(
-        task, rng, split, params, depth)
+    c = _task_content(task, rng, split, params, depth)
     sep = ITEM_SEP[task]
-    end_id = enc.eot_id if chat else enc.eos_id
+    answer = sep.join(c.answers)
 
-    # Answer: raw continues "Answer:" with " a, b"; chat starts after the "\n\n" of the header.
-    pieces = [("" if chat else " ") + answer_items[0]] + [sep + a for a in answer_items[1:]]
-    answer_parts = [enc.encode(p) for p in pieces]
-    item_spans, pos = [], 0
-    for part in answer_parts:
-        item_spans.append((pos, pos + len(part)))
+    # Raw: the prompt ends with the answer prefix, the model continues " a, b". Chat: the reply is
+    # "prefix a, b" right after the assistant header's "\n\n".
+    pieces = ([c.answer_prefix] if chat else []) + \
+        [" " + c.answers[0]] + [sep + a for a in c.answers[1:]]
+    parts = [enc.encode(p) for p in pieces]
+    spans, pos = [], 0
+    for part in parts:
+        spans.append((pos, pos + len(part)))
         pos += len(part)
-    answer_ids = np.concatenate(answer_parts + [np.array([end_id], np.int32)])
+    item_spans = spans[1:] if chat else spans
+    answer_ids = np.concatenate(parts + [np.array([enc.eot_id if chat else enc.eos_id], np.int32)])
 
     if chat:
         head = np.concatenate([[enc.bos_id], enc.user_header,
-                               enc.encode_cached("\n\n" + header + "\n")]).astype(np.int32)
-        tail_suffix = "\n" + question
+                               enc.encode_cached("\n\n" + c.header + "\n")]).astype(np.int32)
+        tail_suffix = "\n" + c.question
         end = enc.assistant_header
     else:
-        head = np.concatenate([[enc.bos_id], enc.encode_cached(header + "\n")]).astype(np.int32)
-        tail_suffix = "\n" + question + "\n" + ANSWER_CUE
+        head = np.concatenate([[enc.bos_id], enc.encode_cached(c.header + "\n")]).astype(np.int32)
+        tail_suffix = "\n" + c.question + "\n" + ANSWER_CUE + " " + c.answer_prefix
         end = np.zeros(0, np.int32)
+    items = c.items
     item_ids = [enc.encode(" " + it.text) for it in items]
+    # Echo needles train their value tokens: (offset, length) of the value inside the item's ids.
+    copy_at = {k: (len(enc.encode(" " + it.text.split(it.copy_value)[0].rstrip())),
+                   len(enc.encode(" " + it.copy_value)))
+               for k, it in enumerate(items) if it.copy_value is not None}
 
     if max_prompt_tokens is not None:
         limit = max_prompt_tokens
@@ -402,44 +448,44 @@ def build_doc(task: str, rng: np.random.Generator, enc: Encoder, pool: FillerPoo
             elements.append(("i", k))
         elements += [("f", int(s)) for s in idx[nxt:]]
 
-        last_kind, last = elements[-1]
-        last_text = pool.texts[last] if last_kind == "f" else items[last].text
-        tail = enc.encode(" " + last_text + tail_suffix)
-        chunks, positions = [head], []
+        chunks, positions, copy_spans = [head], [], []
         cur = len(head)
-        run_start = 0
-        body = elements[:-1]
-        for e, (kind, k) in enumerate(body):
+        run: list[int] = []
+        for e, (kind, k) in enumerate(elements):
+            if kind == "f" and e < len(elements) - 1:
+                run.append(k)
+                continue
+            if run:
+                chunks.append(pool.gather(np.array(run)))
+                cur += len(chunks[-1])
+                run = []
             if kind == "i":
-                if run_start < e:
-                    ids = pool.gather(np.array([s for _, s in body[run_start:e]]))
-                    chunks.append(ids)
-                    cur += len(ids)
                 positions.append(cur)
+                if k in copy_at:
+                    off, n = copy_at[k]
+                    copy_spans.append((cur + off, cur + off + n))
+            if e == len(elements) - 1:  # "." + "\n" merge: the last element goes with the tail
+                last_text = pool.texts[k] if kind == "f" else items[k].text
+                chunks.append(enc.encode(" " + last_text + tail_suffix))
+            else:
                 chunks.append(item_ids[k])
-                cur += len(item_ids[k])
-                run_start = e + 1
-        if run_start < len(body):
-            ids = pool.gather(np.array([s for _, s in body[run_start:]]))
-            chunks.append(ids)
-            cur += len(ids)
-        if last_kind == "i":
-            positions.append(cur)
-        chunks += [tail, end]
+            cur += len(chunks[-1])
+        chunks.append(end)
         prompt_ids = np.concatenate(chunks).astype(np.int32)
         if len(prompt_ids) <= limit or m == 0:
             break
         idx = idx[:-1]  # boundary merges made it a token or two too long
 
     doc = Doc(task=task, chat=chat, prompt_ids=prompt_ids, answer_ids=answer_ids,
-              item_spans=item_spans, answer=sep.join(answer_items), answers=list(answer_items),
-              depth=round(first_depth, 4), needle_depths=[round(it.depth, 4) for it in items],
+              item_spans=item_spans, copy_spans=copy_spans, answer=answer,
+              answers=list(c.answers), chat_answer=c.answer_prefix + " " + answer,
+              depth=round(c.first_depth, 4),
+              needle_depths=[round(it.depth, 4) for it in items if it.copy_value is None],
               needle_positions=positions)
     if with_text:
         texts = [pool.texts[k] if kind == "f" else items[k].text for kind, k in elements]
-        haystack = "".join(" " + t for t in texts)
-        doc.user_message = header + "\n" + haystack + "\n" + question
-        doc.prompt = doc.user_message + "\n" + ANSWER_CUE
+        doc.user_message = c.header + "\n" + "".join(" " + t for t in texts) + "\n" + c.question
+        doc.prompt = doc.user_message + "\n" + ANSWER_CUE + " " + c.answer_prefix
     return doc
 
 
@@ -455,6 +501,7 @@ def doc_to_json(doc: Doc, doc_id: str, context_tokens: int) -> dict:
         "answer": doc.answer,
         "answers": doc.answers,
         "user_message": doc.user_message,
+        "chat_answer": doc.chat_answer,
         "needle_depths": doc.needle_depths,
         "needle_positions": doc.needle_positions,
     }
@@ -496,20 +543,26 @@ def score_text(prediction: str, doc_answer: str, doc_answers: Sequence[str]) -> 
 TRAIN_TASK_WEIGHTS = {"niah_single": 0.3, "niah_multikey": 0.25, "niah_multivalue": 0.2, "vt": 0.25}
 
 
-def sample_train_params(task: str, rng: np.random.Generator) -> dict:
-    """Training varies the task sizes around EVAL_PARAMS."""
+def sample_train_params(task: str, rng: np.random.Generator, doc_tokens: int,
+                        echo_prob: float = 0.8) -> dict:
+    """Training varies the task sizes around EVAL_PARAMS and adds echo pairs (about one per 240
+    tokens when present) for dense retrieval supervision."""
+    p: dict = {}
     if task == "niah_multikey":
-        return {"num_keys": int(rng.integers(2, 7))}
-    if task == "niah_multivalue":
-        return {"num_values": int(rng.integers(2, 6))}
-    if task == "vt":
-        return {"num_chains": int(rng.integers(1, 4)), "num_hops": int(rng.integers(1, 5))}
-    return {}
+        p = {"num_keys": int(rng.integers(2, 7))}
+    elif task == "niah_multivalue":
+        p = {"num_values": int(rng.integers(2, 6))}
+    elif task == "vt":
+        p = {"num_chains": int(rng.integers(1, 4)), "num_hops": int(rng.integers(1, 5))}
+    if rng.random() < echo_prob:
+        p["echo_pairs"] = int(rng.integers(1, 2 + doc_tokens // 120))
+    return p
 
 
 def build_training_rows(enc: Encoder, pool: FillerPool, rng: np.random.Generator, row_tokens: int,
                         num_rows: int, doc_min_tokens: int, doc_max_tokens: int,
                         chat_fraction: float, lm_fraction: float, whole_row_prob: float = 0.5,
+                        echo_prob: float = 0.8,
                         task_weights: dict[str, float] = TRAIN_TASK_WEIGHTS) -> dict:
     """Rows of exactly row_tokens tokens. With probability whole_row_prob a row is one document as
     long as the row (so the longest contexts are trained); otherwise it is packed with documents of
@@ -517,16 +570,17 @@ def build_training_rows(enc: Encoder, pool: FillerPool, rng: np.random.Generator
     a remainder shorter than doc_min_tokens is filler). Documents are not masked from each other;
     each starts with BOS.
 
-    Returns ids [num_rows, row_tokens] int32; answer_mask and lm_mask [num_rows, row_tokens] bool,
-    where mask[r, t] marks that the prediction made at t (of ids[r, t + 1]) is trained: answer
-    tokens (incl. the end-of-turn id) for answer_mask, a random lm_fraction of the other positions
-    for lm_mask; and num_docs.
+    Returns ids [num_rows, row_tokens] int32; answer_mask, copy_mask and lm_mask
+    [num_rows, row_tokens] bool, where mask[r, t] marks that the prediction made at t (of
+    ids[r, t + 1]) is trained: answer tokens (incl. the end-of-turn id), echo-needle values, and a
+    random lm_fraction of the other positions; and num_docs.
     """
     tasks = list(task_weights)
     probs = np.array([task_weights[t] for t in tasks], np.float64)
     probs /= probs.sum()
     ids = np.zeros((num_rows, row_tokens), np.int32)
     answer_mask = np.zeros((num_rows, row_tokens), bool)
+    copy_mask = np.zeros((num_rows, row_tokens), bool)
     num_docs = 0
     for r in range(num_rows):
         pos = 0
@@ -541,22 +595,25 @@ def build_training_rows(enc: Encoder, pool: FillerPool, rng: np.random.Generator
             task = tasks[int(rng.choice(len(tasks), p=probs))]
             doc = build_doc(task, rng, enc, pool, max_total_tokens=n,
                             chat=bool(rng.random() < chat_fraction),
-                            params=sample_train_params(task, rng))
+                            params=sample_train_params(task, rng, n, echo_prob))
             full = np.concatenate([doc.prompt_ids, doc.answer_ids])
             if len(full) > room:  # too many items for a tiny document: leave the room to filler
                 break
             ids[r, pos:pos + len(full)] = full
             a0 = pos + len(doc.prompt_ids)
             answer_mask[r, a0 - 1:a0 - 1 + len(doc.answer_ids)] = True
+            for b, e in doc.copy_spans:
+                copy_mask[r, pos + b - 1:pos + e - 1] = True
             pos += len(full)
             num_docs += 1
         if pos < row_tokens:
             fill = pool.gather(pool.sample(rng, row_tokens - pos + 64))
             ids[r, pos:] = fill[:row_tokens - pos]
-    lm_mask = (rng.random((num_rows, row_tokens)) < lm_fraction) & ~answer_mask
+    lm_mask = (rng.random((num_rows, row_tokens)) < lm_fraction) & ~answer_mask & ~copy_mask
     lm_mask[:, -1] = False
     lm_mask[:, :-1] &= ids[:, 1:] != enc.bos_id
-    return {"ids": ids, "answer_mask": answer_mask, "lm_mask": lm_mask, "num_docs": num_docs}
+    return {"ids": ids, "answer_mask": answer_mask, "copy_mask": copy_mask, "lm_mask": lm_mask,
+            "num_docs": num_docs}
 
 
 def tokenizer_corpus(seed: int, num_filler: int = 20000, num_needles: int = 16000) -> list[str]:
@@ -571,14 +628,14 @@ def tokenizer_corpus(seed: int, num_filler: int = 20000, num_needles: int = 1600
         key = sample_key(rng, "eval" if i % 10 == 0 else "train", avoid)
         value = int(rng.integers(1_000_000, 10_000_000))
         texts.append(" " + NEEDLE.format(key=key, value=value) + " " + QUESTION_ONE.format(key=key)
-                     + "\n" + ANSWER_CUE + f" {value}, {value}")
+                     + "\n" + ANSWER_CUE + " " + ANSWER_ONE.format(key=key) + f" {value}, {value}")
     for _ in range(num_needles // 4):
         a, b = _var_names(rng, 2)
         v = int(rng.integers(10_000, 100_000))
         texts.append(f" {VT_FIRST.format(name=a, value=v)} {VT_NEXT.format(name=b, prev=a)} "
-                     f"{QUESTION_VT.format(value=v)}\n{ANSWER_CUE} {a} {b}")
+                     f"{QUESTION_VT.format(value=v)}\n{ANSWER_CUE} {ANSWER_VT.format(value=v)} {a} {b}")
     texts += [HEADER_NIAH + "\n", HEADER_VT + "\n", QUESTION_ALL.format(key="amber-falcon"),
-              "user\n\nassistant\n\n"] * 50
+              ANSWER_ALL.format(key="amber-falcon"), "user\n\nassistant\n\n"] * 50
     return texts
 
 
@@ -601,4 +658,5 @@ def worker_rows(job: dict) -> dict:
     rng = np.random.default_rng([job["seed"], job["stream"], job["index"]])
     return build_training_rows(_WORKER["enc"], _WORKER["pool"], rng, job["row_tokens"],
                                job["num_rows"], job["doc_min_tokens"], job["doc_max_tokens"],
-                               job["chat_fraction"], job["lm_fraction"])
+                               job["chat_fraction"], job["lm_fraction"], job["whole_row_prob"],
+                               job["echo_prob"])

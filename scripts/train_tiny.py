@@ -46,13 +46,15 @@ MODEL_PRESETS = {
                   head_dim=16, intermediate_size=128),
 }
 
-# Curriculum: (end of stage as a fraction of the steps, {row length: probability}).
+# Curriculum: (end of stage as a fraction of the steps, {row length: probability}, longest
+# document (None: the row), probability that a row is one document). Short documents first, where
+# attention to the needle is strong enough for the retrieval circuit to form.
 STAGES = (
-    (0.10, {1024: 1.0}),
-    (0.30, {1024: 0.3, 2048: 0.7}),
-    (0.55, {1024: 0.1, 2048: 0.3, 4096: 0.6}),
-    (0.80, {2048: 0.2, 4096: 0.4, 8192: 0.4}),
-    (1.00, {2048: 0.1, 4096: 0.3, 8192: 0.3, 16384: 0.3}),
+    (0.08, {1024: 1.0}, 512, 0.0),
+    (0.25, {1024: 0.4, 2048: 0.6}, None, 0.3),
+    (0.50, {1024: 0.1, 2048: 0.3, 4096: 0.6}, None, 0.5),
+    (0.75, {2048: 0.2, 4096: 0.4, 8192: 0.4}, None, 0.5),
+    (1.00, {2048: 0.1, 4096: 0.3, 8192: 0.3, 16384: 0.3}, None, 0.5),
 )
 
 STOP = {"signal": None}
@@ -88,6 +90,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lm-fraction", type=float, default=0.25,
                    help="fraction of non-answer positions in the LM loss")
     p.add_argument("--chat-fraction", type=float, default=0.2)
+    p.add_argument("--echo-prob", type=float, default=0.8,
+                   help="fraction of training documents with echo-needle pairs")
     p.add_argument("--vocab-size", type=int, default=4096)
     p.add_argument("--pool-sentences", type=int, default=None, help="filler pool (100000; smoke 5000)")
     p.add_argument("--workers", type=int, default=None, help="data processes (0: in-process)")
@@ -141,12 +145,13 @@ def check_tokenization(tok, enc: rt.Encoder, pool: rt.FillerPool, seed: int) -> 
             for i, length in enumerate((200, 700, 3000)):
                 rng = np.random.default_rng([seed, 0xC4EC, t_idx, i, int(chat)])
                 doc = rt.build_doc(task, rng, enc, pool, max_prompt_tokens=length, chat=chat,
-                                   params=rt.sample_train_params(task, rng), with_text=True)
+                                   params=rt.sample_train_params(task, rng, length),
+                                   with_text=True)
                 if chat:
                     text = template.render(messages=[{"role": "user", "content": doc.user_message}],
                                            add_generation_prompt=True,
                                            bos_token="<|begin_of_text|>")
-                    want = tok.encode(text + doc.answer, add_special_tokens=False).ids
+                    want = tok.encode(text + doc.chat_answer, add_special_tokens=False).ids
                     want.append(enc.eot_id)
                 else:
                     want = tok.encode(doc.prompt + " " + doc.answer).ids + [enc.eos_id]
@@ -156,6 +161,9 @@ def check_tokenization(tok, enc: rt.Encoder, pool: rt.FillerPool, seed: int) -> 
                     raise RuntimeError(
                         f"token-level assembly differs from the tokenizer for {task} chat={chat} at "
                         f"token {first}: {tok.decode(got[max(0, first - 5):first + 5])!r}")
+                for b, e in doc.copy_spans:  # echo values are the digits after "... is"
+                    if not tok.decode(got[b:e]).strip().isdigit():
+                        raise RuntimeError(f"bad echo span {tok.decode(got[b - 3:e + 1])!r}")
                 checked += 1
     return checked
 
@@ -192,25 +200,31 @@ class Prefetcher:
             self.ex.shutdown(wait=False, cancel_futures=True)
 
 
+def stage_at(progress: float):
+    return next(st for st in STAGES if progress < st[0] or st is STAGES[-1])
+
+
 def stage_mix(progress: float, max_context: int) -> dict[int, float]:
-    for end, mix in STAGES:
-        if progress < end or end == STAGES[-1][0]:
-            out: dict[int, float] = {}
-            for r, w in mix.items():
-                out[min(r, max_context)] = out.get(min(r, max_context), 0.0) + w
-            return out
-    raise AssertionError
+    out: dict[int, float] = {}
+    for r, w in stage_at(progress)[1].items():
+        out[min(r, max_context)] = out.get(min(r, max_context), 0.0) + w
+    return out
 
 
 def make_job(args, step: int, total_steps: int, stream: int = 0x7A1B, row_tokens: int = 0) -> dict:
+    """The recipe of one step's batch: a pure function of (seed, step, total_steps)."""
+    progress = step / max(1, total_steps)
+    _, _, doc_max, whole_row_prob = stage_at(progress)
     if not row_tokens:
-        mix = stage_mix(step / max(1, total_steps), args.max_context)
+        mix = stage_mix(progress, args.max_context)
         rng = np.random.default_rng([args.seed, 0x5EED, step])
         rows = sorted(mix)
         row_tokens = rows[int(rng.choice(len(rows), p=[mix[r] for r in rows]))]
     return dict(seed=args.seed, stream=stream, index=step, row_tokens=row_tokens,
                 num_rows=max(1, args.tokens_per_step // row_tokens),
-                doc_min_tokens=max(192, row_tokens // 16), doc_max_tokens=row_tokens,
+                doc_min_tokens=128 if row_tokens <= 2048 else row_tokens // 16,
+                doc_max_tokens=min(row_tokens, doc_max or row_tokens),
+                whole_row_prob=whole_row_prob, echo_prob=args.echo_prob,
                 chat_fraction=args.chat_fraction, lm_fraction=args.lm_fraction)
 
 
@@ -238,21 +252,20 @@ def make_model(args, vocab_size: int, enc: rt.Encoder):
     return LlamaForCausalLM(cfg)
 
 
-def batch_loss(model, ids, answer_mask, lm_mask, n_answer: int, n_lm: int, lm_weight: float):
-    """Loss of one micro-batch, normalised by the whole step's counts so that splitting a step into
-    micro-batches does not change the gradient. Returns (loss, answer CE sum, LM CE sum)."""
-    import torch
+def batch_loss(model, ids, masks: dict, counts: dict, lm_weight: float):
+    """Loss of one micro-batch: mean CE over answer and echo-value tokens plus lm_weight x mean CE
+    over the sampled filler positions, normalised by the whole step's counts so that splitting a
+    step into micro-batches does not change the gradient. Returns (loss, {mask: CE sum})."""
     import torch.nn.functional as F
 
     hidden = model.model(input_ids=ids, use_cache=False).last_hidden_state  # [B, R, hidden]
-    sel = (answer_mask | lm_mask)[:, :-1]  # [B, R-1] positions whose next token is trained
+    sel = (masks["answer"] | masks["copy"] | masks["lm"])[:, :-1]  # [B, R-1] trained positions
     logits = model.lm_head(hidden[:, :-1][sel]).float()  # [num_selected, vocab]
-    ce = F.cross_entropy(logits, ids[:, 1:][sel], reduction="none")
-    is_answer = answer_mask[:, :-1][sel]
-    ans_sum = ce[is_answer].sum()
-    lm_sum = ce[~is_answer].sum()
-    loss = ans_sum / max(1, n_answer) + lm_weight * lm_sum / max(1, n_lm)
-    return loss, ans_sum.detach(), lm_sum.detach()
+    ce = F.cross_entropy(logits, ids[:, 1:][sel], reduction="none")  # [num_selected]
+    sums = {k: ce[m[:, :-1][sel]].sum() for k, m in masks.items()}
+    n_task = max(1, counts["answer"] + counts["copy"])
+    loss = (sums["answer"] + sums["copy"]) / n_task + lm_weight * sums["lm"] / max(1, counts["lm"])
+    return loss, {k: v.detach() for k, v in sums.items()}
 
 
 class Trainer:
@@ -276,28 +289,29 @@ class Trainer:
             return t.autocast("cuda", dtype=t.bfloat16)
         return t.autocast("cpu", enabled=False)
 
-    def grads(self, batch: dict) -> tuple[float, float, int, int]:
+    def grads(self, batch: dict) -> dict[str, float]:
         """Forward and backward of one step in micro-batches; halves the micro-batch on OOM and
-        retries the same data. Returns (answer CE, LM CE, answer tokens, LM tokens)."""
+        retries the same data. Returns the mean CE per mask (answer, copy, lm)."""
         t = self.torch
         ids = t.from_numpy(batch["ids"].astype(np.int64)).to(self.device, non_blocking=True)
-        am = t.from_numpy(batch["answer_mask"]).to(self.device, non_blocking=True)
-        lm = t.from_numpy(batch["lm_mask"]).to(self.device, non_blocking=True)
-        n_ans, n_lm = int(batch["answer_mask"][:, :-1].sum()), int(batch["lm_mask"][:, :-1].sum())
+        masks = {k: t.from_numpy(batch[k + "_mask"]).to(self.device, non_blocking=True)
+                 for k in ("answer", "copy", "lm")}
+        counts = {k: int(batch[k + "_mask"][:, :-1].sum()) for k in masks}
         rows, row_tokens = ids.shape
         while True:
             mb = min(rows, self.micro_rows.get(row_tokens, rows))
             try:
                 self.opt.zero_grad(set_to_none=True)
-                ans, lms = 0.0, 0.0
+                total = {k: 0.0 for k in masks}
                 for s in range(0, rows, mb):
                     with self._autocast():
-                        loss, a, b = batch_loss(self.fwd, ids[s:s + mb], am[s:s + mb],
-                                                lm[s:s + mb], n_ans, n_lm, self.args.lm_weight)
+                        loss, sums = batch_loss(self.fwd, ids[s:s + mb],
+                                                {k: m[s:s + mb] for k, m in masks.items()},
+                                                counts, self.args.lm_weight)
                     loss.backward()
-                    ans, lms = ans + a, lms + b
+                    total = {k: total[k] + sums[k] for k in total}
                 self.micro_rows[row_tokens] = mb
-                return float(ans) / max(1, n_ans), float(lms) / max(1, n_lm), n_ans, n_lm
+                return {k: float(total[k]) / max(1, counts[k]) for k in total}
             except t.OutOfMemoryError:
                 self.opt.zero_grad(set_to_none=True)
                 t.cuda.empty_cache()
@@ -307,16 +321,16 @@ class Trainer:
                 log(f"OOM at {mb} rows x {row_tokens} tokens: micro-batch -> {mb // 2}")
 
     def step(self, batch: dict, lr: float) -> dict:
-        t = self.torch
-        ans, lms, n_ans, n_lm = self.grads(batch)
-        norm = float(t.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0))
-        if not math.isfinite(norm) or not math.isfinite(ans):
+        ce = self.grads(batch)
+        norm = float(self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0))
+        skipped = not math.isfinite(norm)
+        if skipped:  # a non-finite step is dropped rather than poisoning the weights
             self.opt.zero_grad(set_to_none=True)
-            return {"answer_ce": ans, "lm_ce": lms, "grad_norm": norm, "skipped": True}
-        for g in self.opt.param_groups:
-            g["lr"] = lr
-        self.opt.step()
-        return {"answer_ce": ans, "lm_ce": lms, "grad_norm": norm, "skipped": False}
+        else:
+            for g in self.opt.param_groups:
+                g["lr"] = lr
+            self.opt.step()
+        return {**ce, "grad_norm": norm, "skipped": skipped}
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -326,7 +340,7 @@ class Trainer:
 def probe_speed(trainer: Trainer, prefetch: Prefetcher, args) -> dict[int, float]:
     """Seconds per step for each row length, measured with forward+backward only (the weights do
     not change); also finds the micro-batch that fits."""
-    lengths = sorted({min(r, args.max_context) for _, mix in STAGES for r in mix})
+    lengths = sorted({min(r, args.max_context) for st in STAGES for r in st[1]})
     out = {}
     for i, r in enumerate(lengths):
         batch = prefetch.get(make_job(args, i, 1, stream=0x960BE, row_tokens=r), [])
@@ -351,6 +365,52 @@ def plan_steps(step_s: dict[int, float], budget_s: float, args) -> tuple[int, fl
     mean = float(np.mean([sum(w * step_s[r] for r, w in stage_mix(p, args.max_context).items())
                           for p in grid]))
     return max(10, int(budget_s / mean)), mean
+
+
+def train_loop(args, trainer: Trainer, prefetch: Prefetcher, total_steps: int, train_start: float,
+               train_end: float, save, monitor) -> dict:
+    """Runs the planned steps until done, out of time or signalled; saves every save_every_s and
+    runs the monitor (a small teacher-forced eval) at every tenth of the plan."""
+    step, tokens_seen, last_save, curve, monitors, n_skipped = 0, 0, time.time(), [], [], 0
+    win_t, win_tokens, win = time.time(), 0, {"answer": [], "copy": [], "lm": []}
+    while step < total_steps:
+        if STOP["signal"] is not None or time.time() > train_end:
+            log(f"stopping at step {step}/{total_steps}: "
+                f"{'signal' if STOP['signal'] is not None else 'time budget'}")
+            break
+        job = make_job(args, step, total_steps)
+        upcoming = [make_job(args, s, total_steps)
+                    for s in range(step + 1, min(total_steps, step + 1 + prefetch.ahead))]
+        batch = prefetch.get(job, upcoming)
+        stats = trainer.step(batch, lr_at(step, total_steps, args))
+        n_skipped += stats["skipped"]
+        tokens_seen += batch["ids"].size
+        win_tokens += batch["ids"].size
+        for k in win:
+            win[k].append(stats[k])
+        step += 1
+        if step % 10 == 0 or step == total_steps:
+            trainer.sync()
+            entry = {"step": step, "elapsed_s": round(time.time() - train_start, 1),
+                     "row_tokens": job["row_tokens"], "lr": lr_at(step - 1, total_steps, args),
+                     "tok_per_s": round(win_tokens / (time.time() - win_t)),
+                     **{f"{k}_ce": round(float(np.mean(v)), 4) for k, v in win.items()}}
+            curve.append(entry)
+            log(f"step {step}/{total_steps} R={job['row_tokens']} answer_ce {entry['answer_ce']:.3f}"
+                f" copy_ce {entry['copy_ce']:.3f} lm_ce {entry['lm_ce']:.3f} lr {entry['lr']:.2e}"
+                f" {entry['tok_per_s'] / 1e3:.0f}K tok/s grad_norm {stats['grad_norm']:.2f}")
+            win_t, win_tokens, win = time.time(), 0, {k: [] for k in win}
+        if step % max(1, total_steps // 10) == 0 or step == total_steps:
+            m = {"step": step, **monitor()}
+            monitors.append(m)
+            log(f"monitor (teacher-forced exact match): {m}")
+            win_t = time.time()
+        if time.time() - last_save > args.save_every_s:
+            save()
+            last_save = win_t = time.time()
+    return {"steps": step, "planned_steps": total_steps, "tokens": tokens_seen,
+            "seconds": round(time.time() - train_start, 1), "skipped_steps": n_skipped,
+            "curve": curve, "monitor": monitors, "stopped_by_signal": STOP["signal"] is not None}
 
 
 # --- evaluation -------------------------------------------------------------------------------
@@ -497,9 +557,11 @@ def verify_saved(out_dir: str, entries, results, device) -> dict:
                 out = model.generate(inp, attention_mask=torch.ones_like(inp), do_sample=False,
                                      max_new_tokens=len(doc.answer_ids) + 4)
             text_out = tok.decode(out[0, len(ids):].tolist(), skip_special_tokens=True)
-            exact, recall = rt.score_text(text_out, doc.answer, doc.answers)
+            exact, recall = rt.score_text(text_out, doc.chat_answer if chat else doc.answer,
+                                          doc.answers)
             checks.append({"id": doc_id + ("-chat" if chat else ""), "context_tokens": length,
-                           "expected": doc.answer, "generated": text_out, "exact": exact,
+                           "expected": doc.chat_answer if chat else doc.answer,
+                           "generated": text_out, "exact": exact,
                            "recall": recall,
                            "teacher_forced_exact": None if chat or res is None else res["exact"]})
     return {"dtype": str(next(model.parameters()).dtype),
@@ -571,7 +633,8 @@ def main(argv=None) -> int:
         "args": {k: v for k, v in vars(args).items()},
         "model": {"num_parameters": n_params, **MODEL_PRESETS["smoke" if args.smoke else "full"],
                   "vocab_size": vocab, "rope_theta": 500000.0, "max_position_embeddings": 32768},
-        "stages": [[end, {str(k): v for k, v in mix.items()}] for end, mix in STAGES],
+        "stages": [[end, {str(k): v for k, v in mix.items()}, dmax, whole]
+                   for end, mix, dmax, whole in STAGES],
     }
     trainer = Trainer(model, args, device)
     save_model_dir(model, tok, enc, args.out, None)  # a loadable directory from the start
@@ -588,48 +651,31 @@ def main(argv=None) -> int:
     report["plan"] = {"total_steps": total_steps, "probe_s_per_step": {str(k): v for k, v
                                                                         in step_s.items()}}
 
-    step, tokens_seen, last_save, curve = 0, 0, time.time(), []
-    win_t, win_tokens, win_ans, win_lm, n_skipped = time.time(), 0, [], [], 0
-    while step < total_steps:
-        if STOP["signal"] is not None or time.time() > train_end:
-            log(f"stopping at step {step}/{total_steps}: "
-                f"{'signal' if STOP['signal'] is not None else 'time budget'}")
-            break
-        job = make_job(args, step, total_steps)
-        upcoming = [make_job(args, s, total_steps) for s in range(step + 1, step + 1 +
-                                                                   prefetch.ahead)
-                    if s < total_steps]
-        batch = prefetch.get(job, upcoming)
-        stats = trainer.step(batch, lr_at(step, total_steps, args))
-        n_skipped += stats["skipped"]
-        tokens_seen += batch["ids"].size
-        win_tokens += batch["ids"].size
-        win_ans.append(stats["answer_ce"])
-        win_lm.append(stats["lm_ce"])
-        step += 1
-        if step % 10 == 0 or step == total_steps:
-            trainer.sync()
-            dt = time.time() - win_t
-            entry = {"step": step, "elapsed_s": round(time.time() - train_start, 1),
-                     "row_tokens": job["row_tokens"], "answer_ce": float(np.mean(win_ans)),
-                     "lm_ce": float(np.mean(win_lm)), "tok_per_s": win_tokens / dt,
-                     "lr": lr_at(step - 1, total_steps, args)}
-            curve.append(entry)
-            log(f"step {step}/{total_steps} R={job['row_tokens']} answer_ce {entry['answer_ce']:.3f}"
-                f" lm_ce {entry['lm_ce']:.3f} lr {entry['lr']:.2e} "
-                f"{entry['tok_per_s'] / 1e3:.0f}K tok/s grad_norm {stats['grad_norm']:.2f}")
-            win_t, win_tokens, win_ans, win_lm = time.time(), 0, [], []
-        if time.time() - last_save > args.save_every_s:
-            save_model_dir(model, tok, enc, args.out, None)
-            last_save = time.time()
+    n_mon = 2 if args.smoke else 16
+    monitor_docs = rt.eval_docs(enc, eval_pool, args.seed + 7, [min(1024, args.max_context)], n_mon,
+                                [None], tasks=rt.TASKS, with_text=False)
+    monitor_docs += rt.eval_docs(enc, eval_pool, args.seed + 7, [args.max_context // 2], n_mon,
+                                 [None], tasks=("niah_single",), with_text=False)
+    stop_ids = terminator_ids(tok, enc)
+
+    def monitor() -> dict:
+        model.eval()
+        with trainer._autocast():
+            res = teacher_forced(model, [d for _, _, d in monitor_docs], device, stop_ids,
+                                 batch_tokens=65536 if device.type == "cuda" else 4096)
+        model.train()
+        acc = summarize(monitor_docs, res)["accuracy"]
+        return {f"{t}@{L}": round(c["exact"], 2) for t, cells in acc.items()
+                for L, c in cells.items()}
+
+    report["training"] = train_loop(args, trainer, prefetch, total_steps, train_start, train_end,
+                                    lambda: save_model_dir(model, tok, enc, args.out, None),
+                                    monitor)
     prefetch.close()
-    report["training"] = {"steps": step, "planned_steps": total_steps, "tokens": tokens_seen,
-                          "seconds": round(time.time() - train_start, 1),
-                          "skipped_steps": n_skipped, "curve": curve,
-                          "stopped_by_signal": STOP["signal"] is not None}
     save_model_dir(model, tok, enc, args.out, report)
     write_report(args.report, report)
-    log(f"saved {args.out} after {step} steps, {tokens_seen / 1e6:.1f}M tokens")
+    log(f"saved {args.out} after {report['training']['steps']} steps, "
+        f"{report['training']['tokens'] / 1e6:.1f}M tokens")
     if STOP["signal"] is not None:
         return 1
 
@@ -638,7 +684,6 @@ def main(argv=None) -> int:
     if args.emit_eval_jsonl:
         emit_jsonl(args.emit_eval_jsonl, entries)
     eval_model = copy.deepcopy(model).to(torch.bfloat16).eval()
-    stop_ids = terminator_ids(tok, enc)
     t_eval = time.time()
     results = teacher_forced(eval_model, [d for _, _, d in entries], device, stop_ids,
                              batch_tokens=131072 if device.type == "cuda" else 4096,
