@@ -1,0 +1,77 @@
+#pragma once
+// A Hugging Face checkpoint directory: `model.safetensors`, or shards listed in
+// `model.safetensors.index.json` ({"metadata": {"total_size": N}, "weight_map": {tensor: file}}).
+// When both exist the single file wins, as in transformers.
+//
+// Opening validates the whole directory up front, so later lookups cannot fail halfway through a
+// model load:
+// - the index is well-formed JSON, "weight_map" is an object of tensor -> relative file name
+//   (absolute names and ".." are refused: shards live inside the directory);
+// - every shard exists and passes SafetensorsFile's validation;
+// - every indexed tensor is present in the shard the index names for it;
+// - no tensor name appears in two shards (even if the index names only one of them).
+// Deliberate leniencies, each logged as a warning:
+// - tensors present in a shard but absent from the index are ignored (not visible through get()
+//   or names()): the index is the manifest transformers loads by, and a stale extra tensor should
+//   not make an otherwise complete checkpoint unusable; a required tensor that is only present
+//   that way is still reported missing by check_names.
+// - metadata.total_size that disagrees with the sum of the indexed tensors' bytes is only warned
+//   about: writers compute it inconsistently (shared tensors, padding), and the per-tensor checks
+//   above are what guarantee the data is there.
+
+#include <cstdint>
+#include <filesystem>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "io/safetensors.h"
+
+namespace ls {
+
+class Checkpoint {
+ public:
+  static Result<Checkpoint> open(const std::filesystem::path& dir);
+
+  // kNotFound "tensor <name> not found in checkpoint <dir>" when absent.
+  Result<const TensorInfo*> get(std::string_view name) const;
+  // nullptr when absent (for optional tensors such as lm_head.weight).
+  const TensorInfo* find(std::string_view name) const;
+  // Sorted.
+  std::vector<std::string> names() const;
+
+  // Every `required` name must be present, and every present name must be in `required` or
+  // `optional`. One error reports both the missing and the unexpected tensors, each as a count and
+  // the first few names (kNotFound when anything is missing, else kInvalidArgument).
+  Status check_names(const std::vector<std::string>& required,
+                     const std::vector<std::string>& optional = {}) const;
+
+  // The tensor's shape must equal `shape` and its dtype be one of `allowed`, e.g.
+  // "model.layers.3.self_attn.q_proj.weight in /p/model-00001-of-00002.safetensors has shape
+  // [64, 32], expected [64, 64]" (kInvalidArgument). A tensor whose file dtype core cannot name
+  // (F64, F8_*, ...) never passes.
+  Status check_tensor(const TensorInfo& info, std::initializer_list<int64_t> shape,
+                      std::initializer_list<DType> allowed) const;
+
+  const std::filesystem::path& dir() const { return dir_; }
+  // The safetensors files opened, in the order of their names.
+  size_t num_files() const { return files_.size(); }
+  // Sum of the visible tensors' bytes.
+  int64_t total_bytes() const;
+
+ private:
+  Checkpoint() = default;
+
+  std::filesystem::path dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  // The visible tensors; the pointers stay valid when a Checkpoint is moved because they point
+  // into the heap-allocated SafetensorsFiles.
+  std::map<std::string, const TensorInfo*, std::less<>> tensors_;
+};
+
+}  // namespace ls
