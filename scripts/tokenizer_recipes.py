@@ -110,11 +110,20 @@ def build_spm_tokenizer(corpus: Iterable[str], vocab_size: int) -> Tokenizer:
     learner.normalizer = normalizer
     learner.pre_tokenizer = pre_tokenizers.Split(Regex(r"▁[^▁]*|[^▁]+"), behavior="isolated")
     n_pieces = vocab_size - len(SPM_SPECIALS) - 256
+    corpus = list(corpus)
+    # The trainer's own limit_alphabet breaks ties in character counts in hash-map order, which
+    # changes from run to run; choose the 200 most frequent characters here, ties by code point,
+    # and hand them over as the initial alphabet (always kept) so training is reproducible.
+    counts: dict[str, int] = {}
+    for text in corpus:
+        for ch in normalizer.normalize_str(text):
+            counts[ch] = counts.get(ch, 0) + 1
+    alphabet = sorted(counts, key=lambda ch: (-counts[ch], ch))[:200]
     trainer = trainers.BpeTrainer(
         vocab_size=n_pieces, min_frequency=2, show_progress=False, special_tokens=[],
-        limit_alphabet=200,
+        limit_alphabet=len(alphabet), initial_alphabet=alphabet,
     )
-    learner.train_from_iterator(list(corpus), trainer=trainer)
+    learner.train_from_iterator(corpus, trainer=trainer)
     learned = json.loads(learner.to_str())["model"]
     learned_vocab: dict[str, int] = learned["vocab"]
     merges = learned["merges"]
