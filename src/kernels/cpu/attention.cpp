@@ -48,6 +48,18 @@ struct Partials {
   std::vector<float> l;
 };
 
+// Kept across calls (one call per layer per decode step).
+struct Plan {
+  std::vector<Item> items;
+  std::vector<SplitGroup> groups;
+  Partials partials;
+};
+
+Plan& caller_plan() {
+  thread_local Plan plan;
+  return plan;
+}
+
 struct Geometry {
   int32_t group = 0;
   int32_t head_dim = 0;
@@ -231,13 +243,11 @@ void run(const AttentionParams& p, ThreadPool& pool) {
 
   // ---- plan: items with their visible-token cost ----
   // The plan lives in the caller's thread-local storage; workers reach it through these
-  // references (a thread_local named inside a lambda would be the worker's own instance).
-  thread_local std::vector<Item> plan_items;
-  thread_local std::vector<SplitGroup> plan_groups;
-  thread_local Partials plan_partials;
-  std::vector<Item>& items = plan_items;
-  std::vector<SplitGroup>& groups = plan_groups;
-  Partials& partials = plan_partials;
+  // references.
+  Plan& plan = caller_plan();
+  std::vector<Item>& items = plan.items;
+  std::vector<SplitGroup>& groups = plan.groups;
+  Partials& partials = plan.partials;
   items.clear();
   groups.clear();
   std::vector<PageVisit>& pages = thread_scratch().pages;

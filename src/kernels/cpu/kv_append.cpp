@@ -30,9 +30,9 @@ void kv_append(const KvAppendParams& p, ThreadPool& pool) {
   const auto* k_src = static_cast<const char*>(p.k);
   const auto* v_src = static_cast<const char*>(p.v);
 
-  // One item per (sequence, kv head); tokens of an item go in order, so when a streaming ring
-  // wraps inside one call the newest token of each slot is the one left in place. Tokens whose
-  // slot is overwritten later in the same call are skipped outright.
+  // One item per (sequence, kv head). The pools end up exactly as if every token were written
+  // in order through the tables: when a streaming ring wraps inside one call, a token whose
+  // ring row is written again later in the call is skipped (its write would be dead).
   const int64_t num_items = static_cast<int64_t>(p.num_seqs) * p.num_kv_heads;
   pool.parallel_for(num_items, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> tmp(static_cast<size_t>(d));
@@ -55,7 +55,6 @@ void kv_append(const KvAppendParams& p, ThreadPool& pool) {
       const int32_t stride = streaming ? p.streaming_blocks_stride : p.retrieval_blocks_stride;
       const int32_t ring = streaming ? p.ring_pages[s] : 0;
       if (streaming && ring <= 0) continue;
-      const int64_t last_page = (p.kv_lens[s] - 1) / pt;
       const int64_t dst_row_bytes = dtype_nbytes(pool_g.dtype, d);
       const int64_t page_bytes = dst_row_bytes * pt;
       for (int32_t t = 0; t < q_len; ++t) {
@@ -63,7 +62,8 @@ void kv_append(const KvAppendParams& p, ThreadPool& pool) {
         const int64_t page = pos / pt;
         int64_t table_index = page;
         if (streaming) {
-          if (page >= p.num_sink_pages && last_page - page >= ring) continue;  // overwritten below
+          // The same ring row is written again later in this call: skip the dead write.
+          if (page >= p.num_sink_pages && pos + int64_t{ring} * pt < p.kv_lens[s]) continue;
           table_index = streaming_table_index(static_cast<int32_t>(page), p.num_sink_pages, ring);
         }
         if (table_index >= stride) continue;

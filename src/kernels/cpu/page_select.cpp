@@ -138,6 +138,18 @@ void clear_head(const PageSelectParams& p, int32_t seq, int32_t row, int32_t g) 
   }
 }
 
+// Kept across calls so decode steps do not reallocate.
+struct SelectScratch {
+  std::vector<SelectItem> items;
+  std::vector<float> q;       // [items, padded_heads, head_dim] f32
+  std::vector<float> bounds;  // [items, padded_heads, num_logical] f32
+};
+
+SelectScratch& caller_scratch() {
+  thread_local SelectScratch scratch;
+  return scratch;
+}
+
 }  // namespace
 
 void page_select(const PageSelectParams& p, ThreadPool& pool, Isa isa) {
@@ -153,9 +165,11 @@ void page_select(const PageSelectParams& p, ThreadPool& pool, Isa isa) {
   const int64_t d = p.head_dim;
 
   // Plan: items, scratch offsets, work units.
-  thread_local std::vector<SelectItem> items;
-  thread_local std::vector<float> q_scratch;  // [items, padded_heads, head_dim] f32
-  thread_local std::vector<float> bounds;     // [items, padded_heads, num_logical] f32
+  // Caller-thread scratch shared with the workers through these references.
+  SelectScratch& scratch = caller_scratch();
+  std::vector<SelectItem>& items = scratch.items;
+  std::vector<float>& q_scratch = scratch.q;
+  std::vector<float>& bounds = scratch.bounds;
   items.clear();
   int64_t q_total = 0, bounds_total = 0;
   for (int32_t s = 0; s < p.num_seqs; ++s) {

@@ -1,0 +1,274 @@
+// kv_append and page_summary_update over several calls (prefill chunks, then decode steps) for
+// a batch of sequences: the pools must equal, byte for byte, a naive mirror that writes every
+// token in order through the block tables (the streaming ring included), and the summaries
+// must equal the naive min/max of the tokens each logical page holds after every call.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/thread_pool.h"
+#include "kernel_test_util.h"
+#include "kernels/cpu/kv_append.h"
+#include "kernels/cpu/page_summary.h"
+
+namespace ls::kernels::test {
+namespace {
+
+ThreadPool& pool2() {
+  static ThreadPool pool(2);
+  return pool;
+}
+
+struct AppendWorld {
+  int32_t d = 0, pt = 0, num_kv = 0, nsink = 0, num_seqs = 0;
+  DType src_dtype = DType::kF32, pool_dtype = DType::kF32;
+  std::vector<int32_t> mode, slot, ring;
+  int32_t r_stride = 0, s_stride = 0, hpb = 0, r_blocks = 0, s_blocks = 0;
+  std::vector<int32_t> r_table, s_table;
+  std::vector<uint8_t> r_k, r_v, s_k, s_v;            // kernel's pools
+  std::vector<uint8_t> m_r_k, m_r_v, m_s_k, m_s_v;    // naive mirror
+  std::vector<std::vector<TypedArray>> keys, values;  // [seq][kv head] -> [len, d] src dtype
+  std::vector<int32_t> appended;                      // tokens appended so far per seq
+
+  PagedKvPool pool(std::vector<uint8_t>& k, std::vector<uint8_t>& v, int32_t blocks) {
+    return PagedKvPool{k.data(), v.data(), pool_dtype, blocks, hpb, pt, d};
+  }
+
+  // Mirror: write token `pos` of (s, g) through the tables, in order.
+  void mirror_write(int32_t s, int32_t g, int32_t pos) {
+    const bool streaming = mode[g] == static_cast<int32_t>(HeadMode::kStreaming);
+    const int32_t page = pos / pt;
+    const int32_t block =
+        streaming ? s_table[s * s_stride + (page < nsink ? page : nsink + (page - nsink) % ring[s])]
+                  : r_table[s * r_stride + page];
+    const int64_t row = (int64_t{block} * hpb + slot[g]) * pt + pos % pt;
+    const int64_t bytes = dtype_nbytes(pool_dtype, d);
+    std::vector<float> f(d);
+    convert_to_f32(src_dtype, keys[s][g].bytes.data() + dtype_nbytes(src_dtype, int64_t{pos} * d),
+                   f.data(), d);
+    convert_from_f32(f.data(), pool_dtype, (streaming ? m_s_k : m_r_k).data() + row * bytes, d);
+    convert_to_f32(src_dtype, values[s][g].bytes.data() + dtype_nbytes(src_dtype, int64_t{pos} * d),
+                   f.data(), d);
+    convert_from_f32(f.data(), pool_dtype, (streaming ? m_s_v : m_r_v).data() + row * bytes, d);
+  }
+};
+
+AppendWorld make_world(std::mt19937& rng, DType src_dtype, DType pool_dtype, int32_t pt,
+                       const std::vector<int32_t>& totals) {
+  AppendWorld w;
+  w.d = 48;
+  w.pt = pt;
+  w.num_kv = 3;
+  w.nsink = 1;
+  w.num_seqs = static_cast<int32_t>(totals.size());
+  w.src_dtype = src_dtype;
+  w.pool_dtype = pool_dtype;
+  w.mode = {static_cast<int32_t>(HeadMode::kCausal), static_cast<int32_t>(HeadMode::kStreaming),
+            static_cast<int32_t>(HeadMode::kSelected)};
+  w.slot = {2, 0, 0};  // retrieval heads use slots 2 and 0; the streaming head slot 0 of its pool
+  w.hpb = 3;
+  int32_t max_pages = 0;
+  for (int32_t t : totals) max_pages = std::max(max_pages, (t + pt - 1) / pt);
+  w.r_stride = max_pages;
+  w.s_stride = w.nsink + 3;
+  w.r_blocks = w.num_seqs * max_pages + 1;
+  w.s_blocks = w.num_seqs * w.s_stride + 1;
+  std::vector<int32_t> ids_r(static_cast<size_t>(w.r_blocks - 1)),
+      ids_s(static_cast<size_t>(w.s_blocks - 1));
+  std::iota(ids_r.begin(), ids_r.end(), 1);
+  std::iota(ids_s.begin(), ids_s.end(), 1);
+  std::shuffle(ids_r.begin(), ids_r.end(), rng);
+  std::shuffle(ids_s.begin(), ids_s.end(), rng);
+  w.r_table = ids_r;
+  w.s_table = ids_s;
+  for (int32_t s = 0; s < w.num_seqs; ++s) w.ring.push_back(2 + s % 2);  // rings of 2 and 3 pages
+  const auto alloc = [&](int32_t blocks) {
+    const int64_t n = int64_t{blocks} * w.hpb * pt * w.d;
+    std::vector<uint8_t> b(static_cast<size_t>(dtype_nbytes(pool_dtype, n)));
+    poison(b.data(), pool_dtype, n);
+    return b;
+  };
+  w.r_k = w.r_v = w.m_r_k = w.m_r_v = alloc(w.r_blocks);
+  w.s_k = w.s_v = w.m_s_k = w.m_s_v = alloc(w.s_blocks);
+  w.keys.resize(totals.size());
+  w.values.resize(totals.size());
+  for (size_t s = 0; s < totals.size(); ++s) {
+    for (int32_t g = 0; g < w.num_kv; ++g) {
+      w.keys[s].push_back(random_array(rng, int64_t{totals[s]} * w.d, src_dtype, -2, 2));
+      w.values[s].push_back(random_array(rng, int64_t{totals[s]} * w.d, src_dtype, -2, 2));
+    }
+  }
+  w.appended.assign(totals.size(), 0);
+  return w;
+}
+
+// Appends q_lens[s] tokens to every sequence through the kernels (and the mirror).
+struct StepInput {
+  std::vector<int32_t> q_indptr, kv_lens;
+  std::vector<uint8_t> k, v;  // [num_tokens, num_kv, d] src dtype
+};
+
+StepInput make_step(AppendWorld& w, const std::vector<int32_t>& q_lens) {
+  StepInput in;
+  in.q_indptr = {0};
+  for (int32_t q : q_lens) in.q_indptr.push_back(in.q_indptr.back() + q);
+  const int64_t row = dtype_nbytes(w.src_dtype, w.d);
+  in.k.resize(static_cast<size_t>(in.q_indptr.back() * w.num_kv * row));
+  in.v.resize(in.k.size());
+  for (int32_t s = 0; s < w.num_seqs; ++s) {
+    in.kv_lens.push_back(w.appended[s] + q_lens[s]);
+    for (int32_t t = 0; t < q_lens[s]; ++t) {
+      const int32_t pos = w.appended[s] + t;
+      for (int32_t g = 0; g < w.num_kv; ++g) {
+        const int64_t dst = ((in.q_indptr[s] + t) * int64_t{w.num_kv} + g) * row;
+        std::memcpy(in.k.data() + dst, w.keys[s][g].bytes.data() + pos * row,
+                    static_cast<size_t>(row));
+        std::memcpy(in.v.data() + dst, w.values[s][g].bytes.data() + pos * row,
+                    static_cast<size_t>(row));
+        w.mirror_write(s, g, pos);
+      }
+    }
+  }
+  return in;
+}
+
+TEST(KvAppend, PoolsMatchNaiveMirrorAfterChunksAndDecodeSteps) {
+  std::mt19937 rng(41);
+  for (auto [src, dst] : {std::pair{DType::kF32, DType::kF32},
+                          {DType::kF32, DType::kBF16},
+                          {DType::kF32, DType::kF16},
+                          {DType::kBF16, DType::kF32},
+                          {DType::kBF16, DType::kBF16}}) {
+    for (int32_t pt : {16, 64}) {
+      SCOPED_TRACE(std::string(dtype_name(src)) + "->" + std::string(dtype_name(dst)) +
+                   " pt=" + std::to_string(pt));
+      const std::vector<std::vector<int32_t>> steps = {
+          {3 * pt + 5, 1, 0}, {pt + 2, 2, 7}, {1, 1, 1}, {1, 0, 5 * pt}, {1, 1, 1}};
+      std::vector<int32_t> totals(3, 0);
+      for (const auto& st : steps) {
+        for (size_t s = 0; s < 3; ++s) totals[s] += st[s];
+      }
+      AppendWorld w = make_world(rng, src, dst, pt, totals);
+      for (const auto& q_lens : steps) {
+        StepInput in = make_step(w, q_lens);
+        KvAppendParams p;
+        p.k = in.k.data();
+        p.v = in.v.data();
+        p.src_dtype = src;
+        p.num_tokens = in.q_indptr.back();
+        p.num_kv_heads = w.num_kv;
+        p.head_dim = w.d;
+        p.num_seqs = w.num_seqs;
+        p.q_indptr = in.q_indptr.data();
+        p.kv_lens = in.kv_lens.data();
+        p.head_mode = w.mode.data();
+        p.head_slot = w.slot.data();
+        p.retrieval = w.pool(w.r_k, w.r_v, w.r_blocks);
+        p.retrieval_blocks = w.r_table.data();
+        p.retrieval_blocks_stride = w.r_stride;
+        p.streaming = w.pool(w.s_k, w.s_v, w.s_blocks);
+        p.streaming_blocks = w.s_table.data();
+        p.streaming_blocks_stride = w.s_stride;
+        p.num_sink_pages = w.nsink;
+        p.ring_pages = w.ring.data();
+        cpu::kv_append(p, pool2());
+        for (int32_t s = 0; s < w.num_seqs; ++s) w.appended[s] += q_lens[s];
+        // Byte-for-byte (NaN poison included): nothing written outside the mirror's writes.
+        ASSERT_EQ(w.r_k, w.m_r_k);
+        ASSERT_EQ(w.r_v, w.m_r_v);
+        ASSERT_EQ(w.s_k, w.m_s_k);
+        ASSERT_EQ(w.s_v, w.m_s_v);
+      }
+    }
+  }
+}
+
+TEST(PageSummary, MinMaxExactAfterEveryCallAndNeverReadsStaleMemory) {
+  std::mt19937 rng(42);
+  for (DType sum_dtype : {DType::kF32, DType::kBF16}) {
+    for (auto [pt, lpt] : {std::pair{16, 16}, {16, 8}, {64, 16}}) {
+      SCOPED_TRACE(std::string(dtype_name(sum_dtype)) + " pt=" + std::to_string(pt) +
+                   " lpt=" + std::to_string(lpt));
+      const std::vector<std::vector<int32_t>> steps = {
+          {2 * pt + 3, 1, 9}, {5, 1, pt}, {1, 1, 1}, {lpt - 1, 1, 1}, {1, 1, 2}};
+      std::vector<int32_t> totals(3, 0);
+      for (const auto& st : steps) {
+        for (size_t s = 0; s < 3; ++s) totals[s] += st[s];
+      }
+      AppendWorld w = make_world(rng, DType::kF32, DType::kF32, pt, totals);
+      const int32_t lpp = pt / lpt;
+      const int64_t rows = int64_t{w.r_blocks} * w.hpb * lpp;
+      std::vector<uint8_t> kmin(static_cast<size_t>(dtype_nbytes(sum_dtype, rows * w.d))),
+          kmax(kmin.size());
+      poison(kmin.data(), sum_dtype, rows * w.d);
+      poison(kmax.data(), sum_dtype, rows * w.d);
+      for (const auto& q_lens : steps) {
+        StepInput in = make_step(w, q_lens);
+        SummaryUpdateParams p;
+        p.k = in.k.data();
+        p.src_dtype = DType::kF32;
+        p.num_tokens = in.q_indptr.back();
+        p.num_kv_heads = w.num_kv;
+        p.head_dim = w.d;
+        p.num_seqs = w.num_seqs;
+        p.q_indptr = in.q_indptr.data();
+        p.kv_lens = in.kv_lens.data();
+        p.head_mode = w.mode.data();
+        p.head_slot = w.slot.data();
+        p.page_tokens = pt;
+        p.heads_per_block = w.hpb;
+        p.retrieval_blocks = w.r_table.data();
+        p.retrieval_blocks_stride = w.r_stride;
+        p.summaries = PageSummaries{kmin.data(), kmax.data(), sum_dtype, lpt, lpp};
+        cpu::page_summary_update(p, pool2());
+        for (int32_t s = 0; s < w.num_seqs; ++s) w.appended[s] += q_lens[s];
+
+        // Every logical page holding tokens of a retrieval head: exact min/max of its tokens.
+        // Slot 1 (used by no retrieval head) stays untouched.
+        std::vector<bool> touched(static_cast<size_t>(rows), false);
+        for (int32_t s = 0; s < w.num_seqs; ++s) {
+          for (int32_t g = 0; g < w.num_kv; ++g) {
+            if (w.mode[g] == static_cast<int32_t>(HeadMode::kStreaming)) continue;
+            for (int32_t lp = 0; lp * lpt < w.appended[s]; ++lp) {
+              const int32_t block = w.r_table[s * w.r_stride + lp / lpp];
+              const int64_t row = (int64_t{block} * w.hpb + w.slot[g]) * lpp + lp % lpp;
+              touched[static_cast<size_t>(row)] = true;
+              std::vector<float> lo(w.d, INFINITY), hi(w.d, -INFINITY);
+              for (int32_t pos = lp * lpt; pos < std::min(w.appended[s], (lp + 1) * lpt); ++pos) {
+                for (int32_t e = 0; e < w.d; ++e) {
+                  lo[e] = std::min(lo[e], w.keys[s][g].values[static_cast<size_t>(pos * w.d + e)]);
+                  hi[e] = std::max(hi[e], w.keys[s][g].values[static_cast<size_t>(pos * w.d + e)]);
+                }
+              }
+              std::vector<float> got_lo(w.d), got_hi(w.d), want_lo(w.d), want_hi(w.d);
+              const int64_t off = dtype_nbytes(sum_dtype, row * w.d);
+              convert_to_f32(sum_dtype, kmin.data() + off, got_lo.data(), w.d);
+              convert_to_f32(sum_dtype, kmax.data() + off, got_hi.data(), w.d);
+              // The stored value is the min/max rounded to the summary dtype.
+              std::vector<uint8_t> tmp(static_cast<size_t>(dtype_nbytes(sum_dtype, w.d)));
+              convert_from_f32(lo.data(), sum_dtype, tmp.data(), w.d);
+              convert_to_f32(sum_dtype, tmp.data(), want_lo.data(), w.d);
+              convert_from_f32(hi.data(), sum_dtype, tmp.data(), w.d);
+              convert_to_f32(sum_dtype, tmp.data(), want_hi.data(), w.d);
+              ASSERT_EQ(got_lo, want_lo) << "seq " << s << " head " << g << " logical page " << lp;
+              ASSERT_EQ(got_hi, want_hi) << "seq " << s << " head " << g << " logical page " << lp;
+            }
+          }
+        }
+        for (int64_t row = 0; row < rows; ++row) {
+          if (touched[static_cast<size_t>(row)]) continue;
+          std::vector<float> f(w.d);
+          convert_to_f32(sum_dtype, kmin.data() + dtype_nbytes(sum_dtype, row * w.d), f.data(),
+                         w.d);
+          for (float x : f)
+            ASSERT_TRUE(std::isnan(x)) << "row " << row << " written but holds no token";
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ls::kernels::test
