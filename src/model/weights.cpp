@@ -23,8 +23,6 @@ bool has_o_bias(const ModelConfig& config, const ArchitectureSpec& arch) {
 
 bool has_mlp_bias(const ModelConfig& config) { return config.mlp_bias().value_or(false); }
 
-bool is_float(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
-
 // Uploads tensors into one device buffer, converting where the backend wants another dtype.
 class Uploader {
  public:
@@ -41,8 +39,8 @@ class Uploader {
       LS_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(names[i]));
       LS_RETURN_IF_ERROR(ckpt_.check_tensor(*t, {rows[i], cols},
                                             {DType::kF32, DType::kF16, DType::kBF16}));
-      if (i == 0) stored = t->dtype;
-      if (t->dtype != stored) stored = DType::kF32;  // mixed parts: compute in f32
+      if (i == 0) stored = *t->dtype;  // check_tensor guaranteed a float dtype
+      if (*t->dtype != stored) stored = DType::kF32;  // mixed parts: compute in f32
       parts.push_back(t);
       total_rows += rows[i];
     }
@@ -50,15 +48,15 @@ class Uploader {
     LS_ASSIGN_OR_RETURN(Buffer buf, backend_.allocate(dtype_nbytes(target, total_rows * cols)));
     char* dst = static_cast<char*>(buf.data());
     for (const TensorInfo* t : parts) {
-      const int64_t n = t->nbytes / dtype_size(t->dtype);
-      if (t->dtype == target) {
+      const int64_t n = t->nbytes / dtype_size(*t->dtype);
+      if (*t->dtype == target) {
         backend_.copy_bytes(dst, t->data, t->nbytes);  // data may be unaligned: bytes only
       } else {
         std::vector<float> f32(static_cast<size_t>(n));
         std::vector<uint8_t> staged(static_cast<size_t>(dtype_nbytes(target, n)));
         std::vector<uint8_t> src(static_cast<size_t>(t->nbytes));
         std::memcpy(src.data(), t->data, static_cast<size_t>(t->nbytes));
-        convert_to_f32(t->dtype, src.data(), f32.data(), n);
+        convert_to_f32(*t->dtype, src.data(), f32.data(), n);
         convert_from_f32(f32.data(), target, staged.data(), n);
         backend_.copy_bytes(dst, staged.data(), static_cast<int64_t>(staged.size()));
       }
@@ -83,7 +81,7 @@ class Uploader {
           ckpt_.check_tensor(*t, {sizes[i]}, {DType::kF32, DType::kF16, DType::kBF16}));
       std::vector<uint8_t> src(static_cast<size_t>(t->nbytes));
       std::memcpy(src.data(), t->data, static_cast<size_t>(t->nbytes));
-      convert_to_f32(t->dtype, src.data(), host.data() + offset, sizes[i]);
+      convert_to_f32(*t->dtype, src.data(), host.data() + offset, sizes[i]);
       offset += sizes[i];
     }
     LS_ASSIGN_OR_RETURN(Buffer buf, backend_.allocate(total * 4));
