@@ -1,0 +1,153 @@
+// Memory read bandwidth of one process, the small-M (decode) matmul against it, the OpenBLAS
+// prefill path in its two threading modes, and the crossover between the two paths.
+
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+
+#include "bench_util.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/simd.h"
+
+namespace ls::bench {
+namespace {
+
+using kernels::cpu::BlasThreading;
+
+// Sums a 512 MiB buffer with every pool thread (or one): the read bandwidth decode can hope for.
+void BM_ReadBandwidth(benchmark::State& state) {
+  const bool all_threads = state.range(0) != 0;
+  const int64_t n = int64_t{512} << 20 >> 2;  // floats
+  static std::vector<float> buf;
+  if (buf.empty()) {
+    buf.resize(static_cast<size_t>(n));
+    fill_random(buf.data(), DType::kF32, n, 7);
+  }
+  ThreadPool one(1);
+  ThreadPool& pool = all_threads ? bench_pool() : one;
+  std::atomic<float> sink{0};
+  for (auto _ : state) {
+    pool.parallel_for(n / 4096, 1, [&](int64_t b0, int64_t b1) {
+#if defined(LS_KERNELS_HAVE_AVX512)
+      using S = kernels::cpu::simd::Avx512;
+#else
+      using S = kernels::cpu::simd::Scalar;
+#endif
+      auto a0 = S::zero(), a1 = S::zero(), a2 = S::zero(), a3 = S::zero();
+      for (int64_t i = b0 * 4096; i < b1 * 4096; i += 64) {
+        a0 = S::add(a0, S::load(&buf[static_cast<size_t>(i)]));
+        a1 = S::add(a1, S::load(&buf[static_cast<size_t>(i + 16)]));
+        a2 = S::add(a2, S::load(&buf[static_cast<size_t>(i + 32)]));
+        a3 = S::add(a3, S::load(&buf[static_cast<size_t>(i + 48)]));
+      }
+      sink.store(S::reduce_add(S::add(S::add(a0, a1), S::add(a2, a3))), std::memory_order_relaxed);
+    });
+  }
+  state.SetBytesProcessed(state.iterations() * n * 4);
+  state.counters["threads"] = pool.num_threads();
+}
+BENCHMARK(BM_ReadBandwidth)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// y[M, N] = x · w^T through the small-M kernel, w of 64-128 MiB (well past the 32 MiB L3);
+// bytes processed = weight bytes, so GB/s compares directly with BM_ReadBandwidth.
+void BM_MatmulSmallM(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  const auto dt = static_cast<DType>(state.range(1));
+  const int64_t k = 4096, n = dt == DType::kF32 ? 8192 : 16384;
+  std::vector<uint8_t> w(static_cast<size_t>(dtype_nbytes(dt, n * k)));
+  fill_random(w.data(), dt, n * k, 1);
+  std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
+  for (auto _ : state) {
+    kernels::cpu::matmul_small_m(x.data(), m, k, w.data(), dt, n, nullptr, y.data(), bench_pool(),
+                                 kernels::cpu::best_isa());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
+  state.counters["GFLOPS"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * m * n * k * 1e-9,
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_MatmulSmallM)
+    ->ArgsProduct({{1, 2, 4, 8, 16, 32}, {static_cast<int64_t>(DType::kBF16)}})
+    ->ArgsProduct({{1, 8}, {static_cast<int64_t>(DType::kF32), static_cast<int64_t>(DType::kF16)}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The OpenBLAS path: M x 2048 x 5632 (a Llama-shaped MLP slab), bf16 or f32 weights.
+// Args: M, dtype, threading (0 pool split, 1 OpenBLAS threads), panel rows (0 = default).
+void BM_MatmulBlas(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  const auto dt = static_cast<DType>(state.range(1));
+  const auto threading =
+      state.range(2) == 0 ? BlasThreading::kPoolSplit : BlasThreading::kBlasThreads;
+  const int64_t panel = state.range(3);
+  const int64_t k = 2048, n = 5632;
+  std::vector<uint8_t> w(static_cast<size_t>(dtype_nbytes(dt, n * k)));
+  fill_random(w.data(), dt, n * k, 1);
+  std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
+  for (auto _ : state) {
+    kernels::cpu::matmul_blas(x.data(), m, k, w.data(), dt, n, nullptr, y.data(), bench_pool(),
+                              threading, panel);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOPS"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * m * n * k * 1e-9,
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_MatmulBlas)
+    ->ArgsProduct({{16, 64, 512}, {static_cast<int64_t>(DType::kBF16)}, {0, 1}, {0}})
+    ->ArgsProduct({{512}, {static_cast<int64_t>(DType::kBF16)}, {0}, {16, 64, 256, 1024}})
+    ->ArgsProduct({{512}, {static_cast<int64_t>(DType::kF32)}, {0, 1}, {0}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Crossover: the small-M kernel vs the BLAS path at the same shape (bf16 2048 x 5632).
+void BM_MatmulCrossover(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  const bool blas = state.range(1) != 0;
+  const int64_t k = 2048, n = 5632;
+  std::vector<uint8_t> w(static_cast<size_t>(dtype_nbytes(DType::kBF16, n * k)));
+  fill_random(w.data(), DType::kBF16, n * k, 1);
+  std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
+  for (auto _ : state) {
+    if (blas) {
+      kernels::cpu::matmul_blas(x.data(), m, k, w.data(), DType::kBF16, n, nullptr, y.data(),
+                                bench_pool());
+    } else {
+      kernels::cpu::matmul_small_m(x.data(), m, k, w.data(), DType::kBF16, n, nullptr, y.data(),
+                                   bench_pool(), kernels::cpu::best_isa());
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+}
+BENCHMARK(BM_MatmulCrossover)
+    ->ArgsProduct({{4, 8, 12, 16, 24, 32}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// A prefill layer's rhythm: GEMM, then a short pool region (a norm), repeated. Shows whether
+// OpenBLAS's own threads and the pool's spinning workers get in each other's way.
+void BM_BlasThenPoolRegions(benchmark::State& state) {
+  const auto threading =
+      state.range(0) == 0 ? BlasThreading::kPoolSplit : BlasThreading::kBlasThreads;
+  const int64_t m = 256, k = 1024, n = 1024;
+  std::vector<float> w(static_cast<size_t>(n * k)), x(static_cast<size_t>(m * k), 0.5f),
+      y(static_cast<size_t>(m * n));
+  std::vector<float> gamma(static_cast<size_t>(n), 1.0f);
+  fill_random(w.data(), DType::kF32, n * k, 1);
+  for (auto _ : state) {
+    for (int rep = 0; rep < 8; ++rep) {
+      kernels::cpu::matmul_blas(x.data(), m, k, w.data(), DType::kF32, n, nullptr, y.data(),
+                                bench_pool(), threading);
+      kernels::cpu::rmsnorm(y.data(), gamma.data(), 1e-6f, m, n, x.data(), bench_pool());
+    }
+  }
+  state.counters["GFLOPS"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * 8 * 2.0 * m * n * k * 1e-9,
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_BlasThenPoolRegions)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace ls::bench

@@ -1,0 +1,86 @@
+#pragma once
+// Shared set-up for the kernel benchmarks: one process-wide pool (all cores of this machine),
+// fast pseudo-random fills for large buffers, and a single-sequence paged KV layout.
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "kernels/paged_kv.h"
+
+namespace ls::bench {
+
+inline ThreadPool& bench_pool() {
+  static ThreadPool pool(0);
+  return pool;
+}
+
+// xorshift fill in [-1, 1), stored as dtype.
+inline void fill_random(void* data, DType dtype, int64_t n, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  std::vector<float> chunk(4096);
+  for (int64_t i = 0; i < n; i += 4096) {
+    const int64_t m = std::min<int64_t>(4096, n - i);
+    for (int64_t j = 0; j < m; ++j) {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+      chunk[static_cast<size_t>(j)] =
+          static_cast<float>(static_cast<int64_t>(s >> 40) - (1 << 23)) / (1 << 23);
+    }
+    convert_from_f32(chunk.data(), dtype, static_cast<char*>(data) + dtype_nbytes(dtype, i), m);
+  }
+}
+
+// One sequence of `context` tokens in head-wise pages for `num_kv_heads` heads (blocks in
+// order; heads_per_block = num_kv_heads), plus the summaries page_select reads.
+struct PagedSequence {
+  int32_t context = 0, num_kv_heads = 0, head_dim = 0, page_tokens = 0, logical_tokens = 0;
+  DType dtype = DType::kF32;
+  std::vector<uint8_t> k, v, kmin, kmax;
+  std::vector<int32_t> blocks;  // [num_pages]
+
+  PagedSequence(int32_t ctx, int32_t kv_heads, int32_t dim, int32_t pt, int32_t lpt, DType dt)
+      : context(ctx),
+        num_kv_heads(kv_heads),
+        head_dim(dim),
+        page_tokens(pt),
+        logical_tokens(lpt),
+        dtype(dt) {
+    const int32_t pages = num_pages();
+    const int64_t n = int64_t{pages} * kv_heads * pt * dim;
+    k.resize(static_cast<size_t>(dtype_nbytes(dt, n)));
+    v.resize(k.size());
+    fill_random(k.data(), dt, n, 1);
+    fill_random(v.data(), dt, n, 2);
+    const int64_t ns = int64_t{pages} * kv_heads * (pt / lpt) * dim;
+    kmin.resize(static_cast<size_t>(dtype_nbytes(dt, ns)));
+    kmax.resize(kmin.size());
+    fill_random(kmin.data(), dt, ns, 3);
+    fill_random(kmax.data(), dt, ns, 4);
+    for (size_t i = 0; i < static_cast<size_t>(ns); ++i) {  // keep kmin <= kmax
+      float a, b;
+      convert_to_f32(dt, kmin.data() + dtype_nbytes(dt, static_cast<int64_t>(i)), &a, 1);
+      convert_to_f32(dt, kmax.data() + dtype_nbytes(dt, static_cast<int64_t>(i)), &b, 1);
+      if (a > b) {
+        convert_from_f32(&b, dt, kmin.data() + dtype_nbytes(dt, static_cast<int64_t>(i)), 1);
+        convert_from_f32(&a, dt, kmax.data() + dtype_nbytes(dt, static_cast<int64_t>(i)), 1);
+      }
+    }
+    blocks.resize(static_cast<size_t>(pages));
+    for (int32_t i = 0; i < pages; ++i) blocks[static_cast<size_t>(i)] = i;
+  }
+  int32_t num_pages() const { return (context + page_tokens - 1) / page_tokens; }
+  kernels::PagedKvPool pool() {
+    return kernels::PagedKvPool{k.data(),     v.data(),    dtype,   num_pages(),
+                                num_kv_heads, page_tokens, head_dim};
+  }
+  kernels::PageSummaries summaries() {
+    return kernels::PageSummaries{kmin.data(), kmax.data(), dtype, logical_tokens,
+                                  page_tokens / logical_tokens};
+  }
+};
+
+}  // namespace ls::bench
