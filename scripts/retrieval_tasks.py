@@ -24,6 +24,7 @@ piece because "." + "\\n" would merge. `train_tiny.py --smoke` checks the equali
 from __future__ import annotations
 
 import dataclasses
+import os
 import zlib
 from typing import Sequence
 
@@ -280,6 +281,7 @@ class Doc:
     answer_ids: np.ndarray  # [num_answer_tokens] int32: the continuation, then eos (raw) / eot (chat)
     item_spans: list[tuple[int, int]]  # [begin, end) of each answer item inside answer_ids
     copy_spans: list[tuple[int, int]]  # [begin, end) in prompt_ids of echo-needle values (training)
+    repeat_spans: list[tuple[int, int]]  # [begin, end) in prompt_ids of repeated filler (training)
     answer: str  # expected raw continuation, whitespace-stripped: "4829137" / "1234567, 7654321"
     answers: list[str]  # the answer's items
     chat_answer: str  # expected assistant reply: answer prefix + " " + answer
@@ -323,6 +325,23 @@ def _needle_items(rng, split, avoid, num_pairs: int, order0: int) -> list[_Item]
         text = NEEDLE.format(key=key, value=value)
         items += [_Item(text, a, order0 + 2 * i), _Item(text, b, order0 + 2 * i + 1, str(value))]
     return items
+
+
+def _repeat_runs(rng: np.random.Generator, idx: np.ndarray, num_runs: int) -> set[int]:
+    """Training only: copies num_runs runs of 3-8 consecutive filler sentences verbatim to a later
+    place (in place, so the length is unchanged), one run per equal segment of the haystack so runs
+    never overlap. Every token of a copy after its first is predictable by an induction head, which
+    bootstraps the copy circuit that retrieval needs. Returns the positions (in idx) of the copies."""
+    out: set[int] = set()
+    m = len(idx)
+    seg = m // max(1, num_runs)
+    for r in range(num_runs if seg >= 8 else 0):
+        k = int(rng.integers(3, min(8, seg // 2) + 1))
+        s = r * seg + int(rng.integers(0, seg - 2 * k + 1))
+        j = int(rng.integers(s + k, r * seg + seg - k + 1))
+        idx[j:j + k] = idx[s:s + k]
+        out.update(range(j, j + k))
+    return out
 
 
 def _task_content(task: str, rng: np.random.Generator, split: str, params: dict,
@@ -398,18 +417,6 @@ def build_doc(task: str, rng: np.random.Generator, enc: Encoder, pool: FillerPoo
     sep = ITEM_SEP[task]
     answer = sep.join(c.answers)
 
-    # Raw: the prompt ends with the answer prefix, the model continues " a, b". Chat: the reply is
-    # "prefix a, b" right after the assistant header's "\n\n".
-    pieces = ([c.answer_prefix] if chat else []) + \
-        [" " + c.answers[0]] + [sep + a for a in c.answers[1:]]
-    parts = [enc.encode(p) for p in pieces]
-    spans, pos = [], 0
-    for part in parts:
-        spans.append((pos, pos + len(part)))
-        pos += len(part)
-    item_spans = spans[1:] if chat else spans
-    answer_ids = np.concatenate(parts + [np.array([enc.eot_id if chat else enc.eos_id], np.int32)])
-
     if chat:
         head = np.concatenate([[enc.bos_id], enc.user_header,
                                enc.encode_cached("\n\n" + c.header + "\n")]).astype(np.int32)
@@ -420,11 +427,29 @@ def build_doc(task: str, rng: np.random.Generator, enc: Encoder, pool: FillerPoo
         tail_suffix = "\n" + c.question + "\n" + ANSWER_CUE + " " + c.answer_prefix
         end = np.zeros(0, np.int32)
     items = c.items
-    item_ids = [enc.encode(" " + it.text) for it in items]
+    echoes = [k for k, it in enumerate(items) if it.copy_value is not None]
+    # Raw: the prompt ends with the answer prefix, the model continues " a, b". Chat: the reply is
+    # "prefix a, b" right after the assistant header's "\n\n".
+    pieces = ([c.answer_prefix] if chat else []) + \
+        [" " + c.answers[0]] + [sep + a for a in c.answers[1:]]
+    # One tokenizer call for everything but the tail: answer pieces, items, the tail's question
+    # part (for the length budget) and, for echo needles, the words before the value and the value.
+    encoded = enc.encode_batch(
+        pieces + [" " + it.text for it in items] + [tail_suffix] +
+        [" " + items[k].text.split(items[k].copy_value)[0].rstrip() for k in echoes] +
+        [" " + items[k].copy_value for k in echoes])
+    parts = encoded[:len(pieces)]
+    item_ids = encoded[len(pieces):len(pieces) + len(items)]
+    tail_suffix_len = len(encoded[len(pieces) + len(items)])
+    rest = encoded[len(pieces) + len(items) + 1:]
     # Echo needles train their value tokens: (offset, length) of the value inside the item's ids.
-    copy_at = {k: (len(enc.encode(" " + it.text.split(it.copy_value)[0].rstrip())),
-                   len(enc.encode(" " + it.copy_value)))
-               for k, it in enumerate(items) if it.copy_value is not None}
+    copy_at = {k: (len(rest[i]), len(rest[len(echoes) + i])) for i, k in enumerate(echoes)}
+    spans, pos = [], 0
+    for part in parts:
+        spans.append((pos, pos + len(part)))
+        pos += len(part)
+    item_spans = spans[1:] if chat else spans
+    answer_ids = np.concatenate(parts + [np.array([enc.eot_id if chat else enc.eos_id], np.int32)])
 
     if max_prompt_tokens is not None:
         limit = max_prompt_tokens
@@ -432,23 +457,24 @@ def build_doc(task: str, rng: np.random.Generator, enc: Encoder, pool: FillerPoo
         limit = max_total_tokens - len(answer_ids)
     else:
         raise ValueError("build_doc needs max_prompt_tokens or max_total_tokens")
-    fixed = len(head) + len(end) + sum(len(i) for i in item_ids) + len(enc.encode(tail_suffix))
-    idx = pool.sample(rng, limit - fixed)
+    fixed = len(head) + len(end) + sum(len(i) for i in item_ids) + tail_suffix_len
+    idx = pool.sample(rng, limit - fixed)  # [m] filler sentence ids in text order
+    repeated = _repeat_runs(rng, idx, int(params.get("repeat_runs", 0)))
 
     while True:
         m = len(idx)
         slots = [min(m, int(round(it.depth * m))) for it in items]
         order = sorted(range(len(items)), key=lambda k: (slots[k], items[k].order))
-        # Elements in text order: ("f", sentence index) or ("i", item index).
+        # Elements in text order: ("f", position in idx) or ("i", item index).
         elements: list[tuple[str, int]] = []
         nxt = 0
         for k in order:
-            elements += [("f", int(s)) for s in idx[nxt:slots[k]]]
+            elements += [("f", p) for p in range(nxt, slots[k])]
             nxt = max(nxt, slots[k])
             elements.append(("i", k))
-        elements += [("f", int(s)) for s in idx[nxt:]]
+        elements += [("f", p) for p in range(nxt, m)]
 
-        chunks, positions, copy_spans = [head], [], []
+        chunks, positions, copy_spans, repeat_spans = [head], [], [], []
         cur = len(head)
         run: list[int] = []
         for e, (kind, k) in enumerate(elements):
@@ -456,7 +482,12 @@ def build_doc(task: str, rng: np.random.Generator, enc: Encoder, pool: FillerPoo
                 run.append(k)
                 continue
             if run:
-                chunks.append(pool.gather(np.array(run)))
+                chunks.append(pool.gather(idx[run]))
+                if repeated:  # token ranges of copied sentences (the first token of a copy is new)
+                    ends = cur + np.cumsum(pool.lens[idx[run]])
+                    for p, b, t in zip(run, ends - pool.lens[idx[run]], ends):
+                        if p in repeated:
+                            repeat_spans.append((int(b) + (p - 1 not in repeated), int(t)))
                 cur += len(chunks[-1])
                 run = []
             if kind == "i":
@@ -465,7 +496,7 @@ def build_doc(task: str, rng: np.random.Generator, enc: Encoder, pool: FillerPoo
                     off, n = copy_at[k]
                     copy_spans.append((cur + off, cur + off + n))
             if e == len(elements) - 1:  # "." + "\n" merge: the last element goes with the tail
-                last_text = pool.texts[k] if kind == "f" else items[k].text
+                last_text = pool.texts[idx[k]] if kind == "f" else items[k].text
                 chunks.append(enc.encode(" " + last_text + tail_suffix))
             else:
                 chunks.append(item_ids[k])
@@ -477,13 +508,14 @@ def build_doc(task: str, rng: np.random.Generator, enc: Encoder, pool: FillerPoo
         idx = idx[:-1]  # boundary merges made it a token or two too long
 
     doc = Doc(task=task, chat=chat, prompt_ids=prompt_ids, answer_ids=answer_ids,
-              item_spans=item_spans, copy_spans=copy_spans, answer=answer,
+              item_spans=item_spans, copy_spans=copy_spans, repeat_spans=repeat_spans,
+              answer=answer,
               answers=list(c.answers), chat_answer=c.answer_prefix + " " + answer,
               depth=round(c.first_depth, 4),
               needle_depths=[round(it.depth, 4) for it in items if it.copy_value is None],
               needle_positions=positions)
     if with_text:
-        texts = [pool.texts[k] if kind == "f" else items[k].text for kind, k in elements]
+        texts = [pool.texts[idx[k]] if kind == "f" else items[k].text for kind, k in elements]
         doc.user_message = c.header + "\n" + "".join(" " + t for t in texts) + "\n" + c.question
         doc.prompt = doc.user_message + "\n" + ANSWER_CUE + " " + c.answer_prefix
     return doc
@@ -544,9 +576,10 @@ TRAIN_TASK_WEIGHTS = {"niah_single": 0.3, "niah_multikey": 0.25, "niah_multivalu
 
 
 def sample_train_params(task: str, rng: np.random.Generator, doc_tokens: int,
-                        echo_prob: float = 0.8) -> dict:
+                        echo_prob: float = 0.8, repeat_prob: float = 0.7) -> dict:
     """Training varies the task sizes around EVAL_PARAMS and adds echo pairs (about one per 240
-    tokens when present) for dense retrieval supervision."""
+    tokens when present) and repeated filler runs (about one per 1K tokens) for dense copy
+    supervision."""
     p: dict = {}
     if task == "niah_multikey":
         p = {"num_keys": int(rng.integers(2, 7))}
@@ -556,13 +589,15 @@ def sample_train_params(task: str, rng: np.random.Generator, doc_tokens: int,
         p = {"num_chains": int(rng.integers(1, 4)), "num_hops": int(rng.integers(1, 5))}
     if rng.random() < echo_prob:
         p["echo_pairs"] = int(rng.integers(1, 2 + doc_tokens // 120))
+    if rng.random() < repeat_prob:
+        p["repeat_runs"] = int(rng.integers(1, 2 + doc_tokens // 512))
     return p
 
 
 def build_training_rows(enc: Encoder, pool: FillerPool, rng: np.random.Generator, row_tokens: int,
                         num_rows: int, doc_min_tokens: int, doc_max_tokens: int,
                         chat_fraction: float, lm_fraction: float, whole_row_prob: float = 0.5,
-                        echo_prob: float = 0.8,
+                        echo_prob: float = 0.8, repeat_prob: float = 0.7,
                         task_weights: dict[str, float] = TRAIN_TASK_WEIGHTS) -> dict:
     """Rows of exactly row_tokens tokens. With probability whole_row_prob a row is one document as
     long as the row (so the longest contexts are trained); otherwise it is packed with documents of
@@ -570,10 +605,10 @@ def build_training_rows(enc: Encoder, pool: FillerPool, rng: np.random.Generator
     a remainder shorter than doc_min_tokens is filler). Documents are not masked from each other;
     each starts with BOS.
 
-    Returns ids [num_rows, row_tokens] int32; answer_mask, copy_mask and lm_mask
+    Returns ids [num_rows, row_tokens] int32; answer_mask, copy_mask, repeat_mask and lm_mask
     [num_rows, row_tokens] bool, where mask[r, t] marks that the prediction made at t (of
-    ids[r, t + 1]) is trained: answer tokens (incl. the end-of-turn id), echo-needle values, and a
-    random lm_fraction of the other positions; and num_docs.
+    ids[r, t + 1]) is trained: answer tokens (incl. the end-of-turn id), echo-needle values,
+    repeated filler, and a random lm_fraction of the other positions; and num_docs.
     """
     tasks = list(task_weights)
     probs = np.array([task_weights[t] for t in tasks], np.float64)
@@ -581,6 +616,7 @@ def build_training_rows(enc: Encoder, pool: FillerPool, rng: np.random.Generator
     ids = np.zeros((num_rows, row_tokens), np.int32)
     answer_mask = np.zeros((num_rows, row_tokens), bool)
     copy_mask = np.zeros((num_rows, row_tokens), bool)
+    repeat_mask = np.zeros((num_rows, row_tokens), bool)
     num_docs = 0
     for r in range(num_rows):
         pos = 0
@@ -595,7 +631,7 @@ def build_training_rows(enc: Encoder, pool: FillerPool, rng: np.random.Generator
             task = tasks[int(rng.choice(len(tasks), p=probs))]
             doc = build_doc(task, rng, enc, pool, max_total_tokens=n,
                             chat=bool(rng.random() < chat_fraction),
-                            params=sample_train_params(task, rng, n, echo_prob))
+                            params=sample_train_params(task, rng, n, echo_prob, repeat_prob))
             full = np.concatenate([doc.prompt_ids, doc.answer_ids])
             if len(full) > room:  # too many items for a tiny document: leave the room to filler
                 break
@@ -604,16 +640,19 @@ def build_training_rows(enc: Encoder, pool: FillerPool, rng: np.random.Generator
             answer_mask[r, a0 - 1:a0 - 1 + len(doc.answer_ids)] = True
             for b, e in doc.copy_spans:
                 copy_mask[r, pos + b - 1:pos + e - 1] = True
+            for b, e in doc.repeat_spans:
+                repeat_mask[r, pos + b - 1:pos + e - 1] = True
             pos += len(full)
             num_docs += 1
         if pos < row_tokens:
             fill = pool.gather(pool.sample(rng, row_tokens - pos + 64))
             ids[r, pos:] = fill[:row_tokens - pos]
-    lm_mask = (rng.random((num_rows, row_tokens)) < lm_fraction) & ~answer_mask & ~copy_mask
+    lm_mask = ((rng.random((num_rows, row_tokens)) < lm_fraction) & ~answer_mask & ~copy_mask &
+               ~repeat_mask)
     lm_mask[:, -1] = False
     lm_mask[:, :-1] &= ids[:, 1:] != enc.bos_id
-    return {"ids": ids, "answer_mask": answer_mask, "copy_mask": copy_mask, "lm_mask": lm_mask,
-            "num_docs": num_docs}
+    return {"ids": ids, "answer_mask": answer_mask, "copy_mask": copy_mask,
+            "repeat_mask": repeat_mask, "lm_mask": lm_mask, "num_docs": num_docs}
 
 
 def tokenizer_corpus(seed: int, num_filler: int = 20000, num_needles: int = 16000) -> list[str]:
@@ -646,6 +685,7 @@ _WORKER: dict = {}
 
 def init_worker(tokenizer_json: str, pool_sentences: int, seed: int) -> None:
     """Process-pool initializer: every worker rebuilds the same encoder and filler pool."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process
     from tokenizers import Tokenizer
 
     enc = Encoder(Tokenizer.from_str(tokenizer_json))
@@ -659,4 +699,4 @@ def worker_rows(job: dict) -> dict:
     return build_training_rows(_WORKER["enc"], _WORKER["pool"], rng, job["row_tokens"],
                                job["num_rows"], job["doc_min_tokens"], job["doc_max_tokens"],
                                job["chat_fraction"], job["lm_fraction"], job["whole_row_prob"],
-                               job["echo_prob"])
+                               job["echo_prob"], job["repeat_prob"])

@@ -92,6 +92,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--chat-fraction", type=float, default=0.2)
     p.add_argument("--echo-prob", type=float, default=0.8,
                    help="fraction of training documents with echo-needle pairs")
+    p.add_argument("--repeat-prob", type=float, default=0.7,
+                   help="fraction of training documents with repeated filler runs")
+    p.add_argument("--repeat-weight", type=float, default=0.5,
+                   help="weight of the repeated-filler (induction) loss")
     p.add_argument("--vocab-size", type=int, default=4096)
     p.add_argument("--pool-sentences", type=int, default=None, help="filler pool (100000; smoke 5000)")
     p.add_argument("--workers", type=int, default=None, help="data processes (0: in-process)")
@@ -164,6 +168,10 @@ def check_tokenization(tok, enc: rt.Encoder, pool: rt.FillerPool, seed: int) -> 
                 for b, e in doc.copy_spans:  # echo values are the digits after "... is"
                     if not tok.decode(got[b:e]).strip().isdigit():
                         raise RuntimeError(f"bad echo span {tok.decode(got[b - 3:e + 1])!r}")
+                for b, e in doc.repeat_spans:  # a repeated span occurs earlier too
+                    text = tok.decode(got[b:e])
+                    if tok.decode(got[:b]).count(text) < 1:
+                        raise RuntimeError(f"repeated span {text!r} has no earlier copy")
                 checked += 1
     return checked
 
@@ -225,6 +233,7 @@ def make_job(args, step: int, total_steps: int, stream: int = 0x7A1B, row_tokens
                 doc_min_tokens=128 if row_tokens <= 2048 else row_tokens // 16,
                 doc_max_tokens=min(row_tokens, doc_max or row_tokens),
                 whole_row_prob=whole_row_prob, echo_prob=args.echo_prob,
+                repeat_prob=args.repeat_prob,
                 chat_fraction=args.chat_fraction, lm_fraction=args.lm_fraction)
 
 
@@ -252,19 +261,21 @@ def make_model(args, vocab_size: int, enc: rt.Encoder):
     return LlamaForCausalLM(cfg)
 
 
-def batch_loss(model, ids, masks: dict, counts: dict, lm_weight: float):
-    """Loss of one micro-batch: mean CE over answer and echo-value tokens plus lm_weight x mean CE
-    over the sampled filler positions, normalised by the whole step's counts so that splitting a
-    step into micro-batches does not change the gradient. Returns (loss, {mask: CE sum})."""
+def batch_loss(model, ids, masks: dict, counts: dict, weights: dict):
+    """Loss of one micro-batch: mean CE over answer and echo-value tokens, plus weighted mean CEs
+    over repeated filler and sampled filler positions, normalised by the whole step's counts so
+    that splitting a step into micro-batches does not change the gradient.
+    Returns (loss, {mask: CE sum})."""
     import torch.nn.functional as F
 
     hidden = model.model(input_ids=ids, use_cache=False).last_hidden_state  # [B, R, hidden]
-    sel = (masks["answer"] | masks["copy"] | masks["lm"])[:, :-1]  # [B, R-1] trained positions
+    sel = (masks["answer"] | masks["copy"] | masks["repeat"] | masks["lm"])[:, :-1]  # [B, R-1]
     logits = model.lm_head(hidden[:, :-1][sel]).float()  # [num_selected, vocab]
     ce = F.cross_entropy(logits, ids[:, 1:][sel], reduction="none")  # [num_selected]
     sums = {k: ce[m[:, :-1][sel]].sum() for k, m in masks.items()}
     n_task = max(1, counts["answer"] + counts["copy"])
-    loss = (sums["answer"] + sums["copy"]) / n_task + lm_weight * sums["lm"] / max(1, counts["lm"])
+    loss = (sums["answer"] + sums["copy"]) / n_task + sum(
+        w * sums[k] / max(1, counts[k]) for k, w in weights.items())
     return loss, {k: v.detach() for k, v in sums.items()}
 
 
@@ -281,6 +292,7 @@ class Trainer:
              {"params": no_decay, "weight_decay": 0.0}],
             lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
         self.micro_rows: dict[int, int] = {}  # row length -> rows per micro-batch that fit
+        self.loss_weights = {"repeat": args.repeat_weight, "lm": args.lm_weight}
         self.fwd = torch.compile(model) if args.compile else model
 
     def _autocast(self):
@@ -295,7 +307,7 @@ class Trainer:
         t = self.torch
         ids = t.from_numpy(batch["ids"].astype(np.int64)).to(self.device, non_blocking=True)
         masks = {k: t.from_numpy(batch[k + "_mask"]).to(self.device, non_blocking=True)
-                 for k in ("answer", "copy", "lm")}
+                 for k in ("answer", "copy", "repeat", "lm")}
         counts = {k: int(batch[k + "_mask"][:, :-1].sum()) for k in masks}
         rows, row_tokens = ids.shape
         while True:
@@ -307,7 +319,7 @@ class Trainer:
                     with self._autocast():
                         loss, sums = batch_loss(self.fwd, ids[s:s + mb],
                                                 {k: m[s:s + mb] for k, m in masks.items()},
-                                                counts, self.args.lm_weight)
+                                                counts, self.loss_weights)
                     loss.backward()
                     total = {k: total[k] + sums[k] for k in total}
                 self.micro_rows[row_tokens] = mb
@@ -372,7 +384,8 @@ def train_loop(args, trainer: Trainer, prefetch: Prefetcher, total_steps: int, t
     """Runs the planned steps until done, out of time or signalled; saves every save_every_s and
     runs the monitor (a small teacher-forced eval) at every tenth of the plan."""
     step, tokens_seen, last_save, curve, monitors, n_skipped = 0, 0, time.time(), [], [], 0
-    win_t, win_tokens, win = time.time(), 0, {"answer": [], "copy": [], "lm": []}
+    data_wait_s = 0.0
+    win_t, win_tokens, win = time.time(), 0, {"answer": [], "copy": [], "repeat": [], "lm": []}
     while step < total_steps:
         if STOP["signal"] is not None or time.time() > train_end:
             log(f"stopping at step {step}/{total_steps}: "
@@ -381,7 +394,9 @@ def train_loop(args, trainer: Trainer, prefetch: Prefetcher, total_steps: int, t
         job = make_job(args, step, total_steps)
         upcoming = [make_job(args, s, total_steps)
                     for s in range(step + 1, min(total_steps, step + 1 + prefetch.ahead))]
+        t_wait = time.time()
         batch = prefetch.get(job, upcoming)
+        data_wait_s += time.time() - t_wait
         stats = trainer.step(batch, lr_at(step, total_steps, args))
         n_skipped += stats["skipped"]
         tokens_seen += batch["ids"].size
@@ -397,8 +412,10 @@ def train_loop(args, trainer: Trainer, prefetch: Prefetcher, total_steps: int, t
                      **{f"{k}_ce": round(float(np.mean(v)), 4) for k, v in win.items()}}
             curve.append(entry)
             log(f"step {step}/{total_steps} R={job['row_tokens']} answer_ce {entry['answer_ce']:.3f}"
-                f" copy_ce {entry['copy_ce']:.3f} lm_ce {entry['lm_ce']:.3f} lr {entry['lr']:.2e}"
-                f" {entry['tok_per_s'] / 1e3:.0f}K tok/s grad_norm {stats['grad_norm']:.2f}")
+                f" copy_ce {entry['copy_ce']:.3f} repeat_ce {entry['repeat_ce']:.3f}"
+                f" lm_ce {entry['lm_ce']:.3f} lr {entry['lr']:.2e}"
+                f" {entry['tok_per_s'] / 1e3:.0f}K tok/s grad_norm {stats['grad_norm']:.2f}"
+                f" data_wait {data_wait_s:.1f}s")
             win_t, win_tokens, win = time.time(), 0, {k: [] for k in win}
         if step % max(1, total_steps // 10) == 0 or step == total_steps:
             m = {"step": step, **monitor()}
@@ -410,6 +427,7 @@ def train_loop(args, trainer: Trainer, prefetch: Prefetcher, total_steps: int, t
             last_save = win_t = time.time()
     return {"steps": step, "planned_steps": total_steps, "tokens": tokens_seen,
             "seconds": round(time.time() - train_start, 1), "skipped_steps": n_skipped,
+            "data_wait_s": round(data_wait_s, 1),
             "curve": curve, "monitor": monitors, "stopped_by_signal": STOP["signal"] is not None}
 
 
