@@ -316,11 +316,15 @@ class _Content:
 
 def _needle_items(rng, split, avoid, num_pairs: int, order0: int) -> list[_Item]:
     """Echo pairs (training only): a needle with a fresh key and, later, the same needle again; the
-    repeated value is predictable only by finding the first one, a dense version of the task."""
+    repeated value is predictable only by finding the first one, a dense version of the task.
+    Values have 7 to 40 digits: past the first, each 3-digit token follows a random 3-digit token,
+    so one-token induction (attend to after the earlier copy of the current token) is exact; that
+    is the easy first step towards matching on the key."""
     items = []
     for i in range(num_pairs):
         key = sample_key(rng, split, avoid)
-        value = int(rng.integers(1_000_000, 10_000_000))
+        n = 7 if rng.random() < 0.3 else int(rng.integers(8, 41))
+        value = str(int(rng.integers(1, 10))) + "".join(map(str, rng.integers(0, 10, size=n - 1)))
         a, b = sorted(float(x) for x in rng.random(2))
         text = NEEDLE.format(key=key, value=value)
         items += [_Item(text, a, order0 + 2 * i), _Item(text, b, order0 + 2 * i + 1, str(value))]
@@ -577,9 +581,9 @@ TRAIN_TASK_WEIGHTS = {"niah_single": 0.3, "niah_multikey": 0.25, "niah_multivalu
 
 def sample_train_params(task: str, rng: np.random.Generator, doc_tokens: int,
                         echo_prob: float = 0.8, repeat_prob: float = 0.7) -> dict:
-    """Training varies the task sizes around EVAL_PARAMS and adds echo pairs (about one per 240
-    tokens when present) and repeated filler runs (about one per 1K tokens) for dense copy
-    supervision."""
+    """Training varies the task sizes around EVAL_PARAMS and adds echo pairs (about one per 160
+    tokens when present, at most 24) and repeated filler runs (about one per 1K tokens) for dense
+    copy supervision."""
     p: dict = {}
     if task == "niah_multikey":
         p = {"num_keys": int(rng.integers(2, 7))}
@@ -588,7 +592,7 @@ def sample_train_params(task: str, rng: np.random.Generator, doc_tokens: int,
     elif task == "vt":
         p = {"num_chains": int(rng.integers(1, 4)), "num_hops": int(rng.integers(1, 5))}
     if rng.random() < echo_prob:
-        p["echo_pairs"] = int(rng.integers(1, 2 + doc_tokens // 120))
+        p["echo_pairs"] = int(rng.integers(1, 2 + min(24, doc_tokens // 80)))
     if rng.random() < repeat_prob:
         p["repeat_runs"] = int(rng.integers(1, 2 + doc_tokens // 512))
     return p

@@ -50,7 +50,7 @@ MODEL_PRESETS = {
 # document (None: the row), probability that a row is one document). Short documents first, where
 # attention to the needle is strong enough for the retrieval circuit to form.
 STAGES = (
-    (0.08, {1024: 1.0}, 512, 0.0),
+    (0.08, {1024: 1.0}, 384, 0.0),
     (0.25, {1024: 0.4, 2048: 0.6}, None, 0.3),
     (0.50, {1024: 0.1, 2048: 0.3, 4096: 0.6}, None, 0.5),
     (0.75, {2048: 0.2, 4096: 0.4, 8192: 0.4}, None, 0.5),
