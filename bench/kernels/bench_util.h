@@ -3,6 +3,7 @@
 // fast pseudo-random fills for large buffers, and a single-sequence paged KV layout.
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -12,8 +13,12 @@
 
 namespace ls::bench {
 
+// All cores, or LS_BENCH_THREADS of them.
 inline ThreadPool& bench_pool() {
-  static ThreadPool pool(0);
+  static ThreadPool pool([] {
+    const char* env = std::getenv("LS_BENCH_THREADS");
+    return env ? std::atoi(env) : 0;
+  }());
   return pool;
 }
 

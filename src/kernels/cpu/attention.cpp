@@ -69,25 +69,31 @@ struct Geometry {
 // Per-thread buffers, grown on demand and kept across calls (decode issues one call per
 // layer per step; reallocating would dominate short calls).
 struct ThreadScratch {
-  std::vector<float> q, s, o, m, l, alpha, row;
+  std::vector<float> q, s, kf, o, m, l, alpha, row;
   std::vector<PageVisit> pages;
-  TileState bind(int32_t rows, int32_t head_dim, int32_t ld_s) {
+  // Binds a tile of `rows` rows against pages of `page_tokens` keys; the lanes layout pads
+  // the rows to whole vectors of `width`.
+  TileState bind(int32_t rows, int32_t head_dim, int32_t page_tokens, int32_t width, bool lanes) {
     const auto grow = [](std::vector<float>& v, int64_t n) {
       if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
     };
-    grow(q, int64_t{rows} * head_dim);
-    grow(s, int64_t{rows} * ld_s);
-    grow(o, int64_t{rows} * head_dim);
-    grow(m, rows);
-    grow(l, rows);
-    grow(alpha, rows);
-    grow(row, head_dim);
     TileState t;
     t.rows = rows;
+    t.lanes = lanes;
+    t.padded_rows = lanes ? (rows + width - 1) / width * width : rows;
     t.head_dim = head_dim;
-    t.ld_s = ld_s;
+    t.ld_s = (page_tokens + width - 1) / width * width;
+    grow(q, int64_t{t.padded_rows} * head_dim);
+    grow(s, lanes ? int64_t{page_tokens} * t.padded_rows : int64_t{rows} * t.ld_s);
+    grow(kf, lanes ? int64_t{page_tokens} * head_dim : 0);
+    grow(o, int64_t{rows} * head_dim);
+    grow(m, t.padded_rows);
+    grow(l, t.padded_rows);
+    grow(alpha, t.padded_rows);
+    grow(row, head_dim);
     t.q = q.data();
     t.s = s.data();
+    t.kf = kf.data();
     t.o = o.data();
     t.m = m.data();
     t.l = l.data();
@@ -126,28 +132,56 @@ void write_rows(const AttentionParams& p, const Geometry& geo, const Item& it, c
   }
 }
 
+// Scaled queries of the tile, in the layout of t (rows: [rows, head_dim]; lanes: transposed
+// to [head_dim, padded_rows] with zero padding rows).
+template <class S>
+void load_queries(const AttentionParams& p, const Geometry& geo, const Item& it, const TileState& t,
+                  float* tmp) {
+  const int64_t d = geo.head_dim;
+  if (t.lanes) std::fill(t.q, t.q + d * t.padded_rows, 0.0f);
+  for (int32_t tok = 0; tok < it.num_q; ++tok) {
+    for (int32_t h = 0; h < geo.group; ++h) {
+      const int64_t r = int64_t{tok} * geo.group + h;
+      const auto* src = static_cast<const char*>(p.q) +
+                        ((int64_t{it.q_row} + tok) * p.num_q_heads + it.kv_head * geo.group + h) *
+                            geo.q_row_bytes;
+      float* dst = t.lanes ? tmp : t.q + r * d;
+      simd::widen_to_f32<S>(p.q_dtype, src, dst, d);
+      if (t.lanes) {
+        for (int64_t e = 0; e < d; ++e) t.q[e * t.padded_rows + r] = dst[e] * p.scale;
+      } else {
+        for (int64_t e = 0; e < d; ++e) dst[e] *= p.scale;
+      }
+    }
+  }
+}
+
+// Sets the scores of keys a row may not see to -inf: local indices outside
+// [0, sink_end) u [window_begin, end); the rows layout also pads each row to ld_s.
+void mask_scores(const TileState& t, int32_t row, const VisibleKeys& vk, int32_t keys) {
+  if (!t.lanes) {
+    float* srow = t.s + int64_t{row} * t.ld_s;
+    std::fill(srow + vk.sink_end, srow + vk.window_begin, kNegInf);
+    std::fill(srow + vk.end, srow + t.ld_s, kNegInf);
+    return;
+  }
+  for (int32_t j = vk.sink_end; j < vk.window_begin; ++j) t.score(row, j) = kNegInf;
+  for (int32_t j = vk.end; j < keys; ++j) t.score(row, j) = kNegInf;
+}
+
 template <class S, DType kKv>
 void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Partials& partials) {
   ThreadScratch& scratch = thread_scratch();
   const bool streaming = p.head_mode[it.kv_head] == static_cast<int32_t>(HeadMode::kStreaming);
   const PagedKvPool& kv = streaming ? p.streaming : p.retrieval;
   const int32_t pt = kv.page_tokens;
-  const int32_t ld_s = (pt + S::kWidth - 1) / S::kWidth * S::kWidth;
   const int32_t rows = it.num_q * geo.group;
   const int64_t d = geo.head_dim;
-  TileState t = scratch.bind(rows, geo.head_dim, ld_s);
-
-  // Scaled queries: rows of one token are the group's heads, contiguous in q.
-  for (int32_t tok = 0; tok < it.num_q; ++tok) {
-    const auto* src = static_cast<const char*>(p.q) + ((int64_t{it.q_row} + tok) * p.num_q_heads +
-                                                       int64_t{it.kv_head} * geo.group) *
-                                                          geo.q_row_bytes;
-    float* dst = t.q + int64_t{tok} * geo.group * d;
-    simd::widen_to_f32<S>(p.q_dtype, src, dst, geo.group * d);
-    for (int64_t e = 0; e < geo.group * d; ++e) dst[e] *= p.scale;
-  }
-  std::fill(t.m, t.m + rows, kNegInf);
-  std::fill(t.l, t.l + rows, 0.0f);
+  const bool lanes = rows >= kLanesMinRows;
+  TileState t = scratch.bind(rows, geo.head_dim, pt, S::kWidth, lanes);
+  load_queries<S>(p, geo, it, t, scratch.row.data());
+  std::fill(t.m, t.m + t.padded_rows, kNegInf);
+  std::fill(t.l, t.l + t.padded_rows, 0.0f);
   std::fill(t.o, t.o + int64_t{rows} * d, 0.0f);
 
   const int64_t q_last = it.first_pos + it.num_q - 1;
@@ -159,19 +193,31 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
   for (int32_t pi = it.page_begin; pi < page_end; ++pi) {
     const PageVisit& page = scratch.pages[static_cast<size_t>(pi)];
     const int64_t key_row0 = page.head_page * pt;  // row of the page's first key in the pool
-    dot_tile<S, kKv>(t.q, d, rows, kv.k, key_row0, d, page.num_tokens, d, t.s, ld_s);
+    const int32_t keys = page.num_tokens;
+    if (lanes) {
+      const float* kf = t.kf;
+      if constexpr (kKv == DType::kF32) {
+        kf = static_cast<const float*>(kv.k) + key_row0 * d;
+      } else {
+        simd::widen_to_f32<S>(kKv, static_cast<const char*>(kv.k) + dtype_nbytes(kKv, key_row0 * d),
+                              t.kf, int64_t{keys} * d);
+      }
+      lanes_scores<S>(t, kf, keys);
+    } else {
+      dot_tile<S, kKv>(t.q, d, rows, kv.k, key_row0, d, keys, d, t.s, t.ld_s);
+    }
     int32_t keys_used = 0;
     for (int32_t tok = 0; tok < it.num_q; ++tok) {
       const VisibleKeys vk = visible_keys(streaming, it.first_pos + tok, page, sink, local);
       keys_used = std::max(keys_used, vk.end);
-      for (int32_t h = 0; h < geo.group; ++h) {
-        float* srow = t.s + (int64_t{tok} * geo.group + h) * ld_s;
-        std::fill(srow + vk.sink_end, srow + vk.window_begin, kNegInf);
-        std::fill(srow + vk.end, srow + ld_s, kNegInf);
-      }
+      for (int32_t h = 0; h < geo.group; ++h) mask_scores(t, tok * geo.group + h, vk, keys);
     }
     if (keys_used == 0) continue;
-    softmax_update<S>(t);
+    if (lanes) {
+      lanes_softmax<S>(t, keys_used);
+    } else {
+      rows_softmax<S>(t);
+    }
     pv_update<S, kKv>(t, keys_used, kv.v, key_row0);
   }
 
@@ -192,7 +238,7 @@ void merge_group(const AttentionParams& p, const Geometry& geo, const SplitGroup
   ThreadScratch& scratch = thread_scratch();
   const int32_t rows = g.tile.num_q * geo.group;
   const int64_t d = geo.head_dim;
-  TileState t = scratch.bind(rows, geo.head_dim, S::kWidth);
+  TileState t = scratch.bind(rows, geo.head_dim, 1, S::kWidth, false);
   for (int32_t r = 0; r < rows; ++r) {
     float m = kNegInf;
     for (int32_t c = 0; c < g.num_slots; ++c) {

@@ -3,12 +3,20 @@
 // group's heads) rows against one head-page at a time, with online softmax. Rows are
 // token-major (r = t * group + h) so a tile's queries and outputs are contiguous rows of q/out.
 //
-// Per page:  S = Q·K^T (dot_tile, K widened from the page's dtype in registers)
-//            mask S per row to the visible keys (-inf elsewhere and in the row padding)
+// Per page:  S = Q·K^T
+//            mask S per row to the visible keys (-inf elsewhere)
 //            m' = max(m, rowmax S); alpha = e^(m - m'); P = e^(S - m'); l = l·alpha + rowsum P
 //            O = O·alpha + P·V      (V widened in registers, kAxpyRows x kAxpyVecs accumulators)
 // Q is pre-scaled by the softmax scale. A row that has seen no visible key keeps m = -inf,
 // l = 0, O = 0.
+//
+// Two layouts for the scores, chosen per tile:
+//  - rows layout (decode, few rows): S is [rows, ld_s]; Q·K^T is dot_tile (head_dim in lanes,
+//    4-way horizontal sums), which reads each key once whatever the row count;
+//  - lanes layout (prefill tiles, >= kLanesMinRows rows): queries are transposed once per tile
+//    to [head_dim, padded_rows] and S is [keys, padded_rows], so Q·K^T is broadcast-FMA with
+//    rows in lanes (no horizontal sums) and the softmax statistics are plain vector ops.
+// P·V is the same kernel for both, reading P through (row, column) strides.
 
 #include <algorithm>
 #include <cstdint>
@@ -18,25 +26,135 @@
 
 namespace ls::kernels::cpu {
 
-// Per-thread working set of one tile (all f32, row stride in the comment).
+inline constexpr int32_t kLanesMinRows = 16;
+
+// Per-thread working set of one tile (all f32).
 struct TileState {
   int32_t rows = 0;
+  int32_t padded_rows = 0;  // rows rounded up to the vector width (lanes layout), else rows
   int32_t head_dim = 0;
-  int32_t ld_s = 0;        // page_tokens rounded up to the vector width
-  float* q = nullptr;      // [rows, head_dim] scaled queries
-  float* s = nullptr;      // [rows, ld_s] scores, then probabilities
+  int32_t ld_s = 0;        // rows layout: page_tokens rounded up to the vector width
+  bool lanes = false;      // lanes layout (see above)
+  float* q = nullptr;      // rows: [rows, head_dim]; lanes: [head_dim, padded_rows] (scaled)
+  float* s = nullptr;      // rows: [rows, ld_s]; lanes: [page_tokens, padded_rows]
+  float* kf = nullptr;     // lanes, non-f32 pools: [page_tokens, head_dim] widened key page
   float* o = nullptr;      // [rows, head_dim] unnormalised output
-  float* m = nullptr;      // [rows] running max
-  float* l = nullptr;      // [rows] running sum
-  float* alpha = nullptr;  // [rows] rescale factor of the current page
+  float* m = nullptr;      // [padded_rows] running max
+  float* l = nullptr;      // [padded_rows] running sum
+  float* alpha = nullptr;  // [padded_rows] rescale factor of the current page
+
+  int64_t p_row_stride() const { return lanes ? 1 : ld_s; }
+  int64_t p_col_stride() const { return lanes ? padded_rows : 1; }
+  float& score(int32_t r, int32_t j) const { return s[r * p_row_stride() + j * p_col_stride()]; }
 };
+
+// ---- scores, lanes layout ----
+
+template <class S, int kKeys, int kVecs>
+inline void lanes_block(const TileState& t, const float* kf, int32_t j0, int32_t c0) {
+  using V = typename S::V;
+  constexpr int64_t kW = S::kWidth;
+  const int64_t d = t.head_dim, ld = t.padded_rows;
+  V acc[kKeys][kVecs];
+  for (int j = 0; j < kKeys; ++j) {
+    for (int c = 0; c < kVecs; ++c) acc[j][c] = S::zero();
+  }
+  for (int64_t e = 0; e < d; ++e) {
+    V qv[kVecs];
+    for (int c = 0; c < kVecs; ++c) qv[c] = S::pinned(S::load(t.q + e * ld + (c0 + c) * kW));
+    for (int j = 0; j < kKeys; ++j) {
+      const V kb = S::set1(kf[(j0 + j) * d + e]);
+      for (int c = 0; c < kVecs; ++c) acc[j][c] = S::fma(kb, qv[c], acc[j][c]);
+    }
+  }
+  for (int j = 0; j < kKeys; ++j) {
+    for (int c = 0; c < kVecs; ++c) S::store(t.s + (j0 + j) * ld + (c0 + c) * kW, acc[j][c]);
+  }
+}
+
+template <class S, int kVecs>
+inline void lanes_cols(const TileState& t, const float* kf, int32_t keys, int32_t c0) {
+  constexpr int kK = S::kBcastKeys;
+  int32_t j = 0;
+  for (; j + kK <= keys; j += kK) lanes_block<S, kK, kVecs>(t, kf, j, c0);
+  for (; j < keys; ++j) lanes_block<S, 1, kVecs>(t, kf, j, c0);
+}
+
+// S[j, :] = K[j] · Q^T for j < keys; kf is the key page in f32.
+template <class S>
+inline void lanes_scores(const TileState& t, const float* kf, int32_t keys) {
+  constexpr int kV = S::kBcastVecs;
+  const int32_t vecs = t.padded_rows / S::kWidth;
+  int32_t c = 0;
+  for (; c + kV <= vecs; c += kV) lanes_cols<S, kV>(t, kf, keys, c);
+  for (; c < vecs; ++c) lanes_cols<S, 1>(t, kf, keys, c);
+}
+
+// Online-softmax update, lanes layout: column-wise max / exp / sum over the page's keys.
+template <class S>
+inline void lanes_softmax(const TileState& t, int32_t keys) {
+  using V = typename S::V;
+  constexpr int32_t kW = S::kWidth;
+  const int64_t ld = t.padded_rows;
+  for (int32_t c = 0; c < t.padded_rows; c += kW) {
+    V mx = S::set1(simd::kNegInf);
+    for (int32_t j = 0; j < keys; ++j) mx = S::max(mx, S::load(t.s + j * ld + c));
+    const V m_old = S::load(t.m + c);
+    const V m_new = S::max(m_old, mx);
+    const V m_safe = S::neg_inf_to_zero(m_new);  // rows with nothing visible yet: P = 0
+    const V alpha = S::exp(S::sub(m_old, m_safe));
+    V sum = S::zero();
+    for (int32_t j = 0; j < keys; ++j) {
+      const V e = S::exp(S::sub(S::load(t.s + j * ld + c), m_safe));
+      S::store(t.s + j * ld + c, e);
+      sum = S::add(sum, e);
+    }
+    S::store(t.alpha + c, alpha);
+    S::store(t.l + c, S::fma(S::load(t.l + c), alpha, sum));
+    S::store(t.m + c, m_new);
+  }
+}
+
+// ---- softmax, rows layout ----
+
+// Online-softmax update of every row from its masked scores (padding included, -inf);
+// turns S into P in place.
+template <class S>
+inline void rows_softmax(const TileState& t) {
+  using V = typename S::V;
+  constexpr int32_t kW = S::kWidth;
+  for (int32_t r = 0; r < t.rows; ++r) {
+    float* row = t.s + static_cast<int64_t>(r) * t.ld_s;
+    V mx = S::set1(simd::kNegInf);
+    for (int32_t j = 0; j < t.ld_s; j += kW) mx = S::max(mx, S::load(row + j));
+    const float m_new = std::max(t.m[r], S::reduce_max(mx));
+    if (m_new == simd::kNegInf) {  // nothing visible yet: keep O, l untouched
+      t.alpha[r] = 1.0f;
+      for (int32_t j = 0; j < t.ld_s; ++j) row[j] = 0.0f;
+      continue;
+    }
+    const float alpha = S::reduce_max(S::exp(S::set1(t.m[r] - m_new)));
+    const V vm = S::set1(m_new);
+    V sum = S::zero();
+    for (int32_t j = 0; j < t.ld_s; j += kW) {
+      const V e = S::exp(S::sub(S::load(row + j), vm));
+      S::store(row + j, e);
+      sum = S::add(sum, e);
+    }
+    t.alpha[r] = alpha;
+    t.l[r] = t.l[r] * alpha + S::reduce_add(sum);
+    t.m[r] = m_new;
+  }
+}
+
+// ---- O = O * alpha + P V ----
 
 template <class S, DType kKv, int kRows, int kVecs>
 inline void pv_block(const TileState& t, int32_t r0, int32_t keys, const void* v, int64_t v_row0,
                      int64_t e0) {
   using V = typename S::V;
   constexpr int64_t kW = S::kWidth;
-  const int64_t d = t.head_dim;
+  const int64_t d = t.head_dim, pr = t.p_row_stride(), pc = t.p_col_stride();
   V acc[kRows][kVecs];
   for (int r = 0; r < kRows; ++r) {
     const V a = S::set1(t.alpha[r0 + r]);
@@ -45,11 +163,12 @@ inline void pv_block(const TileState& t, int32_t r0, int32_t keys, const void* v
   }
   for (int32_t j = 0; j < keys; ++j) {
     V vv[kVecs];
-    for (int c = 0; c < kVecs; ++c)
-      vv[c] = simd::load_as_f32<S, kKv>(v, (v_row0 + j) * d + e0 + c * kW);
+    for (int c = 0; c < kVecs; ++c) {
+      vv[c] = S::pinned(simd::load_as_f32<S, kKv>(v, (v_row0 + j) * d + e0 + c * kW));
+    }
     for (int r = 0; r < kRows; ++r) {
-      const V pr = S::set1(t.s[(r0 + r) * static_cast<int64_t>(t.ld_s) + j]);
-      for (int c = 0; c < kVecs; ++c) acc[r][c] = S::fma(pr, vv[c], acc[r][c]);
+      const V p = S::set1(t.s[(r0 + r) * pr + j * pc]);
+      for (int c = 0; c < kVecs; ++c) acc[r][c] = S::fma(p, vv[c], acc[r][c]);
     }
   }
   for (int r = 0; r < kRows; ++r) {
@@ -76,36 +195,6 @@ inline void pv_update(const TileState& t, int32_t keys, const void* v, int64_t v
   int32_t r = 0;
   for (; r + kR <= t.rows; r += kR) pv_rows<S, kKv, kR>(t, r, keys, v, v_row0);
   for (; r < t.rows; ++r) pv_rows<S, kKv, 1>(t, r, keys, v, v_row0);
-}
-
-// Online-softmax update of every row from its masked scores; turns S into P in place.
-template <class S>
-inline void softmax_update(const TileState& t) {
-  using V = typename S::V;
-  constexpr int32_t kW = S::kWidth;
-  for (int32_t r = 0; r < t.rows; ++r) {
-    float* row = t.s + static_cast<int64_t>(r) * t.ld_s;
-    V mx = S::set1(simd::kNegInf);
-    for (int32_t j = 0; j < t.ld_s; j += kW) mx = S::max(mx, S::load(row + j));
-    const float row_max = S::reduce_max(mx);
-    const float m_new = std::max(t.m[r], row_max);
-    if (m_new == simd::kNegInf) {  // nothing visible yet: keep O, l untouched
-      t.alpha[r] = 1.0f;
-      for (int32_t j = 0; j < t.ld_s; ++j) row[j] = 0.0f;
-      continue;
-    }
-    const float alpha = S::reduce_max(S::exp(S::set1(t.m[r] - m_new)));
-    const V vm = S::set1(m_new);
-    V sum = S::zero();
-    for (int32_t j = 0; j < t.ld_s; j += kW) {
-      const V e = S::exp(S::sub(S::load(row + j), vm));
-      S::store(row + j, e);
-      sum = S::add(sum, e);
-    }
-    t.alpha[r] = alpha;
-    t.l[r] = t.l[r] * alpha + S::reduce_add(sum);
-    t.m[r] = m_new;
-  }
 }
 
 }  // namespace ls::kernels::cpu

@@ -24,7 +24,8 @@ inline void dot_block(const float* a, int64_t lda, const void* b, int64_t b_row0
   int64_t e = 0;
   for (; e + kW <= k; e += kW) {
     V bv[kCols];
-    for (int j = 0; j < kCols; ++j) bv[j] = simd::load_as_f32<S, kB>(b, (b_row0 + j) * ldb + e);
+    for (int j = 0; j < kCols; ++j)
+      bv[j] = S::pinned(simd::load_as_f32<S, kB>(b, (b_row0 + j) * ldb + e));
     for (int r = 0; r < kRows; ++r) {
       const V av = S::load(a + r * lda + e);
       for (int j = 0; j < kCols; ++j) acc[r][j] = S::fma(av, bv[j], acc[r][j]);

@@ -44,6 +44,8 @@ struct Scalar {
   static constexpr int kDotRows = 4;
   static constexpr int kAxpyRows = 4;
   static constexpr int kAxpyVecs = 4;
+  static constexpr int kBcastKeys = 4;
+  static constexpr int kBcastVecs = 4;
 
   static V zero() { return 0.0f; }
   static V set1(float x) { return x; }
@@ -67,6 +69,8 @@ struct Scalar {
     out[3] = d;
   }
   static V exp(V x) { return std::exp(x); }
+  static V neg_inf_to_zero(V x) { return x == -std::numeric_limits<float>::infinity() ? 0.0f : x; }
+  static V pinned(V v) { return v; }
 };
 
 #if defined(LS_KERNELS_HAVE_AVX2)
@@ -77,6 +81,8 @@ struct Avx2 {
   static constexpr int kDotRows = 2;  // 2 x 4 accumulators + 6 operands fit in 16 ymm
   static constexpr int kAxpyRows = 2;
   static constexpr int kAxpyVecs = 4;
+  static constexpr int kBcastKeys = 2;  // keys x vectors of the rows-in-lanes score kernel
+  static constexpr int kBcastVecs = 4;
 
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
@@ -115,6 +121,16 @@ struct Avx2 {
     const __m256 abcd = _mm256_hadd_ps(ab, cd);
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
   }
+  // Keeps a reused operand in a register: without it GCC re-loads it as a memory operand of
+  // every FMA that uses it, which makes the register-blocked kernels load-bound.
+  static V pinned(V v) {
+    asm("" : "+x"(v));
+    return v;
+  }
+  static V neg_inf_to_zero(V x) {
+    return _mm256_andnot_ps(
+        _mm256_cmp_ps(x, set1(-std::numeric_limits<float>::infinity()), _CMP_EQ_OQ), x);
+  }
   // Cephes-style expf, ~1 ulp; 0 below -87.33 (including -inf), NaN stays NaN; inputs above
   // 88 are clamped (2^n is built from the exponent field, so n must stay <= 127).
   static V exp(V x) {
@@ -146,6 +162,8 @@ struct Avx512 {
   static constexpr int kDotRows = 4;  // 4 x 4 accumulators + 8 operands of 32 zmm
   static constexpr int kAxpyRows = 4;
   static constexpr int kAxpyVecs = 4;
+  static constexpr int kBcastKeys = 4;
+  static constexpr int kBcastVecs = 4;
 
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }
@@ -180,6 +198,17 @@ struct Avx512 {
     t = _mm512_add_ps(t, _mm512_permute_ps(t, 0xB1));
     const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
     _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_permutexvar_ps(idx, t)));
+  }
+  // Keeps a reused operand in a register: without it GCC re-loads it as a memory operand of
+  // every FMA that uses it, which makes the register-blocked kernels load-bound.
+  static V pinned(V v) {
+    asm("" : "+v"(v));
+    return v;
+  }
+  static V neg_inf_to_zero(V x) {
+    const __mmask16 m =
+        _mm512_cmp_ps_mask(x, set1(-std::numeric_limits<float>::infinity()), _CMP_EQ_OQ);
+    return _mm512_mask_mov_ps(x, m, _mm512_setzero_ps());
   }
   // Cephes-style expf, ~1 ulp; 0 below -87.33 (including -inf), NaN stays NaN.
   static V exp(V x) {
