@@ -267,9 +267,12 @@ Result<ModelConfig> parse_model_config(std::string_view json, std::string_view s
     LS_ASSIGN_OR_RETURN(c.attention_bias_, f.opt_bool("attention_bias"));
     LS_ASSIGN_OR_RETURN(c.mlp_bias_, f.opt_bool("mlp_bias"));
 
-    LS_ASSIGN_OR_RETURN(auto window, f.opt_int("sliding_window", 1));
+    // Qwen2/Qwen3 keep a sliding_window value even when use_sliding_window is false; it is then
+    // ignored (not validated), as transformers does.
     LS_ASSIGN_OR_RETURN(auto use_window, f.opt_bool("use_sliding_window"));
-    if (use_window.value_or(true)) c.sliding_window_ = window;
+    if (use_window.value_or(true)) {
+      LS_ASSIGN_OR_RETURN(c.sliding_window_, f.opt_int("sliding_window", 1));
+    }
     LS_ASSIGN_OR_RETURN(c.max_window_layers_, f.opt_int("max_window_layers", 0));
 
     LS_ASSIGN_OR_RETURN(c.bos_token_id_, parse_token_id(root, source, "bos_token_id"));

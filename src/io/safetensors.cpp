@@ -464,6 +464,10 @@ Status write_safetensors(const std::filesystem::path& path,
     std::filesystem::rename(tmp, path, ec);
     if (ec) return io_error("{}: cannot rename {}: {}", file, tmp.string(), ec.message());
     return {};
+  } catch (const Json::type_error& e) {
+    // dump() refuses strings that are not UTF-8.
+    return invalid_argument("{}: a tensor name or metadata string is not valid UTF-8 ({})", file,
+                            e.what());
   } catch (const std::bad_alloc&) {
     return resource_exhausted("{}: out of memory", file);
   } catch (const std::exception& e) {

@@ -152,6 +152,15 @@ TEST(ModelConfig, MistralSlidingWindow) {
   EXPECT_EQ(c.eos_token_ids(), (std::vector<int64_t>{2}));
 }
 
+TEST(ModelConfig, DisabledSlidingWindowIsNotValidated) {
+  auto j = nlohmann::json::parse(kQwen25Yarn);
+  j["sliding_window"] = 0;
+  EXPECT_EQ(parse_ok(j.dump()).sliding_window(), std::nullopt);
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 4096;
+  EXPECT_EQ(parse_ok(j.dump()).sliding_window(), 4096);
+}
+
 TEST(ModelConfig, Llama2Defaults) {
   const ModelConfig c = parse_ok(kLlama2);
   EXPECT_EQ(c.rope().type, RopeType::kDefault);
@@ -306,7 +315,8 @@ TEST(ModelConfig, MalformedConfigs) {
       {"no architecture or model_type",
        llama2_patched(R"({"architectures": null, "model_type": null})"), inv,
        "neither \"architectures\" nor \"model_type\""},
-      {"window not positive", llama2_with("sliding_window", "0"), inv, "\"sliding_window\""},
+      {"window not positive", llama2_with("sliding_window", "0"), inv,
+       "field \"sliding_window\" must be positive, got 0"},
       {"rope_scaling string", llama2_with("rope_scaling", R"("linear")"), inv,
        "field \"rope_scaling\" must be an object"},
       {"unknown rope type", llama2_with("rope_scaling", R"({"rope_type": "longrope"})"), unimpl,

@@ -249,6 +249,7 @@ TEST(Safetensors, WriterRejectsBadInput) {
   EXPECT_EQ(code({{"a", DType::kF32, {-1}, &x}}), StatusCode::kInvalidArgument);
   EXPECT_EQ(code({{"a", DType::kF32, {1}, nullptr}}), StatusCode::kInvalidArgument);
   EXPECT_EQ(code({{"a", DType::kI4, {2}, &x}}), StatusCode::kUnimplemented);
+  EXPECT_EQ(code({{"bad\xff", DType::kF32, {1}, &x}}), StatusCode::kInvalidArgument);
   EXPECT_FALSE(std::filesystem::exists(path));
 }
 
