@@ -50,10 +50,10 @@ MODEL_PRESETS = {
 # document (None: the row), probability that a row is one document). Short documents first, where
 # attention to the needle is strong enough for the retrieval circuit to form.
 STAGES = (
-    (0.08, {1024: 1.0}, 384, 0.0),
-    (0.25, {1024: 0.4, 2048: 0.6}, None, 0.3),
-    (0.50, {1024: 0.1, 2048: 0.3, 4096: 0.6}, None, 0.5),
-    (0.75, {2048: 0.2, 4096: 0.4, 8192: 0.4}, None, 0.5),
+    (0.15, {1024: 1.0}, 384, 0.0),
+    (0.35, {1024: 0.4, 2048: 0.6}, None, 0.3),
+    (0.55, {1024: 0.1, 2048: 0.3, 4096: 0.6}, None, 0.5),
+    (0.78, {2048: 0.2, 4096: 0.4, 8192: 0.4}, None, 0.5),
     (1.00, {2048: 0.1, 4096: 0.3, 8192: 0.3, 16384: 0.3}, None, 0.5),
 )
 
@@ -82,9 +82,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="fix the number of steps (0: plan it from a speed probe and the budget)")
     p.add_argument("--tokens-per-step", type=int, default=None, help="65536 (smoke 2048)")
     p.add_argument("--max-context", type=int, default=None, help="longest row (16384; smoke 512)")
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lr", type=float, default=6e-4,
+                   help="peak; at 2e-3 the copy circuit did not form until the decay passed ~8e-4")
     p.add_argument("--min-lr-frac", type=float, default=0.1)
-    p.add_argument("--warmup-frac", type=float, default=0.04)
+    p.add_argument("--warmup-frac", type=float, default=0.03)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--lm-weight", type=float, default=0.1, help="weight of the filler LM loss")
     p.add_argument("--lm-fraction", type=float, default=0.25,
