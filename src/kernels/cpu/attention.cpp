@@ -194,6 +194,20 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
     const PageVisit& page = scratch.pages[static_cast<size_t>(pi)];
     const int64_t key_row0 = page.head_page * pt;  // row of the page's first key in the pool
     const int32_t keys = page.num_tokens;
+    PagePrefetch prefetch;
+    t.prefetch = nullptr;
+    if (pi + 1 < page_end) {
+      const PageVisit& next = scratch.pages[static_cast<size_t>(pi + 1)];
+      const int64_t offset = dtype_nbytes(kKv, next.head_page * pt * d);
+      prefetch.k = static_cast<const char*>(kv.k) + offset;
+      prefetch.v = static_cast<const char*>(kv.v) + offset;
+      prefetch.bytes = dtype_nbytes(kKv, int64_t{next.num_tokens} * d);
+      // P·V runs keys x (row blocks x head_dim blocks) steps; cover the page in about half.
+      const int64_t steps =
+          std::max<int64_t>(1, int64_t{keys} * ((d / S::kWidth + S::kAxpyVecs - 1) / S::kAxpyVecs));
+      prefetch.lines_per_step = std::max<int64_t>(1, 2 * (prefetch.bytes / 64) / steps);
+      t.prefetch = &prefetch;
+    }
     if (lanes) {
       const float* kf = t.kf;
       if constexpr (kKv == DType::kF32) {

@@ -28,6 +28,24 @@ namespace ls::kernels::cpu {
 
 inline constexpr int32_t kLanesMinRows = 16;
 
+// Streams the next page's K and V towards L2 a few lines at a time from inside the P·V loop,
+// so decode keeps memory busy while it computes (a burst of prefetches at the page start
+// stalls on the miss buffers instead).
+struct PagePrefetch {
+  const char* k = nullptr;
+  const char* v = nullptr;
+  int64_t bytes = 0;  // of each of k and v
+  int64_t next = 0;   // next byte offset to request
+  int64_t lines_per_step = 1;
+
+  void step() {
+    for (int64_t i = 0; i < lines_per_step && next < bytes; ++i, next += 64) {
+      simd::prefetch_l2(k + next, 1);
+      simd::prefetch_l2(v + next, 1);
+    }
+  }
+};
+
 // Per-thread working set of one tile (all f32).
 struct TileState {
   int32_t rows = 0;
@@ -42,6 +60,7 @@ struct TileState {
   float* m = nullptr;      // [padded_rows] running max
   float* l = nullptr;      // [padded_rows] running sum
   float* alpha = nullptr;  // [padded_rows] rescale factor of the current page
+  PagePrefetch* prefetch = nullptr;  // next page, stepped once per key of each P·V block
 
   int64_t p_row_stride() const { return lanes ? 1 : ld_s; }
   int64_t p_col_stride() const { return lanes ? padded_rows : 1; }
@@ -162,6 +181,7 @@ inline void pv_block(const TileState& t, int32_t r0, int32_t keys, const void* v
       acc[r][c] = S::mul(S::load(t.o + (r0 + r) * d + e0 + c * kW), a);
   }
   for (int32_t j = 0; j < keys; ++j) {
+    if (t.prefetch) t.prefetch->step();
     V vv[kVecs];
     for (int c = 0; c < kVecs; ++c) {
       vv[c] = S::pinned(simd::load_as_f32<S, kKv>(v, (v_row0 + j) * d + e0 + c * kW));

@@ -230,6 +230,18 @@ struct Avx512 {
 };
 #endif
 
+// Asks for [data, data + bytes) to be brought towards L2 (paged KV: the hardware prefetcher
+// restarts at every page, so the next page is requested while the current one is computed).
+inline void prefetch_l2(const void* data, int64_t bytes) {
+#if defined(__SSE__)
+  const char* p = static_cast<const char*>(data);
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
 // Widening loads from a KV / weight element type to S::V.
 template <class S, DType kDtype>
 inline typename S::V load_as_f32(const void* base, int64_t index) {
