@@ -51,8 +51,17 @@ inline void dot_rows(const float* a, int64_t lda, int64_t m, const void* b, int6
   for (; r + kR <= m; r += kR) {
     dot_block<S, kB, kR, kCols>(a + r * lda, lda, b, b_row0, ldb, k, c + r * ldc, ldc);
   }
-  for (; r < m; ++r)
-    dot_block<S, kB, 1, kCols>(a + r * lda, lda, b, b_row0, ldb, k, c + r * ldc, ldc);
+  // The remaining rows in one block, so b is streamed once more rather than once per row.
+  const int64_t rest = m - r;
+  a += r * lda;
+  c += r * ldc;
+  if constexpr (kR > 3) {
+    if (rest == 3) return dot_block<S, kB, 3, kCols>(a, lda, b, b_row0, ldb, k, c, ldc);
+  }
+  if constexpr (kR > 2) {
+    if (rest == 2) return dot_block<S, kB, 2, kCols>(a, lda, b, b_row0, ldb, k, c, ldc);
+  }
+  if (rest == 1) dot_block<S, kB, 1, kCols>(a, lda, b, b_row0, ldb, k, c, ldc);
 }
 
 // c[r * ldc + j] = sum_e a[r * lda + e] * b[(b_row0 + j) * ldb + e] for r < m, j < n.
