@@ -32,13 +32,18 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool 
   while (begin > 0 && visible < kPromptContextTokens) {
     const int32_t id = prompt_ids[begin - 1];
     --begin;
-    const bool shown = id >= 0 && id < tokenizer.vocab_size() &&
-                       !(skip_special_tokens && tokenizer.is_special(id));
+    const bool shown = !tokenizer.dropped_by_decode(id, skip_special_tokens);
     if (shown && !(groups_byte_tokens_ && tokenizer.is_byte_token(id))) ++visible;
   }
   window_.assign(prompt_ids.begin() + static_cast<std::ptrdiff_t>(begin), prompt_ids.end());
-  read_ = window_.size();
   emitted_ = tokenizer_.decode(window_, skip_special_tokens_);
+  // The context must show some text (see advance()); reach further back when it does not.
+  while (emitted_.empty() && begin > 0) {
+    begin = begin > window_.size() ? begin - window_.size() - 1 : 0;
+    window_.assign(prompt_ids.begin() + static_cast<std::ptrdiff_t>(begin), prompt_ids.end());
+    emitted_ = tokenizer_.decode(window_, skip_special_tokens_);
+  }
+  read_ = window_.size();
   while (ends_with_replacement(emitted_)) {
     emitted_.resize(emitted_.size() - tok::kReplacementUtf8.size());
   }
@@ -46,6 +51,9 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool 
 
 std::string IncrementalDetokenizer::push(int32_t id) {
   window_.push_back(id);
+  // A dropped token changes nothing (and must not end a held run of byte tokens: decode
+  // removes it before the byte run is grouped).
+  if (tokenizer_.dropped_by_decode(id, skip_special_tokens_)) return {};
   if (groups_byte_tokens_ && tokenizer_.is_byte_token(id)) return {};
   return advance(/*final=*/false);
 }
@@ -79,10 +87,18 @@ std::string IncrementalDetokenizer::advance(bool final) {
     emitted_ = text.substr(0, end);
     return delta;
   }
-  // All text of the window is final: the tokens after the old context become the new context.
-  window_.erase(window_.begin(), window_.begin() + static_cast<std::ptrdiff_t>(read_));
+  // All text of the window is final. The tokens after the old context become the new context
+  // when they show some text on their own: only then do first-token rules (Metaspace's first
+  // token, Strip of leading spaces) end inside the context and not in the tokens after it.
+  const std::span<const int32_t> tail(window_.data() + read_, window_.size() - read_);
+  std::string tail_text = tokenizer_.decode(tail, skip_special_tokens_);
+  if (tail_text.empty()) {
+    emitted_ = text;
+  } else {
+    window_.erase(window_.begin(), window_.begin() + static_cast<std::ptrdiff_t>(read_));
+    emitted_ = std::move(tail_text);
+  }
   read_ = window_.size();
-  emitted_ = tokenizer_.decode(window_, skip_special_tokens_);
   return delta;
 }
 

@@ -33,6 +33,10 @@ class TemplateProcessor final : public PostProcessor {
     }
     ids = std::move(out);
   }
+  void added_ids(std::vector<int32_t>& out) const override {
+    for (const Element& e : single_)
+      out.insert(out.end(), e.special_ids.begin(), e.special_ids.end());
+  }
 
  private:
   std::vector<Element> single_;
@@ -47,6 +51,10 @@ class ClsSepProcessor final : public PostProcessor {
     ids.insert(ids.begin(), cls_);
     ids.push_back(sep_);
   }
+  void added_ids(std::vector<int32_t>& out) const override {
+    out.push_back(cls_);
+    out.push_back(sep_);
+  }
 
  private:
   int32_t cls_;
@@ -56,6 +64,7 @@ class ClsSepProcessor final : public PostProcessor {
 class NoopProcessor final : public PostProcessor {
  public:
   void process(std::vector<int32_t>&, bool) const override {}
+  void added_ids(std::vector<int32_t>&) const override {}
 };
 
 class SequenceProcessor final : public PostProcessor {
@@ -64,6 +73,9 @@ class SequenceProcessor final : public PostProcessor {
       : parts_(std::move(parts)) {}
   void process(std::vector<int32_t>& ids, bool add_special_tokens) const override {
     for (const auto& p : parts_) p->process(ids, add_special_tokens);
+  }
+  void added_ids(std::vector<int32_t>& out) const override {
+    for (const auto& p : parts_) p->added_ids(out);
   }
 
  private:

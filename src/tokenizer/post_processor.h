@@ -18,6 +18,8 @@ class PostProcessor {
   virtual ~PostProcessor() = default;
   // Adds the special tokens of a single-sequence encoding when add_special_tokens is set.
   virtual void process(std::vector<int32_t>& ids, bool add_special_tokens) const = 0;
+  // Appends every id process() may add, so the loader can check them against the vocabulary.
+  virtual void added_ids(std::vector<int32_t>& out) const = 0;
 };
 
 // A post_processor object from tokenizer.json.

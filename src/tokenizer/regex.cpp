@@ -95,6 +95,15 @@ bool is_hex(char c) {
   return std::isxdigit(static_cast<unsigned char>(c)) != 0;
 }
 
+// Oniguruma's Unicode \w (measured on the Oniguruma that HF tokenizers bundles): Alphabetic
+// (letters, Nl, the circled/squared letters of Other_Alphabetic), marks, Nd and Pc. A bare \w
+// also takes the Latin-1 superscript digits and fractions (its ISO-8859-1 fast path); \w inside
+// a bracket class does not.
+constexpr std::string_view kOnigWordInClass =
+    "\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}\\x{24B6}-\\x{24E9}\\x{1F130}-\\x{1F149}"
+    "\\x{1F150}-\\x{1F169}\\x{1F170}-\\x{1F189}";
+constexpr std::string_view kOnigWordLatin1Extra = "\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
+
 }  // namespace
 
 Result<std::string> translate_onig_pattern(std::string_view p) {
@@ -131,10 +140,24 @@ Result<std::string> translate_onig_pattern(std::string_view p) {
           out += "\\P{Nd}";
           break;
         case 'w':
-          out += in_class ? "\\p{L}\\p{M}\\p{N}\\p{Pc}" : "[\\p{L}\\p{M}\\p{N}\\p{Pc}]";
+          if (in_class) {
+            out += kOnigWordInClass;
+          } else {
+            out += "[";
+            out += kOnigWordInClass;
+            out += kOnigWordLatin1Extra;
+            out += "]";
+          }
           break;
         case 'W':
-          out += in_class ? "\\W" : "[^\\p{L}\\p{M}\\p{N}\\p{Pc}]";
+          if (in_class) {
+            out += "\\W";  // a negated set cannot be spliced into a class; PCRE2's meaning
+          } else {
+            out += "[^";
+            out += kOnigWordInClass;
+            out += kOnigWordLatin1Extra;
+            out += "]";
+          }
           break;
         case 'h':
           out += in_class ? "0-9a-fA-F" : "[0-9a-fA-F]";

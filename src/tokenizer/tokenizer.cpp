@@ -145,6 +145,16 @@ Status Tokenizer::init_from_json(std::string_view text) {
     id_skipped_[id] = added_->is_special_content(*id_strings_[id]);
     id_byte_token_[id] = tok::parse_byte_token(*id_strings_[id]).has_value();
   }
+  // HF would emit such ids without complaint; a model cannot embed them, so refuse the file.
+  if (post_processor_ != nullptr) {
+    std::vector<int32_t> ids;
+    post_processor_->added_ids(ids);
+    for (int32_t id : ids) {
+      if (token_string(id) == nullptr) {
+        return invalid_argument("post_processor adds token id {}, which the vocabulary lacks", id);
+      }
+    }
+  }
   return {};
 }
 
@@ -266,6 +276,10 @@ bool Tokenizer::is_special(int32_t id) const {
 
 bool Tokenizer::groups_byte_tokens() const {
   return decoder_ != nullptr && decoder_->groups_byte_tokens();
+}
+
+bool Tokenizer::dropped_by_decode(int32_t id, bool skip_special_tokens) const {
+  return token_string(id) == nullptr || (skip_special_tokens && id_skipped_[id] != 0);
 }
 
 bool Tokenizer::is_byte_token(int32_t id) const {

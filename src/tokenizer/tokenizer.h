@@ -75,9 +75,11 @@ class Tokenizer {
   const std::optional<std::string>& chat_template() const { return chat_template_; }
 
   // For the streaming detokenizer: whether the decoder groups runs of "<0xNN>" byte tokens,
-  // and whether id is such a token.
+  // whether id is such a token, and whether decode() drops id (an unknown id, or a special
+  // token under skip_special_tokens) so that it cannot change the text.
   bool groups_byte_tokens() const;
   bool is_byte_token(int32_t id) const;
+  bool dropped_by_decode(int32_t id, bool skip_special_tokens) const;
 
  private:
   Tokenizer();
