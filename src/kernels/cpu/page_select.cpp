@@ -39,6 +39,18 @@ void score_logical_pages(const PageSelectParams& p, const SelectItem& it, const 
     const int32_t block =
         p.retrieval_blocks[static_cast<int64_t>(it.seq) * p.retrieval_blocks_stride + page];
     const int32_t lp_end = std::min(it.num_logical, (page + 1) * lpp);
+    if (page + 2 < page_end) {  // summaries of a page two ahead (pages are scattered blocks)
+      const int32_t ahead =
+          p.retrieval_blocks[static_cast<int64_t>(it.seq) * p.retrieval_blocks_stride + page + 2];
+      if (ahead >= 0) {
+        const int64_t row = (static_cast<int64_t>(ahead) * p.heads_per_block + slot) * lpp * d;
+        const int64_t bytes = dtype_nbytes(kDt, lpp * d);
+        simd::prefetch_l2(static_cast<const char*>(p.summaries.kmax) + dtype_nbytes(kDt, row),
+                          bytes);
+        simd::prefetch_l2(static_cast<const char*>(p.summaries.kmin) + dtype_nbytes(kDt, row),
+                          bytes);
+      }
+    }
     for (int32_t lp = page * lpp; lp < lp_end; ++lp) {
       if (block < 0) {
         for (int32_t h = 0; h < padded_heads; ++h)
