@@ -544,9 +544,10 @@ def doc_to_json(doc: Doc, doc_id: str, context_tokens: int) -> dict:
 
 
 def eval_docs(enc: Encoder, pool: FillerPool, seed: int, lengths: Sequence[int],
-              samples_per_cell: int, depths: Sequence[float], tasks: Sequence[str] = TASKS,
+              samples_per_cell: int, depths: Sequence[float | None], tasks: Sequence[str] = TASKS,
               chat: bool = False, with_text: bool = True) -> list[tuple[str, int, Doc]]:
-    """The held-out grid: niah_single at every depth x length, the other tasks at random depths.
+    """The held-out grid: samples_per_cell prompts per (task, length); niah_single divides them
+    over the depth grid (ceil(samples / len(depths)) per depth), the other tasks draw depths.
 
     Every document has its own RNG stream derived from (seed, task, length, depth, sample), so a
     cell does not change when other cells are added. Returns (id, context_tokens, doc) triples.
@@ -555,8 +556,9 @@ def eval_docs(enc: Encoder, pool: FillerPool, seed: int, lengths: Sequence[int],
     for t_idx, task in enumerate(tasks):
         for length in lengths:
             cell_depths = list(depths) if task == "niah_single" else [None]
+            per_depth = -(-samples_per_cell // len(cell_depths))
             for d_idx, depth in enumerate(cell_depths):
-                for s in range(samples_per_cell):
+                for s in range(per_depth):
                     rng = np.random.default_rng([seed, 0xE7A1, t_idx, length, d_idx, s, int(chat)])
                     doc = build_doc(task, rng, enc, pool, max_prompt_tokens=length, depth=depth,
                                     split="eval", chat=chat, with_text=with_text)

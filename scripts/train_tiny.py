@@ -102,7 +102,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=None, help="data processes (0: in-process)")
     p.add_argument("--eval-lengths", default=None, help="1024,2048,4096,8192,16384 (smoke 256,512)")
     p.add_argument("--eval-samples", type=int, default=None,
-                   help="samples per cell; niah_single per depth (4; smoke 1)")
+                   help="prompts per (task, length); niah_single spreads them over the depth grid "
+                        "(44; smoke 3)")
     p.add_argument("--eval-depths", type=int, default=None, help="depth grid points (11; smoke 3)")
     p.add_argument("--save-every-s", type=float, default=90.0)
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
@@ -112,7 +113,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     a = p.parse_args(argv)
     defaults = dict(time_budget_s=(40, 360), deadline_s=(300, 480), tokens_per_step=(2048, 65536),
                     max_context=(512, 16384), pool_sentences=(5000, 100000),
-                    eval_lengths=("256,512", "1024,2048,4096,8192,16384"), eval_samples=(1, 4),
+                    eval_lengths=("256,512", "1024,2048,4096,8192,16384"), eval_samples=(3, 44),
                     eval_depths=(3, 11))
     for name, (smoke, full) in defaults.items():
         if getattr(a, name) is None:
@@ -572,15 +573,14 @@ def verify_saved(out_dir: str, entries, results, device) -> dict:
             if ids[: len(doc.prompt_ids)] != [int(x) for x in doc.prompt_ids] and not chat:
                 raise RuntimeError("reloaded tokenizer does not reproduce the prompt ids")
             inp = torch.tensor([ids], device=device)
+            expected = doc.chat_answer if chat else doc.answer
             with torch.no_grad():
                 out = model.generate(inp, attention_mask=torch.ones_like(inp), do_sample=False,
-                                     max_new_tokens=len(doc.answer_ids) + 4)
+                                     max_new_tokens=len(tok.encode(expected).ids) + 6)
             text_out = tok.decode(out[0, len(ids):].tolist(), skip_special_tokens=True)
-            exact, recall = rt.score_text(text_out, doc.chat_answer if chat else doc.answer,
-                                          doc.answers)
+            exact, recall = rt.score_text(text_out, expected, doc.answers)
             checks.append({"id": doc_id + ("-chat" if chat else ""), "context_tokens": length,
-                           "expected": doc.chat_answer if chat else doc.answer,
-                           "generated": text_out, "exact": exact,
+                           "expected": expected, "generated": text_out, "exact": exact,
                            "recall": recall,
                            "teacher_forced_exact": None if chat or res is None else res["exact"]})
     return {"dtype": str(next(model.parameters()).dtype),
