@@ -184,9 +184,14 @@ SPECIAL_STRINGS = {
 }
 
 
+def _long_text() -> str:
+    """~8 KB of real prose and code: SentencePiece-style tokenizers see it as one word."""
+    return "\n\n".join(recipes.default_corpus()[:60])[:8000]
+
+
 def _hard_cases(tok: Tokenizer, style_key: str) -> list[dict]:
     cases = []
-    inputs = [("text", s) for s in HARD_STRINGS + SPECIAL_STRINGS[style_key]]
+    inputs = [("text", s) for s in HARD_STRINGS + SPECIAL_STRINGS[style_key] + [_long_text()]]
     inputs += [("hex", b.hex()) for b in INVALID_UTF8]
     for kind, value in inputs:
         text = value if kind == "text" else bytes.fromhex(value).decode("utf-8", errors="replace")

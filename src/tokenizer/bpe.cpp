@@ -92,6 +92,8 @@ Result<std::unique_ptr<BpeModel>> BpeModel::from_json(const nlohmann::json& j) {
           *unk);
     }
   }
+  // Cutting long words needs single characters to be their own symbols.
+  m->can_split_ = m->continuing_subword_prefix_.empty() && m->end_of_word_suffix_.empty();
   for (int b = 0; b < 256; ++b) {
     auto it = m->vocab_.find(fmt::format("<0x{:02X}>", b));
     m->byte_token_ids_[b] = it == m->vocab_.end() ? -1 : it->second;
@@ -135,6 +137,15 @@ Result<std::unique_ptr<BpeModel>> BpeModel::from_json(const nlohmann::json& j) {
       }
       // A repeated pair keeps its last rank, as HF's map construction does.
       m->merges_[pair_key(a->second, b->second)] = {rank, n->second};
+      // The characters this merge can join: the last of a and the first of b (after the
+      // prefix). Empty halves cannot be merged into anything; they leave no junction.
+      const std::string_view b_rest = std::string_view(pair.second).substr(prefix_len);
+      if (!pair.first.empty() && !b_rest.empty()) {
+        size_t lead = pair.first.size() - 1;
+        while (lead > 0 && (static_cast<unsigned char>(pair.first[lead]) & 0xC0) == 0x80) --lead;
+        m->junctions_.insert(pair_key(static_cast<int32_t>(decode_utf8(pair.first, lead).cp),
+                                      static_cast<int32_t>(decode_utf8(b_rest, 0).cp)));
+      }
       ++rank;
     }
   }
@@ -162,6 +173,32 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const 
       return;
     }
   }
+  if (word.size() < kMaxCachedWordBytes || !can_split_) {
+    merge_cached(word, out);
+    return;
+  }
+  // A long word (SentencePiece-style tokenizers see whole sentences as one word): cut it where
+  // no merge can ever join the two sides, and merge the pieces independently. Exact, because
+  // merges on one side never see the other, and it keeps the priority queue small.
+  size_t start = 0;
+  size_t i = 0;
+  bool prev_known = false;
+  char32_t prev = 0;
+  while (i < word.size()) {
+    const Utf8Step st = decode_utf8(word, i);
+    const bool known = vocab_.find(word.substr(i, st.len)) != vocab_.end();
+    if (i > start && known && prev_known && !junctions_.count(pair_key(prev, st.cp))) {
+      merge_cached(word.substr(start, i - start), out);
+      start = i;
+    }
+    prev_known = known;
+    prev = st.cp;
+    i += st.len;
+  }
+  merge_cached(word.substr(start), out);
+}
+
+void BpeModel::merge_cached(std::string_view word, std::vector<int32_t>& out) const {
   const bool cacheable = word.size() < kMaxCachedWordBytes;
   if (cacheable) {
     std::shared_lock lock(cache_mu_);

@@ -5,7 +5,8 @@
 // ignore_merges (a word already in the vocabulary is one token).
 //
 // Merging uses a priority queue over a linked list of symbols, so a long word costs
-// O(n log n), and whole-word results are cached (words under 256 bytes), as HF does.
+// O(n log n); long words are first cut where no merge can join the sides, and results for
+// pieces under 256 bytes are cached, as HF caches words.
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -17,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/status.h"
@@ -57,6 +59,8 @@ class BpeModel {
   static uint64_t pair_key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
+  // Merges one word through the cache (no ignore_merges shortcut).
+  void merge_cached(std::string_view word, std::vector<int32_t>& out) const;
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
 
   StringIdMap vocab_;
@@ -70,6 +74,11 @@ class BpeModel {
   std::string continuing_subword_prefix_;
   std::string end_of_word_suffix_;
   std::array<int32_t, 256> byte_token_ids_{};  // id of "<0xNN>", -1 when absent
+  // (last code point of a, first code point of b) over all merges (a, b): the only adjacent
+  // characters a merge can ever join. Between two known characters not listed here, a word can
+  // be cut and its halves merged separately with the same result.
+  std::unordered_set<uint64_t> junctions_;
+  bool can_split_ = false;
 
   static constexpr size_t kMaxCachedWordBytes = 256;
   static constexpr size_t kMaxCacheEntries = 1 << 16;
