@@ -97,32 +97,35 @@ void BM_MatmulBlas(benchmark::State& state) {
 }
 BENCHMARK(BM_MatmulBlas)
     ->ArgsProduct({{16, 64, 512}, {static_cast<int64_t>(DType::kBF16)}, {0, 1}, {0}})
-    ->ArgsProduct({{512}, {static_cast<int64_t>(DType::kBF16)}, {0}, {16, 64, 256, 1024}})
+    ->ArgsProduct({{16, 64, 512}, {static_cast<int64_t>(DType::kBF16)}, {0}, {32, 128, 512, 2816}})
     ->ArgsProduct({{512}, {static_cast<int64_t>(DType::kF32)}, {0, 1}, {0}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
-// Crossover: the small-M kernel vs the BLAS path at the same shape (bf16 2048 x 5632).
+// Crossover: the small-M kernel vs the BLAS path at the same shape (2048 x 5632).
+// Args: M, path (0 small-M, 1 BLAS), weight dtype.
 void BM_MatmulCrossover(benchmark::State& state) {
   const int64_t m = state.range(0);
   const bool blas = state.range(1) != 0;
+  const auto dt = static_cast<DType>(state.range(2));
   const int64_t k = 2048, n = 5632;
-  std::vector<uint8_t> w(static_cast<size_t>(dtype_nbytes(DType::kBF16, n * k)));
-  fill_random(w.data(), DType::kBF16, n * k, 1);
+  std::vector<uint8_t> w(static_cast<size_t>(dtype_nbytes(dt, n * k)));
+  fill_random(w.data(), dt, n * k, 1);
   std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
   for (auto _ : state) {
     if (blas) {
-      kernels::cpu::matmul_blas(x.data(), m, k, w.data(), DType::kBF16, n, nullptr, y.data(),
-                                bench_pool());
+      kernels::cpu::matmul_blas(x.data(), m, k, w.data(), dt, n, nullptr, y.data(), bench_pool());
     } else {
-      kernels::cpu::matmul_small_m(x.data(), m, k, w.data(), DType::kBF16, n, nullptr, y.data(),
-                                   bench_pool(), kernels::cpu::best_isa());
+      kernels::cpu::matmul_small_m(x.data(), m, k, w.data(), dt, n, nullptr, y.data(), bench_pool(),
+                                   kernels::cpu::best_isa());
     }
     benchmark::DoNotOptimize(y.data());
   }
 }
 BENCHMARK(BM_MatmulCrossover)
-    ->ArgsProduct({{4, 8, 12, 16, 24, 32}, {0, 1}})
+    ->ArgsProduct({{4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384},
+                   {0, 1},
+                   {static_cast<int64_t>(DType::kBF16), static_cast<int64_t>(DType::kF32)}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -108,11 +108,14 @@ TEST(Matmul, EntryPointAcrossTheSmallLargeBoundary) {
   std::mt19937 rng(13);
   for (int threads : {1, 3}) {
     ThreadPool pool(threads);
-    for (int64_t m : {int64_t{1}, cpu::kSmallMMaxRows, cpu::kSmallMMaxRows + 1, int64_t{77}}) {
-      const Problem p = make_problem(rng, m, 96, 40, DType::kBF16, true);
-      std::vector<float> y(m * 40, kNaN);
-      cpu::matmul(p.x.data(), m, 96, p.w.data(), DType::kBF16, 40, p.b.data(), y.data(), pool);
-      EXPECT_TRUE(check(p, y)) << "threads=" << threads << " m=" << m;
+    for (DType dt : {DType::kBF16, DType::kF32}) {
+      const int64_t edge = cpu::matmul_small_m_max_rows(dt);
+      for (int64_t m : {int64_t{1}, edge, edge + 1, edge + 30}) {
+        const Problem p = make_problem(rng, m, 96, 40, dt, true);
+        std::vector<float> y(m * 40, kNaN);
+        cpu::matmul(p.x.data(), m, 96, p.w.data(), dt, 40, p.b.data(), y.data(), pool);
+        EXPECT_TRUE(check(p, y)) << "threads=" << threads << " m=" << m;
+      }
     }
   }
 }

@@ -15,9 +15,14 @@ namespace ls::kernels::cpu {
 void matmul(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n,
             const float* bias, float* y, ThreadPool& pool);
 
-// matmul() sends M <= this to matmul_small_m and larger M to matmul_blas (measured crossover,
-// see bench/kernels).
-inline constexpr int64_t kSmallMMaxRows = 8;
+// matmul() sends M <= this to matmul_small_m and larger M to matmul_blas. Measured on this
+// machine (bench/kernels, BM_MatmulCrossover, 2048 x 5632): with bf16/f16 weights the BLAS path
+// pays a per-call f32 conversion of the weights and OpenBLAS is slow at small M (~26 GFLOPS
+// per core at M = 16), so the register-blocked kernel wins up to M ~ 100-200; with f32 weights
+// the crossover is near M = 32.
+inline int64_t matmul_small_m_max_rows(DType w_dtype) {
+  return w_dtype == DType::kF32 ? 32 : 96;
+}
 
 // The decode path on its own (correct for any M, fastest for small M): output rows (weight
 // rows) are split over the pool; each weight element is read from memory once and widened in
