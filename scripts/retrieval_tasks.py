@@ -1,8 +1,8 @@
 """Synthetic long-context retrieval tasks (RULER-style) for the bundled tiny model.
 
-One generator serves training (token-level assembly, fast) and evaluation (the same token ids plus the
-exact prompt text), so the C++ harness can load `--emit-eval-jsonl` prompts or mirror the formats
-documented in docs/training.md. Needs numpy and `tokenizers` only (no torch), so data workers start
+One generator serves training (token-level assembly, fast) and evaluation (the same token ids plus
+the exact prompt text), so the C++ harness can load `--emit-eval-jsonl` prompts or mirror the
+formats documented in docs/training.md. Needs numpy and `tokenizers` only (no torch), so data workers start
 quickly.
 
 A prompt is
@@ -162,7 +162,7 @@ def sample_key(rng: np.random.Generator, split: str, avoid: set[str]) -> str:
 
 
 def _sample_near_key(rng: np.random.Generator, key: str, split: str, avoid: set[str]) -> str:
-    """A distractor key sharing the adjective or the noun with `key` (falls back to a random one)."""
+    """A distractor key sharing the adjective or the noun with `key` (else a random one)."""
     adj, noun = key.split("-")
     for _ in range(20):
         if rng.random() < 0.5:
@@ -278,7 +278,7 @@ class Doc:
     chat: bool
     prompt_ids: np.ndarray  # [num_prompt_tokens] int32: BOS ... answer prefix (raw) or the
     #                         assistant header + "\n\n" (chat)
-    answer_ids: np.ndarray  # [num_answer_tokens] int32: the continuation, then eos (raw) / eot (chat)
+    answer_ids: np.ndarray  # [num_answer_tokens] int32: the continuation, then eos (raw) or eot
     item_spans: list[tuple[int, int]]  # [begin, end) of each answer item inside answer_ids
     copy_spans: list[tuple[int, int]]  # [begin, end) in prompt_ids of echo-needle values (training)
     repeat_spans: list[tuple[int, int]]  # [begin, end) in prompt_ids of repeated filler (training)
@@ -335,7 +335,7 @@ def _repeat_runs(rng: np.random.Generator, idx: np.ndarray, num_runs: int) -> se
     """Training only: copies num_runs runs of 3-8 consecutive filler sentences verbatim to a later
     place (in place, so the length is unchanged), one run per equal segment of the haystack so runs
     never overlap. Every token of a copy after its first is predictable by an induction head, which
-    bootstraps the copy circuit that retrieval needs. Returns the positions (in idx) of the copies."""
+    bootstraps the copy circuit that retrieval needs. Returns the positions in idx of the copies."""
     out: set[int] = set()
     m = len(idx)
     seg = m // max(1, num_runs)
@@ -678,7 +678,8 @@ def tokenizer_corpus(seed: int, num_filler: int = 20000, num_needles: int = 1600
         a, b = _var_names(rng, 2)
         v = int(rng.integers(10_000, 100_000))
         texts.append(f" {VT_FIRST.format(name=a, value=v)} {VT_NEXT.format(name=b, prev=a)} "
-                     f"{QUESTION_VT.format(value=v)}\n{ANSWER_CUE} {ANSWER_VT.format(value=v)} {a} {b}")
+                     f"{QUESTION_VT.format(value=v)}\n{ANSWER_CUE} {ANSWER_VT.format(value=v)}"
+                     f" {a} {b}")
     texts += [HEADER_NIAH + "\n", HEADER_VT + "\n", QUESTION_ALL.format(key="amber-falcon"),
               ANSWER_ALL.format(key="amber-falcon"), "user\n\nassistant\n\n"] * 50
     return texts

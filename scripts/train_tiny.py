@@ -31,7 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import retrieval_tasks as rt  # noqa: E402
 import tokenizer_recipes as recipes  # noqa: E402
 
-# Llama-3 Instruct chat format: BOS, then per message a role header, the trimmed content, <|eot_id|>.
+# Llama-3 Instruct chat format: BOS, then per message a role header, the trimmed content and
+# <|eot_id|>.
 CHAT_TEMPLATE = (
     "{{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + "
     "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
@@ -98,7 +99,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--repeat-weight", type=float, default=0.5,
                    help="weight of the repeated-filler (induction) loss")
     p.add_argument("--vocab-size", type=int, default=4096)
-    p.add_argument("--pool-sentences", type=int, default=None, help="filler pool (100000; smoke 5000)")
+    p.add_argument("--pool-sentences", type=int, default=None,
+                   help="filler pool (100000; smoke 5000)")
     p.add_argument("--workers", type=int, default=None, help="data processes (0: in-process)")
     p.add_argument("--eval-lengths", default=None, help="1024,2048,4096,8192,16384 (smoke 256,512)")
     p.add_argument("--eval-samples", type=int, default=None,
@@ -106,7 +108,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(44; smoke 3)")
     p.add_argument("--eval-depths", type=int, default=None, help="depth grid points (11; smoke 3)")
     p.add_argument("--save-every-s", type=float, default=90.0)
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--deterministic", action="store_true",
                    help="torch.use_deterministic_algorithms (slower; see docs/training.md)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
@@ -165,8 +166,8 @@ def check_tokenization(tok, enc: rt.Encoder, pool: rt.FillerPool, seed: int) -> 
                 if got != want:
                     first = next(k for k in range(min(len(got), len(want))) if got[k] != want[k])
                     raise RuntimeError(
-                        f"token-level assembly differs from the tokenizer for {task} chat={chat} at "
-                        f"token {first}: {tok.decode(got[max(0, first - 5):first + 5])!r}")
+                        f"token-level assembly differs from the tokenizer for {task} chat={chat} "
+                        f"at token {first}: {tok.decode(got[max(0, first - 5):first + 5])!r}")
                 for b, e in doc.copy_spans:  # echo values are the digits after "... is"
                     if not tok.decode(got[b:e]).strip().isdigit():
                         raise RuntimeError(f"bad echo span {tok.decode(got[b - 3:e + 1])!r}")
@@ -295,7 +296,6 @@ class Trainer:
             lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
         self.micro_rows: dict[int, int] = {}  # row length -> rows per micro-batch that fit
         self.loss_weights = {"repeat": args.repeat_weight, "lm": args.lm_weight}
-        self.fwd = torch.compile(model) if args.compile else model
 
     def _autocast(self):
         t = self.torch
@@ -305,7 +305,7 @@ class Trainer:
 
     def grads(self, batch: dict) -> dict[str, float]:
         """Forward and backward of one step in micro-batches; halves the micro-batch on OOM and
-        retries the same data. Returns the mean CE per mask (answer, copy, lm)."""
+        retries the same data. Returns the mean CE per mask (answer, copy, repeat, lm)."""
         t = self.torch
         ids = t.from_numpy(batch["ids"].astype(np.int64)).to(self.device, non_blocking=True)
         masks = {k: t.from_numpy(batch[k + "_mask"]).to(self.device, non_blocking=True)
@@ -319,7 +319,7 @@ class Trainer:
                 total = {k: 0.0 for k in masks}
                 for s in range(0, rows, mb):
                     with self._autocast():
-                        loss, sums = batch_loss(self.fwd, ids[s:s + mb],
+                        loss, sums = batch_loss(self.model, ids[s:s + mb],
                                                 {k: m[s:s + mb] for k, m in masks.items()},
                                                 counts, self.loss_weights)
                     loss.backward()
@@ -374,11 +374,12 @@ def probe_speed(trainer: Trainer, prefetch: Prefetcher, args) -> dict[int, float
 
 
 def plan_steps(step_s: dict[int, float], budget_s: float, args) -> tuple[int, float]:
-    """Most steps whose expected time (curriculum mix x measured step time) fits the budget."""
+    """Most steps whose expected time (curriculum mix x measured step time) fits the budget, less
+    6% for the monitor evals and periodic saves (an H100 run planned without it stopped at 98%)."""
     grid = np.linspace(0, 1, 201)[:-1] + 1 / 400
     mean = float(np.mean([sum(w * step_s[r] for r, w in stage_mix(p, args.max_context).items())
                           for p in grid]))
-    return max(10, int(budget_s / mean)), mean
+    return max(10, int(0.94 * budget_s / mean)), mean
 
 
 def train_loop(args, trainer: Trainer, prefetch: Prefetcher, total_steps: int, train_start: float,
@@ -413,7 +414,8 @@ def train_loop(args, trainer: Trainer, prefetch: Prefetcher, total_steps: int, t
                      "tok_per_s": round(win_tokens / (time.time() - win_t)),
                      **{f"{k}_ce": round(float(np.mean(v)), 4) for k, v in win.items()}}
             curve.append(entry)
-            log(f"step {step}/{total_steps} R={job['row_tokens']} answer_ce {entry['answer_ce']:.3f}"
+            log(f"step {step}/{total_steps} R={job['row_tokens']}"
+                f" answer_ce {entry['answer_ce']:.3f}"
                 f" copy_ce {entry['copy_ce']:.3f} repeat_ce {entry['repeat_ce']:.3f}"
                 f" lm_ce {entry['lm_ce']:.3f} lr {entry['lr']:.2e}"
                 f" {entry['tok_per_s'] / 1e3:.0f}K tok/s grad_norm {stats['grad_norm']:.2f}"
