@@ -102,18 +102,21 @@ BENCHMARK(BM_MatmulBlas)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
-// Crossover: the small-M kernel vs the BLAS path at the same shape (2048 x 5632).
-// Args: M, path (0 small-M, 1 BLAS), weight dtype.
+// Crossover between the three paths at one shape.
+// Args: M, path (0 small-M dot kernel, 1 BLAS, 2 lanes kernel), weight dtype, K, N.
 void BM_MatmulCrossover(benchmark::State& state) {
   const int64_t m = state.range(0);
-  const bool blas = state.range(1) != 0;
+  const bool blas = state.range(1) == 1;
   const auto dt = static_cast<DType>(state.range(2));
-  const int64_t k = 2048, n = 5632;
+  const int64_t k = state.range(3), n = state.range(4);
   std::vector<uint8_t> w(static_cast<size_t>(dtype_nbytes(dt, n * k)));
   fill_random(w.data(), dt, n * k, 1);
   std::vector<float> x(static_cast<size_t>(m * k), 0.5f), y(static_cast<size_t>(m * n));
   for (auto _ : state) {
-    if (blas) {
+    if (state.range(1) == 2) {
+      kernels::cpu::matmul_lanes(x.data(), m, k, w.data(), dt, n, nullptr, y.data(), bench_pool(),
+                                 kernels::cpu::best_isa());
+    } else if (blas) {
       kernels::cpu::matmul_blas(x.data(), m, k, w.data(), dt, n, nullptr, y.data(), bench_pool());
     } else {
       kernels::cpu::matmul_small_m(x.data(), m, k, w.data(), dt, n, nullptr, y.data(), bench_pool(),
@@ -123,9 +126,17 @@ void BM_MatmulCrossover(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_MatmulCrossover)
-    ->ArgsProduct({{4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384},
-                   {0, 1},
-                   {static_cast<int64_t>(DType::kBF16), static_cast<int64_t>(DType::kF32)}})
+    ->ArgsProduct({{4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512},
+                   {0, 1, 2},
+                   {static_cast<int64_t>(DType::kBF16), static_cast<int64_t>(DType::kF32)},
+                   {2048},
+                   {5632}})
+    ->ArgsProduct({{64, 512, 1024}, {1, 2}, {static_cast<int64_t>(DType::kBF16)}, {8192}, {2048}})
+    ->ArgsProduct({{2048},
+                   {1, 2},
+                   {static_cast<int64_t>(DType::kBF16), static_cast<int64_t>(DType::kF32)},
+                   {2048},
+                   {2048}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

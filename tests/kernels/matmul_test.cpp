@@ -83,6 +83,27 @@ TEST(Matmul, SmallMKernelEveryIsaDtypeAndShape) {
   }
 }
 
+TEST(Matmul, LanesKernelEveryIsaDtypeAndShape) {
+  std::mt19937 rng(14);
+  ThreadPool pool(2);
+  for (Isa isa : all_isas()) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      // Row counts around the vector width and the 64-row transpose chunk.
+      for (int64_t m : {1, 5, 16, 17, 40, 64, 65, 130}) {
+        for (auto [k, n] : {std::pair<int64_t, int64_t>{16, 4}, {100, 33}, {257, 47}}) {
+          SCOPED_TRACE(isa_label(isa) + " " + std::string(dtype_name(dt)) + " m=" +
+                       std::to_string(m) + " k=" + std::to_string(k) + " n=" + std::to_string(n));
+          const Problem p = make_problem(rng, m, k, n, dt, (m + n) % 2 == 0);
+          std::vector<float> y(m * n, kNaN);
+          cpu::matmul_lanes(p.x.data(), m, k, p.w.data(), dt, n, p.bias ? p.b.data() : nullptr,
+                            y.data(), pool, isa);
+          EXPECT_TRUE(check(p, y));
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, BlasPathBothThreadingModesAndPanelSizes) {
   std::mt19937 rng(12);
   ThreadPool pool(2);
@@ -109,8 +130,8 @@ TEST(Matmul, EntryPointAcrossTheSmallLargeBoundary) {
   for (int threads : {1, 3}) {
     ThreadPool pool(threads);
     for (DType dt : {DType::kBF16, DType::kF32}) {
-      const int64_t edge = cpu::matmul_small_m_max_rows(dt);
-      for (int64_t m : {int64_t{1}, edge, edge + 1, edge + 30}) {
+      for (int64_t m : {int64_t{1}, cpu::kSmallMMaxRows, cpu::kSmallMMaxRows + 1,
+                        cpu::kLanesMaxRows, cpu::kLanesMaxRows + 1}) {
         const Problem p = make_problem(rng, m, 96, 40, dt, true);
         std::vector<float> y(m * 40, kNaN);
         cpu::matmul(p.x.data(), m, 96, p.w.data(), dt, 40, p.b.data(), y.data(), pool);

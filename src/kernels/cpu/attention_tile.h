@@ -69,44 +69,11 @@ struct TileState {
 
 // ---- scores, lanes layout ----
 
-template <class S, int kKeys, int kVecs>
-inline void lanes_block(const TileState& t, const float* kf, int32_t j0, int32_t c0) {
-  using V = typename S::V;
-  constexpr int64_t kW = S::kWidth;
-  const int64_t d = t.head_dim, ld = t.padded_rows;
-  V acc[kKeys][kVecs];
-  for (int j = 0; j < kKeys; ++j) {
-    for (int c = 0; c < kVecs; ++c) acc[j][c] = S::zero();
-  }
-  for (int64_t e = 0; e < d; ++e) {
-    V qv[kVecs];
-    for (int c = 0; c < kVecs; ++c) qv[c] = S::pinned(S::load(t.q + e * ld + (c0 + c) * kW));
-    for (int j = 0; j < kKeys; ++j) {
-      const V kb = S::set1(kf[(j0 + j) * d + e]);
-      for (int c = 0; c < kVecs; ++c) acc[j][c] = S::fma(kb, qv[c], acc[j][c]);
-    }
-  }
-  for (int j = 0; j < kKeys; ++j) {
-    for (int c = 0; c < kVecs; ++c) S::store(t.s + (j0 + j) * ld + (c0 + c) * kW, acc[j][c]);
-  }
-}
-
-template <class S, int kVecs>
-inline void lanes_cols(const TileState& t, const float* kf, int32_t keys, int32_t c0) {
-  constexpr int kK = S::kBcastKeys;
-  int32_t j = 0;
-  for (; j + kK <= keys; j += kK) lanes_block<S, kK, kVecs>(t, kf, j, c0);
-  for (; j < keys; ++j) lanes_block<S, 1, kVecs>(t, kf, j, c0);
-}
-
 // S[j, :] = K[j] · Q^T for j < keys; kf is the key page in f32.
 template <class S>
 inline void lanes_scores(const TileState& t, const float* kf, int32_t keys) {
-  constexpr int kV = S::kBcastVecs;
-  const int32_t vecs = t.padded_rows / S::kWidth;
-  int32_t c = 0;
-  for (; c + kV <= vecs; c += kV) lanes_cols<S, kV>(t, kf, keys, c);
-  for (; c < vecs; ++c) lanes_cols<S, 1>(t, kf, keys, c);
+  lanes_tile<S>(t.q, t.padded_rows, t.padded_rows / S::kWidth, kf, t.head_dim, keys, t.head_dim,
+                t.s, t.padded_rows);
 }
 
 // Online-softmax update, lanes layout: column-wise max / exp / sum over the page's keys.

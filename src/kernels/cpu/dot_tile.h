@@ -74,3 +74,62 @@ inline void dot_tile(const float* a, int64_t lda, int64_t m, const void* b, int6
 }
 
 }  // namespace ls::kernels::cpu
+
+namespace ls::kernels::cpu {
+
+// ---- rows in lanes ----
+// c[j, lanes] = sum_e b[j, e] * at[e, lanes]: the same products with the a operand transposed
+// (at: [k, vecs * width], its rows in lanes, zero padded) and b in f32, so every FMA takes a
+// broadcast element of b and a vector of at; no horizontal sums. Used for prefill-sized
+// blocks (attention tiles, matmul with M >= 16); kKeys x kVecs accumulators per block, with
+// more keys per block when there are fewer vectors.
+
+template <class S, int kKeys, int kVecs>
+inline void lanes_block(const float* at, int64_t lda, const float* b, int64_t ldb, int64_t k,
+                        int64_t j0, int64_t c0, float* c, int64_t ldc) {
+  using V = typename S::V;
+  constexpr int64_t kW = S::kWidth;
+  V acc[kKeys][kVecs];
+  for (int j = 0; j < kKeys; ++j) {
+    for (int v = 0; v < kVecs; ++v) acc[j][v] = S::zero();
+  }
+  for (int64_t e = 0; e < k; ++e) {
+    V av[kVecs];
+    for (int v = 0; v < kVecs; ++v) av[v] = S::pinned(S::load(at + e * lda + (c0 + v) * kW));
+    for (int j = 0; j < kKeys; ++j) {
+      const V bb = S::set1(b[(j0 + j) * ldb + e]);
+      for (int v = 0; v < kVecs; ++v) acc[j][v] = S::fma(bb, av[v], acc[j][v]);
+    }
+  }
+  for (int j = 0; j < kKeys; ++j) {
+    for (int v = 0; v < kVecs; ++v) S::store(c + (j0 + j) * ldc + (c0 + v) * kW, acc[j][v]);
+  }
+}
+
+template <class S, int kVecs>
+inline void lanes_cols(const float* at, int64_t lda, const float* b, int64_t ldb, int64_t n,
+                       int64_t k, int64_t c0, float* c, int64_t ldc) {
+  constexpr int kKeys = S::kBcastKeys * S::kBcastVecs / kVecs;
+  int64_t j = 0;
+  for (; j + kKeys <= n; j += kKeys)
+    lanes_block<S, kKeys, kVecs>(at, lda, b, ldb, k, j, c0, c, ldc);
+  for (; j < n; ++j) lanes_block<S, 1, kVecs>(at, lda, b, ldb, k, j, c0, c, ldc);
+}
+
+// c[j * ldc + r] = sum_e b[j * ldb + e] * at[e * lda + r] for j < n and r < vecs * width.
+template <class S>
+inline void lanes_tile(const float* at, int64_t lda, int64_t vecs, const float* b, int64_t ldb,
+                       int64_t n, int64_t k, float* c, int64_t ldc) {
+  constexpr int kV = S::kBcastVecs;
+  int64_t v = 0;
+  for (; v + kV <= vecs; v += kV) lanes_cols<S, kV>(at, lda, b, ldb, n, k, v, c, ldc);
+  if constexpr (kV >= 4) {
+    if (v + 2 <= vecs) {
+      lanes_cols<S, 2>(at, lda, b, ldb, n, k, v, c, ldc);
+      v += 2;
+    }
+  }
+  for (; v < vecs; ++v) lanes_cols<S, 1>(at, lda, b, ldb, n, k, v, c, ldc);
+}
+
+}  // namespace ls::kernels::cpu

@@ -61,7 +61,73 @@ int64_t default_panel_rows(int64_t k) {
          ~int64_t{15};
 }
 
+// Rows of x per lanes pass: its transpose ([k, 64] f32) stays in L2 while every weight block
+// streams past it.
+constexpr int64_t kLanesChunkRows = 64;
+// Weight rows widened to f32 per block ([16, k] f32 per thread).
+constexpr int64_t kLanesWeightRows = 16;
+
+// y[r, c] (+ bias) for r < mc, c in [c0, c1): xt is [k, mp] (x^T, zero padded to mp rows).
+template <class S, DType kW>
+void lanes_columns(const float* xt, int64_t mp, int64_t mc, const void* w, int64_t k, int64_t c0,
+                   int64_t c1, int64_t n, const float* bias, float* y) {
+  thread_local std::vector<float> wf, out;  // [kLanesWeightRows, k], [kLanesWeightRows, mp]
+  if (static_cast<int64_t>(out.size()) < kLanesWeightRows * mp)
+    out.resize(static_cast<size_t>(kLanesWeightRows * mp));
+  if constexpr (kW != DType::kF32) {
+    if (static_cast<int64_t>(wf.size()) < kLanesWeightRows * k)
+      wf.resize(static_cast<size_t>(kLanesWeightRows * k));
+  }
+  for (int64_t nb = c0; nb < c1; nb += kLanesWeightRows) {
+    const int64_t nn = std::min(kLanesWeightRows, c1 - nb);
+    const float* rows;
+    if constexpr (kW == DType::kF32) {
+      rows = static_cast<const float*>(w) + nb * k;
+    } else {
+      simd::widen_to_f32<S>(kW, static_cast<const char*>(w) + dtype_nbytes(kW, nb * k), wf.data(),
+                            nn * k);
+      rows = wf.data();
+    }
+    lanes_tile<S>(xt, mp, mp / S::kWidth, rows, k, nn, k, out.data(), mp);
+    for (int64_t r = 0; r < mc; ++r) {
+      float* yr = y + r * n + nb;
+      for (int64_t j = 0; j < nn; ++j)
+        yr[j] = out[static_cast<size_t>(j * mp + r)] + (bias ? bias[nb + j] : 0.0f);
+    }
+  }
+}
+
 }  // namespace
+
+void matmul_lanes(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n,
+                  const float* bias, float* y, ThreadPool& pool, Isa isa) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    matmul_small_m(x, m, k, w, w_dtype, n, bias, y, pool, isa);
+    return;
+  }
+  simd::dispatch_isa(isa, [&]<class S>() {
+    simd::dispatch_float_dtype(w_dtype, [&]<DType kW>() {
+      thread_local std::vector<float> xt_storage;  // [k, mp]: the caller's, shared with workers
+      std::vector<float>& xt = xt_storage;
+      for (int64_t m0 = 0; m0 < m; m0 += kLanesChunkRows) {
+        const int64_t mc = std::min(kLanesChunkRows, m - m0);
+        const int64_t mp = (mc + S::kWidth - 1) / S::kWidth * S::kWidth;
+        xt.assign(static_cast<size_t>(k * mp), 0.0f);
+        for (int64_t r = 0; r < mc; ++r) {
+          const float* xr = x + (m0 + r) * k;
+          for (int64_t e = 0; e < k; ++e) xt[static_cast<size_t>(e * mp + r)] = xr[e];
+        }
+        const float* xt_data = xt.data();
+        const int64_t num_blocks = (n + kLanesWeightRows - 1) / kLanesWeightRows;
+        pool.parallel_for(num_blocks, 1, [&](int64_t b0, int64_t b1) {
+          lanes_columns<S, kW>(xt_data, mp, mc, w, k, b0 * kLanesWeightRows,
+                               std::min(n, b1 * kLanesWeightRows), n, bias, y + m0 * n);
+        });
+      }
+    });
+  });
+}
 
 void matmul_small_m(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n,
                     const float* bias, float* y, ThreadPool& pool, Isa isa) {
@@ -140,8 +206,10 @@ void matmul_blas(const float* x, int64_t m, int64_t k, const void* w, DType w_dt
 
 void matmul(const float* x, int64_t m, int64_t k, const void* w, DType w_dtype, int64_t n,
             const float* bias, float* y, ThreadPool& pool) {
-  if (m <= matmul_small_m_max_rows(w_dtype)) {
+  if (m <= kSmallMMaxRows) {
     matmul_small_m(x, m, k, w, w_dtype, n, bias, y, pool, best_isa());
+  } else if (m <= kLanesMaxRows) {
+    matmul_lanes(x, m, k, w, w_dtype, n, bias, y, pool, best_isa());
   } else {
     matmul_blas(x, m, k, w, w_dtype, n, bias, y, pool);
   }
