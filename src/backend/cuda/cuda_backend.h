@@ -1,0 +1,142 @@
+#pragma once
+// The CUDA backend: device memory (cudaMalloc) and pinned host memory (cudaMallocHost), one
+// non-blocking stream on which every op is enqueued in order, bf16 activations and weights, ops
+// dispatched to kernels/cuda (GEMMs through cuBLASLt). Nothing here waits for the GPU except
+// synchronize(), a copy into pageable host memory, and the rare growth of the scratch workspace.
+//
+// Copies (copy_bytes):
+//  - device <-> device and device <-> pinned host: cudaMemcpyAsync on the stream;
+//  - pageable host -> device: staged through a pinned buffer (two chunks, each reused only after
+//    an event says its last copy finished), so the call returns before the transfer ends and the
+//    caller may free or rewrite its source at once;
+//  - device -> pageable host: staged and synchronous (the data is in `dst` on return);
+//  - host <-> host: the stream is drained first (a pinned buffer may be an async copy's target).
+//
+// Errors: an op with bad arguments is logged and skipped, as on the CPU backend. A failed CUDA
+// call is logged naming the call and kept (last_error()). An error that leaves the CUDA context
+// unusable (illegal address, launch failure, ...) is fatal: it is logged with the call that
+// reported it and the process aborts, since every later result would be garbage.
+//
+// Extensions beyond Backend (callers that know they hold a CudaBackend):
+//  - add_rmsnorm: the residual add fused with the next norm;
+//  - CUDA graphs: begin_capture() / end_capture() record the ops of a step, replay() relaunches
+//    them with the same pointers and host-side scalars (see docs/cuda.md for what a caller must
+//    keep fixed).
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/linear.h"
+
+namespace ls {
+
+// Creates the CUDA backend on `device` (0-based). Fails with a clear message when there is no
+// driver, no such device, or it is not a compute-capability 9.0 part the kernels were built for.
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device);
+
+// Number of CUDA devices usable by this process (0 without a driver or device).
+int cuda_device_count();
+
+class CudaBackend final : public Backend {
+ public:
+  static Result<std::unique_ptr<CudaBackend>> create(int device);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  Device device() const override { return Device::kCuda; }
+  std::string name() const override { return name_; }
+  DType act_dtype() const override { return DType::kBF16; }
+  DType weight_dtype_for(DType) const override { return DType::kBF16; }
+
+  Result<Buffer> allocate(int64_t bytes, MemoryTier tier = MemoryTier::kDevice) override;
+  void release(void* data, int64_t bytes, MemoryTier tier) override;
+  void copy_bytes(void* dst, const void* src, int64_t bytes) override;
+  void fill_zero(void* dst, int64_t bytes) override;
+  void synchronize() override;
+  int64_t device_memory_free_bytes() const override;
+  int64_t device_memory_total_bytes() const override;
+
+  void embedding(const TensorView& ids, const TensorView& table, const TensorView& out) override;
+  void rmsnorm(const TensorView& x, const TensorView& w, float eps, const TensorView& out) override;
+  void linear(const TensorView& x, const LinearWeight& w, const TensorView& out) override;
+  void rope(const TensorView& x, const TensorView& cos, const TensorView& sin,
+            int64_t rotary_dim) override;
+  void silu_mul(const TensorView& gate_up, const TensorView& out) override;
+  void add_inplace(const TensorView& x, const TensorView& y) override;
+  void gather_rows(const TensorView& x, const TensorView& rows, const TensorView& out) override;
+  void convert(const TensorView& src, const TensorView& dst) override;
+
+  void kv_append(const kernels::KvAppendParams& params) override;
+  void page_summary_update(const kernels::SummaryUpdateParams& params) override;
+  void page_select(const kernels::PageSelectParams& params) override;
+  void attention(const kernels::AttentionParams& params) override;
+
+  // x += residual (stored in x); out = rmsnorm(x) * w. x, residual, out: [R, D] act dtype (out
+  // may alias x); w: [D] f32.
+  void add_rmsnorm(const TensorView& x, const TensorView& residual, const TensorView& w, float eps,
+                   const TensorView& out);
+
+  // ---- CUDA graphs ----
+  // Ops enqueued between begin_capture() and end_capture() are recorded, not run. A recording
+  // fails (end_capture returns the error) when an op cannot be recorded: a copy from or to
+  // pageable memory, or scratch that would have to grow. Run the same sequence once uncaptured
+  // first so the scratch is sized.
+  Status begin_capture();
+  // Returns the id of the recorded graph.
+  Result<int32_t> end_capture();
+  // Enqueues the recorded graph on the stream.
+  Status replay(int32_t graph);
+  void drop_graphs();
+  bool capturing() const { return capturing_; }
+
+  // ---- introspection, tuning ----
+  int num_sms() const { return num_sms_; }
+  // The stream every op is enqueued on (a cudaStream_t).
+  void* stream_handle() const { return stream_; }
+  // The first CUDA error since the last call (ok if none); clears it.
+  Status take_error();
+  void set_attention_options(const kernels::cuda::AttentionOptions& options) {
+    attention_options_ = options;
+  }
+  // Grows the scratch workspace to at least `bytes` now (outside any capture).
+  Status reserve_workspace(int64_t bytes);
+
+ private:
+  CudaBackend() = default;
+  Status init(int device);
+  // Logs a failed op (skipped); aborts on errors that poison the context.
+  void report(const Status& status, const char* op);
+  void check_sticky(const char* op);
+  Result<void*> workspace(int64_t bytes);
+  void copy_from_pageable(void* dst, const void* src, int64_t bytes);
+  void copy_to_pageable(void* dst, const void* src, int64_t bytes);
+
+  int device_ = 0;
+  int num_sms_ = 0;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<kernels::cuda::CublasLtLinear> linear_;
+  void* lt_workspace_ = nullptr;
+  void* workspace_ = nullptr;
+  int64_t workspace_bytes_ = 0;
+  // Pinned staging for pageable copies: two chunks, each with an event marking its last use.
+  void* staging_ = nullptr;
+  int64_t staging_chunk_bytes_ = 0;
+  cudaEvent_t staging_events_[2] = {nullptr, nullptr};
+  int staging_next_ = 0;
+  kernels::cuda::AttentionOptions attention_options_;
+  Status error_;
+  bool capturing_ = false;
+  Status capture_error_;
+  std::vector<cudaGraphExec_t> graphs_;
+};
+
+}  // namespace ls

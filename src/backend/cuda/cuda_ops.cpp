@@ -1,0 +1,195 @@
+// CudaBackend ops: shape and dtype checks on the host (a mismatch is logged and the op skipped,
+// as on the CPU backend), then one enqueue into kernels/cuda.
+
+#include <fmt/format.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/log.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/paged_ops.h"
+
+namespace ls {
+
+namespace {
+
+namespace kc = kernels::cuda;
+
+bool is_float(DType d) {
+  return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
+}
+
+bool check(bool condition, const char* op, const std::string& what) {
+  if (!condition) LS_LOG_ERROR("cuda backend: {} skipped: {}", op, what);
+  return condition;
+}
+
+bool float_contiguous(const TensorView& t) {
+  return t.data != nullptr && is_float(t.dtype) && t.is_contiguous();
+}
+
+}  // namespace
+
+void CudaBackend::embedding(const TensorView& ids, const TensorView& table, const TensorView& out) {
+  const char* op = "embedding";
+  if (!check(ids.dtype == DType::kI32 && ids.ndim == 1 && ids.is_contiguous(), op,
+             "ids must be [T] i32") ||
+      !check(table.ndim == 2 && float_contiguous(table), op, "table must be [V, H] float") ||
+      !check(float_contiguous(out) && out.ndim == 2 && out.dim(0) == ids.dim(0) &&
+                 out.dim(1) == table.dim(1),
+             op, "out must be [T, H] float, got " + out.describe())) {
+    return;
+  }
+  report(kc::embedding(ids.ptr<int32_t>(), ids.dim(0), table.data, table.dtype, table.dim(0),
+                       table.dim(1), out.data, out.dtype, stream_),
+         op);
+}
+
+void CudaBackend::rmsnorm(const TensorView& x, const TensorView& w, float eps,
+                          const TensorView& out) {
+  const char* op = "rmsnorm";
+  if (!check(float_contiguous(x) && x.ndim >= 1 && float_contiguous(out) && out.dtype == x.dtype &&
+                 out.numel() == x.numel(),
+             op, "x and out must be contiguous float tensors of one dtype and size") ||
+      !check(w.dtype == DType::kF32 && w.is_contiguous() && w.data && w.numel() == x.dim(-1), op,
+             "w must be [D] f32")) {
+    return;
+  }
+  const int64_t dim = x.dim(-1);
+  report(kc::rmsnorm(x.data, w.ptr<float>(), eps, x.numel() / std::max<int64_t>(1, dim), dim,
+                     x.dtype, out.data, stream_),
+         op);
+}
+
+void CudaBackend::add_rmsnorm(const TensorView& x, const TensorView& residual, const TensorView& w,
+                              float eps, const TensorView& out) {
+  const char* op = "add_rmsnorm";
+  if (!check(float_contiguous(x) && x.ndim >= 1 && float_contiguous(residual) &&
+                 residual.dtype == x.dtype && residual.numel() == x.numel() &&
+                 float_contiguous(out) && out.dtype == x.dtype && out.numel() == x.numel(),
+             op, "x, residual and out must be contiguous float tensors of one dtype and size") ||
+      !check(w.dtype == DType::kF32 && w.is_contiguous() && w.data && w.numel() == x.dim(-1), op,
+             "w must be [D] f32")) {
+    return;
+  }
+  const int64_t dim = x.dim(-1);
+  report(kc::add_rmsnorm(x.data, residual.data, w.ptr<float>(), eps,
+                         x.numel() / std::max<int64_t>(1, dim), dim, x.dtype, out.data, stream_),
+         op);
+}
+
+void CudaBackend::linear(const TensorView& x, const LinearWeight& w, const TensorView& out) {
+  const char* op = "linear";
+  if (!check(float_contiguous(x) && x.ndim == 2, op,
+             "x must be [M, K] contiguous float, got " + x.describe()) ||
+      !check(
+          w.w.ndim == 2 && float_contiguous(w.w) && w.w.dtype == x.dtype && w.w.dim(1) == x.dim(1),
+          op, "w must be [N, K] of x's dtype, got " + w.w.describe()) ||
+      !check(w.bias.empty() || (w.bias.dtype == DType::kF32 && w.bias.is_contiguous() &&
+                                w.bias.numel() == w.w.dim(0)),
+             op, "bias must be [N] f32") ||
+      !check(float_contiguous(out) && out.dtype == x.dtype && out.ndim == 2 &&
+                 out.dim(0) == x.dim(0) && out.dim(1) == w.w.dim(0),
+             op, "out must be [M, N] of x's dtype, got " + out.describe())) {
+    return;
+  }
+  report(linear_->run(x.data, w.w.data, w.bias.empty() ? nullptr : w.bias.ptr<float>(), out.data,
+                      x.dim(0), w.w.dim(0), x.dim(1), x.dtype, stream_),
+         op);
+}
+
+void CudaBackend::rope(const TensorView& x, const TensorView& cos, const TensorView& sin,
+                       int64_t rotary_dim) {
+  const char* op = "rope";
+  if (!check(float_contiguous(x) && x.ndim == 3, op, "x must be [T, H, D] float") ||
+      !check(rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= x.dim(2), op,
+             "bad rotary_dim") ||
+      !check(cos.dtype == DType::kF32 && sin.dtype == DType::kF32 && cos.is_contiguous() &&
+                 sin.is_contiguous() && cos.numel() == x.dim(0) * rotary_dim / 2 &&
+                 sin.numel() == cos.numel(),
+             op, "cos/sin must be [T, rotary_dim / 2] f32")) {
+    return;
+  }
+  report(kc::rope(x.data, x.dim(0), x.dim(1), x.dim(2), rotary_dim, cos.ptr<float>(),
+                  sin.ptr<float>(), x.dtype, stream_),
+         op);
+}
+
+void CudaBackend::silu_mul(const TensorView& gate_up, const TensorView& out) {
+  const char* op = "silu_mul";
+  if (!check(float_contiguous(gate_up) && gate_up.ndim == 2 && gate_up.dim(1) % 2 == 0, op,
+             "gate_up must be [T, 2I] float") ||
+      !check(float_contiguous(out) && out.dtype == gate_up.dtype && out.ndim == 2 &&
+                 out.dim(0) == gate_up.dim(0) && out.dim(1) * 2 == gate_up.dim(1),
+             op, "out must be [T, I] of gate_up's dtype")) {
+    return;
+  }
+  report(kc::silu_mul(gate_up.data, gate_up.dim(0), out.dim(1), gate_up.dtype, out.data, stream_),
+         op);
+}
+
+void CudaBackend::add_inplace(const TensorView& x, const TensorView& y) {
+  if (!check(float_contiguous(x) && float_contiguous(y) && x.dtype == y.dtype &&
+                 x.numel() == y.numel(),
+             "add_inplace", "x and y must be contiguous float tensors of one dtype and size")) {
+    return;
+  }
+  report(kc::add_inplace(x.data, y.data, x.numel(), x.dtype, stream_), "add_inplace");
+}
+
+void CudaBackend::gather_rows(const TensorView& x, const TensorView& rows, const TensorView& out) {
+  const char* op = "gather_rows";
+  if (!check(x.data && x.ndim == 2 && x.is_contiguous(), op, "x must be [T, H] contiguous") ||
+      !check(rows.dtype == DType::kI32 && rows.ndim == 1 && rows.is_contiguous(), op,
+             "rows must be [R] i32") ||
+      !check(out.data && out.dtype == x.dtype && out.ndim == 2 && out.is_contiguous() &&
+                 out.dim(0) == rows.dim(0) && out.dim(1) == x.dim(1),
+             op, "out must be [R, H] of x's dtype")) {
+    return;
+  }
+  report(kc::gather_rows(x.data, x.dim(0), dtype_nbytes(x.dtype, x.dim(1)), rows.ptr<int32_t>(),
+                         rows.dim(0), out.data, stream_),
+         op);
+}
+
+void CudaBackend::convert(const TensorView& src, const TensorView& dst) {
+  if (!check(float_contiguous(src) && float_contiguous(dst) && src.numel() == dst.numel(),
+             "convert", "src and dst must be contiguous float tensors of one size")) {
+    return;
+  }
+  if (src.dtype == dst.dtype) {
+    copy_bytes(dst.data, src.data, src.nbytes());
+    return;
+  }
+  report(kc::convert(src.data, src.dtype, dst.data, dst.dtype, src.numel(), stream_), "convert");
+}
+
+void CudaBackend::kv_append(const kernels::KvAppendParams& params) {
+  report(kc::kv_append(params, stream_), "kv_append");
+}
+
+void CudaBackend::page_summary_update(const kernels::SummaryUpdateParams& params) {
+  report(kc::page_summary_update(params, stream_), "page_summary_update");
+}
+
+void CudaBackend::page_select(const kernels::PageSelectParams& params) {
+  const int64_t bytes = kc::page_select_workspace_bytes(params);
+  Result<void*> ws = workspace(bytes);
+  if (!ws.ok()) {
+    report(ws.status(), "page_select");
+    return;
+  }
+  report(kc::page_select(params, *ws, workspace_bytes_, stream_), "page_select");
+}
+
+void CudaBackend::attention(const kernels::AttentionParams& params) {
+  const int64_t bytes = kc::attention_workspace_bytes(params, num_sms_, attention_options_);
+  Result<void*> ws = workspace(bytes);
+  if (!ws.ok()) {
+    report(ws.status(), "attention");
+    return;
+  }
+  report(kc::paged_attention(params, *ws, workspace_bytes_, num_sms_, stream_, attention_options_),
+         "attention");
+}
+
+}  // namespace ls

@@ -1,0 +1,275 @@
+// Paged attention dispatch: workspace layout, the prefill tile plan, the split-K reduction and
+// the routing between the prefill and decode kernels (attention.h says which runs when).
+
+#include <algorithm>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_launch.cuh"
+#include "kernels/cuda/dispatch.cuh"
+
+namespace ls::kernels::cuda {
+
+namespace {
+
+constexpr int kMaxSplits = 64;
+constexpr int64_t kAlign = 256;
+
+int64_t align_up(int64_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
+
+// Host-known sizes of one call and where each scratch array lives in the workspace.
+struct Layout {
+  bool decode_all = false;  // num_tokens == num_seqs: the decode kernel serves every token
+  bool run_prefill = false;
+  bool run_decode = false;
+  int32_t bm = 0;  // prefill tile rows
+  int32_t max_tiles = 0;
+  int32_t items = 0;  // decode grid.x
+  int32_t head_chunks = 1;
+  int32_t max_splits = 1;
+  int32_t listed_cap = 32;
+  int64_t tiles = 0, num_tiles = 0, num_splits = 0, partial_ml = 0, partial_o = 0, bytes = 0;
+};
+
+Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions& o) {
+  Layout L;
+  const int32_t group = p.num_q_heads / std::max(1, p.num_kv_heads);
+  L.decode_all = !o.prefill_only && p.num_tokens == p.num_seqs;
+  L.run_prefill = !L.decode_all;
+  L.run_decode = !o.prefill_only;
+  const int warps = (o.prefill_warps == 8 && p.head_dim >= 64) ? 8 : 4;
+  L.bm = 16 * warps;
+  L.max_tiles = L.run_prefill ? (p.num_tokens + L.bm - 1) / L.bm + p.num_seqs : 0;
+  L.items = L.decode_all ? p.num_tokens : p.num_seqs;
+  L.head_chunks = (group + kDecodeRows - 1) / kDecodeRows;
+  if (o.max_splits > 0) {
+    L.max_splits = std::min(o.max_splits, kMaxSplits);
+  } else {
+    const int64_t base = std::max<int64_t>(1, int64_t{L.items} * p.num_kv_heads * L.head_chunks);
+    L.max_splits = static_cast<int32_t>(
+        std::clamp<int64_t>((4 * int64_t{std::max(1, num_sms)} + base - 1) / base, 1, kMaxSplits));
+  }
+  int32_t listed = std::max(p.num_sink_pages, 1);
+  if (p.selected && p.num_selected && p.selected_rows) listed = std::max(listed, p.max_selected);
+  L.listed_cap = (listed + 31) / 32 * 32;
+
+  int64_t off = 0;
+  L.tiles = off;
+  off = align_up(off + int64_t{L.max_tiles} * static_cast<int64_t>(sizeof(PrefillTile)));
+  L.num_tiles = off;
+  off = align_up(off + 4);
+  const int64_t rows = L.run_decode ? int64_t{L.items} * p.num_q_heads * L.max_splits : 0;
+  L.num_splits = off;
+  off = align_up(off + 4 * int64_t{L.items} * p.num_kv_heads * L.head_chunks);
+  L.partial_ml = off;
+  off = align_up(off + 8 * rows);
+  L.partial_o = off;
+  off = align_up(off + 4 * rows * p.head_dim);
+  L.bytes = off;
+  return L;
+}
+
+// Lists the prefill query tiles: sequences with q_len >= min_q, split into tiles of `bm` rows,
+// each sequence's tiles from the last (the most keys) to the first, so the heaviest blocks start
+// first. One warp; lanes take sequences, a warp scan allocates their output ranges.
+__global__ void plan_prefill_kernel(const int32_t* q_indptr, const int32_t* kv_lens,
+                                    int32_t num_seqs, int32_t num_tokens, int32_t min_q, int32_t bm,
+                                    int32_t max_tiles, PrefillTile* tiles, int32_t* num_tiles) {
+  const int lane = static_cast<int>(threadIdx.x);
+  int32_t base = 0;
+  for (int32_t s0 = 0; s0 < num_seqs; s0 += 32) {
+    const int32_t s = s0 + lane;
+    int32_t begin = 0, len = 0, first = 0, n = 0;
+    if (s < num_seqs) {
+      const int32_t b = q_indptr[s], e = q_indptr[s + 1];
+      begin = max(0, b);
+      const int32_t end = min(num_tokens, e);
+      len = end - begin;
+      first = kv_lens[s] - (e - b) + (begin - b);
+      if (len >= min_q && len > 0) n = (len + bm - 1) / bm;
+    }
+    int32_t incl = n;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int32_t up = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += up;
+    }
+    int32_t idx = base + incl - n;
+    for (int32_t t = n - 1; t >= 0 && idx < max_tiles; --t, ++idx) {
+      PrefillTile tile;
+      tile.seq = s;
+      tile.token0 = begin + t * bm;
+      tile.num_q = min(bm, len - t * bm);
+      tile.first_pos = first + t * bm;
+      tiles[idx] = tile;
+    }
+    base += __shfl_sync(0xffffffffu, incl, 31);
+  }
+  if (lane == 0) *num_tiles = min(base, max_tiles);
+}
+
+// Combines a token's decode splits: o = sum_z w_z o_z / sum_z w_z l_z with
+// w_z = exp2((m_z - max m) * scale * log2 e). Rows served by one split were written directly.
+template <typename T>
+__global__ void decode_reduce_kernel(const AttentionParams p, const DecodeArgs a,
+                                     int32_t max_splits) {
+  const int32_t item = static_cast<int32_t>(blockIdx.x);
+  const int32_t h = static_cast<int32_t>(blockIdx.y);
+  const int32_t group = p.num_q_heads / p.num_kv_heads;
+  const int32_t g = h / group, chunk = (h % group) / kDecodeRows;
+  const int32_t ns =
+      a.num_splits[(static_cast<int64_t>(item) * p.num_kv_heads + g) * a.head_chunks + chunk];
+  if (ns <= 1) return;
+  const int32_t token = a.items_are_tokens ? item : p.q_indptr[item];
+  const int64_t base = (static_cast<int64_t>(item) * p.num_q_heads + h) * max_splits;
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+  float mstar = -INFINITY;
+  for (int32_t z = 0; z < ns; ++z) mstar = fmaxf(mstar, a.partial_ml[base + z].x);
+  T* out = static_cast<T*>(p.out) + (static_cast<int64_t>(token) * p.num_q_heads + h) * p.head_dim;
+  for (int d = static_cast<int>(threadIdx.x); d < p.head_dim; d += blockDim.x) {
+    float acc = 0.0f, l = 0.0f;
+    if (mstar != -INFINITY) {
+      for (int32_t z = 0; z < ns; ++z) {
+        const float2 ml = a.partial_ml[base + z];
+        if (ml.x == -INFINITY) continue;
+        const float w = exp2f((ml.x - mstar) * scale_log2);
+        acc += w * a.partial_o[(base + z) * p.head_dim + d];
+        l += w * ml.y;
+      }
+    }
+    out[d] = from_f32<T>(l > 0.0f ? acc / l : 0.0f);
+  }
+}
+
+template <typename T>
+Status run_prefill(const AttentionParams& p, const Layout& L, const PrefillTile* tiles,
+                   const int32_t* num_tiles, int warps, cudaStream_t stream) {
+  const auto typed = [&]<int kD>() -> Status {
+    if constexpr (kD >= 64) {
+      if (warps == 8) {
+        return launch_prefill<kD, T, 8>(p, tiles, num_tiles, L.max_tiles, L.listed_cap, stream);
+      }
+    }
+    return launch_prefill<kD, T, 4>(p, tiles, num_tiles, L.max_tiles, L.listed_cap, stream);
+  };
+  switch (p.head_dim) {
+    case 16:
+      return typed.template operator()<16>();
+    case 32:
+      return typed.template operator()<32>();
+    case 64:
+      return typed.template operator()<64>();
+    case 96:
+      return typed.template operator()<96>();
+    case 128:
+      return typed.template operator()<128>();
+    default:
+      return invalid_argument("attention: head_dim {} is not supported", p.head_dim);
+  }
+}
+
+template <typename T>
+Status run_decode(const AttentionParams& p, const Layout& L, const DecodeArgs& a,
+                  cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 16:
+      return launch_decode<16, T>(p, a, L.items, L.max_splits, stream);
+    case 32:
+      return launch_decode<32, T>(p, a, L.items, L.max_splits, stream);
+    case 64:
+      return launch_decode<64, T>(p, a, L.items, L.max_splits, stream);
+    case 96:
+      return launch_decode<96, T>(p, a, L.items, L.max_splits, stream);
+    case 128:
+      return launch_decode<128, T>(p, a, L.items, L.max_splits, stream);
+    default:
+      return invalid_argument("attention: head_dim {} is not supported", p.head_dim);
+  }
+}
+
+template <typename T>
+Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
+                 cudaStream_t stream, const AttentionOptions& o) {
+  auto* tiles = reinterpret_cast<PrefillTile*>(ws + L.tiles);
+  auto* num_tiles = reinterpret_cast<int32_t*>(ws + L.num_tiles);
+  if (L.run_prefill) {
+    plan_prefill_kernel<<<1, 32, 0, stream>>>(p.q_indptr, p.kv_lens, p.num_seqs, p.num_tokens,
+                                              o.prefill_only ? 1 : 2, L.bm, L.max_tiles, tiles,
+                                              num_tiles);
+    LS_RETURN_IF_ERROR(launch_status("plan_prefill_kernel"));
+    LS_RETURN_IF_ERROR(run_prefill<T>(p, L, tiles, num_tiles, warps, stream));
+  }
+  if (!L.run_decode || L.items == 0) return {};
+  DecodeArgs a;
+  a.items_are_tokens = L.decode_all ? 1 : 0;
+  a.min_blocks_per_split = std::max(1, o.min_blocks_per_split);
+  a.head_chunks = L.head_chunks;
+  a.listed_cap = L.listed_cap;
+  a.num_splits = reinterpret_cast<int32_t*>(ws + L.num_splits);
+  a.partial_ml = reinterpret_cast<float2*>(ws + L.partial_ml);
+  a.partial_o = reinterpret_cast<float*>(ws + L.partial_o);
+  LS_RETURN_IF_ERROR(run_decode<T>(p, L, a, stream));
+  if (L.max_splits > 1) {
+    const dim3 grid(static_cast<unsigned>(L.items), static_cast<unsigned>(p.num_q_heads));
+    decode_reduce_kernel<T><<<grid, 128, 0, stream>>>(p, a, L.max_splits);
+    LS_RETURN_IF_ERROR(launch_status("decode_reduce_kernel"));
+  }
+  return {};
+}
+
+bool pool_matches(const PagedKvPool& pool, const AttentionParams& p) {
+  return !pool.k || (pool.dtype == p.q_dtype && aligned16(pool.k) && aligned16(pool.v));
+}
+
+}  // namespace
+
+int64_t attention_workspace_bytes(const AttentionParams& p, int num_sms,
+                                  const AttentionOptions& options) {
+  if (p.num_seqs <= 0 || p.num_tokens <= 0 || p.num_kv_heads <= 0) return kAlign;
+  return layout_for(p, num_sms, options).bytes;
+}
+
+Status paged_attention(const AttentionParams& p, void* workspace, int64_t workspace_bytes,
+                       int num_sms, cudaStream_t stream, const AttentionOptions& options) {
+  if (p.num_seqs <= 0 || p.num_tokens <= 0 || p.num_q_heads <= 0 || p.num_kv_heads <= 0 ||
+      p.head_dim <= 0) {
+    return {};
+  }
+  if (p.num_q_heads % p.num_kv_heads != 0) {
+    return invalid_argument("attention: {} query heads for {} kv heads", p.num_q_heads,
+                            p.num_kv_heads);
+  }
+  if (!p.q || !p.out || !p.q_indptr || !p.kv_lens || !p.head_mode || !p.head_slot) {
+    return invalid_argument("attention: null array in params");
+  }
+  if (p.q_dtype != DType::kBF16 && p.q_dtype != DType::kF16) {
+    return invalid_argument("attention: q dtype {} (bf16 or f16 on CUDA)", dtype_name(p.q_dtype));
+  }
+  if (!pool_matches(p.retrieval, p) || !pool_matches(p.streaming, p)) {
+    return invalid_argument("attention: KV pools must have q's dtype {} and be 16-byte aligned",
+                            dtype_name(p.q_dtype));
+  }
+  if (!aligned16(p.q) || !aligned16(p.out)) {
+    return invalid_argument("attention: q and out must be 16-byte aligned");
+  }
+  if (p.num_sink_pages > kMaxListedPages ||
+      (p.selected && p.num_selected && p.max_selected > kMaxListedPages)) {
+    return invalid_argument("attention: {} sink pages / {} selected pages (at most {})",
+                            p.num_sink_pages, p.max_selected, kMaxListedPages);
+  }
+  const Layout L = layout_for(p, num_sms, options);
+  if (L.max_tiles > 65535) {
+    return invalid_argument("attention: {} query tiles in one call (at most 65535)", L.max_tiles);
+  }
+  if (workspace_bytes < L.bytes || !workspace) {
+    return invalid_argument("attention: workspace of {} bytes, {} needed", workspace_bytes,
+                            L.bytes);
+  }
+  const int warps = L.bm / 16;
+  char* ws = static_cast<char*>(workspace);
+  if (p.q_dtype == DType::kBF16) return run_typed<__nv_bfloat16>(p, L, ws, warps, stream, options);
+  return run_typed<__half>(p, L, ws, warps, stream, options);
+}
+
+}  // namespace ls::kernels::cuda

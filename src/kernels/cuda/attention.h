@@ -1,0 +1,45 @@
+#pragma once
+// Paged attention on the GPU for a mixed batch (prefill chunks and decode tokens), following the
+// plan in AttentionParams (kernels/paged_kv.h), with the semantics of kernels/cpu/attention:
+// every output row written, a row with no visible key is 0, only visible head-pages are read.
+//
+// Routing, decided from host-known sizes only (so a call never synchronises and can be captured
+// in a CUDA graph):
+//  - num_tokens == num_seqs (a decode step): the split-K decode kernel serves every token, then
+//    a reduction kernel merges the splits;
+//  - otherwise: a one-block plan kernel lists 16*warps-row query tiles of the sequences with
+//    q_len >= 2 (longest positions first), the prefill kernel runs them, and the decode kernel
+//    serves the sequences with q_len == 1.
+// Supported: head_dim 16, 32, 64, 96, 128; q/out and both pools in one dtype, bf16 or f16;
+// max_selected and num_sink_pages at most 1024; q, out and pools 16-byte aligned.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "kernels/paged_kv.h"
+
+namespace ls::kernels::cuda {
+
+struct AttentionOptions {
+  // Warps per prefill block: 4 (64-row query tiles, two blocks per SM) or 8 (128-row tiles).
+  int prefill_warps = 4;
+  // Decode splits per (token, kv head): 0 picks enough to give every SM four blocks.
+  int max_splits = 0;
+  // A decode split covers at least this many 64-key blocks.
+  int min_blocks_per_split = 2;
+  // Run every sequence (q_len 1 included) through the prefill kernel; for tests and benchmarks.
+  bool prefill_only = false;
+};
+
+// Device scratch bytes paged_attention needs for a call with these host-known sizes.
+int64_t attention_workspace_bytes(const AttentionParams& p, int num_sms,
+                                  const AttentionOptions& options = {});
+
+// Enqueues the attention of `p` on `stream`. `workspace` (device memory of at least
+// attention_workspace_bytes) is scratch, free again when the stream passes this call.
+Status paged_attention(const AttentionParams& p, void* workspace, int64_t workspace_bytes,
+                       int num_sms, cudaStream_t stream, const AttentionOptions& options = {});
+
+}  // namespace ls::kernels::cuda

@@ -1,0 +1,334 @@
+#pragma once
+// Internal to kernels/cuda: the decode attention kernel (flash-decoding), instantiated per
+// head_dim / dtype in attention_decode_d*.cu.
+//
+// A block serves one query token and up to 16 query heads of one kv head (the GQA group, so every
+// page is read once for the whole group), over one split of the span's key rows. The number of
+// splits is decided on the device from the span length (at most gridDim.z, at least
+// min_blocks_per_split 64-row blocks each), so the grid is sized once from host-known batch
+// dimensions and decode steps can be captured in a CUDA graph. Blocks stream K and V through a
+// kStages-deep cp.async pipeline (16-byte copies, two blocks in flight per stage ring); each of
+// the 4 warps takes 16 of every 64 keys with its own online softmax (mma.sync with the query
+// rows padded to 16), and the warps merge through shared memory at the end. With one split the
+// block writes the output; with several it writes an unnormalised partial (o, m, l) that
+// attention.cu's reduction kernel combines.
+
+#include <cstdint>
+
+#include "kernels/cuda/attention_prefill.cuh"
+#include "kernels/cuda/attention_span.cuh"
+#include "kernels/cuda/batch_index.cuh"
+#include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/paged_kv.h"
+
+namespace ls::kernels::cuda {
+
+struct DecodeArgs {
+  int32_t items_are_tokens = 1;  // 1: item i is token i; 0: item i is sequence i (if q_len == 1)
+  int32_t min_blocks_per_split = 2;
+  int32_t head_chunks = 1;  // ceil(group / 16)
+  int32_t listed_cap = 32;
+  int32_t* num_splits = nullptr;  // [items, kv_heads * head_chunks] splits used (0: not served)
+  float* partial_o = nullptr;     // [items, q_heads, max_splits, head_dim]
+  float2* partial_ml = nullptr;   // [items, q_heads, max_splits] (row max of raw scores, sum)
+};
+
+inline constexpr int kDecodeWarps = 4;
+inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
+inline constexpr int kDecodeStages = 3;
+inline constexpr int kDecodeRows = 16;  // query heads per block
+
+template <int kD>
+struct DecodeShape {
+  static constexpr int kStride = kD + 8;
+  static constexpr int kChunks = kD / 8;
+  static constexpr int kSmemQ = kDecodeRows * kStride;
+  static constexpr int kSmemKV = kKeyBlock * kStride;  // one K (or V) block
+  template <typename T>
+  static constexpr int smem_bytes(int listed_cap) {
+    return static_cast<int>(sizeof(T)) * (kSmemQ + 2 * kDecodeStages * kSmemKV) +
+           4 * kDecodeStages * kKeyBlock + 4 * listed_cap;
+  }
+};
+
+// Where item `item` of a decode launch sits: its token row, sequence and query position.
+struct DecodeItem {
+  bool served = false;  // false: another kernel (prefill) owns it
+  int32_t seq = -1;     // -1: served, but the token's lengths are unusable (zero rows)
+  int32_t token = 0;
+  int64_t position = 0;
+};
+
+__device__ inline DecodeItem decode_item(const AttentionParams& p, int32_t items_are_tokens,
+                                         int32_t item) {
+  DecodeItem it;
+  if (items_are_tokens) {
+    const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, item);
+    it.served = true;
+    it.token = item;
+    it.seq = tp.seq;
+    it.position = tp.position;
+    return it;
+  }
+  const int32_t begin = p.q_indptr[item], end = p.q_indptr[item + 1];
+  if (end - begin != 1) return it;
+  it.served = true;
+  it.token = begin;
+  if (begin < 0 || begin >= p.num_tokens) {
+    it.served = false;
+    return it;
+  }
+  it.position = static_cast<int64_t>(p.kv_lens[item]) - 1;
+  it.seq = it.position >= 0 ? item : -1;
+  return it;
+}
+
+template <int kD, typename T>
+__global__ void __launch_bounds__(kDecodeThreads, 2)
+    decode_attention_kernel(const AttentionParams p, const DecodeArgs a) {
+  using Shape = DecodeShape<kD>;
+  constexpr int kStride = Shape::kStride;
+  constexpr int kChunks = Shape::kChunks;
+  constexpr int kKSteps = kD / 16;
+  constexpr int kDTiles = kD / 8;
+
+  const int32_t item = static_cast<int32_t>(blockIdx.x);
+  const int32_t g = static_cast<int32_t>(blockIdx.y) / a.head_chunks;
+  const int32_t chunk = static_cast<int32_t>(blockIdx.y) % a.head_chunks;
+  const int32_t z = static_cast<int32_t>(blockIdx.z);
+  const int32_t max_splits = static_cast<int32_t>(gridDim.z);
+  const int32_t group = p.num_q_heads / p.num_kv_heads;
+  const int32_t h0 = g * group + chunk * kDecodeRows;  // first query head of this block
+  const int32_t nh = min(kDecodeRows, group - chunk * kDecodeRows);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32, lane = tid % 32;
+  int32_t* num_splits_out =
+      a.num_splits + static_cast<int64_t>(item) * p.num_kv_heads * a.head_chunks + blockIdx.y;
+
+  const DecodeItem it = decode_item(p, a.items_are_tokens, item);
+  if (!it.served) {
+    if (z == 0 && tid == 0) *num_splits_out = 0;
+    return;
+  }
+  T* out_rows = static_cast<T*>(p.out) + (static_cast<int64_t>(it.token) * p.num_q_heads + h0) * kD;
+  auto write_zeros = [&]() {
+    for (int i = tid; i < nh * kD; i += kDecodeThreads) out_rows[i] = from_f32<T>(0.0f);
+    if (tid == 0) *num_splits_out = 0;
+  };
+  HeadView hv;
+  if (it.seq < 0 || !resolve_head(p, it.seq, g, it.position, it.position, hv)) {
+    if (z == 0) write_zeros();
+    return;
+  }
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + Shape::kSmemQ;                   // [stages][64][stride]
+  T* sV = sK + kDecodeStages * Shape::kSmemKV;  // [stages][64][stride]
+  int32_t* kpos = reinterpret_cast<int32_t*>(sV + kDecodeStages * Shape::kSmemKV);  // [stages][64]
+  int32_t* listed = kpos + kDecodeStages * kKeyBlock;
+  __shared__ Span span_s;
+  __shared__ float ml_s[kDecodeWarps][kDecodeRows][2];
+
+  if (warp == 0) {
+    const Span sp =
+        build_span(p, hv, it.seq, g, it.position, it.position, listed, a.listed_cap, lane);
+    if (lane == 0) span_s = sp;
+  }
+  __syncthreads();
+  const Span sp = span_s;
+  const int64_t num_rows = static_cast<int64_t>(sp.num_pages()) * hv.page_tokens;
+  const int32_t nb = static_cast<int32_t>((num_rows + kKeyBlock - 1) / kKeyBlock);
+  const int32_t want = (nb + a.min_blocks_per_split - 1) / a.min_blocks_per_split;
+  const int32_t splits = nb == 0 ? 1 : max(1, min(max_splits, want));
+  if (z >= splits) return;
+  if (nb == 0) {  // no visible key: the row is 0
+    write_zeros();
+    return;
+  }
+  if (z == 0 && tid == 0) *num_splits_out = splits;
+  const int32_t b_begin = static_cast<int32_t>(static_cast<int64_t>(nb) * z / splits);
+  const int32_t b_end = static_cast<int32_t>(static_cast<int64_t>(nb) * (z + 1) / splits);
+  const int32_t n = b_end - b_begin;
+
+  // Q rows (heads h0 .. h0 + nh - 1 of the token), rows past nh zero: 8 threads per row.
+  {
+    const int r = tid / 8;
+    const bool valid = r < nh;
+    const T* src = static_cast<const T*>(p.q) +
+                   (static_cast<int64_t>(it.token) * p.num_q_heads + h0 + (valid ? r : 0)) * kD;
+    for (int c = tid % 8; c < kChunks; c += 8)
+      cp_async_16(sQ + r * kStride + c * 8, src + c * 8, valid);
+  }
+  // Each thread copies chunks of one row of K and V per block.
+  const int my_row = tid / 2;
+  const T* k_pool = static_cast<const T*>(hv.k);
+  const T* v_pool = static_cast<const T*>(hv.v);
+  auto issue = [&](int stage, int32_t b) {
+    const KeyRow kr = locate_row(hv, sp, listed, static_cast<int64_t>(b) * kKeyBlock + my_row, kD);
+    const bool valid = kr.position >= 0;
+    const int64_t off = valid ? kr.offset : 0;
+    T* dk = sK + stage * Shape::kSmemKV + my_row * kStride;
+    T* dv = sV + stage * Shape::kSmemKV + my_row * kStride;
+    for (int c = tid % 2; c < kChunks; c += 2) {
+      cp_async_16(dk + c * 8, k_pool + off + c * 8, valid);
+      cp_async_16(dv + c * 8, v_pool + off + c * 8, valid);
+    }
+    if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
+  };
+#pragma unroll
+  for (int s = 0; s < kDecodeStages - 1; ++s) {
+    if (s < n) issue(s, b_begin + s);
+    cp_async_commit();
+  }
+
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+  uint32_t qf[kKSteps][4];
+  float o[kDTiles][4];
+#pragma unroll
+  for (int i = 0; i < kDTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  const int key0 = warp * 16;  // this warp's 16 keys of each block
+
+  for (int32_t i = 0; i < n; ++i) {
+    cp_async_wait<kDecodeStages - 2>();
+    __syncthreads();  // block i landed; every warp is done with block i - 1's stage
+    if (i == 0) {
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        ldmatrix_x4(qf[kk], sQ + (lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
+      }
+    }
+    const int nxt = i + kDecodeStages - 1;
+    if (nxt < n) issue(nxt % kDecodeStages, b_begin + nxt);
+    cp_async_commit();
+
+    const int stage = i % kDecodeStages;
+    const int32_t* kp = kpos + stage * kKeyBlock + key0;
+    const bool vis = key_visible(hv, it.position, kp[lane % 16]);
+    if (!__any_sync(0xffffffffu, vis)) continue;
+    const bool all = __all_sync(0xffffffffu, vis);
+    const T* k_st = sK + stage * Shape::kSmemKV;
+    const T* v_st = sV + stage * Shape::kSmemKV;
+
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      uint32_t kf[4];
+      ldmatrix_x4(kf, k_st + (key0 + (lane % 8) + (lane / 16) * 8) * kStride + kk * 16 +
+                          ((lane / 8) % 2) * 8);
+      mma_16816<T>(s[0], qf[kk], kf[0], kf[1]);
+      mma_16816<T>(s[1], qf[kk], kf[2], kf[3]);
+    }
+    if (!all) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (!key_visible(hv, it.position, kp[nt * 8 + 2 * (lane % 4) + e])) {
+            s[nt][e] = -INFINITY;
+            s[nt][2 + e] = -INFINITY;
+          }
+        }
+      }
+    }
+    float mx0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+    float mx1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+#pragma unroll
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+    }
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * scale_log2;
+    const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * scale_log2;
+    const float alpha0 = fast_exp2(m0 * scale_log2 - base0);
+    const float alpha1 = fast_exp2(m1 * scale_log2 - base1);
+    m0 = mn0;
+    m1 = mn1;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      s[nt][0] = fast_exp2(fmaf(s[nt][0], scale_log2, -base0));
+      s[nt][1] = fast_exp2(fmaf(s[nt][1], scale_log2, -base0));
+      s[nt][2] = fast_exp2(fmaf(s[nt][2], scale_log2, -base1));
+      s[nt][3] = fast_exp2(fmaf(s[nt][3], scale_log2, -base1));
+    }
+    l0 = l0 * alpha0 + (s[0][0] + s[0][1] + s[1][0] + s[1][1]);
+    l1 = l1 * alpha1 + (s[0][2] + s[0][3] + s[1][2] + s[1][3]);
+#pragma unroll
+    for (int d = 0; d < kDTiles; ++d) {
+      o[d][0] *= alpha0;
+      o[d][1] *= alpha0;
+      o[d][2] *= alpha1;
+      o[d][3] *= alpha1;
+    }
+    uint32_t pf[4];
+    pf[0] = pack2<T>(s[0][0], s[0][1]);
+    pf[1] = pack2<T>(s[0][2], s[0][3]);
+    pf[2] = pack2<T>(s[1][0], s[1][1]);
+    pf[3] = pack2<T>(s[1][2], s[1][3]);
+#pragma unroll
+    for (int dn = 0; dn < kD / 16; ++dn) {
+      uint32_t vf[4];
+      ldmatrix_x4_trans(vf, v_st + (key0 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride + dn * 16 +
+                                (lane / 16) * 8);
+      mma_16816<T>(o[2 * dn], pf, vf[0], vf[1]);
+      mma_16816<T>(o[2 * dn + 1], pf, vf[2], vf[3]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the stages: reuse them for the merge
+
+  // Merge the 4 warps' states: o (unnormalised), m (raw score max) and l per row.
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  float* ow = reinterpret_cast<float*>(sK);  // [warps][16][kD] f32
+  const int r0 = lane / 4;
+  if (lane % 4 == 0) {
+    ml_s[warp][r0][0] = m0;
+    ml_s[warp][r0][1] = l0;
+    ml_s[warp][r0 + 8][0] = m1;
+    ml_s[warp][r0 + 8][1] = l1;
+  }
+#pragma unroll
+  for (int d = 0; d < kDTiles; ++d) {
+    const int col = d * 8 + 2 * (lane % 4);
+    float* w0 = ow + (warp * kDecodeRows + r0) * kD + col;
+    float* w1 = ow + (warp * kDecodeRows + r0 + 8) * kD + col;
+    w0[0] = o[d][0];
+    w0[1] = o[d][1];
+    w1[0] = o[d][2];
+    w1[1] = o[d][3];
+  }
+  __syncthreads();
+  const int64_t partial_base = (static_cast<int64_t>(item) * p.num_q_heads + h0) * max_splits + z;
+  for (int idx = tid; idx < nh * kD; idx += kDecodeThreads) {
+    const int r = idx / kD, d = idx % kD;
+    float mstar = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) mstar = fmaxf(mstar, ml_s[w][r][0]);
+    float acc = 0.0f, lsum = 0.0f;
+    if (mstar != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        const float mw = ml_s[w][r][0];
+        if (mw == -INFINITY) continue;
+        const float wt = fast_exp2((mw - mstar) * scale_log2);
+        acc += wt * ow[(w * kDecodeRows + r) * kD + d];
+        lsum += wt * ml_s[w][r][1];
+      }
+    }
+    if (splits == 1) {
+      out_rows[static_cast<int64_t>(r) * kD + d] = from_f32<T>(lsum > 0.0f ? acc / lsum : 0.0f);
+    } else {
+      const int64_t slot = partial_base + static_cast<int64_t>(r) * max_splits;
+      a.partial_o[slot * kD + d] = acc;
+      if (d == 0) a.partial_ml[slot] = make_float2(mstar, lsum);
+    }
+  }
+}
+
+}  // namespace ls::kernels::cuda

@@ -1,0 +1,80 @@
+#pragma once
+// Internal to kernels/cuda: typed launchers of the attention kernels. attention.cu calls them;
+// attention_prefill_d*.cu / attention_decode_d*.cu instantiate them, one head_dim per file so the
+// heavy instantiations compile in parallel.
+
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+
+#include "kernels/cuda/attention_decode.cuh"
+#include "kernels/cuda/attention_prefill.cuh"
+#include "kernels/cuda/check.h"
+
+namespace ls::kernels::cuda {
+
+template <int kD, typename T, int kWarps>
+Status launch_prefill(const AttentionParams& p, const PrefillTile* tiles, const int32_t* num_tiles,
+                      int32_t max_tiles, int32_t listed_cap, cudaStream_t stream);
+
+template <int kD, typename T>
+Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t items,
+                     int32_t max_splits, cudaStream_t stream);
+
+#ifdef LS_ATTENTION_INSTANTIATE
+
+// Raises the kernel's dynamic shared-memory limit once (to the largest listed_cap).
+template <class Kernel>
+Status allow_smem(Kernel kernel, int bytes, std::once_flag& once, cudaError_t& err) {
+  std::call_once(once, [&] {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  });
+  return cuda_status(err, "cudaFuncSetAttribute(attention, max dynamic shared memory)");
+}
+
+template <int kD, typename T, int kWarps>
+Status launch_prefill(const AttentionParams& p, const PrefillTile* tiles, const int32_t* num_tiles,
+                      int32_t max_tiles, int32_t listed_cap, cudaStream_t stream) {
+  using Shape = PrefillShape<kD, kWarps>;
+  static std::once_flag once;
+  static cudaError_t err = cudaSuccess;
+  LS_RETURN_IF_ERROR(allow_smem(prefill_attention_kernel<kD, T, kWarps>,
+                                Shape::template smem_bytes<T>(kMaxListedPages), once, err));
+  const dim3 grid(static_cast<unsigned>(p.num_q_heads), static_cast<unsigned>(max_tiles));
+  prefill_attention_kernel<kD, T, kWarps>
+      <<<grid, Shape::kThreads, Shape::template smem_bytes<T>(listed_cap), stream>>>(
+          p, tiles, num_tiles, listed_cap);
+  return launch_status("prefill_attention_kernel");
+}
+
+template <int kD, typename T>
+Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t items,
+                     int32_t max_splits, cudaStream_t stream) {
+  using Shape = DecodeShape<kD>;
+  static std::once_flag once;
+  static cudaError_t err = cudaSuccess;
+  LS_RETURN_IF_ERROR(allow_smem(decode_attention_kernel<kD, T>,
+                                Shape::template smem_bytes<T>(kMaxListedPages), once, err));
+  const dim3 grid(static_cast<unsigned>(items),
+                  static_cast<unsigned>(p.num_kv_heads * args.head_chunks),
+                  static_cast<unsigned>(max_splits));
+  decode_attention_kernel<kD, T>
+      <<<grid, kDecodeThreads, Shape::template smem_bytes<T>(args.listed_cap), stream>>>(p, args);
+  return launch_status("decode_attention_kernel");
+}
+
+#define LS_INSTANTIATE_PREFILL(D, W)                                                               \
+  template Status launch_prefill<D, __nv_bfloat16, W>(                                             \
+      const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t); \
+  template Status launch_prefill<D, __half, W>(const AttentionParams&, const PrefillTile*,         \
+                                               const int32_t*, int32_t, int32_t, cudaStream_t);
+
+#define LS_INSTANTIATE_DECODE(D)                                                               \
+  template Status launch_decode<D, __nv_bfloat16>(const AttentionParams&, const DecodeArgs&,   \
+                                                  int32_t, int32_t, cudaStream_t);             \
+  template Status launch_decode<D, __half>(const AttentionParams&, const DecodeArgs&, int32_t, \
+                                           int32_t, cudaStream_t);
+
+#endif  // LS_ATTENTION_INSTANTIATE
+
+}  // namespace ls::kernels::cuda

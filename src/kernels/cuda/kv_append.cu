@@ -1,0 +1,120 @@
+// Paged KV append: one warp per (token, kv head) row, copying the K and V rows into the row's
+// head-page (16-byte vectors when source and pool share a dtype). Streaming heads write into their
+// ring; a token whose ring row is rewritten later in the same call is skipped, so concurrent
+// warps never race on a row and the pools equal in-order writes (as kernels/cpu/kv_append).
+
+#include <type_traits>
+
+#include "kernels/cuda/batch_index.cuh"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/dispatch.cuh"
+#include "kernels/cuda/paged_ops.h"
+
+namespace ls::kernels::cuda {
+
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+enum PoolFilter : int { kRetrievalOnly = 0, kStreamingOnly = 1, kBothPools = 2 };
+
+template <typename Ts, typename Td, bool kVec>
+__device__ __forceinline__ void copy_row(const Ts* src, Td* dst, int d, int lane) {
+  if constexpr (kVec) {
+    for (int e = lane * kVecElems<Ts>; e < d; e += 32 * kVecElems<Ts>) {
+      *reinterpret_cast<uint4*>(dst + e) = *reinterpret_cast<const uint4*>(src + e);
+    }
+  } else {
+    for (int e = lane; e < d; e += 32) dst[e] = from_f32<Td>(to_f32(src[e]));
+  }
+}
+
+template <typename Ts, typename Td, bool kVec>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    kv_append_kernel(const KvAppendParams p, int filter) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t num_items = static_cast<int64_t>(p.num_tokens) * p.num_kv_heads;
+  for (int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+       item < num_items; item += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
+    const int32_t t = static_cast<int32_t>(item / p.num_kv_heads);
+    const int32_t g = static_cast<int32_t>(item % p.num_kv_heads);
+    const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, t);
+    if (tp.seq < 0) continue;
+    const int32_t s = tp.seq;
+    const bool streaming = p.head_mode[g] == static_cast<int32_t>(HeadMode::kStreaming);
+    if (filter != kBothPools && streaming != (filter == kStreamingOnly)) continue;
+    const PagedKvPool& pool = streaming ? p.streaming : p.retrieval;
+    if (pool.page_tokens <= 0 || pool.head_dim != p.head_dim || !pool.k || !pool.v) continue;
+    const int32_t slot = p.head_slot[g];
+    if (slot < 0 || slot >= pool.heads_per_block) continue;
+    const int32_t pt = pool.page_tokens;
+    const int64_t pos = tp.position;
+    const int64_t page = pos / pt;
+    int64_t table_index = page;
+    const int32_t* table = p.retrieval_blocks;
+    int32_t stride = p.retrieval_blocks_stride;
+    if (streaming) {
+      const int32_t ring = p.ring_pages[s];
+      if (ring <= 0) continue;
+      // The same ring row is written again later in this call: skip the dead write.
+      if (page >= p.num_sink_pages && pos + static_cast<int64_t>(ring) * pt < p.kv_lens[s]) {
+        continue;
+      }
+      table_index = ring_table_index(static_cast<int32_t>(page), p.num_sink_pages, ring);
+      table = p.streaming_blocks;
+      stride = p.streaming_blocks_stride;
+    }
+    if (table_index < 0 || table_index >= stride) continue;
+    const int32_t block = table[static_cast<int64_t>(s) * stride + table_index];
+    if (block < 0 || block >= pool.num_blocks) continue;
+    const int64_t head_page = static_cast<int64_t>(block) * pool.heads_per_block + slot;
+    const int64_t dst_row = (head_page * pt + pos % pt) * p.head_dim;
+    const int64_t src_row = (static_cast<int64_t>(t) * p.num_kv_heads + g) * p.head_dim;
+    copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.k) + src_row,
+                           static_cast<Td*>(pool.k) + dst_row, p.head_dim, lane);
+    copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.v) + src_row,
+                           static_cast<Td*>(pool.v) + dst_row, p.head_dim, lane);
+  }
+}
+
+Status launch(const KvAppendParams& p, DType pool_dtype, int filter, cudaStream_t stream) {
+  return dispatch_float(p.src_dtype, "kv_append", [&]<typename Ts>() {
+    return dispatch_float(pool_dtype, "kv_append", [&]<typename Td>() {
+      const int64_t warps = static_cast<int64_t>(p.num_tokens) * p.num_kv_heads;
+      const unsigned blocks = grid_for(warps, kWarpsPerBlock);
+      const bool r_aligned = aligned16(p.retrieval.k) && aligned16(p.retrieval.v);
+      const bool s_aligned = aligned16(p.streaming.k) && aligned16(p.streaming.v);
+      const bool vec = std::is_same_v<Ts, Td> && p.head_dim % kVecElems<Ts> == 0 &&
+                       aligned16(p.k) && aligned16(p.v) &&
+                       (filter == kStreamingOnly || r_aligned) &&
+                       (filter == kRetrievalOnly || s_aligned);
+      if (vec) {
+        kv_append_kernel<Ts, Td, true><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p, filter);
+      } else {
+        kv_append_kernel<Ts, Td, false><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p, filter);
+      }
+      return launch_status("kv_append");
+    });
+  });
+}
+
+}  // namespace
+
+Status kv_append(const KvAppendParams& p, cudaStream_t stream) {
+  if (p.num_tokens <= 0 || p.num_kv_heads <= 0 || p.head_dim <= 0 || p.num_seqs <= 0) return {};
+  if (!p.k || !p.v || !p.q_indptr || !p.kv_lens || !p.head_mode || !p.head_slot) {
+    return invalid_argument("kv_append: null array in params");
+  }
+  const bool has_r = p.retrieval.k != nullptr, has_s = p.streaming.k != nullptr;
+  if ((has_r && !p.retrieval_blocks) || (has_s && (!p.streaming_blocks || !p.ring_pages))) {
+    return invalid_argument("kv_append: a pool without its block table (or rings)");
+  }
+  if (has_r && has_s && p.retrieval.dtype == p.streaming.dtype) {
+    return launch(p, p.retrieval.dtype, kBothPools, stream);
+  }
+  if (has_r) LS_RETURN_IF_ERROR(launch(p, p.retrieval.dtype, kRetrievalOnly, stream));
+  if (has_s) LS_RETURN_IF_ERROR(launch(p, p.streaming.dtype, kStreamingOnly, stream));
+  return {};
+}
+
+}  // namespace ls::kernels::cuda
