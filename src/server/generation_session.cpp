@@ -1,0 +1,197 @@
+#include "server/generation_session.h"
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "server/api_error.h"
+
+namespace ls {
+
+void LiveRequests::add(const std::vector<std::string>& ids) {
+  std::lock_guard lock(mu_);
+  ids_.insert(ids.begin(), ids.end());
+}
+
+void LiveRequests::remove(const std::vector<std::string>& ids) {
+  std::lock_guard lock(mu_);
+  for (const std::string& id : ids) {
+    const auto it = ids_.find(id);
+    if (it != ids_.end()) ids_.erase(it);
+  }
+}
+
+std::vector<std::string> LiveRequests::snapshot() const {
+  std::lock_guard lock(mu_);
+  return {ids_.begin(), ids_.end()};
+}
+
+GenerationSession::GenerationSession(ParsedRequest request, ResponseMeta meta, Engine& engine,
+                                     const Tokenizer& tokenizer,
+                                     std::shared_ptr<ServerMetrics> metrics, LiveRequests& live)
+    : request_(std::move(request)),
+      engine_(engine),
+      tokenizer_(tokenizer),
+      metrics_(std::move(metrics)),
+      live_(live),
+      writer_(request_.kind, std::move(meta), tokenizer_, request_.stop, request_.num_logprobs),
+      choices_(request_.prompts.size() * static_cast<size_t>(request_.n)) {}
+
+GenerationSession::~GenerationSession() {
+  if (!complete_) abort();
+  live_.remove(engine_ids_);
+}
+
+Status GenerationSession::start() {
+  const int64_t submit_ns = now_ns();
+  for (size_t p = 0; p < request_.prompts.size(); ++p) {
+    const PromptInput& prompt = request_.prompts[p];
+    GenerateRequest engine_request;
+    engine_request.request_id = fmt::format("{}-{}", writer_.meta().id, p);
+    engine_request.prompt_ids = prompt.token_ids;
+    engine_request.sampling = request_.sampling;
+    engine_request.stop = request_.stop;
+    engine_request.n = request_.n;
+    // One timer per choice; the engine delivers a request's outputs in order on one thread.
+    auto timers = std::make_shared<std::vector<RequestTimer>>(
+        static_cast<size_t>(request_.n),
+        RequestTimer(metrics_, submit_ns, static_cast<int32_t>(prompt.token_ids.size())));
+    OutputSink sink = [channel = channel_, timers,
+                       prompt_index = static_cast<int32_t>(p)](const RequestOutput& output) {
+      if (output.index >= 0 && static_cast<size_t>(output.index) < timers->size()) {
+        (*timers)[static_cast<size_t>(output.index)].on_output(output, now_ns());
+      }
+      channel->push(prompt_index, output);
+    };
+    const std::string id = engine_request.request_id;
+    Status status = engine_.submit(std::move(engine_request), std::move(sink));
+    if (!status.ok()) {
+      abort();
+      complete_ = true;
+      return status;
+    }
+    engine_ids_.push_back(id);
+    live_.add({id});
+  }
+  return Status::ok_status();
+}
+
+void GenerationSession::abort() {
+  for (const std::string& id : engine_ids_) engine_.abort(id);
+}
+
+Usage GenerationSession::usage() const {
+  Usage usage;
+  for (const PromptInput& prompt : request_.prompts) {
+    usage.prompt_tokens += static_cast<int64_t>(prompt.token_ids.size());
+  }
+  for (const ChoiceState& choice : choices_) usage.completion_tokens += choice.completion_tokens;
+  return usage;
+}
+
+void GenerationSession::apply(const ChannelItem& item, std::vector<std::string>* events) {
+  const RequestOutput& out = item.output;
+  if (out.index < 0 || out.index >= request_.n || item.prompt_index < 0 ||
+      static_cast<size_t>(item.prompt_index) >= request_.prompts.size()) {
+    LS_LOG_WARN("server: dropping an engine output with choice index {}", out.index);
+    return;
+  }
+  const int32_t index = item.prompt_index * request_.n + out.index;
+  ChoiceState& choice = choices_[static_cast<size_t>(index)];
+  if (choice.finished) return;
+
+  if (out.finish_reason == FinishReason::kError) {
+    error_ = out.error.empty() ? std::string("the engine failed to run the request") : out.error;
+    abort();
+    complete_ = true;
+    if (events != nullptr) {
+      events->push_back(make_api_error(500, error_).sse_event());
+      events->push_back("data: [DONE]\n\n");
+    }
+    return;
+  }
+
+  ChoiceResult& result = choice.result;
+  result.text += out.text;
+  result.token_ids.insert(result.token_ids.end(), out.token_ids.begin(), out.token_ids.end());
+  result.logprobs.insert(result.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
+  result.top_logprobs.insert(result.top_logprobs.end(), out.top_logprobs.begin(),
+                             out.top_logprobs.end());
+  if (out.finished) {
+    choice.finished = true;
+    ++num_finished_;
+    result.finish_reason = out.finish_reason;
+    result.stop_reason = out.stop_reason;
+    choice.completion_tokens = out.completion_tokens > 0
+                                   ? out.completion_tokens
+                                   : static_cast<int32_t>(result.token_ids.size());
+  }
+
+  if (events != nullptr) {
+    // Outputs with neither tokens nor text (a chunked-prefill step) are not sent, as in vLLM;
+    // the final output of a choice always is, since it carries finish_reason.
+    const bool has_content = !out.token_ids.empty() || !out.text.empty() || out.finished;
+    const TokenDelta delta{&out.token_ids, &out.logprobs, &out.top_logprobs};
+    const FinishReason reason = out.finished ? out.finish_reason : FinishReason::kNone;
+    if (request_.kind == ApiKind::kChat) {
+      if (!role_sent_) {
+        for (int32_t i = 0; i < static_cast<int32_t>(choices_.size()); ++i) {
+          events->push_back(writer_.chat_role_chunk(i));
+        }
+        role_sent_ = true;
+      }
+      if (has_content) {
+        events->push_back(writer_.chat_chunk(index, out.text, delta, reason, out.stop_reason));
+      }
+    } else if (has_content) {
+      std::string text = out.text;
+      if (request_.echo && !choice.echoed) {
+        text = request_.prompts[static_cast<size_t>(item.prompt_index)].text + text;
+        choice.echoed = true;
+      }
+      events->push_back(writer_.completion_chunk(index, text, delta, choice.text_sent_chars, reason,
+                                                 out.stop_reason));
+      choice.text_sent_chars += utf8_length(text);
+    }
+  }
+
+  if (num_finished_ == static_cast<int32_t>(choices_.size())) {
+    complete_ = true;
+    if (events != nullptr) finish_stream(events);
+  }
+}
+
+void GenerationSession::finish_stream(std::vector<std::string>* events) {
+  if (request_.include_usage) events->push_back(writer_.usage_chunk(usage()));
+  events->push_back("data: [DONE]\n\n");
+}
+
+Result<std::string> GenerationSession::wait_for_response() {
+  while (!complete_) {
+    for (const ChannelItem& item : channel_->pop_all(std::chrono::milliseconds(100))) {
+      apply(item, nullptr);
+      if (complete_) break;
+    }
+  }
+  if (!error_.empty()) return internal_error("{}", error_);
+  std::vector<ChoiceResult> results;
+  results.reserve(choices_.size());
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    ChoiceResult result = choices_[i].result;
+    if (request_.echo) {
+      result.text = request_.prompts[i / static_cast<size_t>(request_.n)].text + result.text;
+    }
+    results.push_back(std::move(result));
+  }
+  return dump_json(writer_.full_response(results, usage()));
+}
+
+bool GenerationSession::next_events(std::chrono::milliseconds wait,
+                                    std::vector<std::string>* events) {
+  if (complete_) return true;
+  for (const ChannelItem& item : channel_->pop_all(wait)) {
+    apply(item, events);
+    if (complete_) break;
+  }
+  return complete_;
+}
+
+}  // namespace ls

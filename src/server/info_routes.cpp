@@ -1,0 +1,114 @@
+// GET /v1/models, /health, /metrics and POST /tokenize, /detokenize: the small endpoints,
+// with vLLM's response shapes.
+
+#include "core/clock.h"
+#include "server/server_impl.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ls {
+
+namespace {
+
+// POST /tokenize {prompt | messages, add_special_tokens, add_generation_prompt,
+// return_token_strs} → {count, max_model_len, tokens, token_strs}.
+void handle_tokenize(const Server::Impl& impl, const httplib::Request& req,
+                     httplib::Response& res) {
+  Result<Json> body = parse_json_object(req.body);
+  if (!body.ok()) return send_status_error(res, body.status());
+  if (Status status = check_model_name(*body, impl.request_context); !status.ok()) {
+    return send_status_error(res, status);
+  }
+  std::vector<int32_t> tokens;
+  if (find_field(*body, "messages") != nullptr) {
+    // Chat input: no special tokens by default, the template emits them (vLLM's default too).
+    Result<std::vector<int32_t>> ids =
+        tokenize_chat(*body, /*default_add_special_tokens=*/false, impl.request_context);
+    if (!ids.ok()) return send_status_error(res, ids.status());
+    tokens = std::move(ids).value();
+  } else {
+    std::optional<std::string> prompt;
+    if (Status status = read_string(*body, "prompt", &prompt); !status.ok()) {
+      return send_status_error(res, status);
+    }
+    if (!prompt)
+      return send_status_error(res, invalid_argument("'prompt' or 'messages' is required"));
+    bool add_special_tokens = true;
+    if (Status status = read_bool(*body, "add_special_tokens", &add_special_tokens); !status.ok()) {
+      return send_status_error(res, status);
+    }
+    tokens = impl.tokenizer->encode(*prompt, add_special_tokens);
+  }
+  bool return_token_strs = false;
+  if (Status status = read_bool(*body, "return_token_strs", &return_token_strs); !status.ok()) {
+    return send_status_error(res, status);
+  }
+  Json token_strs = nullptr;
+  if (return_token_strs) {
+    token_strs = Json::array();
+    for (int32_t id : tokens) token_strs.push_back(impl.tokenizer->id_to_token(id));
+  }
+  Json out = {{"count", tokens.size()},
+              {"max_model_len", impl.engine->max_model_len()},
+              {"tokens", tokens},
+              {"token_strs", std::move(token_strs)}};
+  send_json(res, dump_json(out));
+}
+
+// POST /detokenize {tokens} → {prompt}.
+void handle_detokenize(const Server::Impl& impl, const httplib::Request& req,
+                       httplib::Response& res) {
+  Result<Json> body = parse_json_object(req.body);
+  if (!body.ok()) return send_status_error(res, body.status());
+  if (Status status = check_model_name(*body, impl.request_context); !status.ok()) {
+    return send_status_error(res, status);
+  }
+  if (find_field(*body, "tokens") == nullptr) {
+    return send_status_error(res, invalid_argument("'tokens' is required"));
+  }
+  std::vector<int64_t> ids;
+  if (Status status = read_int_list(*body, "tokens", &ids); !status.ok()) {
+    return send_status_error(res, status);
+  }
+  const int64_t vocab_size = impl.tokenizer->vocab_size();
+  std::vector<int32_t> tokens;
+  tokens.reserve(ids.size());
+  for (int64_t id : ids) {
+    if (id < 0 || id >= vocab_size) {
+      return send_status_error(
+          res, invalid_argument("Token id {} is out of vocabulary [0, {})", id, vocab_size));
+    }
+    tokens.push_back(static_cast<int32_t>(id));
+  }
+  const std::string text = impl.tokenizer->decode(tokens, /*skip_special_tokens=*/false);
+  send_json(res, dump_json(Json{{"prompt", text}}));
+}
+
+}  // namespace
+
+void Server::Impl::install_info_routes() {
+  const int64_t created = unix_time_seconds();
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    res.status = stopping ? 503 : 200;
+  });
+  http.Get("/v1/models", [this, created](const httplib::Request&, httplib::Response& res) {
+    Json model = {{"id", config.served_model_name},
+                  {"object", "model"},
+                  {"created", created},
+                  {"owned_by", "longserve"},
+                  {"root", engine->model_name()},
+                  {"parent", nullptr},
+                  {"max_model_len", engine->max_model_len()}};
+    send_json(res, dump_json(Json{{"object", "list"}, {"data", Json::array({std::move(model)})}}));
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics->render(engine->stats()), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_tokenize(*this, req, res);
+  });
+  http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_detokenize(*this, req, res);
+  });
+}
+
+}  // namespace ls

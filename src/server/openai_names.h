@@ -1,0 +1,32 @@
+#pragma once
+// Fixed strings of the OpenAI / vLLM wire format shared by the request, response and metrics
+// code, and the response ids vLLM hands out ("cmpl-<32 hex>", "chatcmpl-<32 hex>").
+
+#include <string>
+
+#include "engine/sampling_params.h"
+
+namespace ls {
+
+// vLLM's finish_reason strings ("stop", "length", "abort", "error"); "" for kNone, which the
+// JSON writers turn into null.
+inline const char* finish_reason_text(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
+    case FinishReason::kNone:
+      break;
+  }
+  return "";
+}
+
+// prefix + 32 random hex digits, e.g. "cmpl-9f0c…". Unique with overwhelming probability.
+std::string make_response_id(const char* prefix);
+
+}  // namespace ls

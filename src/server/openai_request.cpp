@@ -1,0 +1,351 @@
+#include "server/openai_request.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ls {
+
+namespace {
+
+int32_t clamp_to_int32(int64_t value) {
+  return static_cast<int32_t>(std::clamp<int64_t>(value, std::numeric_limits<int32_t>::min(),
+                                                  std::numeric_limits<int32_t>::max()));
+}
+
+Status read_float_into(const Json& body, std::string_view key, float* out) {
+  std::optional<double> value;
+  LS_RETURN_IF_ERROR(read_double(body, key, &value));
+  if (value) *out = static_cast<float>(*value);
+  return Status::ok_status();
+}
+
+// Sampling fields shared by both endpoints; anything not given keeps the engine's default
+// (generation_config.json).
+Status read_sampling(const Json& body, const Engine& engine, SamplingParams* sampling) {
+  *sampling = engine.default_sampling();
+  LS_RETURN_IF_ERROR(read_float_into(body, "temperature", &sampling->temperature));
+  LS_RETURN_IF_ERROR(read_float_into(body, "top_p", &sampling->top_p));
+  LS_RETURN_IF_ERROR(read_float_into(body, "min_p", &sampling->min_p));
+  LS_RETURN_IF_ERROR(read_float_into(body, "repetition_penalty", &sampling->repetition_penalty));
+  LS_RETURN_IF_ERROR(read_float_into(body, "presence_penalty", &sampling->presence_penalty));
+  LS_RETURN_IF_ERROR(read_float_into(body, "frequency_penalty", &sampling->frequency_penalty));
+  std::optional<int64_t> top_k;
+  LS_RETURN_IF_ERROR(read_int64(body, "top_k", &top_k));
+  if (top_k) sampling->top_k = clamp_to_int32(*top_k);
+  std::optional<int64_t> seed;
+  LS_RETURN_IF_ERROR(read_int64(body, "seed", &seed));
+  if (seed) sampling->seed = static_cast<uint64_t>(*seed);
+  return Status::ok_status();
+}
+
+// Stop fields shared by both endpoints; max_tokens is set by the caller.
+Status read_stop(const Json& body, const Engine& engine, StopParams* stop) {
+  *stop = engine.default_stop();
+  std::optional<int64_t> min_tokens;
+  LS_RETURN_IF_ERROR(read_int64(body, "min_tokens", &min_tokens));
+  if (min_tokens) stop->min_tokens = clamp_to_int32(*min_tokens);
+  std::vector<int64_t> stop_ids;
+  LS_RETURN_IF_ERROR(read_int_list(body, "stop_token_ids", &stop_ids));
+  for (int64_t id : stop_ids) {
+    if (id < 0 || id >= engine.vocab_size()) {
+      return invalid_argument("stop_token_ids contains {}, outside the vocabulary [0, {})", id,
+                              engine.vocab_size());
+    }
+    stop->stop_token_ids.push_back(static_cast<int32_t>(id));
+  }
+  LS_RETURN_IF_ERROR(read_string_or_list(body, "stop", &stop->stop));
+  LS_RETURN_IF_ERROR(read_bool(body, "ignore_eos", &stop->ignore_eos));
+  LS_RETURN_IF_ERROR(
+      read_bool(body, "include_stop_str_in_output", &stop->include_stop_str_in_output));
+  LS_RETURN_IF_ERROR(read_bool(body, "skip_special_tokens", &stop->skip_special_tokens));
+  return Status::ok_status();
+}
+
+// n, stream and stream_options, shared by both endpoints.
+Status read_choices_and_stream(const Json& body, const RequestContext& ctx, ParsedRequest* out) {
+  std::optional<int64_t> n;
+  LS_RETURN_IF_ERROR(read_int64(body, "n", &n));
+  if (n) {
+    if (*n < 1) return invalid_argument("n must be at least 1, got {}.", *n);
+    if (*n > ctx.max_n) return invalid_argument("n must be at most {}, got {}.", ctx.max_n, *n);
+    out->n = static_cast<int32_t>(*n);
+  }
+  LS_RETURN_IF_ERROR(read_bool(body, "stream", &out->stream));
+  if (const Json* options = find_field(body, "stream_options")) {
+    if (!out->stream) {
+      return invalid_argument("Stream options can only be defined when `stream=True`.");
+    }
+    if (!options->is_object()) return invalid_argument("'stream_options' must be an object");
+    LS_RETURN_IF_ERROR(read_bool(*options, "include_usage", &out->include_usage));
+  }
+  return Status::ok_status();
+}
+
+Status check_token_ids(const std::vector<int32_t>& ids, int32_t vocab_size) {
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size) {
+      return invalid_argument("Token id {} is out of vocabulary [0, {})", id, vocab_size);
+    }
+  }
+  return Status::ok_status();
+}
+
+Result<std::vector<int32_t>> json_token_ids(const Json& list) {
+  std::vector<int32_t> ids;
+  ids.reserve(list.size());
+  for (const Json& item : list) {
+    const std::optional<int64_t> id = json_integer(item);
+    if (!id || *id < std::numeric_limits<int32_t>::min() ||
+        *id > std::numeric_limits<int32_t>::max()) {
+      return invalid_argument("'prompt' token ids must be integers");
+    }
+    ids.push_back(static_cast<int32_t>(*id));
+  }
+  return ids;
+}
+
+// "prompt": a string, a list of strings, a list of token ids, or a list of token id lists.
+Result<std::vector<PromptInput>> read_prompts(const Json& body, bool want_text,
+                                              const RequestContext& ctx) {
+  const Json* prompt = find_field(body, "prompt");
+  if (prompt == nullptr) return invalid_argument("'prompt' is required");
+  bool add_special_tokens = true;
+  LS_RETURN_IF_ERROR(read_bool(body, "add_special_tokens", &add_special_tokens));
+  const Tokenizer& tokenizer = *ctx.tokenizer;
+  auto from_text = [&](std::string text) {
+    PromptInput input;
+    input.token_ids = tokenizer.encode(text, add_special_tokens);
+    input.text = std::move(text);
+    return input;
+  };
+  auto from_ids = [&](const Json& list) -> Result<PromptInput> {
+    PromptInput input;
+    LS_ASSIGN_OR_RETURN(input.token_ids, json_token_ids(list));
+    LS_RETURN_IF_ERROR(check_token_ids(input.token_ids, ctx.engine->vocab_size()));
+    if (want_text) input.text = tokenizer.decode(input.token_ids, /*skip_special_tokens=*/false);
+    return input;
+  };
+  constexpr const char* kShapeError =
+      "'prompt' must be a string, a list of strings, a list of token ids or a list of token id "
+      "lists";
+
+  std::vector<PromptInput> prompts;
+  if (prompt->is_string()) {
+    prompts.push_back(from_text(prompt->get<std::string>()));
+    return prompts;
+  }
+  if (!prompt->is_array()) return invalid_argument(kShapeError);
+  if (prompt->empty()) return invalid_argument("'prompt' must not be an empty list");
+  const Json& first = prompt->front();
+  if (first.is_string()) {
+    for (const Json& item : *prompt) {
+      if (!item.is_string()) return invalid_argument(kShapeError);
+      prompts.push_back(from_text(item.get<std::string>()));
+    }
+  } else if (first.is_number()) {
+    LS_ASSIGN_OR_RETURN(PromptInput input, from_ids(*prompt));
+    prompts.push_back(std::move(input));
+  } else if (first.is_array()) {
+    for (const Json& item : *prompt) {
+      if (!item.is_array()) return invalid_argument(kShapeError);
+      LS_ASSIGN_OR_RETURN(PromptInput input, from_ids(item));
+      prompts.push_back(std::move(input));
+    }
+  } else {
+    return invalid_argument(kShapeError);
+  }
+  return prompts;
+}
+
+// Context checks, then the engine's own field validation (vLLM checks the input length first).
+Status finish_validation(ParsedRequest& request, const Engine& engine) {
+  for (const PromptInput& prompt : request.prompts) {
+    if (prompt.token_ids.empty()) return invalid_argument("The decoder prompt cannot be empty");
+  }
+  LS_RETURN_IF_ERROR(request.sampling.validate(engine.vocab_size()));
+  LS_RETURN_IF_ERROR(request.stop.validate());
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Status check_context_length(int64_t num_prompt_tokens, int64_t max_tokens, int32_t max_model_len) {
+  if (num_prompt_tokens >= max_model_len) {
+    return invalid_argument(
+        "This model's maximum context length is {} tokens. However, your request has {} input "
+        "tokens. Please reduce the length of the input messages.",
+        max_model_len, num_prompt_tokens);
+  }
+  if (max_tokens >= 0 && max_tokens > max_model_len - num_prompt_tokens) {
+    return invalid_argument(
+        "'max_tokens' or 'max_completion_tokens' is too large: {}. This model's maximum context "
+        "length is {} tokens and your request has {} input tokens ({} > {} - {}).",
+        max_tokens, max_model_len, num_prompt_tokens, max_tokens, max_model_len, num_prompt_tokens);
+  }
+  return Status::ok_status();
+}
+
+Status check_model_name(const Json& body, const RequestContext& ctx) {
+  std::optional<std::string> model;
+  LS_RETURN_IF_ERROR(read_string(body, "model", &model));
+  if (model && *model != ctx.served_model_name) {
+    return not_found("The model `{}` does not exist.", *model);
+  }
+  return Status::ok_status();
+}
+
+Result<ParsedRequest> parse_completion_request(const Json& body, const RequestContext& ctx) {
+  LS_RETURN_IF_ERROR(check_model_name(body, ctx));
+  const Engine& engine = *ctx.engine;
+  ParsedRequest request;
+  request.kind = ApiKind::kCompletion;
+  LS_RETURN_IF_ERROR(read_sampling(body, engine, &request.sampling));
+  LS_RETURN_IF_ERROR(read_stop(body, engine, &request.stop));
+  LS_RETURN_IF_ERROR(read_choices_and_stream(body, ctx, &request));
+
+  std::optional<int64_t> logprobs;
+  LS_RETURN_IF_ERROR(read_int64(body, "logprobs", &logprobs));
+  if (logprobs) {
+    if (*logprobs < 0) return invalid_argument("logprobs must be non-negative, got {}", *logprobs);
+    request.num_logprobs = clamp_to_int32(*logprobs);
+  }
+  request.sampling.logprobs = request.num_logprobs;
+  LS_RETURN_IF_ERROR(read_bool(body, "echo", &request.echo));
+  if (request.echo && request.num_logprobs >= 0) {
+    return unimplemented("echo together with logprobs is not supported (no prompt logprobs)");
+  }
+
+  std::optional<int64_t> max_tokens;
+  LS_RETURN_IF_ERROR(read_int64(body, "max_tokens", &max_tokens));
+  const int64_t max_new_tokens = max_tokens.value_or(16);
+  LS_ASSIGN_OR_RETURN(request.prompts, read_prompts(body, request.echo, ctx));
+  for (const PromptInput& prompt : request.prompts) {
+    LS_RETURN_IF_ERROR(check_context_length(static_cast<int64_t>(prompt.token_ids.size()),
+                                            max_new_tokens, engine.max_model_len()));
+  }
+  request.stop.max_tokens = clamp_to_int32(max_new_tokens);
+  LS_RETURN_IF_ERROR(finish_validation(request, engine));
+  return request;
+}
+
+Result<Json> normalize_chat_messages(const Json& messages) {
+  if (!messages.is_array()) return invalid_argument("'messages' must be a list of messages");
+  if (messages.empty()) return invalid_argument("'messages' must not be empty");
+  Json normalized = Json::array();
+  for (const Json& message : messages) {
+    if (!message.is_object()) return invalid_argument("each message must be an object");
+    const auto role = message.find("role");
+    if (role == message.end() || !role->is_string()) {
+      return invalid_argument("each message needs a string 'role'");
+    }
+    Json copy = message;
+    const auto content = message.find("content");
+    if (content != message.end() && content->is_array()) {
+      std::string joined;
+      for (const Json& part : *content) {
+        if (!part.is_object()) return invalid_argument("message content parts must be objects");
+        const auto type = part.find("type");
+        if (type == part.end() || !type->is_string() || type->get<std::string>() != "text") {
+          return invalid_argument("only content parts of type 'text' are supported");
+        }
+        const auto text = part.find("text");
+        if (text == part.end() || !text->is_string()) {
+          return invalid_argument("a 'text' content part needs a string 'text'");
+        }
+        if (!joined.empty()) joined += '\n';
+        joined += text->get<std::string>();
+      }
+      copy["content"] = std::move(joined);
+    } else if (content != message.end() && !content->is_string() && !content->is_null()) {
+      return invalid_argument("message 'content' must be a string or a list of content parts");
+    }
+    normalized.push_back(std::move(copy));
+  }
+  return normalized;
+}
+
+Result<std::vector<int32_t>> tokenize_chat(const Json& body, bool default_add_special_tokens,
+                                           const RequestContext& ctx) {
+  if (ctx.chat_template == nullptr) {
+    return invalid_argument(
+        "This model has no chat template; pass one to the server or use /v1/completions");
+  }
+  const Json* messages = find_field(body, "messages");
+  if (messages == nullptr) return invalid_argument("'messages' is required");
+  LS_ASSIGN_OR_RETURN(Json normalized, normalize_chat_messages(*messages));
+  bool add_generation_prompt = true;
+  LS_RETURN_IF_ERROR(read_bool(body, "add_generation_prompt", &add_generation_prompt));
+  bool add_special_tokens = default_add_special_tokens;
+  LS_RETURN_IF_ERROR(read_bool(body, "add_special_tokens", &add_special_tokens));
+
+  // The tokenizer's special tokens first, then the request's chat_template_kwargs over them,
+  // as transformers builds the template context.
+  Json extra_context = Json::object();
+  const Tokenizer& tokenizer = *ctx.tokenizer;
+  if (const std::optional<int32_t> bos = tokenizer.bos_token_id()) {
+    extra_context["bos_token"] = tokenizer.id_to_token(*bos);
+  }
+  if (const std::optional<int32_t> eos = tokenizer.eos_token_id()) {
+    extra_context["eos_token"] = tokenizer.id_to_token(*eos);
+  }
+  if (const Json* kwargs = find_field(body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) return invalid_argument("'chat_template_kwargs' must be an object");
+    for (const auto& [key, value] : kwargs->items()) extra_context[key] = value;
+  }
+  if (const Json* tools = find_field(body, "tools")) {
+    if (!tools->is_array()) return invalid_argument("'tools' must be a list");
+    extra_context["tools"] = *tools;
+  }
+  Result<std::string> rendered =
+      ctx.chat_template->render(normalized, add_generation_prompt, extra_context);
+  if (!rendered.ok()) {
+    return invalid_argument("chat template: {}", rendered.status().message());
+  }
+  return ctx.tokenizer->encode(*rendered, add_special_tokens);
+}
+
+Result<ParsedRequest> parse_chat_request(const Json& body, const RequestContext& ctx) {
+  LS_RETURN_IF_ERROR(check_model_name(body, ctx));
+  const Engine& engine = *ctx.engine;
+  ParsedRequest request;
+  request.kind = ApiKind::kChat;
+  LS_RETURN_IF_ERROR(read_sampling(body, engine, &request.sampling));
+  LS_RETURN_IF_ERROR(read_stop(body, engine, &request.stop));
+  LS_RETURN_IF_ERROR(read_choices_and_stream(body, ctx, &request));
+
+  bool logprobs = false;
+  LS_RETURN_IF_ERROR(read_bool(body, "logprobs", &logprobs));
+  std::optional<int64_t> top_logprobs;
+  LS_RETURN_IF_ERROR(read_int64(body, "top_logprobs", &top_logprobs));
+  if (top_logprobs && *top_logprobs < 0) {
+    return invalid_argument("top_logprobs must be non-negative, got {}", *top_logprobs);
+  }
+  if (top_logprobs && *top_logprobs > 0 && !logprobs) {
+    return invalid_argument("when using `top_logprobs`, `logprobs` must be set to true.");
+  }
+  if (logprobs) request.num_logprobs = clamp_to_int32(top_logprobs.value_or(0));
+  request.sampling.logprobs = request.num_logprobs;
+
+  // max_completion_tokens wins over the deprecated max_tokens; neither means "the rest of the
+  // context".
+  std::optional<int64_t> max_tokens;
+  LS_RETURN_IF_ERROR(read_int64(body, "max_completion_tokens", &max_tokens));
+  if (!max_tokens) LS_RETURN_IF_ERROR(read_int64(body, "max_tokens", &max_tokens));
+
+  PromptInput prompt;
+  LS_ASSIGN_OR_RETURN(prompt.token_ids,
+                      tokenize_chat(body, /*default_add_special_tokens=*/false, ctx));
+  const int64_t num_prompt_tokens = static_cast<int64_t>(prompt.token_ids.size());
+  LS_RETURN_IF_ERROR(
+      check_context_length(num_prompt_tokens, max_tokens.value_or(-1), engine.max_model_len()));
+  request.stop.max_tokens =
+      clamp_to_int32(max_tokens.value_or(engine.max_model_len() - num_prompt_tokens));
+  request.prompts.push_back(std::move(prompt));
+  LS_RETURN_IF_ERROR(finish_validation(request, engine));
+  return request;
+}
+
+}  // namespace ls

@@ -1,0 +1,69 @@
+#pragma once
+// Turns an OpenAI /v1/completions or /v1/chat/completions body into what the engine runs:
+// tokenized prompts, SamplingParams and StopParams, with vLLM's defaults, field rules and error
+// messages (including the two context-length messages clients match on). Missing sampling
+// fields come from Engine::default_sampling(), eos ids from Engine::default_stop().
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/engine_api.h"
+#include "server/json_fields.h"
+
+namespace ls {
+
+class Tokenizer;
+class ChatTemplate;
+
+enum class ApiKind { kCompletion, kChat };
+
+struct PromptInput {
+  std::vector<int32_t> token_ids;  // [num_prompt_tokens]
+  std::string text;                // the prompt as text (decoded when given as ids), for echo
+};
+
+struct ParsedRequest {
+  ApiKind kind = ApiKind::kCompletion;
+  std::vector<PromptInput> prompts;  // completions: one or more; chat: exactly one
+  SamplingParams sampling;
+  StopParams stop;
+  int32_t n = 1;  // choices per prompt
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  // -1: no logprobs. Completions: the int N; chat: top_logprobs when logprobs is true.
+  int32_t num_logprobs = -1;
+  bool echo = false;  // completions only: prepend the prompt to the text
+};
+
+// What parsing needs from the server around it.
+struct RequestContext {
+  const Engine* engine = nullptr;
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;  // null: chat requests are rejected
+  std::string served_model_name;
+  int32_t max_n = 128;  // largest accepted "n"
+};
+
+// Errors: kInvalidArgument (→ 400) for bad fields and too-long prompts, kNotFound (→ 404) for a
+// model name that is not served.
+Result<ParsedRequest> parse_completion_request(const Json& body, const RequestContext& ctx);
+Result<ParsedRequest> parse_chat_request(const Json& body, const RequestContext& ctx);
+
+// The "model" field, if given, must name the served model.
+Status check_model_name(const Json& body, const RequestContext& ctx);
+
+// Validates OpenAI chat messages and flattens content parts ([{type:"text",text}] joined with
+// "\n", as vLLM does) into plain strings, ready for the template.
+Result<Json> normalize_chat_messages(const Json& messages);
+
+// Renders the chat template over `body`'s messages and tokenizes the result without special
+// tokens (the template emits BOS itself). Used by chat completions and /tokenize.
+Result<std::vector<int32_t>> tokenize_chat(const Json& body, bool default_add_special_tokens,
+                                           const RequestContext& ctx);
+
+// vLLM's two context-length checks. max_tokens < 0 means "not given" (chat default: the rest of
+// the context), which only checks the prompt.
+Status check_context_length(int64_t num_prompt_tokens, int64_t max_tokens, int32_t max_model_len);
+
+}  // namespace ls

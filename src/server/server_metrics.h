@@ -1,0 +1,73 @@
+#pragma once
+// The vLLM (v1 engine) metric set served on GET /metrics, with vLLM's names, buckets and labels
+// (model_name, engine="0"), so dashboards and scrapers built for vLLM work unchanged.
+//
+// Gauges and token counters that the engine keeps are copied from Engine::stats() at scrape
+// time. Latency histograms are the server's own measurements: a RequestTimer follows one
+// sequence (one choice of one engine request) from submit to its final output, on the thread
+// that delivers the outputs.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/engine_api.h"
+#include "server/metrics_registry.h"
+
+namespace ls {
+
+class ServerMetrics {
+ public:
+  ServerMetrics(std::string model_name, int32_t max_model_len);
+
+  void observe_time_to_first_token(double seconds);
+  void observe_inter_token_latency(double seconds);
+  // A finished sequence: its end-to-end latency, its mean time per output token (only when it
+  // produced more than one token), and its token counts.
+  void observe_finished(FinishReason reason, double e2e_seconds, double tpot_seconds,
+                        int32_t num_output_tokens, int32_t num_prompt_tokens);
+
+  // Refreshes the engine-backed series from `stats` and renders everything.
+  std::string render(const EngineStats& stats);
+
+ private:
+  MetricsRegistry registry_;
+  const LabelValues labels_;  // {model_name, engine}
+  Gauge* num_requests_running_;
+  Gauge* num_requests_waiting_;
+  Gauge* kv_cache_usage_perc_;
+  Counter* prompt_tokens_total_;
+  Counter* generation_tokens_total_;
+  Counter* num_preemptions_total_;
+  CounterFamily* request_success_total_;
+  Histogram* time_to_first_token_;
+  Histogram* inter_token_latency_;
+  Histogram* request_time_per_output_token_;
+  Histogram* e2e_request_latency_;
+  Histogram* request_prompt_tokens_;
+  Histogram* request_generation_tokens_;
+};
+
+// Follows one sequence: call on_output for each of its outputs in order (the engine delivers
+// them in order on one thread, so no locking is needed). Observes TTFT on the first output with
+// tokens, ITL between later ones, and the per-request histograms on the final output.
+class RequestTimer {
+ public:
+  RequestTimer(std::shared_ptr<ServerMetrics> metrics, int64_t submit_ns, int32_t num_prompt_tokens)
+      : metrics_(std::move(metrics)),
+        submit_ns_(submit_ns),
+        num_prompt_tokens_(num_prompt_tokens) {}
+
+  void on_output(const RequestOutput& output, int64_t now_ns);
+
+ private:
+  std::shared_ptr<ServerMetrics> metrics_;
+  int64_t submit_ns_;
+  int32_t num_prompt_tokens_;
+  int64_t first_token_ns_ = -1;
+  int64_t last_token_ns_ = -1;
+  int32_t num_output_tokens_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace ls
