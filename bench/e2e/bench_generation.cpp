@@ -1,0 +1,195 @@
+// End-to-end generation speed of one sequence at given contexts, on any backend and policy:
+//  - prefill tokens/s: a chunk of --chunk tokens appended after `context` tokens in the cache;
+//  - decode tokens/s: single-token steps with `context` tokens in the cache;
+//  - the decode floor: weight bytes read per token / measured memory bandwidth (CPU), so the
+//    table says how close decode comes to the hardware limit.
+// Prints a markdown table. Example:
+//   bench_generation --model /tmp/bench30m --contexts 0,4096,16384 --attention dense
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "model/model_stack.h"
+
+namespace ls {
+namespace {
+
+// Read bandwidth of one process: each thread sums its share of a 512 MiB buffer (far beyond the
+// caches); the best of several passes.
+double measure_read_bandwidth_gbs(int threads) {
+  const size_t n = (size_t{512} << 20) / sizeof(float);
+  std::vector<float> buf(n);
+  for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 1023);
+  double best = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    std::vector<double> sums(static_cast<size_t>(threads));
+    const double t0 = now_seconds();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const size_t b = n * static_cast<size_t>(t) / static_cast<size_t>(threads);
+        const size_t e = n * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
+        float acc[16] = {};
+        for (size_t i = b; i + 16 <= e; i += 16)
+          for (int j = 0; j < 16; ++j) acc[j] += buf[i + static_cast<size_t>(j)];
+        sums[static_cast<size_t>(t)] = std::accumulate(acc, acc + 16, 0.0);
+      });
+    }
+    for (auto& th : pool) th.join();
+    const double dt = now_seconds() - t0;
+    if (std::accumulate(sums.begin(), sums.end(), 0.0) == -1) fmt::print("");  // keep the sums
+    best = std::max(best, static_cast<double>(n * sizeof(float)) / dt / 1e9);
+  }
+  return best;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Row {
+  int32_t context;
+  double prefill_tps;
+  double decode_tps;
+  double decode_ms;
+};
+
+}  // namespace
+}  // namespace ls
+
+int main(int argc, char** argv) {
+  using namespace ls;
+  init_logging();
+  CLI::App app{"End-to-end prefill/decode speed at given contexts"};
+  ModelStackOptions o;
+  std::vector<int32_t> contexts{0, 4096, 16384};
+  int32_t chunk = 512;
+  int32_t decode_steps = 32;
+  int32_t repeats = 3;
+  bool bandwidth = true;
+  app.add_option("--model", o.model_dir)->required();
+  app.add_option("--device", o.device)->capture_default_str();
+  app.add_option("--threads", o.num_threads)->capture_default_str();
+  app.add_option("--attention", o.attention.policy)->capture_default_str();
+  app.add_option("--head-pattern", o.attention.head_pattern_path);
+  app.add_option("--streaming-ratio", o.attention.streaming_ratio)->capture_default_str();
+  app.add_option("--token-budget", o.attention.token_budget)->capture_default_str();
+  app.add_option("--select-interval", o.attention.select_interval)->capture_default_str();
+  app.add_option("--contexts", contexts)->delimiter(',')->capture_default_str();
+  app.add_option("--chunk", chunk, "Prefill chunk timed at each context")->capture_default_str();
+  app.add_option("--decode-steps", decode_steps)->capture_default_str();
+  app.add_option("--repeats", repeats, "Timed repeats (median)")->capture_default_str();
+  app.add_flag("!--no-bandwidth", bandwidth, "Skip the memory-bandwidth measurement");
+  CLI11_PARSE(app, argc, argv);
+
+  const int32_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
+  o.max_num_seqs = 1;
+  o.max_step_tokens = std::max(chunk, 2048);
+  o.max_logit_rows = 1;
+  o.max_model_len = max_ctx + chunk + decode_steps + 16;
+  auto stack_or = build_model_stack(o);
+  if (!stack_or.ok()) {
+    fmt::print(stderr, "error: {}\n", stack_or.status().to_string());
+    return 1;
+  }
+  ModelStack& stack = **stack_or;
+  ModelRunner& runner = *stack.runner;
+  KvManager& kv = *stack.kv;
+  const int32_t vocab = runner.vocab_size();
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
+  std::vector<float> logits;
+
+  auto run_prefill = [&](int32_t slot, int32_t begin, int32_t len) {
+    StepInput in;
+    for (int32_t i = 0; i < len; ++i) in.tokens.push_back(tok(rng));
+    in.seqs.push_back({slot, len, begin + len, true});
+    in.logit_rows.push_back(len - 1);
+    Status st = kv.grow(slot, begin + len);
+    if (st.ok()) st = runner.forward(in, logits);
+    if (!st.ok()) {
+      fmt::print(stderr, "error: {}\n", st.to_string());
+      std::exit(1);
+    }
+  };
+  auto run_decode = [&](int32_t slot, int32_t begin) {
+    StepInput in;
+    in.tokens.push_back(tok(rng));
+    in.seqs.push_back({slot, 1, begin + 1, false});
+    in.logit_rows.push_back(0);
+    Status st = kv.grow(slot, begin + 1);
+    if (st.ok()) st = runner.forward(in, logits);
+    if (!st.ok()) {
+      fmt::print(stderr, "error: {}\n", st.to_string());
+      std::exit(1);
+    }
+  };
+
+  std::vector<Row> rows;
+  for (int32_t ctx : contexts) {
+    std::vector<double> prefill_s, decode_s;
+    for (int32_t r = 0; r < repeats; ++r) {
+      auto slot = kv.add_sequence();
+      if (!slot.ok()) return 1;
+      // Fill the context (not timed), in large chunks.
+      for (int32_t b = 0; b < ctx;) {
+        const int32_t len = std::min(o.max_step_tokens, ctx - b);
+        run_prefill(*slot, b, len);
+        b += len;
+      }
+      double t0 = now_seconds();
+      run_prefill(*slot, ctx, chunk);
+      prefill_s.push_back(now_seconds() - t0);
+      kv.remove_sequence(*slot);
+      // Decode at `ctx`: a fresh sequence whose cache holds ctx tokens, then single steps.
+      slot = kv.add_sequence();
+      for (int32_t b = 0; b < std::max(1, ctx);) {
+        const int32_t len = std::min(o.max_step_tokens, std::max(1, ctx) - b);
+        run_prefill(*slot, b, len);
+        b += len;
+      }
+      kv.finish_prefill(*slot);
+      int32_t len = std::max(1, ctx);
+      run_decode(*slot, len++);  // warm-up step
+      t0 = now_seconds();
+      for (int32_t s = 0; s < decode_steps; ++s) run_decode(*slot, len++);
+      decode_s.push_back((now_seconds() - t0) / decode_steps);
+      kv.remove_sequence(*slot);
+    }
+    const double p = median(prefill_s), d = median(decode_s);
+    rows.push_back({ctx, chunk / p, 1.0 / d, d * 1e3});
+  }
+
+  const int64_t weight_bytes = stack.model->weights().bytes_per_token;
+  fmt::print("model: {} (weight bytes read per token: {:.1f} MB), backend: {}, attention: {}\n",
+             o.model_dir.string(), static_cast<double>(weight_bytes) / 1e6, stack.backend->name(),
+             stack.policy->name());
+  double bw = 0;
+  if (bandwidth && stack.backend->device() == Device::kCpu) {
+    bw = measure_read_bandwidth_gbs(o.num_threads > 0 ? o.num_threads
+                                                      : static_cast<int>(std::thread::hardware_concurrency()));
+    fmt::print("measured read bandwidth: {:.1f} GB/s; decode floor (weights only): {:.2f} ms/token\n",
+               bw, static_cast<double>(weight_bytes) / (bw * 1e9) * 1e3);
+  }
+  fmt::print("\n| context | prefill tok/s (chunk {}) | decode tok/s | decode ms/token |{}\n", chunk,
+             bw > 0 ? " decode / floor |" : "");
+  fmt::print("|---:|---:|---:|---:|{}\n", bw > 0 ? "---:|" : "");
+  for (const Row& r : rows) {
+    std::string floor;
+    if (bw > 0) {
+      const double floor_ms = static_cast<double>(weight_bytes) / (bw * 1e9) * 1e3;
+      floor = fmt::format(" {:.2f}x |", r.decode_ms / floor_ms);
+    }
+    fmt::print("| {} | {:.0f} | {:.1f} | {:.2f} |{}\n", r.context, r.prefill_tps, r.decode_tps,
+               r.decode_ms, floor);
+  }
+  return 0;
+}
