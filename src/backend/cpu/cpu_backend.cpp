@@ -51,6 +51,13 @@ std::string CpuBackend::name() const {
 
 Result<Buffer> CpuBackend::allocate(int64_t bytes, MemoryTier tier) {
   if (bytes < 0) return invalid_argument("cpu backend: cannot allocate {} bytes", bytes);
+  // Refuse what can never fit instead of relying on overcommit (which may hand out the pages
+  // and fail later, on first touch).
+  const int64_t total = device_memory_total_bytes();
+  if (total > 0 && bytes > total) {
+    return resource_exhausted("cpu backend: {} bytes requested, the machine has {} bytes of RAM",
+                              bytes, total);
+  }
   // aligned_alloc needs a multiple of the alignment; never return null for 0 bytes.
   const int64_t rounded =
       std::max<int64_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
