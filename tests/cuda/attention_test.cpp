@@ -1,0 +1,266 @@
+// Paged attention on the GPU against an independent dense reference in double (each head mode's
+// visibility rule applied key by key) and against kernels/cpu on the same arrays: prefill chunks,
+// decode batches, mixed batches, head_dim 16..128, GQA 1/4/8, pages of 16 and 64 tokens, bf16
+// and f16, streaming rings at every length around the wrap, selected lists with entries the
+// contract says to skip, forced split counts, and the prefill kernel serving single tokens.
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "attention_scenario.h"
+#include "cuda_test_util.h"
+
+namespace ls::cuda_test {
+namespace {
+
+using kernels::HeadMode;
+
+// Reference limits: the double reference is exact but slow, so big scenarios use kernels/cpu.
+constexpr int64_t kMaxReferenceCost = int64_t{400} << 20;
+
+double attention_tol(DType dt) {
+  return dt == DType::kBF16 ? 1e-2 : 2e-3;
+}
+
+// Runs the scenario on the GPU and checks it against the references it can afford.
+void check_scenario(AttentionScenario& sc, const std::string& label) {
+  const DType dt = sc.config().dtype;
+  const std::vector<float> got = sc.run_gpu();
+  EXPECT_TRUE(gpu()->take_error().ok()) << label;
+  const double tol = attention_tol(dt);
+  if (sc.reference_cost() <= kMaxReferenceCost) {
+    EXPECT_TRUE(close_to(got, sc.reference(), tol, 2 * tol)) << "vs double reference: " << label;
+  }
+  EXPECT_TRUE(close_to(got, sc.run_cpu(), 1.5 * tol, 3 * tol)) << "vs kernels/cpu: " << label;
+}
+
+class ScopedAttentionOptions {
+ public:
+  explicit ScopedAttentionOptions(const kernels::cuda::AttentionOptions& o) {
+    gpu()->set_attention_options(o);
+  }
+  ~ScopedAttentionOptions() { gpu()->set_attention_options({}); }
+};
+
+std::string describe(const ScenarioConfig& c) {
+  return "d " + std::to_string(c.head_dim) + " group " + std::to_string(c.group) + " page " +
+         std::to_string(c.page_tokens) + " " + dtype_label(c.dtype);
+}
+
+TEST(CudaAttention, CausalPrefillGrid) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(31);
+  for (int32_t d : {64, 96, 128}) {
+    for (int32_t group : {1, 4, 8}) {
+      for (int32_t pt : {16, 64}) {
+        for (DType dt : {DType::kBF16, DType::kF16}) {
+          ScenarioConfig cfg;
+          cfg.head_dim = d;
+          cfg.group = group;
+          cfg.page_tokens = pt;
+          cfg.modes = {HeadMode::kCausal, HeadMode::kSelected};  // no selection: causal
+          cfg.dtype = dt;
+          // A whole prompt, and a later chunk of another sequence (queries start mid-page).
+          std::vector<SeqSpec> seqs = {{.kv_len = 300, .q_len = 300},
+                                       {.kv_len = 700, .q_len = 137}};
+          AttentionScenario sc(rng, cfg, seqs);
+          check_scenario(sc, describe(cfg));
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaAttention, SmallHeadDimsOfTheFixtureModels) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(32);
+  for (int32_t d : {16, 32}) {
+    for (bool decode : {false, true}) {
+      ScenarioConfig cfg;
+      cfg.head_dim = d;
+      cfg.group = 2;
+      cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming};
+      cfg.sink_tokens = 5;
+      std::vector<SeqSpec> seqs;
+      if (decode) {
+        seqs = {{.kv_len = 130, .q_len = 1, .local_tokens = 40}, {.kv_len = 9, .q_len = 1}};
+      } else {
+        seqs = {{.kv_len = 150, .q_len = 150, .local_tokens = 40}, {.kv_len = 60, .q_len = 1}};
+      }
+      AttentionScenario sc(rng, cfg, seqs);
+      check_scenario(sc, describe(cfg) + (decode ? " decode" : " prefill"));
+    }
+  }
+}
+
+TEST(CudaAttention, StreamingAndRetrievalHeadsInPrefill) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(33);
+  for (int32_t pt : {16, 64}) {
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      for (int warps : {4, 8}) {
+        kernels::cuda::AttentionOptions o;
+        o.prefill_warps = warps;
+        ScopedAttentionOptions scoped(o);
+        ScenarioConfig cfg;
+        cfg.head_dim = 128;
+        cfg.group = 4;
+        cfg.page_tokens = pt;
+        cfg.modes = {HeadMode::kStreaming, HeadMode::kCausal, HeadMode::kStreaming,
+                     HeadMode::kSelected};
+        cfg.num_sink_pages = pt == 16 ? 2 : 1;
+        cfg.sink_tokens = pt == 16 ? 20 : 40;  // the second sink page is partly a sink
+        cfg.dtype = dt;
+        // Windows shorter and longer than a tile; a chunk whose window starts inside the sinks.
+        std::vector<SeqSpec> seqs = {{.kv_len = 900, .q_len = 900, .local_tokens = 100},
+                                     {.kv_len = 1200, .q_len = 200, .local_tokens = 300},
+                                     {.kv_len = 70, .q_len = 70, .local_tokens = 30}};
+        AttentionScenario sc(rng, cfg, seqs);
+        check_scenario(sc, describe(cfg) + " warps " + std::to_string(warps));
+      }
+    }
+  }
+}
+
+TEST(CudaAttention, DecodeBatchesWithSelectionAndRings) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(34);
+  for (int32_t d : {64, 128}) {
+    for (int32_t group : {1, 4, 8}) {
+      for (int32_t pt : {16, 64}) {
+        for (int splits : {0, 1, 7}) {
+          kernels::cuda::AttentionOptions o;
+          o.max_splits = splits;
+          o.min_blocks_per_split = 1;
+          ScopedAttentionOptions scoped(o);
+          ScenarioConfig cfg;
+          cfg.head_dim = d;
+          cfg.group = group;
+          cfg.page_tokens = pt;
+          cfg.modes = {HeadMode::kSelected, HeadMode::kStreaming, HeadMode::kCausal};
+          cfg.sink_tokens = pt;
+          cfg.dtype = group == 4 ? DType::kF16 : DType::kBF16;
+          const int32_t pages = 2000 / pt + 1;
+          std::vector<SeqSpec> seqs = {
+              {.kv_len = 1, .q_len = 1, .local_tokens = 48},
+              {.kv_len = pt - 1, .q_len = 1, .local_tokens = 48},
+              {.kv_len = pt + 1,
+               .q_len = 1,
+               .local_tokens = 48,
+               .selected_row = 0,
+               .selected = {{0}}},
+              {.kv_len = 2000,
+               .q_len = 1,
+               .local_tokens = 48,
+               .selected_row = 3,
+               .selected = {{1, 4, 5, pages / 2, pages - 3}}},
+              // A reused selection that misses the newest pages (they are visible anyway), and
+              // entries to skip: repeated, out of order, past the context.
+              {.kv_len = 1500,
+               .q_len = 1,
+               .local_tokens = 100,
+               .selected_row = 1,
+               .selected = {{2, 2, 7, 3, 9, 4000}}},
+              {.kv_len = 64 * 9 + 3, .q_len = 1, .local_tokens = 200}};
+          AttentionScenario sc(rng, cfg, seqs);
+          check_scenario(sc, describe(cfg) + " splits " + std::to_string(splits));
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaAttention, MixedPrefillAndDecodeBatch) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(35);
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (bool prefill_only : {false, true}) {
+      kernels::cuda::AttentionOptions o;
+      o.prefill_only = prefill_only;
+      ScopedAttentionOptions scoped(o);
+      ScenarioConfig cfg;
+      cfg.head_dim = 128;
+      cfg.group = 4;
+      cfg.page_tokens = 64;
+      cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected,
+                   HeadMode::kStreaming};
+      cfg.sink_tokens = 64;
+      cfg.dtype = dt;
+      std::vector<SeqSpec> seqs = {{.kv_len = 500, .q_len = 120, .local_tokens = 128},
+                                   {.kv_len = 900,
+                                    .q_len = 1,
+                                    .local_tokens = 64,
+                                    .selected_row = 2,
+                                    .selected = {{}, {}, {0, 3, 8}}},
+                                   {.kv_len = 40, .q_len = 40, .local_tokens = 128},
+                                   {.kv_len = 77, .q_len = 1, .local_tokens = 64},
+                                   // A short chunk with a selection row (speculative-style q_len >
+                                   // 1): listed pages in the prefill kernel.
+                                   {.kv_len = 1000,
+                                    .q_len = 3,
+                                    .local_tokens = 64,
+                                    .selected_row = 0,
+                                    .selected = {{}, {}, {1, 5, 9}}}};
+      AttentionScenario sc(rng, cfg, seqs);
+      check_scenario(sc, std::string("mixed ") + dtype_label(dt) +
+                             (prefill_only ? " prefill kernel only" : ""));
+    }
+  }
+}
+
+TEST(CudaAttention, StreamingRingAtEveryLengthAroundTheWrap) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(36);
+  ScenarioConfig cfg;
+  cfg.head_dim = 64;
+  cfg.group = 2;
+  cfg.page_tokens = 16;
+  cfg.modes = {HeadMode::kStreaming};
+  cfg.num_sink_pages = 1;
+  cfg.sink_tokens = 10;
+  const int32_t local = 40, ring = (local + 15) / 16 + 1;  // 4 pages: wraps every 64 tokens
+  std::vector<SeqSpec> seqs;
+  for (int32_t len = 1; len <= 16 * (1 + ring + 3); ++len) {
+    seqs.push_back({.kv_len = len, .q_len = 1, .local_tokens = local, .ring_pages = ring});
+  }
+  AttentionScenario sc(rng, cfg, seqs);
+  check_scenario(sc, "ring at every length");
+}
+
+TEST(CudaAttention, DecodeTokensOfUnevenSequencesInOneStep) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(37);
+  // num_tokens == num_seqs although one sequence has two tokens and one none: the decode kernel
+  // serves every token by its own position.
+  ScenarioConfig cfg;
+  cfg.head_dim = 128;
+  cfg.group = 4;
+  cfg.page_tokens = 64;
+  cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming};
+  cfg.sink_tokens = 64;
+  std::vector<SeqSpec> seqs = {
+      {.kv_len = 300, .q_len = 2}, {.kv_len = 50, .q_len = 0}, {.kv_len = 129, .q_len = 1}};
+  AttentionScenario sc(rng, cfg, seqs);
+  check_scenario(sc, "uneven decode");
+}
+
+TEST(CudaAttention, RowsWithNoVisibleKeyAreZero) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(38);
+  ScenarioConfig cfg;
+  cfg.head_dim = 64;
+  cfg.group = 4;
+  cfg.page_tokens = 16;
+  cfg.modes = {HeadMode::kStreaming, HeadMode::kCausal};
+  cfg.num_sink_pages = 0;
+  cfg.sink_tokens = 0;
+  // local 0 and no sinks: a streaming head sees nothing, in prefill and in decode.
+  std::vector<SeqSpec> seqs = {{.kv_len = 100, .q_len = 100, .local_tokens = 0, .ring_pages = 8},
+                               {.kv_len = 50, .q_len = 1, .local_tokens = 0, .ring_pages = 4}};
+  AttentionScenario sc(rng, cfg, seqs);
+  check_scenario(sc, "no visible key");
+}
+
+}  // namespace
+}  // namespace ls::cuda_test

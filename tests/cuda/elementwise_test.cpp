@@ -1,0 +1,250 @@
+// The CUDA backend's dense ops against the CPU backend (f32 math on the same rounded inputs) or a
+// naive double-precision reference (linear): bf16, f16 and f32 tensors, vectorised and scalar
+// shapes, aliasing, out-of-range ids. Outputs are poisoned with NaN first, so an unwritten element
+// fails.
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "backend/cpu/cpu_backend.h"
+#include "cuda_test_util.h"
+
+namespace ls::cuda_test {
+namespace {
+
+CpuBackend& cpu() {
+  static CpuBackend backend(2);
+  return backend;
+}
+
+TensorView dev(const DeviceArray& a, DType dt, std::initializer_list<int64_t> shape) {
+  return TensorView(a.data(), dt, shape, Device::kCuda);
+}
+
+TensorView host(std::vector<float>& v, std::initializer_list<int64_t> shape) {
+  return TensorView(v.data(), DType::kF32, shape, Device::kCpu);
+}
+
+const DType kDtypes[] = {DType::kBF16, DType::kF16, DType::kF32};
+
+TEST(CudaElementwise, RmsNormMatchesCpu) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(11);
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 64},   {3, 128}, {17, 1000}, {5, 4096},
+                                                {2, 5120}, {9, 96},  {40, 130}};
+  for (DType dt : kDtypes) {
+    for (auto [rows, dim] : shapes) {
+      for (bool alias : {false, true}) {
+        HostArray x = random_array(rng, rows * dim, dt, -3, 3);
+        std::vector<float> w(static_cast<size_t>(dim));
+        std::uniform_real_distribution<float> wd(0.5f, 1.5f);
+        for (auto& v : w) v = wd(rng);
+        DeviceArray dx = DeviceArray::of(x), dw = DeviceArray::of(w);
+        DeviceArray dout(static_cast<int64_t>(x.bytes.size()));
+        dout.poison(dt, rows * dim);
+        const DeviceArray& target = alias ? dx : dout;
+        gpu()->rmsnorm(dev(dx, dt, {rows, dim}), dev(dw, DType::kF32, {dim}), 1e-5f,
+                       dev(target, dt, {rows, dim}));
+        std::vector<float> xin = x.values, ref(xin.size()), wv = w;
+        cpu().rmsnorm(host(xin, {rows, dim}), host(wv, {dim}), 1e-5f, host(ref, {rows, dim}));
+        EXPECT_TRUE(
+            close_to(target.download_floats(dt, rows * dim), ref, rel_tol(dt) / 2, rel_tol(dt)))
+            << dtype_label(dt) << " rows " << rows << " dim " << dim << " alias " << alias;
+      }
+    }
+  }
+}
+
+TEST(CudaElementwise, AddRmsNormMatchesCpu) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(12);
+  for (DType dt : kDtypes) {
+    for (auto [rows, dim] : {std::pair<int64_t, int64_t>{4, 256}, {3, 4096}, {7, 72}}) {
+      HostArray x = random_array(rng, rows * dim, dt, -2, 2);
+      HostArray r = random_array(rng, rows * dim, dt, -2, 2);
+      std::vector<float> w(static_cast<size_t>(dim), 0.0f);
+      std::uniform_real_distribution<float> wd(0.5f, 1.5f);
+      for (auto& v : w) v = wd(rng);
+      DeviceArray dx = DeviceArray::of(x), dr = DeviceArray::of(r), dw = DeviceArray::of(w);
+      DeviceArray dout(static_cast<int64_t>(x.bytes.size()));
+      dout.poison(dt, rows * dim);
+      gpu()->add_rmsnorm(dev(dx, dt, {rows, dim}), dev(dr, dt, {rows, dim}),
+                         dev(dw, DType::kF32, {dim}), 1e-6f, dev(dout, dt, {rows, dim}));
+      // Reference: the sum rounded to the dtype (what an unfused add stores), then the norm.
+      HostArray sum(rows * dim, dt);
+      for (int64_t i = 0; i < rows * dim; ++i) {
+        sum.set(i, x.values[static_cast<size_t>(i)] + r.values[static_cast<size_t>(i)]);
+      }
+      std::vector<float> s = sum.values, ref(s.size());
+      cpu().rmsnorm(host(s, {rows, dim}), host(w, {dim}), 1e-6f, host(ref, {rows, dim}));
+      EXPECT_TRUE(close_to(dout.download_floats(dt, rows * dim), ref, rel_tol(dt) / 2, rel_tol(dt)))
+          << dtype_label(dt) << " dim " << dim;
+      // x holds the rounded sum exactly.
+      EXPECT_EQ(dx.download(), sum.bytes) << dtype_label(dt);
+    }
+  }
+}
+
+TEST(CudaElementwise, RopeMatchesCpuToTheUlp) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(13);
+  struct Shape {
+    int64_t tokens, heads, head_dim, rotary;
+  };
+  for (DType dt : kDtypes) {
+    for (Shape sh : {Shape{5, 4, 64, 64}, Shape{3, 8, 128, 128}, Shape{7, 2, 128, 64},
+                     Shape{1, 32, 96, 96}, Shape{9, 3, 16, 8}}) {
+      const int64_t n = sh.tokens * sh.heads * sh.head_dim, half = sh.rotary / 2;
+      HostArray x = random_array(rng, n, dt, -4, 4);
+      std::vector<float> cs(static_cast<size_t>(sh.tokens * half)), sn(cs.size());
+      std::uniform_real_distribution<float> ang(-3.14f, 3.14f);
+      for (size_t i = 0; i < cs.size(); ++i) {
+        const float a = ang(rng);
+        cs[i] = std::cos(a) * 1.1f;
+        sn[i] = std::sin(a) * 1.1f;
+      }
+      DeviceArray dx = DeviceArray::of(x), dc = DeviceArray::of(cs), ds = DeviceArray::of(sn);
+      gpu()->rope(dev(dx, dt, {sh.tokens, sh.heads, sh.head_dim}),
+                  dev(dc, DType::kF32, {sh.tokens, half}), dev(ds, DType::kF32, {sh.tokens, half}),
+                  sh.rotary);
+      std::vector<float> ref = x.values;
+      cpu().rope(host(ref, {sh.tokens, sh.heads, sh.head_dim}), host(cs, {sh.tokens, half}),
+                 host(sn, {sh.tokens, half}), sh.rotary);
+      HostArray rounded(n, dt);
+      for (int64_t i = 0; i < n; ++i) rounded.set(i, ref[static_cast<size_t>(i)]);
+      // Same separately rounded f32 products and differences, then one rounding: identical.
+      const std::vector<float> got = dx.download_floats(dt, n);
+      int mismatches = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        if (got[static_cast<size_t>(i)] != rounded.values[static_cast<size_t>(i)]) ++mismatches;
+      }
+      EXPECT_EQ(mismatches, 0) << dtype_label(dt) << " head_dim " << sh.head_dim << " rotary "
+                               << sh.rotary;
+    }
+  }
+}
+
+TEST(CudaElementwise, SiluMulAddConvertMatchCpu) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(14);
+  for (DType dt : kDtypes) {
+    for (auto [tokens, inter] : {std::pair<int64_t, int64_t>{1, 14336}, {7, 160}, {33, 75}}) {
+      HostArray gu = random_array(rng, tokens * 2 * inter, dt, -6, 6);
+      DeviceArray dgu = DeviceArray::of(gu);
+      DeviceArray dout(dtype_nbytes(dt, tokens * inter));
+      dout.poison(dt, tokens * inter);
+      gpu()->silu_mul(dev(dgu, dt, {tokens, 2 * inter}), dev(dout, dt, {tokens, inter}));
+      std::vector<float> in = gu.values, ref(static_cast<size_t>(tokens * inter));
+      cpu().silu_mul(host(in, {tokens, 2 * inter}), host(ref, {tokens, inter}));
+      EXPECT_TRUE(
+          close_to(dout.download_floats(dt, tokens * inter), ref, rel_tol(dt) / 2, rel_tol(dt)))
+          << "silu_mul " << dtype_label(dt) << " inter " << inter;
+    }
+    for (int64_t n : {int64_t{8}, int64_t{4096 * 3}, int64_t{1001}}) {
+      HostArray x = random_array(rng, n, dt, -5, 5), y = random_array(rng, n, dt, -5, 5);
+      DeviceArray dx = DeviceArray::of(x), dy = DeviceArray::of(y);
+      gpu()->add_inplace(dev(dx, dt, {n}), dev(dy, dt, {n}));
+      HostArray want(n, dt);
+      for (int64_t i = 0; i < n; ++i)
+        want.set(i, x.values[static_cast<size_t>(i)] + y.values[static_cast<size_t>(i)]);
+      EXPECT_EQ(dx.download(), want.bytes) << "add " << dtype_label(dt) << " n " << n;
+
+      for (DType to : kDtypes) {  // convert: exact widening, RNE narrowing as core/dtype
+        DeviceArray dst(dtype_nbytes(to, n));
+        dst.poison(to, n);
+        gpu()->convert(dev(dy, dt, {n}), dev(dst, to, {n}));
+        HostArray conv(n, to);
+        for (int64_t i = 0; i < n; ++i) conv.set(i, y.values[static_cast<size_t>(i)]);
+        EXPECT_EQ(dst.download(), conv.bytes)
+            << "convert " << dtype_label(dt) << " -> " << dtype_label(to);
+      }
+    }
+  }
+}
+
+TEST(CudaElementwise, EmbeddingAndGatherRows) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(15);
+  const int64_t vocab = 50, hidden = 136;
+  for (DType table_dt : kDtypes) {
+    HostArray table = random_array(rng, vocab * hidden, table_dt, -1, 1);
+    std::vector<int32_t> ids = {3, 0, 49, 17, 50, -1, 3};  // 50 and -1 are out of range
+    const int64_t t = static_cast<int64_t>(ids.size());
+    DeviceArray dt_ = DeviceArray::of(table), dids = DeviceArray::of(ids);
+    DeviceArray dout(dtype_nbytes(DType::kBF16, t * hidden));
+    dout.poison(DType::kBF16, t * hidden);
+    gpu()->embedding(dev(dids, DType::kI32, {t}), dev(dt_, table_dt, {vocab, hidden}),
+                     dev(dout, DType::kBF16, {t, hidden}));
+    HostArray want(t * hidden, DType::kBF16);
+    for (int64_t r = 0; r < t; ++r) {
+      const int32_t id = ids[static_cast<size_t>(r)];
+      for (int64_t c = 0; c < hidden; ++c) {
+        want.set(r * hidden + c,
+                 id >= 0 && id < vocab ? table.values[static_cast<size_t>(id * hidden + c)] : 0.0f);
+      }
+    }
+    EXPECT_EQ(dout.download(), want.bytes) << "embedding from " << dtype_label(table_dt);
+  }
+  // gather_rows: raw bytes, 16-byte and odd row sizes, an out-of-range row gives zeros.
+  for (int64_t row_elems : {int64_t{64}, int64_t{13}}) {
+    HostArray x = random_array(rng, 9 * row_elems, DType::kBF16);
+    std::vector<int32_t> rows = {8, 0, 3, 9, 3};
+    DeviceArray dx = DeviceArray::of(x), drows = DeviceArray::of(rows);
+    DeviceArray dout(dtype_nbytes(DType::kBF16, 5 * row_elems));
+    dout.poison(DType::kBF16, 5 * row_elems);
+    gpu()->gather_rows(dev(dx, DType::kBF16, {9, row_elems}), dev(drows, DType::kI32, {5}),
+                       dev(dout, DType::kBF16, {5, row_elems}));
+    std::vector<uint8_t> want(static_cast<size_t>(dtype_nbytes(DType::kBF16, 5 * row_elems)), 0);
+    const size_t rb = static_cast<size_t>(row_elems) * 2;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      if (rows[r] < 9) std::memcpy(want.data() + r * rb, x.bytes.data() + rows[r] * rb, rb);
+    }
+    EXPECT_EQ(dout.download(), want) << "gather_rows, row of " << row_elems;
+  }
+}
+
+TEST(CudaElementwise, LinearMatchesDoubleReference) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(16);
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (Shape s : {Shape{1, 64, 64}, Shape{5, 96, 128}, Shape{37, 256, 320}, Shape{128, 512, 512},
+                    Shape{3, 1000, 4096}, Shape{300, 200, 100}}) {
+      for (bool bias : {false, true}) {
+        HostArray x = random_array(rng, s.m * s.k, dt, -1, 1);
+        HostArray w = random_array(rng, s.n * s.k, dt, -0.1f, 0.1f);
+        std::vector<float> b(static_cast<size_t>(s.n));
+        std::uniform_real_distribution<float> bd(-1.0f, 1.0f);
+        for (auto& v : b) v = bd(rng);
+        DeviceArray dx = DeviceArray::of(x), dw = DeviceArray::of(w), db = DeviceArray::of(b);
+        DeviceArray dout(dtype_nbytes(dt, s.m * s.n));
+        dout.poison(dt, s.m * s.n);
+        LinearWeight lw;
+        lw.w = dev(dw, dt, {s.n, s.k});
+        if (bias) lw.bias = dev(db, DType::kF32, {s.n});
+        gpu()->linear(dev(dx, dt, {s.m, s.k}), lw, dev(dout, dt, {s.m, s.n}));
+        std::vector<double> ref(static_cast<size_t>(s.m * s.n));
+        for (int64_t i = 0; i < s.m; ++i) {
+          for (int64_t j = 0; j < s.n; ++j) {
+            double acc = bias ? b[static_cast<size_t>(j)] : 0.0;
+            for (int64_t k = 0; k < s.k; ++k) {
+              acc += static_cast<double>(x.values[static_cast<size_t>(i * s.k + k)]) *
+                     w.values[static_cast<size_t>(j * s.k + k)];
+            }
+            ref[static_cast<size_t>(i * s.n + j)] = acc;
+          }
+        }
+        EXPECT_TRUE(
+            close_to(dout.download_floats(dt, s.m * s.n), ref, rel_tol(dt) / 2, rel_tol(dt)))
+            << dtype_label(dt) << " m " << s.m << " n " << s.n << " k " << s.k << " bias " << bias;
+      }
+    }
+  }
+  EXPECT_TRUE(gpu()->take_error().ok());
+}
+
+}  // namespace
+}  // namespace ls::cuda_test

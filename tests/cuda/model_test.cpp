@@ -1,0 +1,233 @@
+// End to end on the Hugging Face fixture models (tests/fixtures/models, docs/fixtures.md): the
+// whole model on the CUDA backend (bf16 weights and activations) against the CPU backend (f32)
+// and transformers' float32 logits, for prompts of 1, 64 and 4097 tokens prefilled in chunks;
+// greedy continuations equal to transformers' wherever its top-2 margin is clear of the measured
+// bf16 error; and lserve with streaming heads (sinks + local windows in prefill and decode) equal
+// to the CPU backend's lserve within the same tolerance.
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <iostream>
+
+#include "cuda_test_util.h"
+#include "io/safetensors.h"
+#include "model/model_stack.h"
+
+namespace ls::cuda_test {
+namespace {
+
+using Json = nlohmann::json;
+
+// bf16 end to end: the worst position's max |logit error| relative to its largest |logit|.
+constexpr double kLogitTol = 5e-2;
+constexpr int32_t kChunk = 512;
+
+std::filesystem::path fixture_dir(const std::string& name) {
+  return std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/models" / name;
+}
+
+Json read_json(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  return Json::parse(f);
+}
+
+std::vector<float> reference_logits(const std::string& model, const std::string& tensor) {
+  auto file = SafetensorsFile::open(fixture_dir(model) / "expected/logits.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status().to_string();
+  if (!file.ok()) return {};
+  const TensorInfo* t = (*file)->find(tensor);
+  EXPECT_NE(t, nullptr) << tensor;
+  if (!t) return {};
+  const int64_t n = t->nbytes / dtype_size(*t->dtype);
+  std::vector<uint8_t> raw(static_cast<size_t>(t->nbytes));
+  std::memcpy(raw.data(), t->data, raw.size());
+  std::vector<float> out(static_cast<size_t>(n));
+  convert_to_f32(*t->dtype, raw.data(), out.data(), n);
+  return out;
+}
+
+std::unique_ptr<ModelStack> make_stack(const std::string& model, const std::string& device,
+                                       const AttentionConfig& attention = {}) {
+  ModelStackOptions o;
+  o.model_dir = fixture_dir(model);
+  o.device = device;
+  o.num_threads = 2;
+  o.attention = attention;
+  o.max_num_seqs = 2;
+  o.max_step_tokens = kChunk;
+  o.max_logit_rows = kChunk;
+  o.max_model_len = 4352;
+  o.kv_cache_bytes = int64_t{256} << 20;
+  auto stack = build_model_stack(o);
+  EXPECT_TRUE(stack.ok()) << model << " on " << device << ": " << stack.status().to_string();
+  return stack.ok() ? std::move(*stack) : nullptr;
+}
+
+// Logits of every position of `ids`, prefilled kChunk tokens per step.
+std::vector<float> score(ModelStack& st, const std::vector<int32_t>& ids) {
+  std::vector<float> all, logits;
+  auto slot = st.kv->add_sequence();
+  EXPECT_TRUE(slot.ok());
+  const auto n = static_cast<int32_t>(ids.size());
+  for (int32_t begin = 0; begin < n; begin += kChunk) {
+    const int32_t len = std::min(kChunk, n - begin);
+    EXPECT_TRUE(st.kv->grow(*slot, begin + len).ok());
+    StepInput in;
+    in.tokens.assign(ids.begin() + begin, ids.begin() + begin + len);
+    in.seqs.push_back({*slot, len, begin + len, true});
+    for (int32_t i = 0; i < len; ++i) in.logit_rows.push_back(i);
+    const Status s = st.runner->forward(in, logits);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  st.kv->remove_sequence(*slot);
+  return all;
+}
+
+int32_t argmax(const float* row, int32_t vocab) {
+  return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+}
+
+// Greedy continuation of `prompt` for `steps` tokens; `forced` (if not empty) feeds those ids
+// instead of the argmax (teacher forcing) so two backends see the same inputs. Returns the
+// argmax of every step and appends every step's logits to `logits`.
+std::vector<int32_t> decode(ModelStack& st, const std::vector<int32_t>& prompt, int32_t steps,
+                            const std::vector<int32_t>& forced, std::vector<float>& all_logits) {
+  const int32_t vocab = st.runner->vocab_size();
+  std::vector<int32_t> out;
+  std::vector<float> logits;
+  auto slot = st.kv->add_sequence();
+  EXPECT_TRUE(slot.ok());
+  const auto n = static_cast<int32_t>(prompt.size());
+  for (int32_t begin = 0; begin < n; begin += kChunk) {
+    const int32_t len = std::min(kChunk, n - begin);
+    EXPECT_TRUE(st.kv->grow(*slot, begin + len).ok());
+    StepInput in;
+    in.tokens.assign(prompt.begin() + begin, prompt.begin() + begin + len);
+    in.seqs.push_back({*slot, len, begin + len, true});
+    if (begin + len == n) in.logit_rows.push_back(len - 1);
+    EXPECT_TRUE(st.runner->forward(in, logits).ok());
+  }
+  st.kv->finish_prefill(*slot);
+  int32_t len = n;
+  for (int32_t i = 0; i < steps; ++i) {
+    out.push_back(argmax(logits.data(), vocab));
+    all_logits.insert(all_logits.end(), logits.begin(), logits.end());
+    const int32_t next = forced.empty() ? out.back() : forced[static_cast<size_t>(i)];
+    EXPECT_TRUE(st.kv->grow(*slot, len + 1).ok());
+    StepInput in;
+    in.tokens = {next};
+    in.seqs.push_back({*slot, 1, len + 1, false});
+    in.logit_rows = {0};
+    EXPECT_TRUE(st.runner->forward(in, logits).ok());
+    ++len;
+  }
+  st.kv->remove_sequence(*slot);
+  return out;
+}
+
+struct LogitError {
+  double worst_rel = 0;  // max over positions of max_v |a - b| / max_v |b|
+  double worst_abs = 0;  // max |a - b|
+};
+
+LogitError compare(const std::vector<float>& got, const std::vector<float>& ref, int32_t vocab) {
+  LogitError e;
+  for (size_t p = 0; (p + 1) * static_cast<size_t>(vocab) <= ref.size() && p * vocab < got.size();
+       ++p) {
+    double diff = 0, scale = 0;
+    for (int32_t v = 0; v < vocab; ++v) {
+      const size_t i = p * static_cast<size_t>(vocab) + static_cast<size_t>(v);
+      const double d =
+          std::isfinite(got[i]) ? std::fabs(static_cast<double>(got[i]) - ref[i]) : INFINITY;
+      diff = std::max(diff, d);
+      scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
+    }
+    e.worst_rel = std::max(e.worst_rel, diff / std::max(scale, 1e-30));
+    e.worst_abs = std::max(e.worst_abs, diff);
+  }
+  return e;
+}
+
+class CudaFixtureModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaFixtureModel, LogitsMatchCpuAndTransformersWithinBf16Tolerance) {
+  LS_REQUIRE_CUDA();
+  const std::string model = GetParam();
+  auto cuda = make_stack(model, "cuda");
+  auto cpu = make_stack(model, "cpu");
+  ASSERT_TRUE(cuda && cpu);
+  const int32_t vocab = cuda->runner->vocab_size();
+  const Json prompts = read_json(fixture_dir(model) / "expected/prompts.json");
+  double worst_abs = 0;
+  for (const Json& p : prompts["prompts"]) {
+    const auto ids = p["ids"].get<std::vector<int32_t>>();
+    const std::vector<float> g = score(*cuda, ids), c = score(*cpu, ids);
+    const std::vector<float> hf = reference_logits(model, p["tensor"].get<std::string>());
+    ASSERT_EQ(g.size(), hf.size());
+    const LogitError vs_cpu = compare(g, c, vocab), vs_hf = compare(g, hf, vocab);
+    std::cout << "[ model    ] " << model << " prompt " << p["name"] << ": worst rel error vs cpu "
+              << vs_cpu.worst_rel << ", vs transformers " << vs_hf.worst_rel << " (abs "
+              << vs_hf.worst_abs << ")\n";
+    EXPECT_LE(vs_cpu.worst_rel, kLogitTol) << model << " prompt " << p["name"];
+    EXPECT_LE(vs_hf.worst_rel, kLogitTol) << model << " prompt " << p["name"];
+    worst_abs = std::max(worst_abs, vs_hf.worst_abs);
+  }
+
+  // Greedy: equal to transformers while its top-2 gap exceeds twice the largest logit error seen
+  // (two logits each within that error cannot swap), then stop comparing.
+  const double margin = 2.0 * worst_abs * 1.25;
+  const Json greedy = read_json(fixture_dir(model) / "expected/greedy.json");
+  for (const Json& c : greedy["continuations"]) {
+    const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+    const auto want = c["generated_ids"].get<std::vector<int32_t>>();
+    const auto gap = c["top1_top2_gap"].get<std::vector<double>>();
+    std::vector<float> unused;
+    const auto got = decode(*cuda, prompt, static_cast<int32_t>(want.size()), {}, unused);
+    size_t clear = 0;
+    while (clear < want.size() && gap[clear] > margin) ++clear;
+    for (size_t i = 0; i < clear; ++i) EXPECT_EQ(got[i], want[i]) << model << " step " << i;
+    std::cout << "[ model    ] " << model << " greedy: " << clear << " of " << want.size()
+              << " steps clear of margin " << margin << "\n";
+  }
+}
+
+TEST_P(CudaFixtureModel, LserveStreamingHeadsMatchCpu) {
+  LS_REQUIRE_CUDA();
+  const std::string model = GetParam();
+  AttentionConfig a;
+  a.policy = "lserve";
+  a.streaming_ratio = 0.5;
+  a.token_budget = 8192;  // every page selected: streaming masks only, no rounding-dependent choice
+  a.sink_tokens = 64;
+  a.prefill_local_tokens = 512;
+  a.decode_local_tokens = 256;
+  auto cuda = make_stack(model, "cuda", a);
+  auto cpu = make_stack(model, "cpu", a);
+  ASSERT_TRUE(cuda && cpu);
+  const int32_t vocab = cuda->runner->vocab_size();
+  const Json prompts = read_json(fixture_dir(model) / "expected/prompts.json");
+  const auto ids = prompts["prompts"][2]["ids"].get<std::vector<int32_t>>();  // 4097 tokens
+  const LogitError prefill = compare(score(*cuda, ids), score(*cpu, ids), vocab);
+  EXPECT_LE(prefill.worst_rel, kLogitTol) << model;
+  // Decode 32 steps past the prompt with the same (forced) tokens on both backends.
+  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 1500);
+  const std::vector<int32_t> forced(ids.begin() + 1500, ids.begin() + 1532);
+  std::vector<float> lg, lc;
+  decode(*cuda, prompt, 32, forced, lg);
+  decode(*cpu, prompt, 32, forced, lc);
+  const LogitError dec = compare(lg, lc, vocab);
+  std::cout << "[ model    ] " << model << " lserve: prefill worst rel " << prefill.worst_rel
+            << ", decode worst rel " << dec.worst_rel << "\n";
+  EXPECT_LE(dec.worst_rel, kLogitTol) << model;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaFixtureModel,
+                         ::testing::Values("llama3", "qwen2", "qwen3", "mistral"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace ls::cuda_test
