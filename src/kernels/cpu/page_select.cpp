@@ -12,6 +12,7 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int32_t kPagesPerUnit = 64;  // physical pages scored per parallel work unit
+constexpr int32_t kPrefetchPages = 8;  // how far ahead summaries are requested (~1 us of work)
 
 // One (sequence, kv head) to score.
 struct SelectItem {
@@ -39,9 +40,10 @@ void score_logical_pages(const PageSelectParams& p, const SelectItem& it, const 
     const int32_t block =
         p.retrieval_blocks[static_cast<int64_t>(it.seq) * p.retrieval_blocks_stride + page];
     const int32_t lp_end = std::min(it.num_logical, (page + 1) * lpp);
-    if (page + 2 < page_end) {  // summaries of a page two ahead (pages are scattered blocks)
+    if (page + kPrefetchPages < page_end) {  // summaries of a page ahead (pages are scattered)
       const int32_t ahead =
-          p.retrieval_blocks[static_cast<int64_t>(it.seq) * p.retrieval_blocks_stride + page + 2];
+          p.retrieval_blocks[static_cast<int64_t>(it.seq) * p.retrieval_blocks_stride + page +
+                             kPrefetchPages];
       if (ahead >= 0) {
         const int64_t row = (static_cast<int64_t>(ahead) * p.heads_per_block + slot) * lpp * d;
         const int64_t bytes = dtype_nbytes(kDt, lpp * d);
