@@ -2,8 +2,8 @@
 
 One generator serves training (token-level assembly, fast) and evaluation (the same token ids plus
 the exact prompt text), so the C++ harness can load `--emit-eval-jsonl` prompts or mirror the
-formats documented in docs/training.md. Needs numpy and `tokenizers` only (no torch), so data workers start
-quickly.
+formats documented in docs/training.md. Needs numpy and `tokenizers` only (no torch), so data
+workers start quickly.
 
 A prompt is
 

@@ -385,10 +385,28 @@ def plan_steps(step_s: dict[int, float], budget_s: float, args) -> tuple[int, fl
 def train_loop(args, trainer: Trainer, prefetch: Prefetcher, total_steps: int, train_start: float,
                train_end: float, save, monitor) -> dict:
     """Runs the planned steps until done, out of time or signalled; saves every save_every_s and
-    runs the monitor (a small teacher-forced eval) at every tenth of the plan."""
+    runs the monitor (a small teacher-forced eval) at every tenth of the plan (at least 10 steps
+    apart)."""
     step, tokens_seen, last_save, curve, monitors, n_skipped = 0, 0, time.time(), [], [], 0
-    data_wait_s = 0.0
+    data_wait_s, grad_norm, row_tokens = 0.0, 0.0, 0
     win_t, win_tokens, win = time.time(), 0, {"answer": [], "copy": [], "repeat": [], "lm": []}
+
+    def log_window() -> None:
+        nonlocal win_t, win_tokens, win
+        trainer.sync()
+        entry = {"step": step, "elapsed_s": round(time.time() - train_start, 1),
+                 "row_tokens": row_tokens, "lr": lr_at(step - 1, total_steps, args),
+                 "tok_per_s": round(win_tokens / (time.time() - win_t)),
+                 **{f"{k}_ce": round(float(np.mean(v)), 4) for k, v in win.items()}}
+        curve.append(entry)
+        log(f"step {step}/{total_steps} R={row_tokens} answer_ce {entry['answer_ce']:.3f}"
+            f" copy_ce {entry['copy_ce']:.3f} repeat_ce {entry['repeat_ce']:.3f}"
+            f" lm_ce {entry['lm_ce']:.3f} lr {entry['lr']:.2e}"
+            f" {entry['tok_per_s'] / 1e3:.0f}K tok/s grad_norm {grad_norm:.2f}"
+            f" data_wait {data_wait_s:.1f}s")
+        win_t, win_tokens, win = time.time(), 0, {k: [] for k in win}
+
+    monitor_every = max(10, total_steps // 10)
     while step < total_steps:
         if STOP["signal"] is not None or time.time() > train_end:
             log(f"stopping at step {step}/{total_steps}: "
@@ -402,26 +420,15 @@ def train_loop(args, trainer: Trainer, prefetch: Prefetcher, total_steps: int, t
         data_wait_s += time.time() - t_wait
         stats = trainer.step(batch, lr_at(step, total_steps, args))
         n_skipped += stats["skipped"]
+        grad_norm, row_tokens = stats["grad_norm"], job["row_tokens"]
         tokens_seen += batch["ids"].size
         win_tokens += batch["ids"].size
         for k in win:
             win[k].append(stats[k])
         step += 1
         if step % 10 == 0 or step == total_steps:
-            trainer.sync()
-            entry = {"step": step, "elapsed_s": round(time.time() - train_start, 1),
-                     "row_tokens": job["row_tokens"], "lr": lr_at(step - 1, total_steps, args),
-                     "tok_per_s": round(win_tokens / (time.time() - win_t)),
-                     **{f"{k}_ce": round(float(np.mean(v)), 4) for k, v in win.items()}}
-            curve.append(entry)
-            log(f"step {step}/{total_steps} R={job['row_tokens']}"
-                f" answer_ce {entry['answer_ce']:.3f}"
-                f" copy_ce {entry['copy_ce']:.3f} repeat_ce {entry['repeat_ce']:.3f}"
-                f" lm_ce {entry['lm_ce']:.3f} lr {entry['lr']:.2e}"
-                f" {entry['tok_per_s'] / 1e3:.0f}K tok/s grad_norm {stats['grad_norm']:.2f}"
-                f" data_wait {data_wait_s:.1f}s")
-            win_t, win_tokens, win = time.time(), 0, {k: [] for k in win}
-        if step % max(1, total_steps // 10) == 0 or step == total_steps:
+            log_window()
+        if step % monitor_every == 0 or step == total_steps:
             m = {"step": step, **monitor()}
             monitors.append(m)
             log(f"monitor (teacher-forced exact match): {m}")
@@ -429,6 +436,8 @@ def train_loop(args, trainer: Trainer, prefetch: Prefetcher, total_steps: int, t
         if time.time() - last_save > args.save_every_s:
             save()
             last_save = win_t = time.time()
+    if win["answer"]:
+        log_window()
     return {"steps": step, "planned_steps": total_steps, "tokens": tokens_seen,
             "seconds": round(time.time() - train_start, 1), "skipped_steps": n_skipped,
             "data_wait_s": round(data_wait_s, 1),
