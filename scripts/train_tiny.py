@@ -476,13 +476,15 @@ def teacher_forced(model, docs: list[rt.Doc], device, stop_ids: set[int], batch_
             n += 1
         group = [order[k] for k in range(i, i + n)]
         width = max(len(docs[g].prompt_ids) + len(docs[g].answer_ids) for g in group)
+        # [len(group), width] int64: prompt + gold answer, right-padded with the end id (causal,
+        # so padding never reaches the positions that are scored)
         ids = np.full((len(group), width), docs[group[0]].answer_ids[-1], np.int64)
         for r, g in enumerate(group):
             full = np.concatenate([docs[g].prompt_ids, docs[g].answer_ids])
             ids[r, :len(full)] = full
         with torch.no_grad():
             hidden = model.model(input_ids=torch.from_numpy(ids).to(device),
-                                 use_cache=False).last_hidden_state
+                                 use_cache=False).last_hidden_state  # [len(group), width, hidden]
             for r, g in enumerate(group):
                 d = docs[g]
                 p0 = len(d.prompt_ids) - 1
