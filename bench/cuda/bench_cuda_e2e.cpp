@@ -1,0 +1,243 @@
+// End-to-end GPU benchmark on a Hugging Face model directory (the Llama-3-8B-shaped random model
+// of scripts/make_bundled_model.py --preset llama3-8b-shape): the model is loaded once on the CUDA
+// backend, then for each attention policy a KV cache and runner are built and
+//  - TTFT: a prompt of T random tokens prefilled in chunks, wall time until its last logits are
+//    on the host (one warm-up prompt first);
+//  - TPOT: decode steps of one sequence whose context of C tokens is already in the cache (the
+//    KV pages, summaries and rings are filled with random values instead of a minutes-long
+//    prefill: the kernels read the same bytes); the median and mean over steps (lserve reselects
+//    pages every 4 steps, so its mean includes the selection).
+// The weight-read floor of a decode step is the bytes every step must read (all weights once)
+// divided by the measured device-to-device copy bandwidth.
+// Usage: bench_cuda_e2e --model DIR [--out FILE] [--policies dense,streaming,lserve]
+//        [--ttft 8192,32768,131072] [--tpot 32768,131072] [--chunk 16384] [--steps 16]
+
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "attention/policy_registry.h"
+#include "bench_common.h"
+#include "kv/kv_manager.h"
+#include "kv/kv_pool.h"
+#include "model/model.h"
+#include "model/model_runner.h"
+
+namespace ls::bench {
+namespace {
+
+struct PolicyStack {
+  std::unique_ptr<AttentionPolicy> policy;
+  std::unique_ptr<KvPool> pool;
+  std::unique_ptr<KvManager> kv;
+  std::unique_ptr<ModelRunner> runner;
+};
+
+Result<PolicyStack> make_policy_stack(const Model& model, Backend& backend,
+                                      const AttentionConfig& attention, int32_t max_len,
+                                      int32_t chunk) {
+  const ModelConfig& c = model.config();
+  PolicyModelInfo info;
+  info.num_layers = static_cast<int32_t>(c.num_hidden_layers());
+  info.num_q_heads = static_cast<int32_t>(c.num_attention_heads());
+  info.num_kv_heads = static_cast<int32_t>(c.num_key_value_heads());
+  info.head_dim = static_cast<int32_t>(c.head_dim());
+  PolicyStack st;
+  LS_ASSIGN_OR_RETURN(st.policy, make_attention_policy(attention, info));
+  KvGeometry g = st.policy->kv_geometry();
+  g.dtype = backend.act_dtype();
+  g.max_chunk_tokens = chunk;
+  LS_RETURN_IF_ERROR(g.validate());
+  const int32_t rb =
+      g.roles.num_retrieval() > 0 ? (max_len + g.page_tokens - 1) / g.page_tokens + 2 : 0;
+  const int32_t sb =
+      g.roles.num_streaming() > 0
+          ? g.num_sink_pages() + std::max(g.prefill_ring_pages(), g.decode_ring_pages()) + 2
+          : 0;
+  LS_ASSIGN_OR_RETURN(KvPool pool, KvPool::create(g, backend, rb, sb));
+  st.pool = std::make_unique<KvPool>(std::move(pool));
+  st.kv = std::make_unique<KvManager>(g, rb, sb, 1);
+  LS_RETURN_IF_ERROR(st.policy->bind(backend, 1));
+  RunnerConfig rc;
+  rc.max_step_tokens = chunk;
+  rc.max_seqs = 1;
+  rc.max_logit_rows = 1;
+  rc.max_model_len = max_len;
+  LS_ASSIGN_OR_RETURN(st.runner, ModelRunner::create(model, *st.kv, *st.pool, *st.policy, rc));
+  return st;
+}
+
+// Random bf16 in every KV page and summary, so decode reads real-looking data.
+void fill_cache(CudaBackend& b, const PolicyStack& st) {
+  auto stream = static_cast<cudaStream_t>(b.stream_handle());
+  uint64_t seed = 100;
+  for (const kernels::PagedKvPool& p : {st.pool->retrieval(), st.pool->streaming()}) {
+    if (!p.k) continue;
+    const int64_t n = int64_t{p.num_blocks} * p.heads_per_block * p.page_tokens * p.head_dim;
+    die_on(fill_uniform_bf16(p.k, n, seed++, -1, 1, stream), "fill");
+    die_on(fill_uniform_bf16(p.v, n, seed++, -1, 1, stream), "fill");
+  }
+  const kernels::PageSummaries s = st.pool->summaries();
+  const kernels::PagedKvPool r = st.pool->retrieval();
+  if (s.kmin && r.k) {
+    const int64_t n = int64_t{r.num_blocks} * r.heads_per_block * s.logical_per_page * r.head_dim;
+    die_on(fill_uniform_bf16(s.kmin, n, seed++, -1, 0, stream), "fill");
+    die_on(fill_uniform_bf16(s.kmax, n, seed++, 0, 1, stream), "fill");
+  }
+  b.synchronize();
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Wall seconds to prefill `tokens` random tokens and get the last position's logits.
+Result<double> ttft(PolicyStack& st, int32_t tokens, int32_t chunk, std::mt19937& rng,
+                    int32_t vocab) {
+  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
+  std::vector<int32_t> ids(static_cast<size_t>(tokens));
+  for (auto& x : ids) x = id(rng);
+  LS_ASSIGN_OR_RETURN(const int32_t slot, st.kv->add_sequence());
+  std::vector<float> logits;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int32_t begin = 0; begin < tokens; begin += chunk) {
+    const int32_t len = std::min(chunk, tokens - begin);
+    LS_RETURN_IF_ERROR(st.kv->grow(slot, begin + len));
+    StepInput in;
+    in.tokens.assign(ids.begin() + begin, ids.begin() + begin + len);
+    in.seqs.push_back({slot, len, begin + len, true});
+    if (begin + len == tokens) in.logit_rows.push_back(len - 1);
+    LS_RETURN_IF_ERROR(st.runner->forward(in, logits));
+  }
+  const double s = seconds_since(t0);
+  st.kv->remove_sequence(slot);
+  return s;
+}
+
+struct Tpot {
+  double median_ms = 0, mean_ms = 0;
+};
+
+// Decode steps at a context of `context` tokens already (randomly) in the cache.
+Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t steps, std::mt19937& rng,
+                  int32_t vocab) {
+  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
+  LS_ASSIGN_OR_RETURN(const int32_t slot, st.kv->add_sequence());
+  LS_RETURN_IF_ERROR(st.kv->grow(slot, context));
+  st.kv->finish_prefill(slot);
+  std::vector<float> logits;
+  std::vector<double> t;
+  int32_t len = context;
+  constexpr int kWarmup = 3;
+  for (int32_t i = 0; i < steps + kWarmup; ++i) {
+    LS_RETURN_IF_ERROR(st.kv->grow(slot, len + 1));
+    StepInput in;
+    in.tokens = {id(rng)};
+    in.seqs.push_back({slot, 1, len + 1, false});
+    in.logit_rows = {0};
+    const auto t0 = std::chrono::steady_clock::now();
+    LS_RETURN_IF_ERROR(st.runner->forward(in, logits));
+    if (i >= kWarmup) t.push_back(seconds_since(t0) * 1e3);
+    ++len;
+  }
+  st.kv->remove_sequence(slot);
+  Tpot r;
+  for (double x : t) r.mean_ms += x / static_cast<double>(t.size());
+  std::sort(t.begin(), t.end());
+  r.median_ms = t[t.size() / 2];
+  return r;
+}
+
+int run(int argc, char** argv) {
+  const std::string model_dir = arg(argc, argv, "--model", "");
+  if (model_dir.empty()) {
+    std::fprintf(stderr, "usage: bench_cuda_e2e --model DIR [...]\n");
+    return 2;
+  }
+  JsonLines out(arg(argc, argv, "--out", ""));
+  const auto policies = arg(argc, argv, "--policies", "dense,streaming,lserve");
+  const auto ttft_lens = parse_list(arg(argc, argv, "--ttft", "8192,32768,131072"));
+  const auto tpot_lens = parse_list(arg(argc, argv, "--tpot", "32768,131072"));
+  const auto chunk = static_cast<int32_t>(std::atoi(arg(argc, argv, "--chunk", "16384").c_str()));
+  const auto steps = static_cast<int32_t>(std::atoi(arg(argc, argv, "--steps", "16").c_str()));
+
+  auto backend = CudaBackend::create(0);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "bench_cuda_e2e: %s\n", backend.status().to_string().c_str());
+    return 2;
+  }
+  CudaBackend& b = **backend;
+  const double copy_bps = copy_bandwidth(b, int64_t{2} << 30);
+  const auto t_load = std::chrono::steady_clock::now();
+  auto model = Model::load(model_dir, b);
+  if (!model.ok()) {
+    std::fprintf(stderr, "bench_cuda_e2e: %s\n", model.status().to_string().c_str());
+    return 2;
+  }
+  b.synchronize();
+  const double load_s = seconds_since(t_load);
+  const ModelWeights& w = (*model)->weights();
+  const double floor_ms = static_cast<double>(w.bytes_per_token) / copy_bps * 1e3;
+  out.write(fmt::format(
+      R"({{"bench": "e2e_model", "weights_gb": {:.2f}, "bytes_per_token_gb": {:.2f}, "load_s": {:.1f}, "copy_gbps": {:.1f}, "floor_ms": {:.3f}}})",
+      static_cast<double>(w.bytes) / 1e9, static_cast<double>(w.bytes_per_token) / 1e9, load_s,
+      copy_bps / 1e9, floor_ms));
+  const int32_t vocab = static_cast<int32_t>((*model)->config().vocab_size());
+  int64_t max_len = 0;
+  for (int64_t x : ttft_lens) max_len = std::max(max_len, x);
+  for (int64_t x : tpot_lens) max_len = std::max(max_len, x + steps + 8);
+  std::mt19937 rng(5);
+
+  for (const std::string& name :
+       {std::string("dense"), std::string("streaming"), std::string("lserve")}) {
+    if (policies.find(name) == std::string::npos) continue;
+    AttentionConfig a;
+    a.policy = name;
+    auto st = make_policy_stack(**model, b, a, static_cast<int32_t>(max_len), chunk);
+    if (!st.ok()) {
+      out.write(fmt::format(R"({{"bench": "e2e", "policy": "{}", "error": "{}"}})", name,
+                            json_safe(st.status().message())));
+      continue;
+    }
+    fill_cache(b, *st);
+    auto warm =
+        ttft(*st, std::min<int32_t>(chunk, 2048) + 17, chunk, rng, vocab);  // plans, scratch
+    if (!warm.ok()) {
+      out.write(fmt::format(R"({{"bench": "e2e", "policy": "{}", "error": "{}"}})", name,
+                            json_safe(warm.status().message())));
+      continue;
+    }
+    for (int64_t T : ttft_lens) {
+      auto s = ttft(*st, static_cast<int32_t>(T), chunk, rng, vocab);
+      const Status err = b.take_error();
+      if (!s.ok() || !err.ok()) {
+        out.write(fmt::format(R"({{"bench": "ttft", "policy": "{}", "tokens": {}, "error": "{}"}})",
+                              name, T, json_safe(s.ok() ? err.message() : s.status().message())));
+        continue;
+      }
+      out.write(fmt::format(R"({{"bench": "ttft", "policy": "{}", "tokens": {}, "ms": {:.1f}}})",
+                            name, T, *s * 1e3));
+    }
+    for (int64_t C : tpot_lens) {
+      auto r = tpot(*st, static_cast<int32_t>(C), steps, rng, vocab);
+      const Status err = b.take_error();
+      if (!r.ok() || !err.ok()) {
+        out.write(
+            fmt::format(R"({{"bench": "tpot", "policy": "{}", "context": {}, "error": "{}"}})",
+                        name, C, json_safe(r.ok() ? err.message() : r.status().message())));
+        continue;
+      }
+      out.write(fmt::format(
+          R"({{"bench": "tpot", "policy": "{}", "context": {}, "median_ms": {:.3f}, "mean_ms": {:.3f}, "floor_ms": {:.3f}, "vs_floor": {:.2f}}})",
+          name, C, r->median_ms, r->mean_ms, floor_ms, r->mean_ms / floor_ms));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ls::bench
+
+int main(int argc, char** argv) {
+  return ls::bench::run(argc, argv);
+}

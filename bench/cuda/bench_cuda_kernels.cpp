@@ -1,0 +1,445 @@
+// GPU kernel benchmarks (one JSON line per measurement, see docs/cuda.md):
+//  - ceilings: device-to-device copy bandwidth (bytes read + written) and bf16 GEMM TFLOP/s
+//    (8192^3 through the backend's cuBLASLt path) on random data;
+//  - prefill attention at the Llama-3-8B shape (32 q heads, 8 kv heads, d 128, pages of 64) for one
+//    sequence of T tokens: dense (every head causal) and lserve (half the kv heads streaming with
+//    128 sink tokens and an 8192-token window), both prefill tile shapes;
+//  - decode attention for batches of B tokens at context C: dense, and lserve (4 kv heads with
+//    pages chosen by the GPU page selector under a 4096-token budget, 4 streaming heads with 128
+//    sinks and a 256-token window); the bytes the kernel must read, the achieved bandwidth and
+//    its share of the measured copy bandwidth. Decode calls are captured in a CUDA graph of many
+//    calls that rotate over several copies of the KV cache (more bytes than the L2 holds), and
+//    timed by replaying it.
+// Usage: bench_cuda_kernels [--out FILE] [--sections copy,gemm,prefill,decode]
+//        [--prefill-tokens 8192,32768,131072] [--batches 1,8,32]
+//        [--contexts 8192,16384,32768,65536,131072,262144]
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+
+namespace ls::bench {
+namespace {
+
+using kernels::HeadMode;
+
+constexpr int32_t kQHeads = 32, kKvHeads = 8, kD = 128, kPage = 64;
+constexpr int32_t kSinkTokens = 128, kSinkPages = 2;
+constexpr int64_t kRowBytes = int64_t{kD} * 2;  // one K (or V) row, bf16
+
+struct Device {
+  CudaBackend* b = nullptr;
+  cudaStream_t stream = nullptr;
+  int64_t l2_bytes = 0;
+};
+
+Buffer alloc(Device& dev, int64_t bytes) {
+  auto buf = dev.b->allocate(bytes);
+  if (!buf.ok()) {
+    std::fprintf(stderr, "bench: %s\n", buf.status().to_string().c_str());
+    std::exit(2);
+  }
+  return std::move(*buf);
+}
+
+Buffer upload(Device& dev, const std::vector<int32_t>& v) {
+  Buffer buf = alloc(dev, static_cast<int64_t>(v.size() * 4));
+  dev.b->copy_bytes(buf.data(), v.data(), static_cast<int64_t>(v.size() * 4));
+  return buf;
+}
+
+void fill(Device& dev, void* p, int64_t elems, uint64_t seed, float lo = -1, float hi = 1) {
+  die_on(fill_uniform_bf16(p, elems, seed, lo, hi, dev.stream), "fill");
+}
+
+kernels::PagedKvPool pool_view(void* k, void* v, int32_t blocks, int32_t hpb) {
+  kernels::PagedKvPool p;
+  p.k = k;
+  p.v = v;
+  p.dtype = DType::kBF16;
+  p.num_blocks = blocks;
+  p.heads_per_block = hpb;
+  p.page_tokens = kPage;
+  p.head_dim = kD;
+  return p;
+}
+
+// Head modes: dense = every head causal; lserve = even heads streaming, odd heads `retrieval`.
+struct Heads {
+  std::vector<int32_t> mode, slot;
+  int32_t num_retrieval = 0, num_streaming = 0;
+};
+
+Heads make_heads(bool lserve, HeadMode retrieval) {
+  Heads h;
+  for (int32_t g = 0; g < kKvHeads; ++g) {
+    const bool streaming = lserve && g % 2 == 0;
+    h.mode.push_back(static_cast<int32_t>(streaming ? HeadMode::kStreaming : retrieval));
+    h.slot.push_back(streaming ? h.num_streaming++ : h.num_retrieval++);
+  }
+  return h;
+}
+
+// ---- ceilings ----
+
+void bench_ceilings(Device& dev, JsonLines& out, bool copy, bool gemm) {
+  if (copy) {
+    const int64_t bytes = int64_t{2} << 30;
+    const double bw = copy_bandwidth(*dev.b, bytes);
+    out.write(fmt::format(R"({{"bench": "copy", "bytes": {}, "gbps": {:.1f}}})", bytes, bw / 1e9));
+  }
+  if (gemm) {
+    const int64_t n = 8192;
+    Buffer x = alloc(dev, n * n * 2), w = alloc(dev, n * n * 2), y = alloc(dev, n * n * 2);
+    fill(dev, x.data(), n * n, 11);
+    fill(dev, w.data(), n * n, 12, -0.05f, 0.05f);
+    LinearWeight lw;
+    lw.w = TensorView(w.data(), DType::kBF16, {n, n}, ls::Device::kCuda);
+    const TensorView xv(x.data(), DType::kBF16, {n, n}, ls::Device::kCuda);
+    const TensorView yv(y.data(), DType::kBF16, {n, n}, ls::Device::kCuda);
+    const double ms = median_ms(*dev.b, 3, 10, [&] { dev.b->linear(xv, lw, yv); });
+    const double tflops = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
+    out.write(fmt::format(
+        R"({{"bench": "gemm", "m": {}, "n": {}, "k": {}, "ms": {:.3f}, "tflops": {:.1f}}})", n, n,
+        n, ms, tflops));
+  }
+}
+
+// ---- prefill ----
+
+double causal_flops(int64_t tokens, int64_t q_heads) {
+  return 4.0 * kD * static_cast<double>(q_heads) * static_cast<double>(tokens) *
+         static_cast<double>(tokens + 1) / 2.0;
+}
+
+// FLOPs of streaming heads: query t sees min(t + 1, local) window keys plus the sinks before them.
+double streaming_flops(int64_t tokens, int64_t q_heads, int64_t local) {
+  double keys = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t window = std::min(t + 1, local);
+    keys += static_cast<double>(window + std::min<int64_t>(kSinkTokens, t + 1 - window));
+  }
+  return 4.0 * kD * static_cast<double>(q_heads) * keys;
+}
+
+void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& token_counts) {
+  std::mt19937 rng(7);
+  for (const int64_t T : token_counts) {
+    const int32_t pages = static_cast<int32_t>((T + kPage - 1) / kPage);
+    Buffer q = alloc(dev, T * kQHeads * kRowBytes), o = alloc(dev, T * kQHeads * kRowBytes);
+    fill(dev, q.data(), T * kQHeads * kD, 21, -2, 2);
+    // One pool large enough for every kv head's pages (dense) or the retrieval half plus a
+    // streaming pool whose ring holds window + chunk (lserve).
+    const int64_t page_bytes = int64_t{kPage} * kRowBytes;
+    Buffer rk = alloc(dev, int64_t{pages} * kKvHeads * page_bytes);
+    Buffer rv = alloc(dev, int64_t{pages} * kKvHeads * page_bytes);
+    fill(dev, rk.data(), rk.bytes() / 2, 22);
+    fill(dev, rv.data(), rv.bytes() / 2, 23);
+    const int32_t local = 8192;
+    const int32_t ring = static_cast<int32_t>((local + T - 1 + kPage - 1) / kPage) + 1;
+    const int32_t s_blocks = kSinkPages + ring;
+    Buffer sk = alloc(dev, int64_t{s_blocks} * (kKvHeads / 2) * page_bytes);
+    Buffer sv = alloc(dev, int64_t{s_blocks} * (kKvHeads / 2) * page_bytes);
+    fill(dev, sk.data(), sk.bytes() / 2, 24);
+    fill(dev, sv.data(), sv.bytes() / 2, 25);
+    std::vector<int32_t> r_table(static_cast<size_t>(pages)),
+        s_table(static_cast<size_t>(s_blocks));
+    std::iota(r_table.begin(), r_table.end(), 0);
+    std::shuffle(r_table.begin(), r_table.end(), rng);
+    std::iota(s_table.begin(), s_table.end(), 0);
+    Buffer d_r_table = upload(dev, r_table), d_s_table = upload(dev, s_table);
+    Buffer indptr = upload(dev, {0, static_cast<int32_t>(T)}),
+           lens = upload(dev, {static_cast<int32_t>(T)}), rings = upload(dev, {ring}),
+           locals = upload(dev, {local});
+    for (const bool lserve : {false, true}) {
+      const Heads h = make_heads(lserve, HeadMode::kCausal);
+      Buffer modes = upload(dev, h.mode), slots = upload(dev, h.slot);
+      kernels::AttentionParams p;
+      p.q = q.data();
+      p.out = o.data();
+      p.q_dtype = DType::kBF16;
+      p.num_tokens = static_cast<int32_t>(T);
+      p.num_q_heads = kQHeads;
+      p.num_kv_heads = kKvHeads;
+      p.head_dim = kD;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
+      p.num_seqs = 1;
+      p.q_indptr = indptr.as<int32_t>();
+      p.kv_lens = lens.as<int32_t>();
+      p.head_mode = modes.as<int32_t>();
+      p.head_slot = slots.as<int32_t>();
+      p.retrieval = pool_view(rk.data(), rv.data(), pages, h.num_retrieval);
+      p.retrieval_blocks = d_r_table.as<int32_t>();
+      p.retrieval_blocks_stride = pages;
+      if (lserve) {
+        p.streaming = pool_view(sk.data(), sv.data(), s_blocks, h.num_streaming);
+        p.streaming_blocks = d_s_table.as<int32_t>();
+        p.streaming_blocks_stride = s_blocks;
+        p.num_sink_pages = kSinkPages;
+        p.ring_pages = rings.as<int32_t>();
+        p.sink_tokens = kSinkTokens;
+        p.local_tokens = locals.as<int32_t>();
+      }
+      const double flops =
+          lserve ? causal_flops(T, kQHeads / 2) + streaming_flops(T, kQHeads / 2, local)
+                 : causal_flops(T, kQHeads);
+      for (const int warps : {4, 8}) {
+        kernels::cuda::AttentionOptions opt;
+        opt.prefill_warps = warps;
+        dev.b->set_attention_options(opt);
+        const int reps = T <= 8192 ? 10 : (T <= 32768 ? 5 : 3);
+        const double ms = median_ms(*dev.b, 1, reps, [&] { dev.b->attention(p); });
+        const Status err = dev.b->take_error();
+        out.write(fmt::format(
+            R"({{"bench": "prefill", "tokens": {}, "policy": "{}", "warps": {}, "ms": {:.3f}, "tflops": {:.1f}, "ok": {}}})",
+            T, lserve ? "lserve" : "dense", warps, ms, flops / (ms * 1e-3) / 1e12,
+            err.ok() ? "true" : "false"));
+      }
+      dev.b->set_attention_options({});
+    }
+  }
+}
+
+// ---- decode ----
+
+// Rows the decode kernel reads for a streaming head of a sequence of `len` tokens (sink pages,
+// then the window's pages up to the last token), with a 256-token window.
+int64_t streaming_rows(int64_t len, int64_t local) {
+  const int64_t last_page = (len - 1) / kPage;
+  const int64_t first = std::max<int64_t>(kSinkPages, std::max<int64_t>(0, len - local) / kPage);
+  int64_t rows = std::min<int64_t>(len, int64_t{kSinkPages} * kPage);
+  if (first <= last_page) rows += len - first * kPage;
+  return rows;
+}
+
+struct DecodePools {
+  Buffer k, v;        // [blocks * 8, page, d] (dense view) = [blocks * 16, ...] (lserve view)
+  int64_t bytes = 0;  // of each
+  Buffer kmin, kmax;  // summaries for the lserve retrieval view
+  int64_t summary_head_pages = 0;
+};
+
+void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batches,
+                  const std::vector<int64_t>& contexts, double copy_bps) {
+  int64_t max_tokens = 0;
+  for (int64_t b : batches) {
+    for (int64_t c : contexts) max_tokens = std::max(max_tokens, b * c);
+  }
+  // One big pool for the largest case (about 1 GiB per 128K tokens of 8 kv heads, K and V each),
+  // leaving room for everything else.
+  DecodePools pools;
+  const int64_t page_bytes = int64_t{kPage} * kRowBytes;
+  const int64_t free_bytes = dev.b->device_memory_free_bytes();
+  int64_t blocks = (max_tokens + kPage - 1) / kPage + 64;
+  const int64_t block_bytes = kKvHeads * page_bytes;
+  blocks = std::min<int64_t>(
+      blocks, (free_bytes - (int64_t{6} << 30)) / (2 * block_bytes + block_bytes / 8));
+  pools.bytes = blocks * block_bytes;
+  pools.k = alloc(dev, pools.bytes);
+  pools.v = alloc(dev, pools.bytes);
+  fill(dev, pools.k.data(), pools.bytes / 2, 31);
+  fill(dev, pools.v.data(), pools.bytes / 2, 32);
+  // lserve view: 4 retrieval heads per block -> twice the blocks; summaries per head-page.
+  pools.summary_head_pages = 2 * blocks * (kKvHeads / 2);
+  const int64_t summary_bytes = pools.summary_head_pages * (kPage / 16) * kRowBytes;
+  pools.kmin = alloc(dev, summary_bytes);
+  pools.kmax = alloc(dev, summary_bytes);
+  fill(dev, pools.kmin.data(), summary_bytes / 2, 33, -1.0f, 0.0f);
+  fill(dev, pools.kmax.data(), summary_bytes / 2, 34, 0.0f, 1.0f);
+  std::mt19937 rng(9);
+
+  for (const bool lserve : {false, true}) {
+    for (const int64_t B : batches) {
+      for (const int64_t C : contexts) {
+        const int32_t pages = static_cast<int32_t>((C + kPage - 1) / kPage);
+        const Heads h = make_heads(lserve, lserve ? HeadMode::kSelected : HeadMode::kCausal);
+        const int32_t view_blocks = static_cast<int32_t>(lserve ? 2 * blocks : blocks);
+        const int64_t used = B * pages;
+        if (used > view_blocks) {
+          out.write(fmt::format(
+              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "skipped": "pool too small"}})",
+              lserve ? "lserve" : "dense", B, C));
+          continue;
+        }
+        // Bytes one call must read (K and V rows of every visited page row below kv_len).
+        const int32_t budget_pages = 4096 / kPage;
+        const int64_t sel_rows = pages <= budget_pages ? C
+                                                       : int64_t{budget_pages - 1} * kPage +
+                                                             (C - int64_t{pages - 1} * kPage);
+        const int64_t rows_per_seq =
+            lserve ? (kKvHeads / 2) * (sel_rows + streaming_rows(C, 256)) : int64_t{kKvHeads} * C;
+        const int64_t bytes_per_call = B * rows_per_seq * 2 * kRowBytes;
+        const int64_t replicas = std::clamp<int64_t>(
+            std::min<int64_t>(view_blocks / used,
+                              (4 * dev.l2_bytes + bytes_per_call - 1) / bytes_per_call),
+            1, 16);
+
+        Buffer q = alloc(dev, B * kQHeads * kRowBytes), o = alloc(dev, B * kQHeads * kRowBytes);
+        fill(dev, q.data(), B * kQHeads * kD, 41, -2, 2);
+        std::vector<int32_t> indptr(static_cast<size_t>(B + 1)),
+            lens(static_cast<size_t>(B), static_cast<int32_t>(C));
+        std::iota(indptr.begin(), indptr.end(), 0);
+        std::vector<int32_t> rows(static_cast<size_t>(B));
+        std::iota(rows.begin(), rows.end(), 0);
+        Buffer d_indptr = upload(dev, indptr), d_lens = upload(dev, lens),
+               d_rows = upload(dev, rows);
+        Buffer modes = upload(dev, h.mode), slots = upload(dev, h.slot);
+        const int32_t ring = (256 + kPage - 1) / kPage + 1;
+        Buffer rings = upload(dev, std::vector<int32_t>(static_cast<size_t>(B), ring));
+        Buffer locals = upload(dev, std::vector<int32_t>(static_cast<size_t>(B), 256));
+        const int32_t s_per_seq = kSinkPages + ring;
+        Buffer sk = alloc(dev, B * s_per_seq * (kKvHeads / 2) * page_bytes);
+        Buffer sv = alloc(dev, B * s_per_seq * (kKvHeads / 2) * page_bytes);
+        fill(dev, sk.data(), sk.bytes() / 2, 42);
+        fill(dev, sv.data(), sv.bytes() / 2, 43);
+        std::vector<int32_t> s_table(static_cast<size_t>(B * s_per_seq));
+        std::iota(s_table.begin(), s_table.end(), 0);
+        Buffer d_s_table = upload(dev, s_table);
+
+        std::vector<Buffer> tables, selected, num_selected;
+        std::vector<kernels::AttentionParams> params;
+        double select_ms = 0;
+        for (int64_t r = 0; r < replicas; ++r) {
+          std::vector<int32_t> table(static_cast<size_t>(used));
+          std::iota(table.begin(), table.end(), static_cast<int32_t>(r * used));
+          std::shuffle(table.begin(), table.end(), rng);
+          tables.push_back(upload(dev, table));
+          kernels::AttentionParams p;
+          p.q = q.data();
+          p.out = o.data();
+          p.q_dtype = DType::kBF16;
+          p.num_tokens = static_cast<int32_t>(B);
+          p.num_q_heads = kQHeads;
+          p.num_kv_heads = kKvHeads;
+          p.head_dim = kD;
+          p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
+          p.num_seqs = static_cast<int32_t>(B);
+          p.q_indptr = d_indptr.as<int32_t>();
+          p.kv_lens = d_lens.as<int32_t>();
+          p.head_mode = modes.as<int32_t>();
+          p.head_slot = slots.as<int32_t>();
+          p.retrieval = pool_view(pools.k.data(), pools.v.data(), view_blocks, h.num_retrieval);
+          p.retrieval_blocks = tables.back().as<int32_t>();
+          p.retrieval_blocks_stride = pages;
+          if (lserve) {
+            p.streaming = pool_view(sk.data(), sv.data(), static_cast<int32_t>(B * s_per_seq),
+                                    h.num_streaming);
+            p.streaming_blocks = d_s_table.as<int32_t>();
+            p.streaming_blocks_stride = s_per_seq;
+            p.num_sink_pages = kSinkPages;
+            p.ring_pages = rings.as<int32_t>();
+            p.sink_tokens = kSinkTokens;
+            p.local_tokens = locals.as<int32_t>();
+            // The GPU page selector fills this replica's selection (rows = sequences).
+            selected.push_back(alloc(dev, B * kKvHeads * budget_pages * 4));
+            num_selected.push_back(alloc(dev, B * kKvHeads * 4));
+            kernels::PageSelectParams sp;
+            sp.q = q.data();
+            sp.q_dtype = DType::kBF16;
+            sp.num_seqs = static_cast<int32_t>(B);
+            sp.q_indptr = p.q_indptr;
+            sp.num_q_heads = kQHeads;
+            sp.num_kv_heads = kKvHeads;
+            sp.head_dim = kD;
+            sp.kv_lens = p.kv_lens;
+            sp.head_mode = p.head_mode;
+            sp.head_slot = p.head_slot;
+            sp.page_tokens = kPage;
+            sp.retrieval_blocks = p.retrieval_blocks;
+            sp.retrieval_blocks_stride = pages;
+            sp.heads_per_block = h.num_retrieval;
+            sp.summaries.kmin = pools.kmin.data();
+            sp.summaries.kmax = pools.kmax.data();
+            sp.summaries.dtype = DType::kBF16;
+            sp.summaries.logical_page_tokens = 16;
+            sp.summaries.logical_per_page = kPage / 16;
+            sp.budget_pages = budget_pages;
+            sp.out_rows = d_rows.as<int32_t>();
+            sp.selected = selected.back().as<int32_t>();
+            sp.num_selected = num_selected.back().as<int32_t>();
+            sp.max_selected = budget_pages;
+            if (r == 0) {
+              select_ms = median_ms(*dev.b, 2, 10, [&] { dev.b->page_select(sp); });
+            } else {
+              dev.b->page_select(sp);
+            }
+            p.selected_rows = d_rows.as<int32_t>();
+            p.selected = sp.selected;
+            p.num_selected = sp.num_selected;
+            p.max_selected = budget_pages;
+          }
+          params.push_back(p);
+        }
+        // Eager once per replica (sizes the scratch), then one graph of many rotating calls.
+        for (const auto& p : params) dev.b->attention(p);
+        dev.b->synchronize();
+        const int64_t calls = std::max<int64_t>(20, replicas);
+        double ms = -1;
+        if (dev.b->begin_capture().ok()) {
+          for (int64_t i = 0; i < calls; ++i)
+            dev.b->attention(params[static_cast<size_t>(i % replicas)]);
+          auto graph = dev.b->end_capture();
+          if (graph.ok()) {
+            ms = median_ms(*dev.b, 1, 5, [&] { (void)dev.b->replay(*graph); }) /
+                 static_cast<double>(calls);
+          }
+          dev.b->drop_graphs();
+        }
+        const Status err = dev.b->take_error();
+        const double gbps = ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
+        out.write(fmt::format(
+            R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "replicas": {}, "ok": {}}})",
+            lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
+            copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, replicas,
+            err.ok() && ms > 0 ? "true" : "false"));
+      }
+    }
+  }
+}
+
+int run(int argc, char** argv) {
+  auto backend = CudaBackend::create(0);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "bench_cuda_kernels: %s\n", backend.status().to_string().c_str());
+    return 2;
+  }
+  Device dev;
+  dev.b = backend->get();
+  dev.stream = static_cast<cudaStream_t>(dev.b->stream_handle());
+  cudaDeviceProp prop{};
+  die_on(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  dev.l2_bytes = prop.l2CacheSize;
+  std::printf("# %s, L2 %.0f MB\n", dev.b->name().c_str(), static_cast<double>(dev.l2_bytes) / 1e6);
+  JsonLines out(arg(argc, argv, "--out", ""));
+  const std::string sections = arg(argc, argv, "--sections", "copy,gemm,prefill,decode");
+  const auto has = [&](const char* s) { return sections.find(s) != std::string::npos; };
+  out.write(fmt::format(R"({{"bench": "device", "name": "{}", "sms": {}, "l2_mb": {:.0f}}})",
+                        prop.name, prop.multiProcessorCount,
+                        static_cast<double>(dev.l2_bytes) / 1e6));
+  bench_ceilings(dev, out, has("copy"), has("gemm"));
+  if (has("prefill")) {
+    bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")));
+  }
+  if (has("decode")) {
+    const double copy_bps = copy_bandwidth(*dev.b, int64_t{1} << 30);
+    bench_decode(dev, out, parse_list(arg(argc, argv, "--batches", "1,8,32")),
+                 parse_list(arg(argc, argv, "--contexts", "8192,16384,32768,65536,131072,262144")),
+                 copy_bps);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ls::bench
+
+int main(int argc, char** argv) {
+  return ls::bench::run(argc, argv);
+}
