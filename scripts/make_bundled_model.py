@@ -3,7 +3,8 @@
 safetensors weights) that longserve loads exactly like a downloaded model.
 
 Presets:
-  tiny-random      (default) -> models/tiny-random/: the bundled default model, committed.
+  tiny-random      (default) -> /tmp/tiny-random/: a random Llama of the bundled size (the bundled
+                   default, models/tiny-longctx/, is trained by scripts/train_tiny.py instead).
   bench30m         --out DIR: a Llama-shaped ~30M-parameter model for the CPU benchmark.
   llama3-8b-shape  --out DIR: Llama-3-8B shapes with random bf16 weights (~16 GB), made on the
                    GPU machine (generated with torch on the GPU when one is present).
@@ -355,7 +356,7 @@ PRESETS = {
     "tiny-random": Preset(vocab_size=6144, hidden_size=256, num_layers=6, num_heads=8,
                           num_kv_heads=2, intermediate_size=688, max_position_embeddings=32768,
                           rope_scaling=None, llama31_specials=False, tokenizer_vocab=6144,
-                          max_shard_bytes=None, default_out="models/tiny-random"),
+                          max_shard_bytes=None, default_out="/tmp/tiny-random"),
     "bench30m": Preset(vocab_size=8192, hidden_size=512, num_layers=8, num_heads=8,
                        num_kv_heads=2, intermediate_size=1408, max_position_embeddings=131072,
                        rope_scaling=None, llama31_specials=False, tokenizer_vocab=8192,

@@ -73,6 +73,9 @@ class Backend {
 
   // ---- memory ----
   virtual Result<Buffer> allocate(int64_t bytes, MemoryTier tier = MemoryTier::kDevice) = 0;
+  // Memory that reads as zero. Backends whose fresh memory is already zero (the CPU maps large
+  // buffers lazily) override it, so a large KV cache costs nothing until it is used.
+  virtual Result<Buffer> allocate_zeroed(int64_t bytes, MemoryTier tier = MemoryTier::kDevice);
   // Called by ~Buffer.
   virtual void release(void* data, int64_t bytes, MemoryTier tier) = 0;
   // Copies bytes between any two tiers of this backend (or plain host memory).

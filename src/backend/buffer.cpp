@@ -24,6 +24,12 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
   return *this;
 }
 
+Result<Buffer> Backend::allocate_zeroed(int64_t bytes, MemoryTier tier) {
+  LS_ASSIGN_OR_RETURN(Buffer buf, allocate(bytes, tier));
+  fill_zero(buf.data(), bytes);
+  return buf;
+}
+
 int64_t Backend::device_memory_total_bytes() const {
   return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }

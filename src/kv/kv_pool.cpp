@@ -6,9 +6,7 @@ namespace {
 
 Result<Buffer> allocate_zeroed(Backend& backend, int64_t bytes) {
   if (bytes == 0) return Buffer{};
-  LS_ASSIGN_OR_RETURN(Buffer buf, backend.allocate(bytes));
-  backend.fill_zero(buf.data(), bytes);
-  return buf;
+  return backend.allocate_zeroed(bytes);
 }
 
 }  // namespace

@@ -14,6 +14,10 @@ int main(int argc, char** argv) {
   runners["generate"] = ls::add_generate_command(app);
   runners["tokenize"] = ls::add_tokenize_command(app);
   runners["score"] = ls::add_score_command(app);
+  runners["eval"] = ls::add_eval_command(app);
+  runners["calibrate"] = ls::add_calibrate_command(app);
+  runners["serve"] = ls::add_serve_command(app);
+  runners["bench"] = ls::add_bench_command(app);
   CLI11_PARSE(app, argc, argv);
   for (CLI::App* sub : app.get_subcommands()) {
     auto it = runners.find(sub->get_name());

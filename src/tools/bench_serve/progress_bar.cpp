@@ -52,6 +52,7 @@ void ProgressBar::draw_locked(bool force) {
   const double now = now_seconds();
   if (!force && last_draw_s_ >= 0 && now - last_draw_s_ < 0.1) return;
   last_draw_s_ = now;
+  last_drawn_done_ = done_;
   const std::string line = render(done_, total_, now - start_s_);
   std::fprintf(out_, "\r%s", line.c_str());
   std::fflush(out_);
@@ -69,7 +70,7 @@ void ProgressBar::finish() {
   std::lock_guard lock(mu_);
   if (finished_) return;
   finished_ = true;
-  draw_locked(true);
+  if (last_drawn_done_ != done_) draw_locked(true);
   std::fputc('\n', out_);
   std::fflush(out_);
 }

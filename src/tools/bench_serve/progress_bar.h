@@ -26,6 +26,7 @@ class ProgressBar {
   std::FILE* out_;
   std::mutex mu_;
   int64_t done_ = 0;
+  int64_t last_drawn_done_ = -1;
   double start_s_;
   double last_draw_s_ = -1.0;
   bool finished_ = false;
