@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +27,8 @@ namespace ls {
 namespace {
 
 constexpr int64_t kAlignment = 64;
+// Allocations of at least this many bytes are anonymous mappings (zero-filled lazily).
+constexpr int64_t kMapThresholdBytes = int64_t{1} << 21;
 
 bool is_float(DType d) {
   return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
@@ -62,7 +66,17 @@ Result<Buffer> CpuBackend::allocate(int64_t bytes, MemoryTier tier) {
   const int64_t rounded =
       std::max<int64_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   if (rounded < bytes) return resource_exhausted("cpu backend: {} bytes is too large", bytes);
-  void* data = std::aligned_alloc(static_cast<size_t>(kAlignment), static_cast<size_t>(rounded));
+  void* data = nullptr;
+  if (rounded >= kMapThresholdBytes) {
+    // Large buffers (weights, KV cache) are mapped: pages come zeroed on first touch, so an
+    // unused KV cache costs no time and no memory, and huge pages are asked for.
+    data = mmap(nullptr, static_cast<size_t>(rounded), PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (data == MAP_FAILED) data = nullptr;
+    if (data) madvise(data, static_cast<size_t>(rounded), MADV_HUGEPAGE);
+  } else {
+    data = std::aligned_alloc(static_cast<size_t>(kAlignment), static_cast<size_t>(rounded));
+  }
   if (!data) {
     return resource_exhausted("cpu backend: out of host memory allocating {} bytes ({})", bytes,
                               tier == MemoryTier::kDevice ? "device tier" : "host tier");
@@ -70,8 +84,22 @@ Result<Buffer> CpuBackend::allocate(int64_t bytes, MemoryTier tier) {
   return Buffer(this, data, bytes, tier);
 }
 
-void CpuBackend::release(void* data, int64_t, MemoryTier) {
-  std::free(data);
+Result<Buffer> CpuBackend::allocate_zeroed(int64_t bytes, MemoryTier tier) {
+  LS_ASSIGN_OR_RETURN(Buffer buf, allocate(bytes, tier));
+  const int64_t rounded =
+      std::max<int64_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  if (rounded < kMapThresholdBytes) fill_zero(buf.data(), bytes);
+  return buf;
+}
+
+void CpuBackend::release(void* data, int64_t bytes, MemoryTier) {
+  const int64_t rounded =
+      std::max<int64_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  if (rounded >= kMapThresholdBytes) {
+    munmap(data, static_cast<size_t>(rounded));
+  } else {
+    std::free(data);
+  }
 }
 
 void CpuBackend::copy_bytes(void* dst, const void* src, int64_t bytes) {

@@ -23,6 +23,8 @@ class CpuBackend final : public Backend {
   DType act_dtype() const override { return DType::kF32; }
 
   Result<Buffer> allocate(int64_t bytes, MemoryTier tier = MemoryTier::kDevice) override;
+  // Large buffers are anonymous mappings, zero until first touched: nothing to clear.
+  Result<Buffer> allocate_zeroed(int64_t bytes, MemoryTier tier = MemoryTier::kDevice) override;
   void release(void* data, int64_t bytes, MemoryTier tier) override;
   void copy_bytes(void* dst, const void* src, int64_t bytes) override;
   void fill_zero(void* dst, int64_t bytes) override;
