@@ -79,6 +79,7 @@ case "$mode" in
     ;;
   run)
     build
+    python_env
     main_job
     ;;
   test)
