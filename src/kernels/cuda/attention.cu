@@ -12,6 +12,7 @@ namespace ls::kernels::cuda {
 namespace {
 
 constexpr int kMaxSplits = 64;
+constexpr int kDecodeBlocksPerSm = 2;  // decode blocks resident per SM (registers, shared memory)
 constexpr int64_t kAlign = 256;
 
 int64_t align_up(int64_t x) {
@@ -46,9 +47,11 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
   if (o.max_splits > 0) {
     L.max_splits = std::min(o.max_splits, kMaxSplits);
   } else {
+    // About two full waves of the 2 blocks an SM holds: rounding down keeps the last wave full
+    // (e.g. 64 (token, head) pairs on 132 SMs: 8 splits, 512 blocks, not 9 and a 2.2-wave tail).
     const int64_t base = std::max<int64_t>(1, int64_t{L.items} * p.num_kv_heads * L.head_chunks);
-    L.max_splits = static_cast<int32_t>(
-        std::clamp<int64_t>((4 * int64_t{std::max(1, num_sms)} + base - 1) / base, 1, kMaxSplits));
+    const int64_t slots = 2 * int64_t{kDecodeBlocksPerSm} * std::max(1, num_sms);
+    L.max_splits = static_cast<int32_t>(std::clamp<int64_t>(slots / base, 1, kMaxSplits));
   }
   int32_t listed = std::max(p.num_sink_pages, 1);
   if (p.selected && p.num_selected && p.selected_rows) listed = std::max(listed, p.max_selected);

@@ -25,7 +25,7 @@ namespace ls::kernels::cuda {
 struct AttentionOptions {
   // Warps per prefill block: 4 (64-row query tiles, two blocks per SM) or 8 (128-row tiles).
   int prefill_warps = 4;
-  // Decode splits per (token, kv head): 0 picks enough to give every SM four blocks.
+  // Decode splits per (token, kv head): 0 picks about two full waves of blocks over the SMs.
   int max_splits = 0;
   // A decode split covers at least this many 64-key blocks.
   int min_blocks_per_split = 2;
