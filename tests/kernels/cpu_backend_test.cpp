@@ -29,6 +29,19 @@ TEST(CpuBackend, IdentityAndAlignedAllocation) {
       for (int64_t i = 0; i < bytes; ++i) ASSERT_EQ(buf->as<uint8_t>()[i], 0);
     }
   }
+  // Large buffers take the mapped path; allocate_zeroed is zero on both paths.
+  for (int64_t bytes : {int64_t{100}, int64_t{3} << 20}) {
+    auto buf = backend->allocate(bytes);
+    ASSERT_TRUE(buf.ok()) << buf.status().to_string();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(buf->data()) % 64, 0u);
+    std::memset(buf->data(), 0xAB, static_cast<size_t>(bytes));
+    EXPECT_EQ(buf->as<uint8_t>()[bytes - 1], 0xAB);
+    buf = backend->allocate_zeroed(bytes);  // the old buffer is released by the move
+    ASSERT_TRUE(buf.ok()) << buf.status().to_string();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(buf->data()) % 64, 0u);
+    for (int64_t i = 0; i < bytes; i += 997) ASSERT_EQ(buf->as<uint8_t>()[i], 0) << "byte " << i;
+    EXPECT_EQ(buf->as<uint8_t>()[bytes - 1], 0);
+  }
   EXPECT_EQ(backend->allocate(-1).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(backend->allocate(int64_t{1} << 62).status().code(), StatusCode::kResourceExhausted);
   // Copies.
