@@ -12,6 +12,8 @@ Writes:
   expected exception, is Hugging Face's own.
 - ``constructs.json``: one small template per construct rendered by transformers' compiled Jinja
   environment (sandboxed, trim_blocks, lstrip_blocks, loop controls, its tojson, raise_exception).
+- ``fuzz_seeds/``: the seed corpus of the ``fuzz_chat_template`` libFuzzer target (every template
+  above, one file each).
 
 The C++ tests (tests/chat_template/) render the same inputs and compare byte for byte. Deterministic:
 no case depends on the clock (Llama 3.2 gets a fixed ``date_string``).
@@ -980,6 +982,41 @@ CONSTRUCTS = [
      {"x": 5}),
     ("raise_exception_not_reached", "{% if x > 10 %}{{ raise_exception('nope') }}{% endif %}ok",
      {"x": 5}),
+    # jinja2 runtime details that real templates can run into.
+    ("generator_truthiness", "{% if msgs | selectattr('role', 'equalto', 'nobody') %}T{% else %}F{% endif %}"
+     "{% if msgs | selectattr('role', 'equalto', 'nobody') | list %}T{% else %}F{% endif %}"
+     "{{ msgs | map(attribute='role') is iterable }}{{ msgs | select is sequence }}",
+     {"msgs": [{"role": "user"}]}),
+    ("lazy_filters_defer_errors", "{{ 5 | select('odd') is iterable }}{{ 0 | map('upper') | list }}"
+     "{{ 'ab' | reject('odd') is defined }}", {}),
+    ("markup_repr_and_add", "{{ ['<b>' | safe, 'x' | e] }}|{{ ('<' | safe) + '<b>' }}|{{ '<i>' + ('&' | e) }}"
+     "|{{ ('a' | safe) ~ '<' }}|{{ '<' | e | e }}|{{ '<' | forceescape | forceescape }}"
+     "|{{ ('x' | safe) is escaped }}{{ 'x' is escaped }}", {}),
+    ("undefined_tests", "{{ missing is sequence }} {{ missing is callable }} {{ missing is iterable }}"
+     " {{ missing is mapping }} {{ missing is string }} {{ missing is number }}", {}),
+    ("scope_assigned_later_is_undefined", "{% for m in [1] %}[{{ s }}]{% endfor %}{% set s = 'x' %}"
+     "{% macro m() %}[{{ s }}]{% endmacro %}{{ m() }}", {"s": "ctx"}),
+    ("scope_loaded_first_resolves", "[{{ s }}]{% set s = 'x' %}[{{ s }}]{% for i in [1] %}[{{ s }}]{% endfor %}",
+     {"s": "ctx"}),
+    ("scope_set_in_branch_resolves", "{% if false %}{% set s = 'x' %}{% endif %}{% for i in [1] %}[{{ s }}]"
+     "{% endfor %}[{{ s }}]", {"s": "ctx"}),
+    ("scope_loop_local_before_set", "{% set a = 1 %}{% for x in [2, 3] %}{{ a }}{% set a = x %}{{ a }};"
+     "{% endfor %}{{ a }}", {}),
+    ("scope_blocks_do_not_leak", "{% set blk %}{% set x = 1 %}{% endset %}{% filter upper %}{% set y = 2 %}"
+     "{% endfilter %}{% with %}{% set z = 3 %}{% endwith %}[{{ x }}{{ y }}{{ z }}]", {}),
+    ("string_format_operator", "{{ '%s and %s' % ('a', 1) }}|{{ '%d%%' % 5 }}|{{ '%(k)s' % {'k': 'v'} }}"
+     "|{{ 'plain' % missing }}|{{ '%.2f' % 3.14159 }}|{{ '%r' % 'q' }}", {}),
+    ("round_floor_ceil_signs", "{{ -0.25 | round(0, 'floor') }} {{ -0.0 | round(1, 'ceil') }} {{ 0.3 | round(0, 'ceil') }}"
+     " {{ 2.675 | round(2) }} {{ 0.125 | round(2) }} {{ -2.5 | round }}", {}),
+    ("truncate_and_indent", "{{ 'hello world foo bar' | truncate(9) }}|{{ 'hello world foo bar' | truncate(9, true) }}"
+     "|{{ [1, 2] | truncate(3) }}|{{ 'short' | truncate(9) }}|{{ 'a\nb' | indent(first=true) }}", {}),
+    ("negative_literal_power", "{{ -2 ** 2 }} {{ -2 ** n }} {{ (-2) ** n }} {{ -x ** 2 }}", {"n": 2, "x": 3}),
+    ("float_repr_corner_cases", "{{ [0.1, 1e16, 1e15, 123456789.123, 5e-324, 1.7976931348623157e308, 2.5e-5,"
+     " 100.0, 1e-4, 12345678901234567890.0, 0.30000000000000004] }}", {}),
+    ("unicode_case_mapping", "{{ 'straße' | upper }} {{ 'ﬁne' | upper }} {{ 'İi' | lower }} {{ 'ǅungla' | lower }}"
+     " {{ 'élan vital' | title }} {{ 'σς' | upper }}", {}),
+    ("dict_order_and_repr", "{{ d }} {{ d | tojson }} {{ d.keys() | list }} {{ d | dictsort(reverse=true) }}",
+     {"d": {"zeta": 1, "alpha": {"b": [1, {"c": None}]}, "mid": "x\"y'z"}}),
     # Runtime errors (HF raises; the engine must report an error, not crash).
     ("error_attr_of_undefined", "{{ missing.attr }}", {}),
     ("error_item_of_undefined", "{{ missing[0] }}", {}),
@@ -999,6 +1036,10 @@ CONSTRUCTS = [
     ("error_slice_step_zero", "{{ [1, 2][::0] }}", {}),
     ("error_set_attr_not_namespace", "{% set d = {} %}{% set d.a = 1 %}", {}),
     ("error_range_too_big", "{{ range(1000000) | length }}", {}),
+    ("error_unique_unhashable", "{{ [[1], [1]] | unique | list }}", {}),
+    ("error_generator_has_no_len", "{{ [1, 2] | select | length }}", {}),
+    ("error_indent_non_string", "{{ 5 | indent }}", {}),
+    ("error_unknown_filter_at_runtime", "{% for x in [1] %}{{ x | nosuchfilter }}{% endfor %}", {}),
     # Syntax errors (HF raises TemplateSyntaxError with a line number).
     ("syntax_unclosed_block", "line1\n{% if true %}\nno end", {}),
     ("syntax_unknown_tag", "a\nb\n{% frobnicate %}", {}),
@@ -1039,6 +1080,14 @@ def main() -> int:
     os.makedirs(OUT_DIR, exist_ok=True)
     for name, text in TEMPLATES.items():
         with open(os.path.join(OUT_DIR, name + ".jinja"), "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    seed_dir = os.path.join(OUT_DIR, "fuzz_seeds")
+    os.makedirs(seed_dir, exist_ok=True)
+    for old in os.listdir(seed_dir):
+        os.remove(os.path.join(seed_dir, old))
+    seeds = list(TEMPLATES.items()) + [(name, text) for name, text, _ in CONSTRUCTS]
+    for name, text in seeds:
+        with open(os.path.join(seed_dir, name), "w", encoding="utf-8", newline="") as f:
             f.write(text)
     meta = {"transformers": transformers.__version__, "jinja2": jinja2.__version__}
     conversations = render_conversations()

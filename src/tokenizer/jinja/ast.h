@@ -108,11 +108,16 @@ struct Stmt {
   std::vector<ExprPtr> defaults;  // for the last defaults.size() params
   std::vector<ExprPtr> targets;
   std::vector<ExprPtr> values;
+  // Scope-opening statements: names bound to Undefined when the scope is entered (scopes.h);
+  // kFor has one list for the body and one for the else block.
+  std::vector<std::string> undefined_locals;
+  std::vector<std::string> else_undefined_locals;
 };
 
 struct TemplateAst {
   std::string source;  // normalized; offsets refer to it
   StmtList body;
+  std::vector<std::string> undefined_locals;  // top-level names that hide the context's
 };
 
 }  // namespace ls::jinja

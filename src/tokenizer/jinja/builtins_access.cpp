@@ -484,6 +484,9 @@ Result<ValueList> iterate(const Value& value) {
       }
       return chars;
     }
+    case ValueKind::kGenerator:
+      if (!value.get_generator().error.ok()) return value.get_generator().error;
+      return value.get_generator().items;
     case ValueKind::kUndefined:
       return ValueList{};
     default:

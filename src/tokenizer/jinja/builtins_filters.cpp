@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/filters_internal.h"
 #include "tokenizer/jinja/interpreter.h"
 #include "tokenizer/jinja/json_bridge.h"
 #include "tokenizer/jinja/operators.h"
@@ -13,57 +14,7 @@
 namespace ls::jinja {
 namespace {
 
-using Args = std::vector<std::optional<Value>>;
-
-Value arg_or(const std::optional<Value>& v, Value dflt) {
-  return v ? *v : std::move(dflt);
-}
-
-Result<int64_t> int_param(const std::optional<Value>& v, int64_t dflt, std::string_view what) {
-  if (!v) return dflt;
-  if (!v->is_int() && !v->is_bool()) {
-    return invalid_argument("{} must be an integer, not {}", what, v->type_name());
-  }
-  return v->get_int();
-}
-
-Result<std::string> string_param(const std::optional<Value>& v, std::string dflt) {
-  if (!v) return dflt;
-  return to_str(*v);
-}
-
-// Lower-cases strings for the case-insensitive comparisons of sort, unique, min and max.
-Value ignore_case(const Value& v) {
-  return v.is_string() ? Value(py::lower(v.get_string())) : v;
-}
-
-// jinja2's make_attrgetter: "a.b.0" walks items (digit parts as integers).
-Value get_path(const Value& item, std::string_view path) {
-  Value cur = item;
-  size_t start = 0;
-  while (start <= path.size()) {
-    const size_t dot = path.find('.', start);
-    const std::string_view part =
-        path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(),
-                                                     [](char c) { return c >= '0' && c <= '9'; });
-    if (digits && part.size() < 18) {
-      int64_t idx = 0;
-      for (char c : part) idx = idx * 10 + (c - '0');
-      cur = get_item(cur, Value(idx));
-    } else {
-      cur = get_item(cur, Value(part));
-    }
-    if (dot == std::string_view::npos) break;
-    start = dot + 1;
-  }
-  return cur;
-}
-
-Value attribute_of(const Value& item, const Value& attribute) {
-  if (attribute.is_int()) return get_item(item, attribute);
-  return get_path(item, to_str(attribute));
-}
+using namespace filters;  // NOLINT: the helpers and sequence filters
 
 Result<Value> f_abs(Interpreter&, const Value& v, CallArgs& args) {
   LS_ASSIGN_OR_RETURN(Args a, bind_args("abs", args, {}));
@@ -91,30 +42,6 @@ Result<Value> f_attr(Interpreter&, const Value& v, CallArgs& args) {
   return get_attribute(v, name);
 }
 
-Result<Value> f_batch(Interpreter& interp, const Value& v, CallArgs& args) {
-  LS_ASSIGN_OR_RETURN(Args a, bind_args("batch", args, {"linecount", "fill_with"}));
-  LS_ASSIGN_OR_RETURN(int64_t n, int_param(a[0], 0, "linecount"));
-  if (n < 1) return invalid_argument("batch: linecount must be at least 1");
-  LS_ASSIGN_OR_RETURN(ValueList items, iterate(v));
-  LS_RETURN_IF_ERROR(interp.charge(static_cast<int64_t>(items.size())));
-  ValueList out;
-  ValueList tmp;
-  for (auto& item : items) {
-    if (static_cast<int64_t>(tmp.size()) == n) {
-      out.push_back(Value::list(std::move(tmp)));
-      tmp.clear();
-    }
-    tmp.push_back(std::move(item));
-  }
-  if (!tmp.empty()) {
-    if (a[1] && !a[1]->is_none()) {
-      while (static_cast<int64_t>(tmp.size()) < n) tmp.push_back(*a[1]);
-    }
-    out.push_back(Value::list(std::move(tmp)));
-  }
-  return Value::list(std::move(out));
-}
-
 Result<Value> f_capitalize(Interpreter&, const Value& v, CallArgs& args) {
   LS_ASSIGN_OR_RETURN(Args a, bind_args("capitalize", args, {}));
   return Value(py::capitalize(to_str(v)));
@@ -127,22 +54,6 @@ Result<Value> f_center(Interpreter& interp, const Value& v, CallArgs& args) {
   return Value(py::center(to_str(v), width));
 }
 
-Result<Value> f_length(Interpreter&, const Value& v, CallArgs& args) {
-  LS_ASSIGN_OR_RETURN(Args a, bind_args("length", args, {}));
-  switch (v.kind()) {
-    case ValueKind::kString:
-      return Value(py::length(v.get_string()));
-    case ValueKind::kList:
-      return Value(static_cast<int64_t>(v.get_list().size()));
-    case ValueKind::kDict:
-      return Value(static_cast<int64_t>(v.get_dict().size()));
-    case ValueKind::kUndefined:
-      return Value(int64_t{0});
-    default:
-      return invalid_argument("object of type '{}' has no len()", v.type_name());
-  }
-}
-
 Result<Value> f_default(Interpreter&, const Value& v, CallArgs& args) {
   LS_ASSIGN_OR_RETURN(Args a, bind_args("default", args, {"default_value", "boolean"}));
   const bool boolean = a[1] && a[1]->truthy();
@@ -150,84 +61,20 @@ Result<Value> f_default(Interpreter&, const Value& v, CallArgs& args) {
   return v;
 }
 
-// Sorts keyed values stably with Python ordering; a comparison error is returned.
-Status stable_sort_by(std::vector<std::pair<Value, Value>>& keyed, bool reverse) {
-  Status error;
-  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
-    if (!error.ok()) return false;
-    auto c = compare_values(reverse ? y.first : x.first, reverse ? x.first : y.first, "<");
-    if (!c.ok()) {
-      error = c.status();
-      return false;
-    }
-    return *c < 0;
-  });
-  return error;
-}
-
-Result<Value> f_dictsort(Interpreter& interp, const Value& v, CallArgs& args) {
-  LS_ASSIGN_OR_RETURN(Args a, bind_args("dictsort", args, {"case_sensitive", "by", "reverse"}));
-  if (!v.is_dict()) return invalid_argument("dictsort: a mapping is required");
-  const bool case_sensitive = a[0] && a[0]->truthy();
-  LS_ASSIGN_OR_RETURN(std::string by, string_param(a[1], "key"));
-  if (by != "key" && by != "value") {
-    return invalid_argument("You can only sort by either \"key\" or \"value\"");
-  }
-  LS_RETURN_IF_ERROR(interp.charge(static_cast<int64_t>(v.get_dict().size())));
-  std::vector<std::pair<Value, Value>> keyed;
-  for (const auto& [k, item] : v.get_dict().entries()) {
-    const Value key = by == "key" ? Value(k) : item;
-    keyed.emplace_back(case_sensitive ? key : ignore_case(key), Value::tuple({Value(k), item}));
-  }
-  LS_RETURN_IF_ERROR(stable_sort_by(keyed, a[2] && a[2]->truthy()));
-  ValueList out;
-  for (auto& [key, item] : keyed) out.push_back(std::move(item));
-  return Value::list(std::move(out));
-}
-
 Result<Value> f_escape(Interpreter&, const Value& v, CallArgs& args) {
   LS_ASSIGN_OR_RETURN(Args a, bind_args("escape", args, {}));
-  std::string out;
-  for (char c : to_str(v)) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return Value(std::move(out));
+  if (v.is_markup()) return v;  // already safe: markupsafe does not escape twice
+  return Value::markup(py::html_escape(to_str(v)));
 }
 
-Result<Value> f_first(Interpreter&, const Value& v, CallArgs& args) {
-  LS_ASSIGN_OR_RETURN(Args a, bind_args("first", args, {}));
-  LS_ASSIGN_OR_RETURN(ValueList items, iterate(v));
-  if (items.empty()) return Value::undefined("No first item, sequence was empty.");
-  return items.front();
-}
-
-Result<Value> f_last(Interpreter&, const Value& v, CallArgs& args) {
-  LS_ASSIGN_OR_RETURN(Args a, bind_args("last", args, {}));
-  LS_ASSIGN_OR_RETURN(ValueList items, iterate(v));
-  if (items.empty()) return Value::undefined("No last item, sequence was empty.");
-  return items.back();
+Result<Value> f_forceescape(Interpreter&, const Value& v, CallArgs& args) {
+  LS_ASSIGN_OR_RETURN(Args a, bind_args("forceescape", args, {}));
+  return Value::markup(py::html_escape(to_str(v)));
 }
 
 Result<Value> f_float(Interpreter&, const Value& v, CallArgs& args) {
   LS_ASSIGN_OR_RETURN(Args a, bind_args("float", args, {"default"}));
+  if (v.is_undefined()) return invalid_argument("{}", v.undefined_message());  // float(Undefined)
   if (v.is_number()) return Value(v.as_double());
   if (v.is_string()) {
     if (auto f = py::parse_float(v.get_string())) return Value(*f);
@@ -266,7 +113,12 @@ Result<Value> f_indent(Interpreter& interp, const Value& v, CallArgs& args) {
   }
   const bool first = a[1] && a[1]->truthy();
   const bool blank = a[2] && a[2]->truthy();
-  const std::vector<std::string> lines = py::splitlines(to_str(v) + "\n");
+  // jinja2 appends "\n" to the value itself (`s += newline`), so only strings work.
+  if (v.is_undefined()) return invalid_argument("{}", v.undefined_message());
+  if (!v.is_string()) {
+    return invalid_argument("unsupported operand type(s) for +=: '{}' and 'str'", v.type_name());
+  }
+  const std::vector<std::string> lines = py::splitlines(v.get_string() + "\n");
   std::string rv;
   for (size_t i = 0; i < lines.size(); ++i) {
     if (i > 0) {
@@ -284,6 +136,7 @@ Result<Value> f_int(Interpreter&, const Value& v, CallArgs& args) {
   LS_ASSIGN_OR_RETURN(Args a, bind_args("int", args, {"default", "base"}));
   LS_ASSIGN_OR_RETURN(int64_t base, int_param(a[1], 10, "base"));
   const Value dflt = arg_or(a[0], Value(int64_t{0}));
+  if (v.is_undefined()) return invalid_argument("{}", v.undefined_message());  // int(Undefined)
   if (v.is_int() || v.is_bool()) return Value(v.get_int());
   if (v.is_float()) {
     const double f = v.get_float();
@@ -296,40 +149,10 @@ Result<Value> f_int(Interpreter&, const Value& v, CallArgs& args) {
     if (auto i = py::parse_int(v.get_string(), static_cast<int>(base))) return Value(*i);
     if (auto f = py::parse_float(v.get_string())) {
       if (std::isfinite(*f) && std::fabs(*f) < 9.2e18) return Value(static_cast<int64_t>(*f));
+      if (std::isfinite(*f)) return out_of_range("cannot convert {} to a 64-bit integer", *f);
     }
   }
   return dflt;
-}
-
-Result<Value> f_items(Interpreter&, const Value& v, CallArgs& args) {
-  LS_ASSIGN_OR_RETURN(Args a, bind_args("items", args, {}));
-  if (v.is_undefined()) return Value::list({});
-  if (!v.is_dict()) return invalid_argument("Can only get item pairs from a mapping.");
-  ValueList out;
-  for (const auto& [k, item] : v.get_dict().entries())
-    out.push_back(Value::tuple({Value(k), item}));
-  return Value::list(std::move(out));
-}
-
-Result<Value> f_join(Interpreter& interp, const Value& v, CallArgs& args) {
-  LS_ASSIGN_OR_RETURN(Args a, bind_args("join", args, {"d", "attribute"}));
-  LS_ASSIGN_OR_RETURN(std::string sep, string_param(a[0], ""));
-  LS_ASSIGN_OR_RETURN(ValueList items, iterate(v));
-  LS_RETURN_IF_ERROR(interp.charge(static_cast<int64_t>(items.size())));
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (i > 0) out += sep;
-    const Value item = (a[1] && !a[1]->is_none()) ? attribute_of(items[i], *a[1]) : items[i];
-    out += item.is_string() ? item.get_string() : to_str(item);
-    LS_RETURN_IF_ERROR(interp.check_string_size(out.size()));
-  }
-  return Value(std::move(out));
-}
-
-Result<Value> f_list(Interpreter&, const Value& v, CallArgs& args) {
-  LS_ASSIGN_OR_RETURN(Args a, bind_args("list", args, {}));
-  LS_ASSIGN_OR_RETURN(ValueList items, iterate(v));
-  return Value::list(std::move(items));
 }
 
 Result<Value> f_lower(Interpreter&, const Value& v, CallArgs& args) {
@@ -342,117 +165,6 @@ Result<Value> f_upper(Interpreter&, const Value& v, CallArgs& args) {
   return Value(py::upper(to_str(v)));
 }
 
-Result<Value> f_map(Interpreter& interp, const Value& v, CallArgs& args) {
-  LS_ASSIGN_OR_RETURN(ValueList items, iterate(v));
-  LS_RETURN_IF_ERROR(interp.charge(static_cast<int64_t>(items.size())));
-  ValueList out;
-  out.reserve(items.size());
-  if (args.positional.empty()) {
-    // map(attribute='x', default=...)
-    LS_ASSIGN_OR_RETURN(Args a, bind_args("map", args, {"attribute", "default"}));
-    if (!a[0]) return Value::list(std::move(items));
-    for (const Value& item : items) {
-      Value got = attribute_of(item, *a[0]);
-      if (got.is_undefined() && a[1] && !a[1]->is_none()) got = *a[1];
-      out.push_back(std::move(got));
-    }
-    return Value::list(std::move(out));
-  }
-  // map('filter', args...)
-  const std::string name = to_str(args.positional[0]);
-  const FilterFn fn = find_filter(name);
-  if (fn == nullptr) return invalid_argument("No filter named '{}'.", name);
-  CallArgs rest;
-  rest.positional.assign(args.positional.begin() + 1, args.positional.end());
-  rest.keyword = args.keyword;
-  for (const Value& item : items) {
-    CallArgs call = rest;
-    LS_ASSIGN_OR_RETURN(Value mapped, fn(interp, item, call));
-    out.push_back(std::move(mapped));
-  }
-  return Value::list(std::move(out));
-}
-
-Result<Value> min_or_max(Interpreter& interp, const Value& v, CallArgs& args, bool want_max) {
-  LS_ASSIGN_OR_RETURN(Args a,
-                      bind_args(want_max ? "max" : "min", args, {"case_sensitive", "attribute"}));
-  LS_ASSIGN_OR_RETURN(ValueList items, iterate(v));
-  LS_RETURN_IF_ERROR(interp.charge(static_cast<int64_t>(items.size())));
-  if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
-  const bool case_sensitive = a[0] && a[0]->truthy();
-  auto key_of = [&](const Value& item) {
-    Value k = (a[1] && !a[1]->is_none()) ? attribute_of(item, *a[1]) : item;
-    return case_sensitive ? k : ignore_case(k);
-  };
-  size_t best = 0;
-  Value best_key = key_of(items[0]);
-  for (size_t i = 1; i < items.size(); ++i) {
-    Value k = key_of(items[i]);
-    LS_ASSIGN_OR_RETURN(int c, compare_values(k, best_key, want_max ? ">" : "<"));
-    if (want_max ? c > 0 : c < 0) {
-      best = i;
-      best_key = std::move(k);
-    }
-  }
-  return items[best];
-}
-
-Result<Value> f_min(Interpreter& interp, const Value& v, CallArgs& args) {
-  return min_or_max(interp, v, args, false);
-}
-Result<Value> f_max(Interpreter& interp, const Value& v, CallArgs& args) {
-  return min_or_max(interp, v, args, true);
-}
-
-// select / reject / selectattr / rejectattr.
-Result<Value> select_or_reject(Interpreter& interp, const Value& v, CallArgs& args,
-                               bool with_attribute, bool select) {
-  LS_ASSIGN_OR_RETURN(ValueList items, iterate(v));
-  LS_RETURN_IF_ERROR(interp.charge(static_cast<int64_t>(items.size())));
-  size_t next_arg = 0;
-  std::optional<Value> attribute;
-  if (with_attribute) {
-    if (args.positional.empty()) return invalid_argument("Missing parameter for attribute name");
-    attribute = args.positional[next_arg++];
-  }
-  TestFn test = nullptr;
-  if (next_arg < args.positional.size()) {
-    const std::string name = to_str(args.positional[next_arg++]);
-    test = find_test(name);
-    if (test == nullptr) return invalid_argument("No test named '{}'.", name);
-  }
-  CallArgs test_args;
-  test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(next_arg),
-                              args.positional.end());
-  test_args.keyword = args.keyword;
-  ValueList out;
-  for (const Value& item : items) {
-    const Value subject = attribute ? attribute_of(item, *attribute) : item;
-    bool pass = false;
-    if (test != nullptr) {
-      CallArgs call = test_args;
-      LS_ASSIGN_OR_RETURN(pass, test(interp, subject, call));
-    } else {
-      pass = subject.truthy();
-    }
-    if (pass == select) out.push_back(item);
-  }
-  return Value::list(std::move(out));
-}
-
-Result<Value> f_select(Interpreter& interp, const Value& v, CallArgs& args) {
-  return select_or_reject(interp, v, args, false, true);
-}
-Result<Value> f_reject(Interpreter& interp, const Value& v, CallArgs& args) {
-  return select_or_reject(interp, v, args, false, false);
-}
-Result<Value> f_selectattr(Interpreter& interp, const Value& v, CallArgs& args) {
-  return select_or_reject(interp, v, args, true, true);
-}
-Result<Value> f_rejectattr(Interpreter& interp, const Value& v, CallArgs& args) {
-  return select_or_reject(interp, v, args, true, false);
-}
-
 Result<Value> f_replace(Interpreter& interp, const Value& v, CallArgs& args) {
   LS_ASSIGN_OR_RETURN(Args a, bind_args("replace", args, {"old", "new", "count"}));
   if (!a[0] || !a[1]) return invalid_argument("replace() missing required arguments");
@@ -463,18 +175,6 @@ Result<Value> f_replace(Interpreter& interp, const Value& v, CallArgs& args) {
   std::string out = py::replace(to_str(v), to_str(*a[0]), to_str(*a[1]), count);
   LS_RETURN_IF_ERROR(interp.check_string_size(out.size()));
   return Value(std::move(out));
-}
-
-Result<Value> f_reverse(Interpreter&, const Value& v, CallArgs& args) {
-  LS_ASSIGN_OR_RETURN(Args a, bind_args("reverse", args, {}));
-  if (v.is_string()) {
-    auto cps = py::decode_utf8(v.get_string());
-    std::reverse(cps.begin(), cps.end());
-    return Value(py::encode_utf8(cps));
-  }
-  LS_ASSIGN_OR_RETURN(ValueList items, iterate(v));
-  std::reverse(items.begin(), items.end());
-  return Value::list(std::move(items));
 }
 
 Result<Value> f_round(Interpreter&, const Value& v, CallArgs& args) {
@@ -495,85 +195,19 @@ Result<Value> f_round(Interpreter&, const Value& v, CallArgs& args) {
   }
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double x = v.as_double() * scale;
-  return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
+  // math.floor / math.ceil return ints in Python, so the result is never -0.0.
+  const double whole = (method == "ceil" ? std::ceil(x) : std::floor(x)) + 0.0;
+  return Value(whole / scale);
 }
 
 Result<Value> f_safe(Interpreter&, const Value& v, CallArgs& args) {
   LS_ASSIGN_OR_RETURN(Args a, bind_args("safe", args, {}));
-  return Value(to_str(v));
-}
-
-Result<Value> f_slice(Interpreter& interp, const Value& v, CallArgs& args) {
-  LS_ASSIGN_OR_RETURN(Args a, bind_args("slice", args, {"slices", "fill_with"}));
-  LS_ASSIGN_OR_RETURN(int64_t slices, int_param(a[0], 0, "slices"));
-  if (slices < 1) return invalid_argument("slice: slices must be at least 1");
-  LS_ASSIGN_OR_RETURN(ValueList seq, iterate(v));
-  LS_RETURN_IF_ERROR(interp.charge(static_cast<int64_t>(seq.size()) + slices));
-  LS_RETURN_IF_ERROR(interp.check_list_size(static_cast<size_t>(slices)));
-  const auto length = static_cast<int64_t>(seq.size());
-  const int64_t per_slice = length / slices;
-  const int64_t with_extra = length % slices;
-  int64_t offset = 0;
-  ValueList out;
-  for (int64_t n = 0; n < slices; ++n) {
-    const int64_t start = offset + n * per_slice;
-    if (n < with_extra) ++offset;
-    const int64_t end = offset + (n + 1) * per_slice;
-    ValueList tmp(seq.begin() + start, seq.begin() + end);
-    if (a[1] && !a[1]->is_none() && n >= with_extra) tmp.push_back(*a[1]);
-    out.push_back(Value::list(std::move(tmp)));
-  }
-  return Value::list(std::move(out));
-}
-
-Result<Value> f_sort(Interpreter& interp, const Value& v, CallArgs& args) {
-  LS_ASSIGN_OR_RETURN(Args a, bind_args("sort", args, {"reverse", "case_sensitive", "attribute"}));
-  LS_ASSIGN_OR_RETURN(ValueList items, iterate(v));
-  LS_RETURN_IF_ERROR(interp.charge(static_cast<int64_t>(items.size()) * 8));
-  const bool case_sensitive = a[1] && a[1]->truthy();
-  std::vector<std::string> attrs;
-  if (a[2] && !a[2]->is_none()) {
-    if (a[2]->is_string()) {
-      attrs = py::split(a[2]->get_string(), std::string(","), -1, false);
-    } else {
-      attrs.push_back(to_str(*a[2]));
-    }
-  }
-  std::vector<std::pair<Value, Value>> keyed;
-  for (const Value& item : items) {
-    ValueList parts;
-    if (attrs.empty()) {
-      parts.push_back(case_sensitive ? item : ignore_case(item));
-    } else {
-      for (const auto& attr : attrs) {
-        Value got = get_path(item, attr);
-        parts.push_back(case_sensitive ? got : ignore_case(got));
-      }
-    }
-    keyed.emplace_back(Value::list(std::move(parts)), item);
-  }
-  LS_RETURN_IF_ERROR(stable_sort_by(keyed, a[0] && a[0]->truthy()));
-  ValueList out;
-  for (auto& [key, item] : keyed) out.push_back(std::move(item));
-  return Value::list(std::move(out));
+  return Value::markup(to_str(v));
 }
 
 Result<Value> f_string(Interpreter&, const Value& v, CallArgs& args) {
   LS_ASSIGN_OR_RETURN(Args a, bind_args("string", args, {}));
   return Value(to_str(v));
-}
-
-Result<Value> f_sum(Interpreter& interp, const Value& v, CallArgs& args) {
-  LS_ASSIGN_OR_RETURN(Args a, bind_args("sum", args, {"attribute", "start"}));
-  LS_ASSIGN_OR_RETURN(ValueList items, iterate(v));
-  LS_RETURN_IF_ERROR(interp.charge(static_cast<int64_t>(items.size())));
-  Value total = arg_or(a[1], Value(int64_t{0}));
-  for (const Value& item : items) {
-    const Value x = (a[0] && !a[0]->is_none()) ? attribute_of(item, *a[0]) : item;
-    if (x.is_undefined()) return invalid_argument("{}", x.undefined_message());
-    LS_ASSIGN_OR_RETURN(total, apply_binary(interp, BinaryOp::kAdd, total, x));
-  }
-  return total;
 }
 
 Result<Value> f_title(Interpreter&, const Value& v, CallArgs& args) {
@@ -638,17 +272,26 @@ Result<Value> f_trim(Interpreter&, const Value& v, CallArgs& args) {
   return Value(py::strip(to_str(v), chars, true, true));
 }
 
-Result<Value> f_truncate(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> f_truncate(Interpreter& interp, const Value& v, CallArgs& args) {
   LS_ASSIGN_OR_RETURN(Args a,
                       bind_args("truncate", args, {"length", "killwords", "end", "leeway"}));
   LS_ASSIGN_OR_RETURN(int64_t length, int_param(a[0], 255, "length"));
   LS_ASSIGN_OR_RETURN(std::string end, string_param(a[2], "..."));
   LS_ASSIGN_OR_RETURN(int64_t leeway, int_param(a[3], 5, "leeway"));
-  const std::string s = to_str(v);
-  const auto cps = py::decode_utf8(s);
   const auto end_len = py::length(end);
   if (length < end_len) return invalid_argument("expected length >= {}, got {}", end_len, length);
   if (leeway < 0) return invalid_argument("expected leeway >= 0, got {}", leeway);
+  // jinja2 measures the value as it is (no str()), so a short list comes back unchanged.
+  if (!v.is_string()) {
+    if (v.is_undefined()) return v;
+    CallArgs no_args;
+    LS_ASSIGN_OR_RETURN(Value len, f_length(interp, v, no_args));
+    if (len.get_int() <= length + leeway) return v;
+    return invalid_argument("can only concatenate {} (not \"str\") to {}", v.type_name(),
+                            v.type_name());
+  }
+  const std::string& s = v.get_string();
+  const auto cps = py::decode_utf8(s);
   if (static_cast<int64_t>(cps.size()) <= length + leeway) return Value(s);
   std::vector<char32_t> head(cps.begin(), cps.begin() + (length - end_len));
   std::string result = py::encode_utf8(head);
@@ -657,30 +300,6 @@ Result<Value> f_truncate(Interpreter&, const Value& v, CallArgs& args) {
     if (space != std::string::npos) result.resize(space);
   }
   return Value(result + end);
-}
-
-Result<Value> f_unique(Interpreter& interp, const Value& v, CallArgs& args) {
-  LS_ASSIGN_OR_RETURN(Args a, bind_args("unique", args, {"case_sensitive", "attribute"}));
-  LS_ASSIGN_OR_RETURN(ValueList items, iterate(v));
-  const bool case_sensitive = a[0] && a[0]->truthy();
-  ValueList seen;
-  ValueList out;
-  for (const Value& item : items) {
-    Value key = (a[1] && !a[1]->is_none()) ? attribute_of(item, *a[1]) : item;
-    if (!case_sensitive) key = ignore_case(key);
-    LS_RETURN_IF_ERROR(interp.charge(static_cast<int64_t>(seen.size()) + 1));
-    bool dup = false;
-    for (const Value& s : seen) {
-      if (values_equal(s, key)) {
-        dup = true;
-        break;
-      }
-    }
-    if (dup) continue;
-    seen.push_back(std::move(key));
-    out.push_back(item);
-  }
-  return Value::list(std::move(out));
 }
 
 Result<Value> f_wordcount(Interpreter&, const Value& v, CallArgs& args) {
@@ -695,6 +314,21 @@ Result<Value> f_wordcount(Interpreter&, const Value& v, CallArgs& args) {
   return Value(n);
 }
 
+// jinja2 implements these filters as Python generators: nothing runs until the result is
+// consumed. Computing eagerly gives the same items for these pure filters; what must wait for the
+// consumer is an error (so `x | select('odd') is iterable` is fine for any x, as in jinja2). The
+// render limits still stop runaway work at once.
+template <FilterFn kFn>
+Result<Value> lazy(Interpreter& interp, const Value& v, CallArgs& args) {
+  Result<Value> computed = kFn(interp, v, args);
+  if (!computed.ok()) {
+    if (computed.status().code() == StatusCode::kResourceExhausted) return computed.status();
+    return Value::failed_generator(computed.status());
+  }
+  if (computed->is_list()) return Value::generator(computed->get_list());
+  return computed;  // reverse of a str stays a str
+}
+
 struct FilterEntry {
   std::string_view name;
   FilterFn fn;
@@ -703,7 +337,7 @@ struct FilterEntry {
 constexpr FilterEntry kFilters[] = {
     {"abs", f_abs},
     {"attr", f_attr},
-    {"batch", f_batch},
+    {"batch", lazy<f_batch>},
     {"capitalize", f_capitalize},
     {"center", f_center},
     {"count", f_length},
@@ -714,28 +348,28 @@ constexpr FilterEntry kFilters[] = {
     {"escape", f_escape},
     {"first", f_first},
     {"float", f_float},
-    {"forceescape", f_escape},
+    {"forceescape", f_forceescape},
     {"format", f_format},
     {"indent", f_indent},
     {"int", f_int},
-    {"items", f_items},
+    {"items", lazy<f_items>},
     {"join", f_join},
     {"last", f_last},
     {"length", f_length},
     {"list", f_list},
     {"lower", f_lower},
-    {"map", f_map},
+    {"map", lazy<f_map>},
     {"max", f_max},
     {"min", f_min},
-    {"reject", f_reject},
-    {"rejectattr", f_rejectattr},
+    {"reject", lazy<f_reject>},
+    {"rejectattr", lazy<f_rejectattr>},
     {"replace", f_replace},
     {"reverse", f_reverse},
     {"round", f_round},
     {"safe", f_safe},
-    {"select", f_select},
-    {"selectattr", f_selectattr},
-    {"slice", f_slice},
+    {"select", lazy<f_select>},
+    {"selectattr", lazy<f_selectattr>},
+    {"slice", lazy<f_slice>},
     {"sort", f_sort},
     {"string", f_string},
     {"sum", f_sum},
@@ -743,7 +377,7 @@ constexpr FilterEntry kFilters[] = {
     {"tojson", f_tojson},
     {"trim", f_trim},
     {"truncate", f_truncate},
-    {"unique", f_unique},
+    {"unique", lazy<f_unique>},
     {"upper", f_upper},
     {"wordcount", f_wordcount},
 };

@@ -59,12 +59,14 @@ LS_SIMPLE_TEST(t_number, "number", v.is_number())
 LS_SIMPLE_TEST(t_string, "string", v.is_string())
 LS_SIMPLE_TEST(t_mapping, "mapping", v.is_dict())
 LS_SIMPLE_TEST(t_iterable, "iterable",
+               v.is_string() || v.is_list() || v.is_dict() || v.is_generator() || v.is_undefined())
+// Undefined has __len__ and __getitem__ (both fail when used), so it passes both of these.
+LS_SIMPLE_TEST(t_sequence, "sequence",
                v.is_string() || v.is_list() || v.is_dict() || v.is_undefined())
-LS_SIMPLE_TEST(t_sequence, "sequence", v.is_string() || v.is_list() || v.is_dict())
-LS_SIMPLE_TEST(t_callable, "callable", v.is_callable())
+LS_SIMPLE_TEST(t_callable, "callable", v.is_callable() || v.is_undefined())
 LS_SIMPLE_TEST(t_lower, "lower", py::is_lower(to_str(v)))
 LS_SIMPLE_TEST(t_upper, "upper", py::is_upper(to_str(v)))
-LS_SIMPLE_TEST(t_escaped, "escaped", false)
+LS_SIMPLE_TEST(t_escaped, "escaped", v.is_markup())
 LS_SIMPLE_TEST(t_filter, "filter", v.is_string() && find_filter(v.get_string()) != nullptr)
 LS_SIMPLE_TEST(t_test, "test", v.is_string() && find_test(v.get_string()) != nullptr)
 #undef LS_SIMPLE_TEST

@@ -54,6 +54,7 @@ Interpreter::Interpreter(const TemplateAst& ast, const RenderLimits& limits)
 Result<std::string> Interpreter::render(const ValueDict& context) {
   frame_ = std::make_shared<Frame>();
   for (const auto& [k, v] : context.entries()) frame_->set(k, v);
+  bind_undefined(ast_.undefined_locals);
   std::string out;
   LS_RETURN_IF_ERROR(exec_list(ast_.body, out));
   frame_.reset();
@@ -168,11 +169,16 @@ Status Interpreter::exec(const Stmt& s, std::string& out) {
       break;
     }
     case StmtKind::kSetBlock: {
-      std::string text;
-      LS_RETURN_IF_ERROR(render_to_string(s.body, text));
-      Value v(std::move(text));
-      if (s.filter) {
-        LS_ASSIGN_OR_RETURN(v, eval_filter(*s.filter, &v));
+      Value v;
+      {
+        ScopeGuard scope(this, frame_);
+        bind_undefined(s.undefined_locals);
+        std::string text;
+        LS_RETURN_IF_ERROR(render_to_string(s.body, text));
+        v = Value(std::move(text));
+        if (s.filter) {
+          LS_ASSIGN_OR_RETURN(v, eval_filter(*s.filter, &v));
+        }
       }
       st = assign(*s.target, v, *frame_);
       break;
@@ -183,6 +189,8 @@ Status Interpreter::exec(const Stmt& s, std::string& out) {
     case StmtKind::kCallBlock:
       return exec_call_block(s, out);
     case StmtKind::kFilterBlock: {
+      ScopeGuard scope(this, frame_);
+      bind_undefined(s.undefined_locals);
       std::string text;
       LS_RETURN_IF_ERROR(render_to_string(s.body, text));
       Value v(std::move(text));
@@ -196,13 +204,17 @@ Status Interpreter::exec(const Stmt& s, std::string& out) {
         values.push_back(std::move(v));
       }
       ScopeGuard scope(this, frame_);
+      bind_undefined(s.undefined_locals);
       for (size_t i = 0; i < s.targets.size(); ++i) {
         LS_RETURN_IF_ERROR(assign(*s.targets[i], values[i], *frame_));
       }
       return exec_list(s.body, out);
     }
-    case StmtKind::kScope:
+    case StmtKind::kScope: {
+      ScopeGuard scope(this, frame_);
+      bind_undefined(s.undefined_locals);
       return exec_list(s.body, out);
+    }
     case StmtKind::kBreak:
       flow_ = Flow::kBreak;
       return Status::ok_status();
@@ -233,6 +245,7 @@ Status Interpreter::exec_for(const Stmt& s, std::string& out) {
   }
   if (items.empty()) {
     ScopeGuard scope(this, frame_);
+    bind_undefined(s.else_undefined_locals);
     return exec_list(s.else_body, out);
   }
   const auto length = static_cast<int64_t>(items.size());
@@ -240,6 +253,7 @@ Status Interpreter::exec_for(const Stmt& s, std::string& out) {
   for (int64_t i = 0; i < length; ++i) {
     LS_RETURN_IF_ERROR(charge(1));
     ScopeGuard scope(this, outer);
+    bind_undefined(s.undefined_locals);
     LS_RETURN_IF_ERROR(assign(*s.target, items[static_cast<size_t>(i)], *frame_));
     ValueDict loop;
     loop.set("index", Value(i + 1));
@@ -301,6 +315,7 @@ Result<Value> Interpreter::call_macro(const Stmt& s, const std::weak_ptr<Frame>&
   }
   ++call_depth_;
   ScopeGuard scope(this, std::move(defining_frame));
+  bind_undefined(s.undefined_locals);
   Status st = [&]() -> Status {
     const size_t num_params = s.params.size();
     const size_t first_default = num_params - s.defaults.size();
@@ -349,6 +364,12 @@ Result<Value> Interpreter::call_macro(const Stmt& s, const std::weak_ptr<Frame>&
   return Value(std::move(text));
 }
 
+void Interpreter::bind_undefined(const std::vector<std::string>& names) {
+  for (const auto& name : names) {
+    frame_->set(name, Value::undefined(fmt::format("'{}' is undefined", name)));
+  }
+}
+
 Status Interpreter::assign(const Expr& target, const Value& value, Frame& frame) {
   switch (target.kind) {
     case ExprKind::kName:
@@ -379,6 +400,36 @@ Status Interpreter::assign(const Expr& target, const Value& value, Frame& frame)
 }
 
 // --- expressions --------------------------------------------------------------------------------
+
+// Whether jinja2's optimizer would fold the expression to a constant (it has no names and no
+// calls); the approximation matters only for the `-2 ** x` quirk above.
+bool Interpreter::is_foldable(const Expr& e) {
+  switch (e.kind) {
+    case ExprKind::kName:
+    case ExprKind::kCall:
+    case ExprKind::kNsRef:
+      return false;
+    default:
+      break;
+  }
+  for (const Expr* child :
+       {e.a.get(), e.b.get(), e.c.get(), e.call.dyn_args.get(), e.call.dyn_kwargs.get()}) {
+    if (child != nullptr && !is_foldable(*child)) return false;
+  }
+  for (const auto& item : e.items) {
+    if (!is_foldable(*item)) return false;
+  }
+  for (const auto& [k, v] : e.pairs) {
+    if (!is_foldable(*k) || !is_foldable(*v)) return false;
+  }
+  for (const auto& arg : e.call.args) {
+    if (!is_foldable(*arg)) return false;
+  }
+  for (const auto& kw : e.call.kwargs) {
+    if (!is_foldable(*kw.value)) return false;
+  }
+  return true;
+}
 
 Value Interpreter::lookup(std::string_view name) const {
   for (const Frame* f = frame_.get(); f != nullptr; f = f->parent.get()) {
@@ -419,6 +470,7 @@ Result<Value> Interpreter::eval_inner(const Expr& e) {
     case ExprKind::kFilter:
       return eval_filter(e, nullptr);
     case ExprKind::kTest: {
+      if (e.test == nullptr) return invalid_argument("No test named '{}' found.", e.name);
       LS_ASSIGN_OR_RETURN(Value v, eval(*e.a));
       LS_ASSIGN_OR_RETURN(CallArgs args, eval_args(e.call));
       LS_ASSIGN_OR_RETURN(bool r, e.test(*this, v, args));
@@ -438,7 +490,17 @@ Result<Value> Interpreter::eval_inner(const Expr& e) {
       LS_ASSIGN_OR_RETURN(Value a, eval(*e.a));
       LS_ASSIGN_OR_RETURN(Value b, eval(*e.b));
       if (a.is_undefined()) return invalid_argument("{}", a.undefined_message());
-      if (b.is_undefined()) return invalid_argument("{}", b.undefined_message());
+      // str % Undefined is Python string formatting, which takes Undefined as an argument.
+      const bool formatting = e.binary_op == BinaryOp::kMod && a.is_string();
+      if (b.is_undefined() && !formatting) return invalid_argument("{}", b.undefined_message());
+      // jinja2 folds `-2` into the constant -2 and prints it into Python source, where
+      // `-2 ** x` means -(2 ** x): with a non-constant exponent that is what HF computes.
+      if (e.binary_op == BinaryOp::kPow && e.a->kind == ExprKind::kNeg &&
+          e.a->a->kind == ExprKind::kConst && e.a->a->constant.is_number() && !is_foldable(*e.b)) {
+        LS_ASSIGN_OR_RETURN(Value magnitude,
+                            apply_binary(*this, BinaryOp::kPow, e.a->a->constant, b));
+        return apply_negate(magnitude);
+      }
       return apply_binary(*this, e.binary_op, a, b);
     }
     case ExprKind::kAnd: {
@@ -550,6 +612,9 @@ Result<Value> Interpreter::eval_call(const Expr& e,
 }
 
 Result<Value> Interpreter::eval_filter(const Expr& e, const Value* input) {
+  if (e.filter == nullptr) {
+    return locate(invalid_argument("No filter named '{}' found.", e.name), e.offset);
+  }
   Value operand;
   if (e.a) {
     // A chain inside {% filter %} / {% set x | f %} bottoms out in the block's text.

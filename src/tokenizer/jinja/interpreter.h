@@ -73,6 +73,9 @@ class Interpreter {
   Result<Value> eval_binary(BinaryOp op, const Value& a, const Value& b);
 
   Value lookup(std::string_view name) const;
+  static bool is_foldable(const Expr& e);
+  // Binds the names a scope owns before it assigns them (scopes.h) in the current frame.
+  void bind_undefined(const std::vector<std::string>& names);
   Status assign(const Expr& target, const Value& value, Frame& frame);
   Value make_macro(const Stmt& s, const FramePtr& defining_frame, std::string name);
   Result<Value> call_macro(const Stmt& s, const std::weak_ptr<Frame>& scope_frame, CallArgs& args);

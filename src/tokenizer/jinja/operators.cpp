@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/interpreter.h"
 #include "tokenizer/jinja/pystr.h"
 
@@ -184,7 +185,11 @@ Result<Value> format_percent(Interpreter& interp, const std::string& fmt_str, co
     }
     LS_RETURN_IF_ERROR(interp.check_string_size(out.size()));
   }
-  if (!used_mapping && mapping == nullptr && next_arg < items.size()) {
+  // Python skips this check for arguments with __getitem__ other than tuples (dict, list,
+  // Undefined): it takes them as a mapping for %(name)s.
+  const bool mapping_like =
+      args.is_dict() || args.is_undefined() || (args.is_list() && !args.is_tuple());
+  if (!used_mapping && !mapping_like && next_arg < items.size()) {
     return invalid_argument("not all arguments converted during string formatting");
   }
   return Value(std::move(out));
@@ -205,6 +210,13 @@ Result<Value> apply_binary(Interpreter& interp, BinaryOp op, const Value& a, con
       if (numbers) return Value(a.as_double() + b.as_double());
       if (a.is_string() && b.is_string()) {
         LS_RETURN_IF_ERROR(interp.check_string_size(a.get_string().size() + b.get_string().size()));
+        if (a.is_markup() || b.is_markup()) {
+          // Markup + str escapes the plain operand (markupsafe's __add__ / __radd__).
+          const std::string lhs = a.is_markup() ? a.get_string() : py::html_escape(a.get_string());
+          const std::string rhs = b.is_markup() ? b.get_string() : py::html_escape(b.get_string());
+          LS_RETURN_IF_ERROR(interp.check_string_size(lhs.size() + rhs.size()));
+          return Value::markup(lhs + rhs);
+        }
         return Value(a.get_string() + b.get_string());
       }
       if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
@@ -318,6 +330,13 @@ Result<bool> contains(const Value& container, const Value& item) {
       if (item.is_list() && !item.is_tuple()) return invalid_argument("unhashable type: 'list'");
       if (item.is_dict()) return invalid_argument("unhashable type: 'dict'");
       return item.is_string() && container.get_dict().find(item.get_string()) != nullptr;
+    case ValueKind::kGenerator: {
+      LS_ASSIGN_OR_RETURN(ValueList items, iterate(container));
+      for (const Value& v : items) {
+        if (values_equal(v, item)) return true;
+      }
+      return false;
+    }
     case ValueKind::kUndefined:
       return false;
     default:
@@ -337,8 +356,14 @@ Result<Value> slice_value(const Value& obj, const Value& start_v, const Value& s
   const auto start_opt = bound(start_v, &ok);
   const auto stop_opt = bound(stop_v, &ok);
   const auto step_opt = bound(step_v, &ok);
-  const bool sliceable = obj.is_string() || obj.is_list();
-  if (!ok || !sliceable) return Value::undefined("object has no element slice");
+  // jinja2 slices with Python's own subscription (not its forgiving getitem), so these raise.
+  if (obj.is_dict()) return invalid_argument("unhashable type: 'slice'");
+  if (!obj.is_string() && !obj.is_list()) {
+    return invalid_argument("'{}' object is not subscriptable", obj.type_name());
+  }
+  if (!ok) {
+    return invalid_argument("slice indices must be integers or None or have an __index__ method");
+  }
   const int64_t step = step_opt.value_or(1);
   if (step == 0) return invalid_argument("slice step cannot be zero");
 

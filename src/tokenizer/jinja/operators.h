@@ -17,8 +17,8 @@ Result<Value> apply_negate(const Value& a);
 Result<Value> apply_plus(const Value& a);
 // `item in container`.
 Result<bool> contains(const Value& container, const Value& item);
-// obj[start:stop:step] for str, list and tuple; unset bounds are Undefined values. Other
-// objects give Undefined, as jinja2's getitem does when the lookup fails.
+// obj[start:stop:step] for str, list and tuple; unset bounds are None. Anything else is a
+// TypeError, as Python subscription raises it.
 Result<Value> slice_value(const Value& obj, const Value& start, const Value& stop,
                           const Value& step);
 

@@ -1,9 +1,10 @@
 #pragma once
 // jinja2's recursive-descent parser (jinja2/parser.py), statement by statement and with the
 // same operator precedence, so that templates parse exactly as Hugging Face parses them. Filter
-// and test names are resolved here: an unknown one is a syntax error, as jinja2's compile-time
-// TemplateAssertionError. Unsupported constructs (extends, include, import, recursive loops)
-// are errors too, never silently ignored.
+// and test names are resolved here, but an unknown one fails only if it runs: jinja2 itself
+// defers the check inside if-blocks and drops code that constant folding removes, and a
+// template that names a filter this engine lacks in a branch a request never takes should still
+// serve. Unsupported statements (extends, include, import, recursive loops) are syntax errors.
 
 #include <string_view>
 

@@ -53,6 +53,9 @@ bool is_alnum(std::string_view s);
 bool is_space_str(std::string_view s);
 bool is_word_char(char32_t cp);  // what `\w` matches
 
+// markupsafe.escape: & < > ' " as HTML entities (&amp; &lt; &gt; &#39; &#34;).
+std::string html_escape(std::string_view s);
+
 // repr() of a str: single quotes unless the text has ' and no ", escapes for non-printables.
 std::string repr_string(std::string_view s);
 // repr() of a float: shortest round-trip digits, exponent form when exp < -4 or >= 16.

@@ -49,6 +49,12 @@ Value Value::undefined(std::string message) {
   return v;
 }
 
+Value Value::markup(std::string s) {
+  Value v(std::move(s));
+  v.flag_ = true;
+  return v;
+}
+
 Value Value::none() {
   Value v;
   v.kind_ = ValueKind::kNone;
@@ -62,9 +68,23 @@ Value Value::list(ValueList items) {
   return v;
 }
 
+Value Value::generator(ValueList items) {
+  Value v;
+  v.kind_ = ValueKind::kGenerator;
+  v.ptr_ = std::make_shared<const Generator>(Generator{std::move(items), Status::ok_status()});
+  return v;
+}
+
+Value Value::failed_generator(Status error) {
+  Value v;
+  v.kind_ = ValueKind::kGenerator;
+  v.ptr_ = std::make_shared<const Generator>(Generator{{}, std::move(error)});
+  return v;
+}
+
 Value Value::tuple(ValueList items) {
   Value v = list(std::move(items));
-  v.tuple_ = true;
+  v.flag_ = true;
   return v;
 }
 
@@ -108,6 +128,9 @@ const std::string& Value::get_string() const {
 const ValueList& Value::get_list() const {
   return *static_cast<const ValueList*>(ptr_.get());
 }
+const Generator& Value::get_generator() const {
+  return *static_cast<const Generator*>(ptr_.get());
+}
 const ValueDict& Value::get_dict() const {
   return *static_cast<const ValueDict*>(ptr_.get());
 }
@@ -140,6 +163,7 @@ bool Value::truthy() const {
       return !get_list().empty();
     case ValueKind::kDict:
       return !get_dict().empty();
+    case ValueKind::kGenerator:
     case ValueKind::kNamespace:
     case ValueKind::kCallable:
       return true;
@@ -160,9 +184,11 @@ std::string_view Value::type_name() const {
     case ValueKind::kFloat:
       return "float";
     case ValueKind::kString:
-      return "str";
+      return flag_ ? "Markup" : "str";
     case ValueKind::kList:
-      return tuple_ ? "tuple" : "list";
+      return flag_ ? "tuple" : "list";
+    case ValueKind::kGenerator:
+      return "generator";
     case ValueKind::kDict:
       return "dict";
     case ValueKind::kNamespace:
@@ -206,7 +232,11 @@ void append_repr(std::string& out, const Value& v) {
       out += "Undefined";
       return;
     case ValueKind::kString:
-      out += py::repr_string(v.get_string());
+      if (v.is_markup()) {
+        out += fmt::format("Markup({})", py::repr_string(v.get_string()));
+      } else {
+        out += py::repr_string(v.get_string());
+      }
       return;
     case ValueKind::kList:
       append_items(out, v.get_list(), v.is_tuple());
@@ -254,6 +284,8 @@ std::string to_str(const Value& v) {
     }
     case ValueKind::kCallable:
       return fmt::format("<function {}>", v.get_callable().name);
+    case ValueKind::kGenerator:
+      return "<generator object>";
   }
   return "";
 }
@@ -298,6 +330,8 @@ bool values_equal(const Value& a, const Value& b) {
     }
     case ValueKind::kNamespace:
       return &a.get_namespace() == &b.get_namespace();
+    case ValueKind::kGenerator:
+      return &a.get_generator() == &b.get_generator();
     case ValueKind::kCallable:
       return &a.get_callable() == &b.get_callable();
     default:

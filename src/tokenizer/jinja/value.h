@@ -28,13 +28,97 @@ enum class ValueKind : uint8_t {
   kInt,
   kFloat,
   kString,
-  kList,  // list or tuple (is_tuple())
+  kList,       // list or tuple (is_tuple())
+  kGenerator,  // what select/map/items/... return: iterable once computed, no len, always true
   kDict,
   kNamespace,
   kCallable,
 };
 
 using ValueList = std::vector<Value>;
+
+class ValueDict;
+struct Callable;
+struct Namespace;
+struct CallArgs;
+struct Generator;
+
+using NativeFunction = std::function<Result<Value>(Interpreter&, CallArgs&)>;
+
+class Value {
+ public:
+  Value() = default;  // undefined, with jinja2's "is undefined" message for an unnamed value
+  Value(bool b) : kind_(ValueKind::kBool), b_(b) {}     // NOLINT(implicit)
+  Value(int64_t i) : kind_(ValueKind::kInt), i_(i) {}   // NOLINT(implicit)
+  Value(int i) : kind_(ValueKind::kInt), i_(i) {}       // NOLINT(implicit)
+  Value(double f) : kind_(ValueKind::kFloat), f_(f) {}  // NOLINT(implicit)
+  Value(std::string s);                                 // NOLINT(implicit)
+  Value(std::string_view s) : Value(std::string(s)) {}  // NOLINT(implicit)
+  Value(const char* s) : Value(std::string(s)) {}       // NOLINT(implicit)
+
+  // message: what jinja2 reports when the undefined value is used ("'x' is undefined").
+  static Value undefined(std::string message);
+  static Value none();
+  // A markupsafe.Markup string (from |safe, |escape): prints like a str, but its repr is
+  // Markup('...') and `+` with a plain str escapes the plain side, as Python does.
+  static Value markup(std::string s);
+  static Value list(ValueList items);
+  // A lazily-evaluated sequence in jinja2 (a Python generator). Its items are computed eagerly
+  // here; an error computing them surfaces only when the generator is consumed, as in Python.
+  static Value generator(ValueList items);
+  static Value failed_generator(Status error);
+  static Value tuple(ValueList items);
+  static Value dict(ValueDict entries);
+  static Value make_namespace(std::shared_ptr<Namespace> ns);
+  static Value callable(std::string name, NativeFunction fn);
+
+  ValueKind kind() const { return kind_; }
+  bool is_undefined() const { return kind_ == ValueKind::kUndefined; }
+  bool is_none() const { return kind_ == ValueKind::kNone; }
+  bool is_bool() const { return kind_ == ValueKind::kBool; }
+  bool is_int() const { return kind_ == ValueKind::kInt; }
+  bool is_float() const { return kind_ == ValueKind::kFloat; }
+  // Python numbers.Number: bool counts, as True + 1 == 2.
+  bool is_number() const { return is_int() || is_float() || is_bool(); }
+  bool is_string() const { return kind_ == ValueKind::kString; }
+  bool is_list() const { return kind_ == ValueKind::kList; }
+  bool is_tuple() const { return kind_ == ValueKind::kList && flag_; }
+  bool is_markup() const { return kind_ == ValueKind::kString && flag_; }
+  bool is_generator() const { return kind_ == ValueKind::kGenerator; }
+  bool is_dict() const { return kind_ == ValueKind::kDict; }
+  bool is_namespace() const { return kind_ == ValueKind::kNamespace; }
+  bool is_callable() const { return kind_ == ValueKind::kCallable; }
+
+  bool get_bool() const { return b_; }
+  int64_t get_int() const { return kind_ == ValueKind::kBool ? (b_ ? 1 : 0) : i_; }
+  double get_float() const { return f_; }
+  // int, float or bool as a double.
+  double as_double() const;
+  const std::string& get_string() const;
+  const ValueList& get_list() const;
+  const Generator& get_generator() const;
+  const ValueDict& get_dict() const;
+  Namespace& get_namespace() const;
+  const Callable& get_callable() const;
+  const std::string& undefined_message() const;
+
+  // Python truthiness; Undefined is false.
+  bool truthy() const;
+  // type(x).__name__ as Python error messages spell it: 'int', 'str', 'NoneType', ...
+  std::string_view type_name() const;
+
+ private:
+  ValueKind kind_ = ValueKind::kUndefined;
+  bool flag_ = false;  // kList: a tuple; kString: a Markup
+  union {
+    bool b_;
+    int64_t i_ = 0;
+    double f_;
+  };
+  // kString/kUndefined: std::string; kList: ValueList; kGenerator: Generator; kDict: ValueDict;
+  // kNamespace: Namespace; kCallable: Callable.
+  std::shared_ptr<const void> ptr_;
+};
 
 // Insertion-ordered map from string keys, like a Python dict built from JSON.
 class ValueDict {
@@ -59,8 +143,6 @@ struct CallArgs {
   std::vector<std::pair<std::string, Value>> keyword;
 };
 
-using NativeFunction = std::function<Result<Value>(Interpreter&, CallArgs&)>;
-
 struct Callable {
   std::string name;
   NativeFunction fn;
@@ -70,69 +152,9 @@ struct Namespace {
   ValueDict attrs;
 };
 
-class Value {
- public:
-  Value() = default;  // undefined, with jinja2's "is undefined" message for an unnamed value
-  Value(bool b) : kind_(ValueKind::kBool), b_(b) {}     // NOLINT(implicit)
-  Value(int64_t i) : kind_(ValueKind::kInt), i_(i) {}   // NOLINT(implicit)
-  Value(int i) : kind_(ValueKind::kInt), i_(i) {}       // NOLINT(implicit)
-  Value(double f) : kind_(ValueKind::kFloat), f_(f) {}  // NOLINT(implicit)
-  Value(std::string s);                                 // NOLINT(implicit)
-  Value(std::string_view s) : Value(std::string(s)) {}  // NOLINT(implicit)
-  Value(const char* s) : Value(std::string(s)) {}       // NOLINT(implicit)
-
-  // message: what jinja2 reports when the undefined value is used ("'x' is undefined").
-  static Value undefined(std::string message);
-  static Value none();
-  static Value list(ValueList items);
-  static Value tuple(ValueList items);
-  static Value dict(ValueDict entries);
-  static Value make_namespace(std::shared_ptr<Namespace> ns);
-  static Value callable(std::string name, NativeFunction fn);
-
-  ValueKind kind() const { return kind_; }
-  bool is_undefined() const { return kind_ == ValueKind::kUndefined; }
-  bool is_none() const { return kind_ == ValueKind::kNone; }
-  bool is_bool() const { return kind_ == ValueKind::kBool; }
-  bool is_int() const { return kind_ == ValueKind::kInt; }
-  bool is_float() const { return kind_ == ValueKind::kFloat; }
-  // Python numbers.Number: bool counts, as True + 1 == 2.
-  bool is_number() const { return is_int() || is_float() || is_bool(); }
-  bool is_string() const { return kind_ == ValueKind::kString; }
-  bool is_list() const { return kind_ == ValueKind::kList; }
-  bool is_tuple() const { return kind_ == ValueKind::kList && tuple_; }
-  bool is_dict() const { return kind_ == ValueKind::kDict; }
-  bool is_namespace() const { return kind_ == ValueKind::kNamespace; }
-  bool is_callable() const { return kind_ == ValueKind::kCallable; }
-
-  bool get_bool() const { return b_; }
-  int64_t get_int() const { return kind_ == ValueKind::kBool ? (b_ ? 1 : 0) : i_; }
-  double get_float() const { return f_; }
-  // int, float or bool as a double.
-  double as_double() const;
-  const std::string& get_string() const;
-  const ValueList& get_list() const;
-  const ValueDict& get_dict() const;
-  Namespace& get_namespace() const;
-  const Callable& get_callable() const;
-  const std::string& undefined_message() const;
-
-  // Python truthiness; Undefined is false.
-  bool truthy() const;
-  // type(x).__name__ as Python error messages spell it: 'int', 'str', 'NoneType', ...
-  std::string_view type_name() const;
-
- private:
-  ValueKind kind_ = ValueKind::kUndefined;
-  bool tuple_ = false;
-  union {
-    bool b_;
-    int64_t i_ = 0;
-    double f_;
-  };
-  // kString/kUndefined: std::string; kList: ValueList; kDict: ValueDict; kNamespace: Namespace;
-  // kCallable: Callable.
-  std::shared_ptr<const void> ptr_;
+struct Generator {
+  ValueList items;
+  Status error;  // non-ok: consuming the generator fails with it
 };
 
 // str(x): what {{ x }} prints.
