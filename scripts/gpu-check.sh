@@ -57,6 +57,12 @@ while [ $# -gt 0 ]; do
   shift
 done
 
+# nvcc may live outside PATH on the GPU machine.
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+export CUDACXX=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+
 OUT=${OUT:-$ROOT/gpu-out}
 mkdir -p "$OUT"
 LOG=$OUT/gpu_check.log

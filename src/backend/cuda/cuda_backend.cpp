@@ -227,12 +227,14 @@ void CudaBackend::copy_bytes(void* dst, const void* src, int64_t bytes) {
   if (bytes <= 0 || dst == src) return;
   const PtrKind dk = pointer_kind(dst), sk = pointer_kind(src);
   const bool pageable = dk == PtrKind::kPageable || sk == PtrKind::kPageable;
-  if (capturing_ && pageable) {
-    report(failed_precondition("a copy from or to pageable host memory cannot be captured"),
+  const bool host_only = dk != PtrKind::kDevice && sk != PtrKind::kDevice;
+  if (capturing_ && (pageable || host_only)) {
+    report(failed_precondition("a copy from or to pageable host memory, or between host "
+                               "buffers, cannot be captured"),
            "copy_bytes");
     return;
   }
-  if (dk != PtrKind::kDevice && sk != PtrKind::kDevice) {  // host <-> host
+  if (host_only) {
     report(cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"), "copy_bytes");
     std::memmove(dst, src, static_cast<size_t>(bytes));
     return;

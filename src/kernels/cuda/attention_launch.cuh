@@ -23,11 +23,16 @@ Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t i
 
 #ifdef LS_ATTENTION_INSTANTIATE
 
-// Raises the kernel's dynamic shared-memory limit once (to the largest listed_cap).
+// Raises the kernel's dynamic shared-memory limit once (to the largest listed_cap) and asks for
+// the largest shared-memory carveout, so two blocks of ~110 KB fit on an SM.
 template <class Kernel>
 Status allow_smem(Kernel kernel, int bytes, std::once_flag& once, cudaError_t& err) {
   std::call_once(once, [&] {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err == cudaSuccess) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 cudaSharedmemCarveoutMaxShared);
+    }
   });
   return cuda_status(err, "cudaFuncSetAttribute(attention, max dynamic shared memory)");
 }
