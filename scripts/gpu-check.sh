@@ -152,7 +152,7 @@ fi
 build_section() {
   cmake -S bench/cuda/gpu_project -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DLONGSERVE_CARRY="$ROOT/.carry/root" >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; return 1; }
-  cmake --build "$BUILD" -j "$JOBS" -k 0 >>"$OUT/build.log" 2>&1
+  cmake --build "$BUILD" -j "$JOBS" -- -k 0 >>"$OUT/build.log" 2>&1
   local rc=$?
   grep -E "error|FAILED" "$OUT/build.log" | grep -v "^ptxas" | head -40
   # Registers / spills of the attention kernels, and what their SASS is made of.
@@ -327,8 +327,8 @@ md.append("## Tests\n")
 tl = os.path.join(out, "tests.log")
 if os.path.exists(tl):
     text = open(tl).read()
-    for m in re.finditer(r"\[  PASSED  \] (\d+) tests?", text):
-        md.append(f"- passed: {m.group(1)}")
+    passed = sum(int(m.group(1)) for m in re.finditer(r"\[  PASSED  \] (\d+) tests?", text))
+    md.append(f"- passed: {passed}")
     failed = sorted(set(re.findall(r"\[  FAILED  \] (\S+)", text)))
     skipped = len(set(re.findall(r"\[  SKIPPED \] (\S+)", text)))
     md.append(f"- failed: {len(failed)} {' '.join(failed[:20])}")

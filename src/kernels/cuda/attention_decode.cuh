@@ -139,7 +139,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   __syncthreads();
   const Span sp = span_s;
   const int64_t num_rows = static_cast<int64_t>(sp.num_pages()) * hv.page_tokens;
-  const int32_t nb = static_cast<int32_t>((num_rows + kKeyBlock - 1) / kKeyBlock);
+  const int32_t nb = static_cast<int32_t>(
+      min((num_rows + kKeyBlock - 1) / kKeyBlock, static_cast<int64_t>(INT32_MAX / kKeyBlock - 1)));
   const int32_t want = (nb + a.min_blocks_per_split - 1) / a.min_blocks_per_split;
   const int32_t splits = nb == 0 ? 1 : max(1, min(max_splits, want));
   if (z >= splits) return;
@@ -166,7 +167,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const T* k_pool = static_cast<const T*>(hv.k);
   const T* v_pool = static_cast<const T*>(hv.v);
   auto issue = [&](int stage, int32_t b) {
-    const KeyRow kr = locate_row(hv, sp, listed, static_cast<int64_t>(b) * kKeyBlock + my_row, kD);
+    const KeyRow kr = locate_row(hv, sp, listed, b * kKeyBlock + my_row, kD);
     const bool valid = kr.position >= 0;
     const int64_t off = valid ? kr.offset : 0;
     T* dk = sK + stage * Shape::kSmemKV + my_row * kStride;

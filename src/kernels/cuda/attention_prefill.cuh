@@ -119,7 +119,9 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps >= 8 ? 1 : 2)
   __syncthreads();  // span_s and listed
   const Span sp = span_s;
   const int64_t num_rows = static_cast<int64_t>(sp.num_pages()) * hv.page_tokens;
-  const int32_t num_blocks = static_cast<int32_t>((num_rows + kKeyBlock - 1) / kKeyBlock);
+  // Row indices stay 32-bit (a span over 2^31 rows only arises from corrupt lengths).
+  const int32_t num_blocks = static_cast<int32_t>(
+      min((num_rows + kKeyBlock - 1) / kKeyBlock, static_cast<int64_t>(INT32_MAX / kKeyBlock - 1)));
 
   // This thread copies chunks of key row `my_row` of every block; the row's source is found
   // when K is issued and reused for V.
@@ -128,7 +130,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps >= 8 ? 1 : 2)
   const T* v_pool = static_cast<const T*>(hv.v);
   KeyRow cur;
   auto issue_k = [&](int32_t b) {
-    cur = locate_row(hv, sp, listed, static_cast<int64_t>(b) * kKeyBlock + my_row, kD);
+    cur = locate_row(hv, sp, listed, b * kKeyBlock + my_row, kD);
     const bool valid = cur.position >= 0;
     const T* src = k_pool + (valid ? cur.offset : 0);
     for (int c = tid % Shape::kRowThreads; c < kChunks; c += Shape::kRowThreads) {

@@ -175,14 +175,13 @@ struct KeyRow {
 };
 
 __device__ inline KeyRow locate_row(const HeadView& hv, const Span& sp, const int32_t* listed,
-                                    int64_t r, int32_t head_dim) {
+                                    int32_t r, int32_t head_dim) {
   KeyRow kr;
   const int32_t pt = hv.page_tokens;
-  const int64_t li = r / pt;
-  const int32_t off = static_cast<int32_t>(r - li * pt);
+  const int32_t li = r / pt;  // 32-bit: spans stay far below 2^31 rows (checked on the host)
+  const int32_t off = r - li * pt;
   if (li >= sp.num_pages()) return kr;
-  const int32_t j =
-      li < sp.num_listed ? listed[li] : sp.range_begin + static_cast<int32_t>(li - sp.num_listed);
+  const int32_t j = li < sp.num_listed ? listed[li] : sp.range_begin + (li - sp.num_listed);
   const int64_t pos = static_cast<int64_t>(j) * pt + off;
   if (pos >= hv.kv_len) return kr;
   const int32_t t = hv.streaming ? ring_table_index(j, hv.num_sink_pages, hv.ring) : j;
