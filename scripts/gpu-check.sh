@@ -175,18 +175,32 @@ section build 300 build_section
 
 # ---- tests ----
 tests_section() {
+  # One process per test suite, so a kernel fault (which aborts the process) hides nothing else.
   local failed=0
   : >"$OUT/tests.log"
   for t in test_cuda_ops test_cuda_attention test_cuda_model; do
     if [ ! -x "$BIN/$t" ]; then
-      echo "$t: not built" | tee -a "$OUT/tests.log"
+      echo "[  FAILED  ] $t (not built)" | tee -a "$OUT/tests.log"
       failed=1
       continue
     fi
-    "$BIN/$t" --gtest_color=no >>"$OUT/tests.log" 2>&1 || failed=1
-    grep -E "^\[  (PASSED|FAILED|SKIPPED) \]|tests? ran|^\[ model    \]" "$OUT/tests.log" | tail -n 40 | grep -E "$t|PASSED|FAILED|SKIPPED|ran|model" | tail -n 12
+    for suite in $("$BIN/$t" --gtest_list_tests | grep -E '^[^ ].*\.$' | sed 's/\.$//'); do
+      local t0=$(date +%s) rc=0
+      "$BIN/$t" --gtest_color=no --gtest_filter="$suite.*" >"$OUT/suite.log" 2>&1 || rc=$?
+      cat "$OUT/suite.log" >>"$OUT/tests.log"
+      local passed failed_n
+      passed=$(grep -oE "^\[  PASSED  \] [0-9]+" "$OUT/suite.log" | grep -oE "[0-9]+$" || echo 0)
+      failed_n=$(grep -cE "^\[  FAILED  \] .*\(" "$OUT/suite.log" || true)
+      if [ "$rc" -ne 0 ] && [ "$failed_n" -eq 0 ]; then
+        echo "[  FAILED  ] $suite.* CRASHED (exit $rc): $(tail -2 "$OUT/suite.log" | tr '\n' ' ')" | tee -a "$OUT/tests.log"
+      fi
+      [ "$rc" -ne 0 ] && failed=1
+      echo "$t $suite: passed ${passed:-0}, failed $failed_n, exit $rc, $(($(date +%s) - t0))s"
+      grep -E "^\[ model    \]" "$OUT/suite.log"
+    done
   done
-  grep -E "^\[  FAILED  \]" "$OUT/tests.log" | sort -u | head -40
+  rm -f "$OUT/suite.log"
+  grep -E "^\[  FAILED  \] .*\(|CRASHED" "$OUT/tests.log" | sort -u | head -40
   return $failed
 }
 export -f tests_section
@@ -329,7 +343,7 @@ if os.path.exists(tl):
     text = open(tl).read()
     passed = sum(int(m.group(1)) for m in re.finditer(r"\[  PASSED  \] (\d+) tests?", text))
     md.append(f"- passed: {passed}")
-    failed = sorted(set(re.findall(r"\[  FAILED  \] (\S+)", text)))
+    failed = sorted(set(re.findall(r"\[  FAILED  \] (\S+\.\S+)", text)))
     skipped = len(set(re.findall(r"\[  SKIPPED \] (\S+)", text)))
     md.append(f"- failed: {len(failed)} {' '.join(failed[:20])}")
     md.append(f"- skipped: {skipped}")
