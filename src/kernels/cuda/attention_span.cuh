@@ -178,7 +178,7 @@ __device__ inline KeyRow locate_row(const HeadView& hv, const Span& sp, const in
                                     int32_t r, int32_t head_dim) {
   KeyRow kr;
   const int32_t pt = hv.page_tokens;
-  const int32_t li = r / pt;  // 32-bit: spans stay far below 2^31 rows (checked on the host)
+  const int32_t li = r / pt;  // 32-bit: the kernels bound their block counts below 2^31 rows
   const int32_t off = r - li * pt;
   if (li >= sp.num_pages()) return kr;
   const int32_t j = li < sp.num_listed ? listed[li] : sp.range_begin + (li - sp.num_listed);
