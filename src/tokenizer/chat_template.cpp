@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/content_format.h"
 #include "tokenizer/jinja/interpreter.h"
 #include "tokenizer/jinja/json_bridge.h"
 #include "tokenizer/jinja/parser.h"
@@ -56,6 +57,49 @@ Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& messages,
   } catch (const std::exception& e) {
     return internal_error("rendering chat template: {}", e.what());
   }
+}
+
+ChatContentFormat ChatTemplate::content_format() const {
+  return jinja::iterates_over_content_parts(*ast_) ? ChatContentFormat::kOpenAi
+                                                   : ChatContentFormat::kString;
+}
+
+Result<nlohmann::ordered_json> normalize_message_content(const nlohmann::ordered_json& messages,
+                                                         ChatContentFormat format) {
+  if (!messages.is_array()) return invalid_argument("messages must be an array");
+  nlohmann::ordered_json out = messages;
+  for (size_t i = 0; i < out.size(); ++i) {
+    auto& message = out[i];
+    if (!message.is_object()) return invalid_argument("messages[{}] must be an object", i);
+    const auto it = message.find("content");
+    if (it == message.end() || it->is_null()) continue;
+    if (it->is_string()) {
+      if (format == ChatContentFormat::kOpenAi) {
+        *it = nlohmann::ordered_json::array({{{"type", "text"}, {"text", it->get<std::string>()}}});
+      }
+      continue;
+    }
+    if (!it->is_array()) {
+      return invalid_argument("messages[{}].content must be a string or a list of parts", i);
+    }
+    std::string joined;
+    for (size_t j = 0; j < it->size(); ++j) {
+      const auto& part = (*it)[j];
+      const auto type = part.is_object() ? part.find("type") : part.end();
+      const auto text = part.is_object() ? part.find("text") : part.end();
+      if (type == part.end() || !type->is_string() || type->get<std::string>() != "text" ||
+          text == part.end() || !text->is_string()) {
+        return invalid_argument(
+            "messages[{}].content[{}]: only {{\"type\": \"text\", \"text\": ...}} parts are "
+            "supported",
+            i, j);
+      }
+      if (j > 0) joined += '\n';
+      joined += text->get<std::string>();
+    }
+    if (format == ChatContentFormat::kString) *it = std::move(joined);
+  }
+  return out;
 }
 
 namespace {

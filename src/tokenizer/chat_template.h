@@ -26,6 +26,12 @@ namespace jinja {
 struct TemplateAst;
 }
 
+// How a template reads message content (vLLM's chat_template_content_format "auto").
+enum class ChatContentFormat {
+  kString,  // a string: list-form content should be joined to text first
+  kOpenAi,  // OpenAI's list of {type, text} parts: the template loops over it
+};
+
 class ChatTemplate {
  public:
   // Syntax errors (and unknown filters / tests, unsupported tags) come back as
@@ -51,6 +57,9 @@ class ChatTemplate {
 
   const std::string& source() const { return source_; }
 
+  // Detected as vLLM detects it: kOpenAi when the template loops over a message's content.
+  ChatContentFormat content_format() const;
+
  private:
   ChatTemplate(std::shared_ptr<const jinja::TemplateAst> ast, std::string source,
                const jinja::RenderLimits& limits);
@@ -59,6 +68,14 @@ class ChatTemplate {
   std::string source_;
   jinja::RenderLimits limits_;
 };
+
+// Rewrites each message's content for a template's format, as vLLM does before rendering:
+// kString joins the "text" parts of list content with "\n"; kOpenAi wraps string content as
+// [{"type": "text", "text": ...}]. Null or absent content and all other fields pass through.
+// Errors (kInvalidArgument): messages not an array, a message not an object, a content part
+// that is not text (this server serves text models), content of another type.
+Result<nlohmann::ordered_json> normalize_message_content(const nlohmann::ordered_json& messages,
+                                                         ChatContentFormat format);
 
 // The model's chat template: chat_template.jinja in model_dir when present (Hugging Face
 // prefers it), else tokenizer_config.json "chat_template" — a string, or a list of

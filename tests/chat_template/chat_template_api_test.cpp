@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -183,6 +184,83 @@ TEST(ChatTemplateRender, ConcurrentRendersAgree) {
   }
   for (auto& th : threads) th.join();
   for (size_t i = 0; i < inputs.size(); ++i) EXPECT_EQ(failures[i], 0) << "input " << i;
+}
+
+}  // namespace
+}  // namespace ls
+
+namespace ls {
+namespace {
+
+using nlohmann::ordered_json;
+
+std::string read_template(const std::string& name) {
+  std::ifstream in(
+      fmt::format("{}/tests/fixtures/chat_templates/{}.jinja", LONGSERVE_SOURCE_DIR, name),
+      std::ios::binary);
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+// The expectations follow vLLM's rule: a loop over a message's content (reached through
+// `messages`, a variable assigned from it, filters, tests or slices) means OpenAI parts.
+TEST(ChatContentFormat, DetectedAsVllmDoes) {
+  for (const char* name : {"llama3", "llama3_1", "mistral_v0_3", "qwen2_5", "qwen3"}) {
+    auto t = ChatTemplate::parse(read_template(name));
+    ASSERT_TRUE(t.ok()) << name;
+    EXPECT_EQ(t->content_format(), ChatContentFormat::kString) << name;
+  }
+  const char* openai[] = {
+      "{% for m in messages %}{% for part in m['content'] %}{{ part.text }}{% endfor %}{% endfor "
+      "%}",
+      "{% for m in messages %}{% for part in m.content | selectattr('type', 'equalto', 'text') %}"
+      "{{ part.text }}{% endfor %}{% endfor %}",
+      "{% set loop_messages = messages[1:] %}{% set rest = loop_messages %}{% for m in rest %}"
+      "{% if m.content is string %}{{ m.content }}{% else %}{% for p in m.content %}{{ p.text }}"
+      "{% endfor %}{% endif %}{% endfor %}",
+  };
+  for (const char* src : openai) {
+    auto t = ChatTemplate::parse(src);
+    ASSERT_TRUE(t.ok()) << src;
+    EXPECT_EQ(t->content_format(), ChatContentFormat::kOpenAi) << src;
+  }
+  // Looping over something else, or over content of something that is not a message.
+  const char* string_like[] = {
+      "{% for m in messages %}{{ m.content }}{% endfor %}",
+      "{% for part in other.content %}{{ part }}{% endfor %}",
+      "{% for m in tools %}{% for p in m.content %}{% endfor %}{% endfor %}",
+  };
+  for (const char* src : string_like) {
+    auto t = ChatTemplate::parse(src);
+    ASSERT_TRUE(t.ok()) << src;
+    EXPECT_EQ(t->content_format(), ChatContentFormat::kString) << src;
+  }
+}
+
+TEST(ChatContentFormat, NormalizeJoinsOrWrapsText) {
+  const ordered_json messages = ordered_json::parse(R"([
+    {"role": "user", "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": "world"}]},
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "x"}]},
+    {"role": "user", "content": "plain"}])");
+  auto as_string = normalize_message_content(messages, ChatContentFormat::kString);
+  ASSERT_TRUE(as_string.ok()) << as_string.status().to_string();
+  EXPECT_EQ((*as_string)[0]["content"], "Hello\nworld");
+  EXPECT_TRUE((*as_string)[1]["content"].is_null());
+  EXPECT_EQ((*as_string)[1]["tool_calls"][0]["id"], "x");
+  EXPECT_EQ((*as_string)[2]["content"], "plain");
+  auto as_parts = normalize_message_content(messages, ChatContentFormat::kOpenAi);
+  ASSERT_TRUE(as_parts.ok());
+  EXPECT_EQ((*as_parts)[0]["content"], messages[0]["content"]);
+  EXPECT_EQ((*as_parts)[2]["content"],
+            ordered_json::parse(R"([{"type": "text", "text": "plain"}])"));
+  const ordered_json image = ordered_json::parse(
+      R"([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])");
+  EXPECT_FALSE(normalize_message_content(image, ChatContentFormat::kString).ok());
+  EXPECT_FALSE(normalize_message_content(ordered_json::parse(R"([{"role": "user", "content": 5}])"),
+                                         ChatContentFormat::kString)
+                   .ok());
+  EXPECT_FALSE(normalize_message_content(ordered_json::object(), ChatContentFormat::kString).ok());
 }
 
 }  // namespace

@@ -254,6 +254,16 @@ TEST(JinjaValues, InvalidUtf8InContentPassesThroughPrint) {
   auto out = t->render(ordered_json::array(), false, ctx);
   ASSERT_TRUE(out.ok());
   EXPECT_EQ(*out, fmt::format("[{}]|3", bad));
+  // trim: U+2028 and U+3000 are whitespace, a stray byte is not (it reads as U+FFFD), and a
+  // truncated sequence at either end stays.
+  ordered_json ws = ordered_json::object();
+  ws["x"] = std::string("\xe2\x80\xa8 \xff a\xe3\x80\x80\t");
+  ws["y"] = std::string("\xe3\x80 b \xe3\x80");
+  auto trimmed = ChatTemplate::parse("[{{ x | trim }}][{{ y | trim }}][{{ x.lstrip() }}]");
+  ASSERT_TRUE(trimmed.ok());
+  auto t_out = trimmed->render(ordered_json::array(), false, ws);
+  ASSERT_TRUE(t_out.ok());
+  EXPECT_EQ(*t_out, std::string("[\xff a][\xe3\x80 b \xe3\x80][\xff a\xe3\x80\x80\t]"));
 }
 
 }  // namespace

@@ -242,19 +242,41 @@ bool is_space(char32_t cp) {
 
 std::string strip(std::string_view s, const std::optional<std::string>& chars, bool left,
                   bool right) {
-  const Decoded d = decode_with_offsets(s);
+  // Works from both ends without decoding the middle: contents can be long and strip() runs on
+  // every message of some templates.
   std::vector<char32_t> set;
   if (chars) set = decode_utf8(*chars);
   auto strippable = [&](char32_t cp) { return chars ? contains_cp(set, cp) : is_space(cp); };
   size_t begin = 0;
-  size_t end = d.cps.size();
+  size_t end = s.size();
   if (left) {
-    while (begin < end && strippable(d.cps[begin])) ++begin;
+    while (begin < end) {
+      size_t n = 0;
+      const char32_t cp = decode_one(s, begin, &n);
+      if (!strippable(cp)) break;
+      begin += n;
+    }
   }
   if (right) {
-    while (end > begin && strippable(d.cps[end - 1])) --end;
+    while (end > begin) {
+      // The last code point: step back over continuation bytes to a lead byte whose sequence
+      // ends exactly at `end`; anything else is one invalid byte (U+FFFD).
+      size_t start = end - 1;
+      while (start > begin && end - start < 4 &&
+             (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) {
+        --start;
+      }
+      size_t n = 0;
+      char32_t cp = decode_one(s, start, &n);
+      if (start + n != end) {
+        start = end - 1;
+        cp = kReplacement;
+      }
+      if (!strippable(cp)) break;
+      end = start;
+    }
   }
-  return std::string(s.substr(d.offsets[begin], d.offsets[end] - d.offsets[begin]));
+  return std::string(s.substr(begin, end - begin));
 }
 
 std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep,
