@@ -27,7 +27,8 @@ struct CalibrateOptions {
   std::string tasks = "niah_single,niah_multikey";
   int32_t samples = 8;
   uint64_t seed = 1;
-  std::string method = "leave-one-out";
+  std::string method = "greedy";
+  double tolerance_nats = 0.05;
   std::string prompts_path;
   std::string json_path;
 };
@@ -49,6 +50,7 @@ int run_calibrate(CalibrateOptions& o) {
   }
   c.sink_tokens = o.engine.attention.sink_tokens;
   c.local_tokens = o.engine.attention.decode_local_tokens;
+  c.tolerance_nats = o.tolerance_nats;
   c.log = [](const std::string& line) { fmt::print(stderr, "[calibrate] {}\n", line); };
 
   const double start = now_seconds();
@@ -71,7 +73,8 @@ int run_calibrate(CalibrateOptions& o) {
     if (!made.ok()) return fail(made.status());
     prompts = std::move(*made);
   }
-  fmt::print(stderr, "[calibrate] {} prompts, method {}, streaming heads keep {} sink + {} local tokens\n",
+  fmt::print(stderr,
+             "[calibrate] {} prompts, method {}, streaming heads keep {} sink + {} local tokens\n",
              prompts.size(), o.method, c.sink_tokens, c.local_tokens);
   auto result = eval::calibrate_heads(o.engine, prompts, c);
   if (!result.ok()) return fail(result.status());
@@ -83,12 +86,13 @@ int run_calibrate(CalibrateOptions& o) {
   fmt::print("gates (rows = layers, columns = kv heads; 1 = needs full attention):\n");
   for (int32_t l = 0; l < r.gates.num_layers; ++l) {
     fmt::print("layer {:>2}:", l);
-    for (int32_t h = 0; h < heads; ++h) fmt::print(" {:6.3f}", r.gates.gates[static_cast<size_t>(l * heads + h)]);
+    for (int32_t h = 0; h < heads; ++h)
+      fmt::print(" {:6.3f}", r.gates.gates[static_cast<size_t>(l * heads + h)]);
     fmt::print("\n");
   }
   const double elapsed = now_seconds() - start;
-  fmt::print(stderr, "[calibrate] wrote {} ({} tokens scored in {:.1f} s)\n", o.out_path,
-             r.num_scored_tokens, elapsed);
+  fmt::print(stderr, "[calibrate] wrote {} ({} passes, {} tokens scored in {:.1f} s)\n", o.out_path,
+             r.num_passes, r.num_scored_tokens, elapsed);
   if (!o.json_path.empty()) {
     nlohmann::ordered_json j;
     j["model"] = o.engine.model_dir.string();
@@ -104,9 +108,13 @@ int run_calibrate(CalibrateOptions& o) {
     j["num_layers"] = r.gates.num_layers;
     j["num_kv_heads"] = heads;
     j["dense_answer_logprob"] = r.dense_logprob;
-    j["drops"] = r.drops;
+    j["tolerance_nats"] = c.tolerance_nats;
+    j["streaming_drop"] = r.streaming_drop;
+    j["selected"] = r.selected;
+    j["round_drops"] = r.round_drops;
+    j["scores"] = r.scores;
     j["gates"] = r.gates.gates;
-    j["greedy_order"] = r.greedy_order;
+    j["num_passes"] = r.num_passes;
     j["elapsed_s"] = elapsed;
     std::ofstream f(o.json_path, std::ios::binary);
     f << j.dump(1) << "\n";
@@ -131,7 +139,11 @@ CommandRunner add_calibrate_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "Prompt seed")->capture_default_str();
   sub->add_option("--method", o->method,
-                  "leave-one-out (N+1 passes) or greedy (N(N+1)/2 passes, sees redundant heads)")
+                  "greedy (forward selection of full heads until the answer is retained) or "
+                  "leave-one-out (N+1 passes; blind to redundant heads)")
+      ->capture_default_str();
+  sub->add_option("--tolerance", o->tolerance_nats,
+                  "greedy: stop when the answer log-probability is within this many nats of dense")
       ->capture_default_str();
   sub->add_option("--prompts", o->prompts_path, "Calibrate on the prompts of this JSONL instead");
   sub->add_option("--json", o->json_path, "Per-head drops and gates as JSON");

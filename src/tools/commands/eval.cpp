@@ -105,11 +105,11 @@ int run_eval_niah(EvalOptions& o) {
     if (!read.ok()) return fail(read.status());
     // --tasks / --lengths, when given, select from the file.
     for (eval::EvalPrompt& p : *read) {
-      const bool task_ok = !o.tasks_given || std::any_of(tasks->begin(), tasks->end(), [&](eval::Task t) {
-        return eval::task_name(t) == p.task;
-      });
-      const bool length_ok = !o.lengths_given ||
-                             std::find(lengths->begin(), lengths->end(), p.context_tokens) != lengths->end();
+      const bool task_ok =
+          !o.tasks_given || std::any_of(tasks->begin(), tasks->end(),
+                                        [&](eval::Task t) { return eval::task_name(t) == p.task; });
+      const bool length_ok = !o.lengths_given || std::find(lengths->begin(), lengths->end(),
+                                                           p.context_tokens) != lengths->end();
       if (task_ok && length_ok) prompts.push_back(std::move(p));
     }
     source = o.prompts_path;
@@ -198,8 +198,10 @@ CommandRunner add_eval_command(CLI::App& app) {
   niah->add_option("--samples", o->samples,
                    "Prompts per (task, length); niah_single spreads them over the depths")
       ->capture_default_str();
-  niah->add_option("--seed", o->seed, "Prompt seed (as train_tiny.py --seed)")->capture_default_str();
-  niah->add_option("--max-tokens", o->max_tokens, "New tokens per prompt at most")->capture_default_str();
+  niah->add_option("--seed", o->seed, "Prompt seed (as train_tiny.py --seed)")
+      ->capture_default_str();
+  niah->add_option("--max-tokens", o->max_tokens, "New tokens per prompt at most")
+      ->capture_default_str();
   niah->add_option("--prompts", o->prompts_path,
                    "Evaluate the prompts of this JSONL (train_tiny.py --emit-eval-jsonl) instead");
   niah->add_option("--emit-prompts", o->emit_prompts_path, "Write the prompts as JSONL");

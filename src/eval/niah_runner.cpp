@@ -1,0 +1,74 @@
+#include "eval/niah_runner.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "core/clock.h"
+#include "eval/scoring.h"
+
+namespace ls::eval {
+
+Result<std::vector<PromptResult>> run_prompts(EngineCore& engine,
+                                              const std::vector<EvalPrompt>& prompts,
+                                              const RunOptions& options) {
+  if (engine.tokenizer() == nullptr) {
+    return failed_precondition("the model has no tokenizer.json; the evaluation needs one");
+  }
+  if (engine.has_work()) return failed_precondition("the evaluation needs an idle engine");
+  std::vector<int32_t> lengths;  // context lengths in first-seen order
+  std::map<int32_t, std::vector<size_t>> by_length;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto [it, fresh] = by_length.try_emplace(prompts[i].context_tokens);
+    if (fresh) lengths.push_back(prompts[i].context_tokens);
+    it->second.push_back(i);
+  }
+
+  std::vector<PromptResult> results(prompts.size());
+  for (int32_t length : lengths) {
+    const std::vector<size_t>& group = by_length[length];
+    const double start = now_seconds();
+    for (size_t i : group) {
+      PromptResult& r = results[i];
+      r.prompt = prompts[i];
+      GenerateRequest req;
+      req.request_id = fmt::format("eval-{}", i);
+      req.prompt_ids = engine.tokenizer()->encode(prompts[i].prompt, true);
+      req.sampling.temperature = 0.0f;
+      req.stop.max_tokens = options.max_tokens;
+      req.stop.eos_token_ids = engine.default_stop().eos_token_ids;
+      req.stop.stop = {"\n"};  // scoring reads the first line only
+      LS_RETURN_IF_ERROR(engine
+                             .add_request(std::move(req),
+                                          [&r](const RequestOutput& out) {
+                                            r.prediction += out.text;
+                                            if (out.finished) {
+                                              r.finish_reason =
+                                                  out.finish_reason == FinishReason::kError
+                                                      ? "error: " + out.error
+                                                      : finish_reason_name(out.finish_reason);
+                                              r.prompt_tokens = out.prompt_tokens;
+                                              r.completion_tokens = out.completion_tokens;
+                                            }
+                                          })
+                             .with_context(prompts[i].id));
+    }
+    while (engine.has_work()) LS_RETURN_IF_ERROR(engine.step());
+    for (size_t i : group) {
+      PromptResult& r = results[i];
+      if (r.finish_reason.rfind("error", 0) == 0) {
+        return internal_error("{}: generation failed: {}", prompts[i].id, r.finish_reason);
+      }
+      const PredictionScore s = score_prediction(r.prediction, r.prompt.answer, r.prompt.answers);
+      r.cut = s.cut;
+      r.exact = s.exact;
+      r.recall = s.recall;
+    }
+    if (options.on_length_done) {
+      options.on_length_done(length, static_cast<int32_t>(group.size()), now_seconds() - start);
+    }
+  }
+  return results;
+}
+
+}  // namespace ls::eval
