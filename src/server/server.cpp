@@ -133,8 +133,16 @@ Result<std::unique_ptr<Server>> Server::create(ServerConfig config, Engine& engi
   const int num_threads = impl->config.num_threads;
   http.new_task_queue = [num_threads] { return new httplib::ThreadPool(num_threads); };
   http.set_tcp_nodelay(true);
+  // cpp-httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and
+  // silently take half the connections; SO_REUSEADDR alone still allows a quick restart.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http.set_payload_max_length(static_cast<size_t>(impl->config.max_payload_bytes));
   http.set_keep_alive_timeout(impl->config.keep_alive_timeout_s);
+  http.set_keep_alive_max_count(
+      static_cast<size_t>(std::max(1, impl->config.keep_alive_max_requests)));
   http.set_read_timeout(impl->config.read_timeout_s, 0);
   http.set_write_timeout(impl->config.write_timeout_s, 0);
   impl->install_routes();

@@ -36,6 +36,7 @@ struct ServerConfig {
   // with this one so that a burst of connects (bench serve at rate=inf) is not dropped.
   int listen_backlog = 1024;
   int keep_alive_timeout_s = 5;
+  int keep_alive_max_requests = 100;  // per connection (cpp-httplib's default is 5)
   int read_timeout_s = 30;
   int write_timeout_s = 30;
   int stream_poll_ms = 50;  // how often an idle stream checks that its client is still there
@@ -49,6 +50,8 @@ class Server {
   static Result<std::unique_ptr<Server>> create(ServerConfig config, Engine& engine,
                                                 const Tokenizer& tokenizer,
                                                 const ChatTemplate* chat_template);
+  // Stops the server. A listen() running on another thread must have returned (join it after
+  // stop()) before the Server is destroyed.
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
