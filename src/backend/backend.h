@@ -103,6 +103,13 @@ class Backend {
   virtual void silu_mul(const TensorView& gate_up, const TensorView& out) = 0;
   // x += y, same shape.
   virtual void add_inplace(const TensorView& x, const TensorView& y) = 0;
+  // x += residual, then out = rmsnorm(x) * w: the pre-norm block's "add the sublayer output,
+  // normalise for the next one". Backends fuse it into one pass; the default runs the two ops.
+  virtual void add_rmsnorm(const TensorView& x, const TensorView& residual, const TensorView& w,
+                           float eps, const TensorView& out) {
+    add_inplace(x, residual);
+    rmsnorm(x, w, eps, out);
+  }
   // Copies rows: out[i, :] = x[rows[i], :]; rows: [R] i32 on device; x: [T, H]; out: [R, H].
   virtual void gather_rows(const TensorView& x, const TensorView& rows, const TensorView& out) = 0;
   // Converts between float dtypes (e.g. bf16 logits to f32); same numel.

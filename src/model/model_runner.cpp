@@ -41,6 +41,7 @@ Status ModelRunner::allocate() {
   };
   LS_RETURN_IF_ERROR(alloc(x_, t * c.hidden_size(), act));
   LS_RETURN_IF_ERROR(alloc(xn_, t * c.hidden_size(), act));
+  LS_RETURN_IF_ERROR(alloc(delta_, t * c.hidden_size(), act));
   LS_RETURN_IF_ERROR(alloc(q_, t * c.num_attention_heads() * c.head_dim(), act));
   LS_RETURN_IF_ERROR(alloc(k_, t * c.num_key_value_heads() * c.head_dim(), act));
   LS_RETURN_IF_ERROR(alloc(v_, t * c.num_key_value_heads() * c.head_dim(), act));
@@ -185,8 +186,19 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   TensorView x = x_.view(act, {num_tokens, c.hidden_size()});
   backend_.embedding(tokens, w.embed, x);
 
-  for (int32_t layer = 0; layer < static_cast<int32_t>(c.num_hidden_layers()); ++layer) {
+  // Pre-norm blocks: each sublayer's output (delta) is added to x fused with the next norm.
+  const auto num_layers = static_cast<int32_t>(c.num_hidden_layers());
+  const auto eps = static_cast<float>(c.rms_norm_eps());
+  TensorView xn = xn_.view(act, {num_tokens, c.hidden_size()});
+  TensorView delta = delta_.view(act, {num_tokens, c.hidden_size()});
+  backend_.rmsnorm(x, w.layers[0].input_norm, eps, xn);
+  for (int32_t layer = 0; layer < num_layers; ++layer) {
     run_layer(layer, num_tokens, num_seqs, plan.any_select);
+    if (layer + 1 < num_layers) {
+      backend_.add_rmsnorm(x, delta, w.layers[static_cast<size_t>(layer) + 1].input_norm, eps, xn);
+    } else {
+      backend_.add_inplace(x, delta);
+    }
   }
 
   logits.clear();
@@ -231,13 +243,13 @@ void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs,
 
   TensorView x = x_.view(act, {num_tokens, hidden});
   TensorView xn = xn_.view(act, {num_tokens, hidden});
+  TensorView delta = delta_.view(act, {num_tokens, hidden});
   TensorView q = q_.view(act, {num_tokens, heads, head_dim});
   TensorView k = k_.view(act, {num_tokens, kv_heads, head_dim});
   TensorView v = v_.view(act, {num_tokens, kv_heads, head_dim});
   TensorView attn = attn_.view(act, {num_tokens, heads * head_dim});
 
-  // Attention block.
-  backend_.rmsnorm(x, w.input_norm, eps, xn);
+  // Attention block; xn holds rmsnorm(x) with this layer's input norm (forward() fused it).
   backend_.linear(xn, w.q, q.reshaped({num_tokens, heads * head_dim}));
   backend_.linear(xn, w.k, k.reshaped({num_tokens, kv_heads * head_dim}));
   backend_.linear(xn, w.v, v.reshaped({num_tokens, kv_heads * head_dim}));
@@ -318,18 +330,16 @@ void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs,
   policy_.fill_attention(layer, p);
   backend_.attention(p);
 
-  backend_.linear(attn, w.o, xn);
-  backend_.add_inplace(x, xn);
+  backend_.linear(attn, w.o, delta);
+  backend_.add_rmsnorm(x, delta, w.post_norm, eps, xn);
 
-  // MLP block.
+  // MLP block; its output stays in delta for forward() to add.
   const auto inter = c.intermediate_size();
   TensorView gate_up = gate_up_.view(act, {num_tokens, 2 * inter});
   TensorView mlp = mlp_.view(act, {num_tokens, inter});
-  backend_.rmsnorm(x, w.post_norm, eps, xn);
   backend_.linear(xn, w.gate_up, gate_up);
   backend_.silu_mul(gate_up, mlp);
-  backend_.linear(mlp, w.down, xn);
-  backend_.add_inplace(x, xn);
+  backend_.linear(mlp, w.down, delta);
 }
 
 }  // namespace ls

@@ -55,7 +55,8 @@ class ModelRunner final : public StepExecutor {
 
   // Activations, act dtype, sized for max_step_tokens rows.
   Buffer x_;        // [T, hidden] residual stream
-  Buffer xn_;       // [T, hidden] normed input / projection outputs
+  Buffer xn_;       // [T, hidden] normed input of the next sublayer
+  Buffer delta_;    // [T, hidden] a sublayer's output, added to x
   Buffer q_;        // [T, num_heads, head_dim]
   Buffer k_;        // [T, num_kv_heads, head_dim]
   Buffer v_;        // [T, num_kv_heads, head_dim]

@@ -48,7 +48,7 @@ class CpuBackend final : public Backend {
   // x += residual; out = rmsnorm(x) * w. x, residual, out: [R, D] f32 (out may alias x);
   // w: [D] f32.
   void add_rmsnorm(const TensorView& x, const TensorView& residual, const TensorView& w, float eps,
-                   const TensorView& out);
+                   const TensorView& out) override;
 
   ThreadPool& pool() { return pool_; }
 

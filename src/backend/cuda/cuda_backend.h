@@ -82,7 +82,7 @@ class CudaBackend final : public Backend {
   // x += residual (stored in x); out = rmsnorm(x) * w. x, residual, out: [R, D] act dtype (out
   // may alias x); w: [D] f32.
   void add_rmsnorm(const TensorView& x, const TensorView& residual, const TensorView& w, float eps,
-                   const TensorView& out);
+                   const TensorView& out) override;
 
   // ---- CUDA graphs ----
   // Ops enqueued between begin_capture() and end_capture() are recorded, not run. A recording
