@@ -61,8 +61,10 @@ SchedulerOutput Scheduler::schedule() {
   }
 
   // 2. Waiting sequences, in order, while everything fits; the first that does not fit blocks
-  //    the rest (FCFS).
-  while (!waiting_.empty() && budget > 0 &&
+  //    the rest (FCFS). Not in a step that preempted: the blocks just freed belong to the
+  //    running sequences that needed them, and re-admitting the victim would only restart its
+  //    prefill to be preempted again (vLLM v1 admits nothing in such a step either).
+  while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
     const int32_t want = std::min({seq->num_uncomputed(), budget, config_.max_chunk_tokens});

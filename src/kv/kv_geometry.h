@@ -6,6 +6,7 @@
 // logical page when the policy selects pages); streaming heads keep their sink pages and a ring
 // of local pages, so their memory does not grow with the context.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -72,7 +73,12 @@ struct KvGeometry {
   // Ring capacity that lets queries of a chunk of `chunk_tokens` see `local_tokens` back:
   // ceil((chunk + local - 1) / page) + 1 pages (the window straddles page boundaries).
   int32_t ring_pages_for(int32_t chunk_tokens, int32_t local_tokens) const;
-  int32_t prefill_ring_pages() const { return ring_pages_for(max_chunk_tokens, prefill_local_tokens); }
+  // The prefill ring is never smaller than the decode ring: finish_prefill() only shrinks a
+  // ring (keeping the newest pages), since growing it would change the column of pages already
+  // written.
+  int32_t prefill_ring_pages() const {
+    return std::max(ring_pages_for(max_chunk_tokens, prefill_local_tokens), decode_ring_pages());
+  }
   int32_t decode_ring_pages() const { return ring_pages_for(1, decode_local_tokens); }
   // Columns of a streaming block-table row: sink pages + the largest ring.
   int32_t streaming_table_stride() const;

@@ -137,10 +137,9 @@ void KvManager::finish_prefill(int32_t slot) {
   if (!seq.active || !seq.prefilling) return;
   seq.prefilling = false;
   const int32_t new_ring = geometry_.decode_ring_pages();
-  if (geometry_.roles.num_streaming() == 0 || new_ring >= seq.ring_pages) {
-    seq.ring_pages = std::max(seq.ring_pages, new_ring);
-    return;
-  }
+  // prefill_ring_pages() >= decode_ring_pages(), so the ring only ever shrinks; the same size
+  // keeps every page in its column.
+  if (geometry_.roles.num_streaming() == 0 || new_ring == seq.ring_pages) return;
   // Keep the newest `new_ring` ring pages, moved to the columns the smaller ring maps them to;
   // free the blocks of older ring pages. Blocks move between columns, KV bytes do not.
   const int32_t sink = geometry_.num_sink_pages();

@@ -120,6 +120,24 @@ TEST(KvManager, RingMappingChunkedPrefillThenDecode) {
   }
 }
 
+TEST(KvManager, RingMappingWhenTheDecodeWindowIsWiderThanThePrefillWindow) {
+  // A decode window wider than the prefill window must not remap pages already written.
+  for (int32_t prompt : {1, 5, 9, 22}) {
+    auto g = make_geometry(1, 1, {true}, 4, 4, 2, 16, 1);
+    EXPECT_GE(g.prefill_ring_pages(), g.decode_ring_pages());
+    KvManager kv(g, 0, 64, 1);
+    auto slot = kv.add_sequence();
+    ASSERT_TRUE(slot.ok());
+    RingChecker check(kv, *slot);
+    for (int32_t len = 1; len <= prompt; ++len) check.grow(len, g.prefill_local_tokens);
+    check.finish_prefill();
+    for (int32_t len = prompt + 1; len <= prompt + 60; ++len) {
+      check.grow(len, g.decode_local_tokens);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 TEST(KvManager, StreamingBytesDoNotGrowWithContext) {
   auto g = make_geometry(2, 2, {false, true, true, false}, 16, 32, 128, 64, 64);
   KvManager kv(g, 1024, 64, 1);
