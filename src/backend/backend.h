@@ -83,6 +83,9 @@ class Backend {
   virtual void fill_zero(void* dst, int64_t bytes) = 0;
   // Waits until every queued op has finished.
   virtual void synchronize() = 0;
+  // The first failure of an op since the last call (ops return nothing, so a bad view or a
+  // device fault is recorded here), then clears it. Callers check it after synchronize().
+  virtual Status take_error() { return {}; }
   // Free and total bytes of kDevice memory (GPU: cudaMemGetInfo; CPU: physical RAM).
   virtual int64_t device_memory_free_bytes() const;
   virtual int64_t device_memory_total_bytes() const;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/clock.h"
 #include "core/log.h"
@@ -271,8 +272,18 @@ Status EngineCore::step() {
   size_t row = 0;
   for (const ScheduledChunk& c : out.chunks) {
     if (!c.samples) continue;
-    process_sample(c.seq, std::span<float>(logits_.data() + row * vocab, vocab));
+    std::span<float> logits(logits_.data() + row * vocab, vocab);
     ++row;
+    if (!std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); })) {
+      RequestOutput ro;
+      ro.index = c.seq->index;
+      ro.finish_reason = FinishReason::kError;
+      ro.error = "the model produced non-finite logits";
+      LS_LOG_ERROR("request {}: {}", c.seq->request->request_id, ro.error);
+      finish(c.seq, ro);
+      continue;
+    }
+    process_sample(c.seq, logits);
   }
   return {};
 }
@@ -317,6 +328,9 @@ Status EngineCore::score(std::span<const int32_t> ids, std::vector<float>& logit
     input.seqs.push_back({slot, len, begin + len, true});
     for (int32_t i = 0; i < len; ++i) input.logit_rows.push_back(i);
     st = executor_->forward(input, part);
+    if (st.ok() && !std::all_of(part.begin(), part.end(), [](float v) { return std::isfinite(v); })) {
+      st = internal_error("the model produced non-finite logits");
+    }
     if (st.ok()) std::copy(part.begin(), part.end(), logits.begin() + static_cast<ptrdiff_t>(begin) * vocab);
   }
   if (kv_bytes != nullptr) *kv_bytes = kv_->sequence_bytes(slot);

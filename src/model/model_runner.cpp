@@ -52,14 +52,13 @@ Status ModelRunner::allocate() {
   LS_RETURN_IF_ERROR(alloc(logits_, r * c.vocab_size(), act));
   if (act != DType::kF32) LS_RETURN_IF_ERROR(alloc(logits_f32_, r * c.vocab_size(), DType::kF32));
 
-  const int64_t s = config_.max_seqs;
-  const int64_t half = model_.rope().rotary_dim() / 2;
   const KvGeometry& g = kv_.geometry();
-  const int64_t retrieval_cols = (config_.max_model_len + g.page_tokens - 1) / g.page_tokens;
-  const int64_t meta_bytes = align_up(t * 4) + align_up((s + 1) * 4) + 5 * align_up(s * 4) +
-                             align_up(s * retrieval_cols * 4) +
-                             align_up(s * g.streaming_table_stride() * 4) + align_up(r * 4) +
-                             2 * align_up(t * half * 4) + kAlign;
+  const auto retrieval_cols =
+      static_cast<int32_t>((config_.max_model_len + g.page_tokens - 1) / g.page_tokens);
+  const int64_t meta_bytes =
+      layout_for(t, config_.max_seqs, r, std::max(1, retrieval_cols),
+                 std::max(1, g.streaming_table_stride()))
+          .end;
   LS_ASSIGN_OR_RETURN(meta_, backend_.allocate(meta_bytes));
   staging_.resize(static_cast<size_t>(meta_bytes));
   return {};
@@ -100,20 +99,11 @@ Status ModelRunner::validate(const StepInput& step) const {
   return {};
 }
 
-void ModelRunner::upload_metadata(const StepInput& step, const StepAttentionPlan& plan) {
-  const auto num_tokens = static_cast<int64_t>(step.tokens.size());
-  const auto num_seqs = static_cast<int64_t>(step.seqs.size());
-  const auto num_rows = static_cast<int64_t>(step.logit_rows.size());
+ModelRunner::MetaLayout ModelRunner::layout_for(int64_t num_tokens, int64_t num_seqs,
+                                                int64_t num_rows, int32_t retrieval_stride,
+                                                int32_t streaming_stride) const {
   const int64_t half = model_.rope().rotary_dim() / 2;
-
-  retrieval_stride_ = 1;
-  for (const StepSequence& s : step.seqs) {
-    retrieval_stride_ = std::max<int32_t>(
-        retrieval_stride_, static_cast<int32_t>(kv_.sequence(s.slot).retrieval.size()));
-  }
-  streaming_stride_ = std::max(1, kv_.geometry().streaming_table_stride());
-
-  MetaLayout& L = layout_;
+  MetaLayout L;
   int64_t off = 0;
   auto place = [&](int64_t& field, int64_t bytes) {
     field = off;
@@ -126,12 +116,29 @@ void ModelRunner::upload_metadata(const StepInput& step, const StepAttentionPlan
   place(L.local_tokens, num_seqs * 4);
   place(L.selected_rows, num_seqs * 4);
   place(L.select_rows, num_seqs * 4);
-  place(L.retrieval_blocks, num_seqs * retrieval_stride_ * 4);
-  place(L.streaming_blocks, num_seqs * streaming_stride_ * 4);
+  place(L.retrieval_blocks, num_seqs * retrieval_stride * 4);
+  place(L.streaming_blocks, num_seqs * streaming_stride * 4);
   place(L.logit_rows, std::max<int64_t>(1, num_rows) * 4);
   place(L.cos, num_tokens * half * 4);
   place(L.sin, num_tokens * half * 4);
   L.end = off;
+  return L;
+}
+
+void ModelRunner::upload_metadata(const StepInput& step, const StepAttentionPlan& plan) {
+  const auto num_tokens = static_cast<int64_t>(step.tokens.size());
+  const auto num_seqs = static_cast<int64_t>(step.seqs.size());
+  const auto num_rows = static_cast<int64_t>(step.logit_rows.size());
+
+  retrieval_stride_ = 1;
+  for (const StepSequence& s : step.seqs) {
+    retrieval_stride_ = std::max<int32_t>(
+        retrieval_stride_, static_cast<int32_t>(kv_.sequence(s.slot).retrieval.size()));
+  }
+  streaming_stride_ = std::max(1, kv_.geometry().streaming_table_stride());
+
+  layout_ = layout_for(num_tokens, num_seqs, num_rows, retrieval_stride_, streaming_stride_);
+  const MetaLayout& L = layout_;
 
   uint8_t* base = staging_.data();
   auto at = [&](int64_t field) { return reinterpret_cast<int32_t*>(base + field); };
@@ -204,7 +211,7 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   logits.clear();
   if (num_logit_rows_ == 0) {
     backend_.synchronize();
-    return {};
+    return backend_.take_error();
   }
   const int32_t rows = num_logit_rows_;
   TensorView row_ids(meta + layout_.logit_rows, DType::kI32, {rows}, backend_.device());
@@ -222,10 +229,8 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   logits.resize(static_cast<size_t>(rows) * static_cast<size_t>(c.vocab_size()));
   backend_.copy_bytes(logits.data(), src, static_cast<int64_t>(logits.size()) * 4);
   backend_.synchronize();
-  for (float v : logits) {
-    if (!std::isfinite(v)) return internal_error("the forward produced non-finite logits");
-  }
-  return {};
+  // Non-finite rows are the caller's to judge per sequence (one bad row must not fail a batch).
+  return backend_.take_error();
 }
 
 void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs, bool any_select) {

@@ -75,6 +75,10 @@ class ModelRunner final : public StepExecutor {
             selected_rows = 0, select_rows = 0, retrieval_blocks = 0, streaming_blocks = 0,
             logit_rows = 0, cos = 0, sin = 0, end = 0;
   } layout_;
+  // Byte offsets of every metadata array for a step of this size; allocate() sizes the buffers
+  // with the largest step, upload_metadata() lays out each step, from the same function.
+  MetaLayout layout_for(int64_t num_tokens, int64_t num_seqs, int64_t num_rows,
+                        int32_t retrieval_stride, int32_t streaming_stride) const;
   int32_t retrieval_stride_ = 0;  // columns of this step's retrieval table rows
   int32_t streaming_stride_ = 0;
   int32_t num_logit_rows_ = 0;

@@ -34,9 +34,13 @@ bool is_float(DType d) {
   return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
 }
 
-// Logs why an op was skipped; returns false so checks read `if (!ok(...)) return;`.
-bool check(bool condition, const char* op, const std::string& what) {
-  if (!condition) LS_LOG_ERROR("cpu backend: {} skipped: {}", op, what);
+// Records (first one wins) and logs why an op was skipped; returns the condition so checks
+// read `if (!check_op(error_, ...)) return;`. take_error() hands the record to the caller.
+bool check_op(Status& error, bool condition, const char* op, const std::string& what) {
+  if (!condition) {
+    LS_LOG_ERROR("cpu backend: {} skipped: {}", op, what);
+    if (error.ok()) error = internal_error("cpu backend: {} skipped: {}", op, what);
+  }
   return condition;
 }
 
@@ -102,6 +106,12 @@ void CpuBackend::release(void* data, int64_t bytes, MemoryTier) {
   }
 }
 
+Status CpuBackend::take_error() {
+  Status error = std::move(error_);
+  error_ = Status{};
+  return error;
+}
+
 void CpuBackend::copy_bytes(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0) std::memmove(dst, src, static_cast<size_t>(bytes));
 }
@@ -112,11 +122,11 @@ void CpuBackend::fill_zero(void* dst, int64_t bytes) {
 
 void CpuBackend::embedding(const TensorView& ids, const TensorView& table, const TensorView& out) {
   const char* op = "embedding";
-  if (!check(ids.dtype == DType::kI32 && ids.ndim == 1 && ids.is_contiguous(), op,
+  if (!check_op(error_, ids.dtype == DType::kI32 && ids.ndim == 1 && ids.is_contiguous(), op,
              "ids must be [T] i32") ||
-      !check(table.ndim == 2 && is_float(table.dtype) && table.is_contiguous(), op,
+      !check_op(error_, table.ndim == 2 && is_float(table.dtype) && table.is_contiguous(), op,
              "table must be [V, H] float") ||
-      !check(f32_contiguous(out) && out.ndim == 2 && out.dim(0) == ids.dim(0) &&
+      !check_op(error_, f32_contiguous(out) && out.ndim == 2 && out.dim(0) == ids.dim(0) &&
                  out.dim(1) == table.dim(1),
              op, "out must be [T, H] f32, got " + out.describe())) {
     return;
@@ -124,7 +134,7 @@ void CpuBackend::embedding(const TensorView& ids, const TensorView& table, const
   const int64_t tokens = ids.dim(0), vocab = table.dim(0), hidden = table.dim(1);
   const int32_t* id = ids.ptr<int32_t>();
   for (int64_t t = 0; t < tokens; ++t) {
-    if (!check(id[t] >= 0 && id[t] < vocab, op,
+    if (!check_op(error_, id[t] >= 0 && id[t] < vocab, op,
                fmt::format("token id {} outside [0, {})", id[t], vocab))) {
       std::memset(out.ptr<float>(), 0, static_cast<size_t>(out.nbytes()));
       return;
@@ -136,9 +146,9 @@ void CpuBackend::embedding(const TensorView& ids, const TensorView& table, const
 void CpuBackend::rmsnorm(const TensorView& x, const TensorView& w, float eps,
                          const TensorView& out) {
   const char* op = "rmsnorm";
-  if (!check(f32_contiguous(x) && x.ndim >= 1 && f32_contiguous(out) && out.numel() == x.numel(),
+  if (!check_op(error_, f32_contiguous(x) && x.ndim >= 1 && f32_contiguous(out) && out.numel() == x.numel(),
              op, "x and out must be contiguous f32 of one size") ||
-      !check(f32_contiguous(w) && w.numel() == x.dim(-1), op, "w must be [D] f32")) {
+      !check_op(error_, f32_contiguous(w) && w.numel() == x.dim(-1), op, "w must be [D] f32")) {
     return;
   }
   const int64_t dim = x.dim(-1);
@@ -149,10 +159,10 @@ void CpuBackend::rmsnorm(const TensorView& x, const TensorView& w, float eps,
 void CpuBackend::add_rmsnorm(const TensorView& x, const TensorView& residual, const TensorView& w,
                              float eps, const TensorView& out) {
   const char* op = "add_rmsnorm";
-  if (!check(f32_contiguous(x) && x.ndim >= 1 && f32_contiguous(residual) &&
+  if (!check_op(error_, f32_contiguous(x) && x.ndim >= 1 && f32_contiguous(residual) &&
                  residual.numel() == x.numel() && f32_contiguous(out) && out.numel() == x.numel(),
              op, "x, residual and out must be contiguous f32 of one size") ||
-      !check(f32_contiguous(w) && w.numel() == x.dim(-1), op, "w must be [D] f32")) {
+      !check_op(error_, f32_contiguous(w) && w.numel() == x.dim(-1), op, "w must be [D] f32")) {
     return;
   }
   const int64_t dim = x.dim(-1);
@@ -162,13 +172,13 @@ void CpuBackend::add_rmsnorm(const TensorView& x, const TensorView& residual, co
 
 void CpuBackend::linear(const TensorView& x, const LinearWeight& w, const TensorView& out) {
   const char* op = "linear";
-  if (!check(f32_contiguous(x) && x.ndim == 2, op,
+  if (!check_op(error_, f32_contiguous(x) && x.ndim == 2, op,
              "x must be [M, K] contiguous f32, got " + x.describe()) ||
-      !check(w.w.ndim == 2 && is_float(w.w.dtype) && w.w.is_contiguous() && w.w.dim(1) == x.dim(1),
+      !check_op(error_, w.w.ndim == 2 && is_float(w.w.dtype) && w.w.is_contiguous() && w.w.dim(1) == x.dim(1),
              op, "w must be [N, K] float, got " + w.w.describe()) ||
-      !check(w.bias.empty() || (f32_contiguous(w.bias) && w.bias.numel() == w.w.dim(0)), op,
+      !check_op(error_, w.bias.empty() || (f32_contiguous(w.bias) && w.bias.numel() == w.w.dim(0)), op,
              "bias must be [N] f32") ||
-      !check(f32_contiguous(out) && out.ndim == 2 && out.dim(0) == x.dim(0) &&
+      !check_op(error_, f32_contiguous(out) && out.ndim == 2 && out.dim(0) == x.dim(0) &&
                  out.dim(1) == w.w.dim(0),
              op, "out must be [M, N] f32, got " + out.describe())) {
     return;
@@ -180,10 +190,10 @@ void CpuBackend::linear(const TensorView& x, const LinearWeight& w, const Tensor
 void CpuBackend::rope(const TensorView& x, const TensorView& cos, const TensorView& sin,
                       int64_t rotary_dim) {
   const char* op = "rope";
-  if (!check(f32_contiguous(x) && x.ndim == 3, op, "x must be [T, H, D] f32") ||
-      !check(rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= x.dim(2), op,
+  if (!check_op(error_, f32_contiguous(x) && x.ndim == 3, op, "x must be [T, H, D] f32") ||
+      !check_op(error_, rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= x.dim(2), op,
              "bad rotary_dim") ||
-      !check(f32_contiguous(cos) && f32_contiguous(sin) &&
+      !check_op(error_, f32_contiguous(cos) && f32_contiguous(sin) &&
                  cos.numel() == x.dim(0) * rotary_dim / 2 && sin.numel() == cos.numel(),
              op, "cos/sin must be [T, rotary_dim / 2] f32")) {
     return;
@@ -194,9 +204,9 @@ void CpuBackend::rope(const TensorView& x, const TensorView& cos, const TensorVi
 
 void CpuBackend::silu_mul(const TensorView& gate_up, const TensorView& out) {
   const char* op = "silu_mul";
-  if (!check(f32_contiguous(gate_up) && gate_up.ndim == 2 && gate_up.dim(1) % 2 == 0, op,
+  if (!check_op(error_, f32_contiguous(gate_up) && gate_up.ndim == 2 && gate_up.dim(1) % 2 == 0, op,
              "gate_up must be [T, 2I] f32") ||
-      !check(f32_contiguous(out) && out.ndim == 2 && out.dim(0) == gate_up.dim(0) &&
+      !check_op(error_, f32_contiguous(out) && out.ndim == 2 && out.dim(0) == gate_up.dim(0) &&
                  out.dim(1) * 2 == gate_up.dim(1),
              op, "out must be [T, I] f32")) {
     return;
@@ -205,7 +215,7 @@ void CpuBackend::silu_mul(const TensorView& gate_up, const TensorView& out) {
 }
 
 void CpuBackend::add_inplace(const TensorView& x, const TensorView& y) {
-  if (!check(f32_contiguous(x) && f32_contiguous(y) && x.numel() == y.numel(), "add_inplace",
+  if (!check_op(error_, f32_contiguous(x) && f32_contiguous(y) && x.numel() == y.numel(), "add_inplace",
              "x and y must be contiguous f32 of one size")) {
     return;
   }
@@ -214,10 +224,10 @@ void CpuBackend::add_inplace(const TensorView& x, const TensorView& y) {
 
 void CpuBackend::gather_rows(const TensorView& x, const TensorView& rows, const TensorView& out) {
   const char* op = "gather_rows";
-  if (!check(x.data && x.ndim == 2 && x.is_contiguous(), op, "x must be [T, H] contiguous") ||
-      !check(rows.dtype == DType::kI32 && rows.ndim == 1 && rows.is_contiguous(), op,
+  if (!check_op(error_, x.data && x.ndim == 2 && x.is_contiguous(), op, "x must be [T, H] contiguous") ||
+      !check_op(error_, rows.dtype == DType::kI32 && rows.ndim == 1 && rows.is_contiguous(), op,
              "rows must be [R] i32") ||
-      !check(out.data && out.dtype == x.dtype && out.ndim == 2 && out.is_contiguous() &&
+      !check_op(error_, out.data && out.dtype == x.dtype && out.ndim == 2 && out.is_contiguous() &&
                  out.dim(0) == rows.dim(0) && out.dim(1) == x.dim(1),
              op, "out must be [R, H] of x's dtype")) {
     return;
@@ -226,7 +236,7 @@ void CpuBackend::gather_rows(const TensorView& x, const TensorView& rows, const 
   const int32_t* idx = rows.ptr<int32_t>();
   for (int64_t r = 0; r < rows.dim(0); ++r) {
     char* dst = static_cast<char*>(out.data) + r * row_bytes;
-    if (!check(idx[r] >= 0 && idx[r] < x.dim(0), op,
+    if (!check_op(error_, idx[r] >= 0 && idx[r] < x.dim(0), op,
                fmt::format("row {} outside [0, {})", idx[r], x.dim(0)))) {
       std::memset(dst, 0, static_cast<size_t>(row_bytes));
       continue;
@@ -237,7 +247,7 @@ void CpuBackend::gather_rows(const TensorView& x, const TensorView& rows, const 
 }
 
 void CpuBackend::convert(const TensorView& src, const TensorView& dst) {
-  if (!check(src.data && dst.data && is_float(src.dtype) && is_float(dst.dtype) &&
+  if (!check_op(error_, src.data && dst.data && is_float(src.dtype) && is_float(dst.dtype) &&
                  src.is_contiguous() && dst.is_contiguous() && src.numel() == dst.numel(),
              "convert", "src and dst must be contiguous float tensors of one size")) {
     return;

@@ -25,6 +25,7 @@ class CpuBackend final : public Backend {
   Result<Buffer> allocate(int64_t bytes, MemoryTier tier = MemoryTier::kDevice) override;
   // Large buffers are anonymous mappings, zero until first touched: nothing to clear.
   Result<Buffer> allocate_zeroed(int64_t bytes, MemoryTier tier = MemoryTier::kDevice) override;
+  Status take_error() override;
   void release(void* data, int64_t bytes, MemoryTier tier) override;
   void copy_bytes(void* dst, const void* src, int64_t bytes) override;
   void fill_zero(void* dst, int64_t bytes) override;
@@ -54,6 +55,7 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool pool_;
+  Status error_;  // the first op skipped since the last take_error()
 };
 
 }  // namespace ls

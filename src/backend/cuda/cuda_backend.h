@@ -102,7 +102,7 @@ class CudaBackend final : public Backend {
   // The stream every op is enqueued on (a cudaStream_t).
   void* stream_handle() const { return stream_; }
   // The first CUDA error since the last call (ok if none); clears it.
-  Status take_error();
+  Status take_error() override;
   void set_attention_options(const kernels::cuda::AttentionOptions& options) {
     attention_options_ = options;
   }
