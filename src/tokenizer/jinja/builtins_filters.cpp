@@ -16,6 +16,13 @@ namespace {
 
 using namespace filters;  // NOLINT: the helpers and sequence filters
 
+// str(v) without a copy when v already is a string (message contents can be long).
+std::string_view text_of(const Value& v, std::string& scratch) {
+  if (v.is_string()) return v.get_string();
+  scratch = to_str(v);
+  return scratch;
+}
+
 Result<Value> f_abs(Interpreter&, const Value& v, CallArgs& args) {
   LS_ASSIGN_OR_RETURN(Args a, bind_args("abs", args, {}));
   if (v.is_int() || v.is_bool()) {
@@ -43,15 +50,17 @@ Result<Value> f_attr(Interpreter&, const Value& v, CallArgs& args) {
 }
 
 Result<Value> f_capitalize(Interpreter&, const Value& v, CallArgs& args) {
+  std::string scratch;
   LS_ASSIGN_OR_RETURN(Args a, bind_args("capitalize", args, {}));
-  return Value(py::capitalize(to_str(v)));
+  return Value(py::capitalize(text_of(v, scratch)));
 }
 
 Result<Value> f_center(Interpreter& interp, const Value& v, CallArgs& args) {
+  std::string scratch;
   LS_ASSIGN_OR_RETURN(Args a, bind_args("center", args, {"width"}));
   LS_ASSIGN_OR_RETURN(int64_t width, int_param(a[0], 80, "width"));
   LS_RETURN_IF_ERROR(interp.check_string_size(static_cast<size_t>(std::max<int64_t>(width, 0))));
-  return Value(py::center(to_str(v), width));
+  return Value(py::center(text_of(v, scratch), width));
 }
 
 Result<Value> f_default(Interpreter&, const Value& v, CallArgs& args) {
@@ -62,14 +71,16 @@ Result<Value> f_default(Interpreter&, const Value& v, CallArgs& args) {
 }
 
 Result<Value> f_escape(Interpreter&, const Value& v, CallArgs& args) {
+  std::string scratch;
   LS_ASSIGN_OR_RETURN(Args a, bind_args("escape", args, {}));
   if (v.is_markup()) return v;  // already safe: markupsafe does not escape twice
-  return Value::markup(py::html_escape(to_str(v)));
+  return Value::markup(py::html_escape(text_of(v, scratch)));
 }
 
 Result<Value> f_forceescape(Interpreter&, const Value& v, CallArgs& args) {
+  std::string scratch;
   LS_ASSIGN_OR_RETURN(Args a, bind_args("forceescape", args, {}));
-  return Value::markup(py::html_escape(to_str(v)));
+  return Value::markup(py::html_escape(text_of(v, scratch)));
 }
 
 Result<Value> f_float(Interpreter&, const Value& v, CallArgs& args) {
@@ -156,23 +167,26 @@ Result<Value> f_int(Interpreter&, const Value& v, CallArgs& args) {
 }
 
 Result<Value> f_lower(Interpreter&, const Value& v, CallArgs& args) {
+  std::string scratch;
   LS_ASSIGN_OR_RETURN(Args a, bind_args("lower", args, {}));
-  return Value(py::lower(to_str(v)));
+  return Value(py::lower(text_of(v, scratch)));
 }
 
 Result<Value> f_upper(Interpreter&, const Value& v, CallArgs& args) {
+  std::string scratch;
   LS_ASSIGN_OR_RETURN(Args a, bind_args("upper", args, {}));
-  return Value(py::upper(to_str(v)));
+  return Value(py::upper(text_of(v, scratch)));
 }
 
 Result<Value> f_replace(Interpreter& interp, const Value& v, CallArgs& args) {
+  std::string scratch;
   LS_ASSIGN_OR_RETURN(Args a, bind_args("replace", args, {"old", "new", "count"}));
   if (!a[0] || !a[1]) return invalid_argument("replace() missing required arguments");
   int64_t count = -1;
   if (a[2] && !a[2]->is_none()) {
     LS_ASSIGN_OR_RETURN(count, int_param(a[2], -1, "count"));
   }
-  std::string out = py::replace(to_str(v), to_str(*a[0]), to_str(*a[1]), count);
+  std::string out = py::replace(text_of(v, scratch), to_str(*a[0]), to_str(*a[1]), count);
   LS_RETURN_IF_ERROR(interp.check_string_size(out.size()));
   return Value(std::move(out));
 }
@@ -211,9 +225,10 @@ Result<Value> f_string(Interpreter&, const Value& v, CallArgs& args) {
 }
 
 Result<Value> f_title(Interpreter&, const Value& v, CallArgs& args) {
+  std::string scratch;
   LS_ASSIGN_OR_RETURN(Args a, bind_args("title", args, {}));
   // jinja2's title: words start after runs of whitespace, '-', '(', '{', '[' or '<'.
-  const auto cps = py::decode_utf8(to_str(v));
+  const auto cps = py::decode_utf8(text_of(v, scratch));
   auto is_boundary = [](char32_t c) {
     return py::is_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
   };
@@ -266,10 +281,11 @@ Result<Value> f_tojson(Interpreter& interp, const Value& v, CallArgs& args) {
 }
 
 Result<Value> f_trim(Interpreter&, const Value& v, CallArgs& args) {
+  std::string scratch;
   LS_ASSIGN_OR_RETURN(Args a, bind_args("trim", args, {"chars"}));
   std::optional<std::string> chars;
   if (a[0] && !a[0]->is_none()) chars = to_str(*a[0]);
-  return Value(py::strip(to_str(v), chars, true, true));
+  return Value(py::strip(text_of(v, scratch), chars, true, true));
 }
 
 Result<Value> f_truncate(Interpreter& interp, const Value& v, CallArgs& args) {
@@ -303,10 +319,11 @@ Result<Value> f_truncate(Interpreter& interp, const Value& v, CallArgs& args) {
 }
 
 Result<Value> f_wordcount(Interpreter&, const Value& v, CallArgs& args) {
+  std::string scratch;
   LS_ASSIGN_OR_RETURN(Args a, bind_args("wordcount", args, {}));
   int64_t n = 0;
   bool in_word = false;
-  for (char32_t cp : py::decode_utf8(to_str(v))) {
+  for (char32_t cp : py::decode_utf8(text_of(v, scratch))) {
     const bool w = py::is_word_char(cp);
     if (w && !in_word) ++n;
     in_word = w;

@@ -493,6 +493,14 @@ Result<Value> Interpreter::eval_inner(const Expr& e) {
       // str % Undefined is Python string formatting, which takes Undefined as an argument.
       const bool formatting = e.binary_op == BinaryOp::kMod && a.is_string();
       if (b.is_undefined() && !formatting) return invalid_argument("{}", b.undefined_message());
+      if (e.binary_op == BinaryOp::kAdd && a.is_string() && b.is_string() && !a.is_markup() &&
+          !b.is_markup()) {
+        // Chains like 'a' + x + 'b' + y append to the running temporary instead of copying it.
+        LS_RETURN_IF_ERROR(check_string_size(a.get_string().size() + b.get_string().size()));
+        std::string joined = std::move(a).release_string();
+        joined += b.get_string();
+        return Value(std::move(joined));
+      }
       // jinja2 folds `-2` into the constant -2 and prints it into Python source, where
       // `-2 ** x` means -(2 ** x): with a non-constant exponent that is what HF computes.
       if (e.binary_op == BinaryOp::kPow && e.a->kind == ExprKind::kNeg &&

@@ -40,8 +40,16 @@ void ValueDict::set(std::string key, Value value) {
   }
 }
 
+// Strings are stored non-const so that release_string() may move out of a sole owner.
 Value::Value(std::string s)
-    : kind_(ValueKind::kString), ptr_(std::make_shared<const std::string>(std::move(s))) {}
+    : kind_(ValueKind::kString), ptr_(std::make_shared<std::string>(std::move(s))) {}
+
+std::string Value::release_string() && {
+  if (ptr_.use_count() == 1) {
+    return std::move(*const_cast<std::string*>(static_cast<const std::string*>(ptr_.get())));
+  }
+  return get_string();
+}
 
 Value Value::undefined(std::string message) {
   Value v;

@@ -95,6 +95,8 @@ class Value {
   // int, float or bool as a double.
   double as_double() const;
   const std::string& get_string() const;
+  // The string, moved out when this Value is its only owner (a temporary), else copied.
+  std::string release_string() &&;
   const ValueList& get_list() const;
   const Generator& get_generator() const;
   const ValueDict& get_dict() const;
