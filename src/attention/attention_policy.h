@@ -19,31 +19,10 @@
 #include "backend/backend.h"
 #include "core/status.h"
 #include "kernels/paged_kv.h"
+#include "attention/step_plan.h"
 #include "kv/kv_geometry.h"
 
 namespace ls {
-
-// Host-side facts about one sequence in this step's batch.
-struct StepSequence {
-  int32_t slot = 0;        // the sequence's row in the KV tables and selection store
-  int32_t q_len = 0;       // tokens computed this step
-  int32_t kv_len = 0;      // tokens in the cache after this step's append
-  bool prefilling = true;  // this step's tokens are prompt tokens
-};
-
-// What a policy decides for one step; host arrays, [num_seqs] each, uploaded with the step.
-struct StepAttentionPlan {
-  std::vector<int32_t> local_tokens;   // streaming window of each sequence
-  std::vector<int32_t> selected_rows;  // row whose selection the sequence uses, or -1 (causal)
-  std::vector<int32_t> select_rows;    // row page_select writes this step, or -1
-  bool any_select = false;             // some sequence reselects: run select()
-  void resize(size_t n) {
-    local_tokens.assign(n, 0);
-    selected_rows.assign(n, -1);
-    select_rows.assign(n, -1);
-    any_select = false;
-  }
-};
 
 // Device pointers of one layer's step, filled by the model.
 struct LayerAttentionContext {

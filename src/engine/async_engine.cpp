@@ -1,5 +1,7 @@
 #include "engine/async_engine.h"
 
+#include <algorithm>
+
 #include "core/log.h"
 
 namespace ls {
@@ -71,13 +73,20 @@ void AsyncEngine::loop() {
     std::lock_guard<std::mutex> lock(mu_);
     stats_ = s;
   }
-  // Shutdown: everything still queued or running ends as aborted.
+  // Shutdown: everything running ends as aborted, and so does every choice still queued.
+  core_->abort_all();
+  std::lock_guard<std::mutex> lock(mu_);
   for (auto& [request, sink] : inbox_) {
-    RequestOutput out;
-    out.finished = true;
-    out.finish_reason = FinishReason::kAbort;
-    sink(out);
+    for (int32_t i = 0; i < std::max(1, request.n); ++i) {
+      RequestOutput out;
+      out.index = i;
+      out.finished = true;
+      out.finish_reason = FinishReason::kAbort;
+      out.prompt_tokens = static_cast<int32_t>(request.prompt_ids.size());
+      sink(out);
+    }
   }
+  inbox_.clear();
 }
 
 }  // namespace ls

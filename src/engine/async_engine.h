@@ -19,7 +19,7 @@ namespace ls {
 class AsyncEngine final : public Engine {
  public:
   explicit AsyncEngine(std::unique_ptr<EngineCore> core);
-  ~AsyncEngine() override;  // stops the thread; unfinished requests are aborted
+  ~AsyncEngine() override;  // stops the thread; every unfinished request ends as aborted
 
   Status submit(GenerateRequest request, OutputSink sink) override;
   void abort(const std::string& request_id) override;
@@ -29,8 +29,6 @@ class AsyncEngine final : public Engine {
   const std::string& model_name() const override { return core_->model_name(); }
   const StopParams& default_stop() const override { return core_->default_stop(); }
   const SamplingParams& default_sampling() const override { return core_->default_sampling(); }
-
-  const EngineCore& core() const { return *core_; }
 
  private:
   void loop();

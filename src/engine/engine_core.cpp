@@ -7,12 +7,15 @@
 
 #include "core/clock.h"
 #include "core/log.h"
-#include "io/generation_config.h"
-#include "model/model_stack.h"
 
 namespace ls {
 
 namespace {
+
+// Rows of logits one step may return: every sampling sequence, and chunks of `score`.
+int32_t max_logit_rows(const EngineConfig& c) {
+  return std::max(c.max_num_seqs, std::min(c.max_num_batched_tokens, 512));
+}
 
 SchedulerConfig scheduler_config(const EngineConfig& c) {
   SchedulerConfig s;
@@ -55,8 +58,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   o.max_model_len = config.max_model_len;
   o.kv_cache_bytes = config.kv_cache_bytes;
   o.gpu_memory_utilization = config.gpu_memory_utilization;
-  o.max_logit_rows = std::max(config.max_num_seqs, std::min(config.max_num_batched_tokens, 512));
-  LS_ASSIGN_OR_RETURN(std::unique_ptr<ModelStack> stack, build_model_stack(o));
+  o.max_logit_rows = max_logit_rows(config);
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<EngineModel> model, EngineModel::load(o));
 
   std::shared_ptr<const Tokenizer> tokenizer;
   if (std::filesystem::exists(config.model_dir / "tokenizer.json")) {
@@ -66,23 +69,22 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
     LS_LOG_WARN("{} has no tokenizer.json: only token ids can be used",
                 config.model_dir.string());
   }
-  LS_ASSIGN_OR_RETURN(GenerationConfig gen, load_generation_config(config.model_dir));
   StopParams stop;
   SamplingParams sampling;
-  read_generation_defaults(gen, stack->model->config(), tokenizer.get(), stop, sampling);
+  read_generation_defaults(model->generation(), model->config(), tokenizer.get(), stop, sampling);
   return std::unique_ptr<EngineCore>(
-      new EngineCore(config, std::move(stack), std::move(tokenizer), stop, sampling));
+      new EngineCore(config, std::move(model), std::move(tokenizer), stop, sampling));
 }
 
-EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<ModelStack> stack,
+EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<EngineModel> model,
                        std::shared_ptr<const Tokenizer> tokenizer, StopParams default_stop,
                        SamplingParams default_sampling)
     : config_(config),
-      stack_(std::move(stack)),
-      executor_(stack_->runner.get()),
-      kv_(stack_->kv.get()),
+      model_(std::move(model)),
+      executor_(&model_->executor()),
+      kv_(&model_->kv()),
       tokenizer_(std::move(tokenizer)),
-      max_model_len_(stack_->max_model_len),
+      max_model_len_(model_->max_model_len()),
       default_stop_(std::move(default_stop)),
       default_sampling_(default_sampling),
       scheduler_(scheduler_config(config), *kv_),
@@ -112,7 +114,7 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<StepExecutor>
 EngineCore::~EngineCore() = default;
 
 std::string EngineCore::attention_policy_name() const {
-  return stack_ ? std::string(stack_->policy->name()) : std::string();
+  return model_ ? model_->policy_name() : std::string();
 }
 
 Status EngineCore::validate_request(const GenerateRequest& r) const {
@@ -200,6 +202,12 @@ void EngineCore::abort(const std::string& request_id) {
     out.finish_reason = FinishReason::kAbort;
     finish(seq, out);
   }
+}
+
+void EngineCore::abort_all() {
+  std::vector<std::string> ids;
+  for (const auto& [id, seqs] : requests_) ids.push_back(id);
+  for (const std::string& id : ids) abort(id);
 }
 
 void EngineCore::fail_sequences(const SchedulerOutput& out, const Status& error) {
@@ -314,8 +322,7 @@ Status EngineCore::score(std::span<const int32_t> ids, std::vector<float>& logit
   }
   LS_ASSIGN_OR_RETURN(int32_t slot, kv_->add_sequence());
   const auto n = static_cast<int32_t>(ids.size());
-  const int32_t chunk = std::min(config_.max_num_batched_tokens,
-                                 std::max(1, stack_ ? stack_->runner->config().max_logit_rows : n));
+  const int32_t chunk = std::min(config_.max_num_batched_tokens, max_logit_rows(config_));
   logits.assign(static_cast<size_t>(n) * static_cast<size_t>(vocab), 0.0f);
   Status st;
   std::vector<float> part;

@@ -17,12 +17,12 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "kv/kv_manager.h"
+#include "model/engine_model.h"
 #include "model/step_executor.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ls {
 
-struct ModelStack;  // the data plane (model/model_stack.h)
 
 class EngineCore {
  public:
@@ -42,6 +42,8 @@ class EngineCore {
   Status validate_request(const GenerateRequest& request) const;
   // Frees the request wherever it is; its sink receives a final kAbort output.
   void abort(const std::string& request_id);
+  // Aborts every live request (shutdown): each choice gets its final kAbort output.
+  void abort_all();
   // One step; returns after the step's outputs were delivered. A failing forward finishes the
   // step's sequences with kError and leaves the engine serving.
   Status step();
@@ -67,7 +69,7 @@ class EngineCore {
   const EngineConfig& config() const { return config_; }
 
  private:
-  EngineCore(const EngineConfig& config, std::unique_ptr<ModelStack> stack,
+  EngineCore(const EngineConfig& config, std::unique_ptr<EngineModel> model,
              std::shared_ptr<const Tokenizer> tokenizer, StopParams default_stop,
              SamplingParams default_sampling);
   void finish(Sequence* seq, RequestOutput& out);
@@ -75,7 +77,7 @@ class EngineCore {
   void process_sample(Sequence* seq, std::span<float> logits);
 
   EngineConfig config_;
-  std::unique_ptr<ModelStack> stack_;  // null for a test engine
+  std::unique_ptr<EngineModel> model_;  // null for a test engine
   std::unique_ptr<StepExecutor> owned_executor_;  // test engines own these two
   std::unique_ptr<KvManager> owned_kv_;
   StepExecutor* executor_;

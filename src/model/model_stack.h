@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "attention/attention_config.h"
+#include "model/model_stack_options.h"
 #include "attention/attention_policy.h"
 #include "backend/backend.h"
 #include "kv/kv_manager.h"
@@ -18,18 +18,6 @@
 
 namespace ls {
 
-struct ModelStackOptions {
-  std::filesystem::path model_dir;
-  std::string device = "cpu";
-  int32_t num_threads = 0;
-  AttentionConfig attention;
-  int32_t max_num_seqs = 16;
-  int32_t max_step_tokens = 2048;
-  int32_t max_logit_rows = 0;      // rows of logits one step may return; 0: max_num_seqs
-  int32_t max_model_len = 0;       // 0: the model's max_position_embeddings
-  int64_t kv_cache_bytes = 0;      // 0: automatic
-  double gpu_memory_utilization = 0.9;
-};
 
 struct ModelStack {
   std::unique_ptr<Backend> backend;

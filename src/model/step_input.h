@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "attention/attention_policy.h"
+#include "attention/step_plan.h"
 
 namespace ls {
 

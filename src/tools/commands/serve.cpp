@@ -1,11 +1,14 @@
 // longserve serve: the OpenAI-compatible HTTP server (vLLM's API) over the engine.
 #include <fmt/format.h>
 
+#include <pthread.h>
+
 #include <csignal>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "core/log.h"
 #include "engine/async_engine.h"
@@ -24,13 +27,14 @@ struct ServeOptions {
   std::string chat_template_path;
 };
 
-Server* g_server = nullptr;  // for the signal handler only
-
-void on_signal(int) {
-  if (g_server) g_server->stop();
-}
-
 int run_serve(ServeOptions& o) {
+  // SIGINT/SIGTERM are blocked before any thread exists (threads inherit the mask) and taken by
+  // one waiter thread with sigwait, so stopping runs as ordinary code, not in a signal handler.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   finalize_engine_flags(o.engine);
   auto core = EngineCore::create(o.engine);
   if (!core.ok()) {
@@ -81,13 +85,20 @@ int run_serve(ServeOptions& o) {
     fmt::print(stderr, "error: {}\n", port.status().message());
     return 1;
   }
-  g_server = server->get();
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  Server* srv = server->get();
+  std::thread signal_waiter([srv, stop_signals] {
+    int sig = 0;
+    if (sigwait(&stop_signals, &sig) == 0 && sig != 0) {
+      LS_LOG_INFO("signal {}: stopping", sig);
+      srv->stop();
+    }
+  });
   LS_LOG_INFO("serving {} on http://{}:{} (OpenAI API under /v1)", engine.model_name(),
               o.server.host, *port);
   Status st = (*server)->listen();
-  g_server = nullptr;
+  // Wake the waiter if listen() ended for another reason.
+  pthread_kill(signal_waiter.native_handle(), SIGTERM);
+  signal_waiter.join();
   if (!st.ok()) {
     fmt::print(stderr, "error: {}\n", st.message());
     return 1;
