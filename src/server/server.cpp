@@ -178,14 +178,31 @@ Status Server::listen() {
     std::atomic<bool>& flag;
     ~Leave() { flag = false; }
   } leave{impl_->in_listen};
-  if (impl_->stopping) return Status::ok_status();
+  if (impl_->stopping || impl_->stop_requested) return Status::ok_status();
   LS_ASSIGN_OR_RETURN(const int port, bind());
   LS_LOG_INFO("server: serving {} on http://{}:{}", impl_->config.served_model_name,
               impl_->config.host, port);
-  if (!impl_->http.listen_after_bind()) {
-    return io_error("the HTTP listener on {}:{} failed", impl_->config.host, port);
-  }
+  // request_stop() only sets a flag (so a signal handler may call it); this watcher turns the
+  // flag into stop().
+  std::atomic<bool> done{false};
+  std::thread watcher([this, &done] {
+    while (!done && !impl_->stopping) {
+      if (impl_->stop_requested) {
+        stop();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  const bool ok = impl_->http.listen_after_bind();
+  done = true;
+  watcher.join();
+  if (!ok) return io_error("the HTTP listener on {}:{} failed", impl_->config.host, port);
   return Status::ok_status();
+}
+
+void Server::request_stop() noexcept {
+  impl_->stop_requested.store(true);
 }
 
 void Server::stop() {

@@ -64,6 +64,9 @@ class Server {
   // Thread-safe. Aborts every live generation, then stops the listener and waits for the
   // workers; listen() returns.
   void stop();
+  // Async-signal-safe: only sets a flag, which the running listen() turns into stop() within
+  // ~20 ms. Call this from SIGINT/SIGTERM handlers; stop() itself takes locks.
+  void request_stop() noexcept;
 
   int port() const;
 

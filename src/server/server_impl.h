@@ -38,6 +38,8 @@ struct Server::Impl {
   std::atomic<int> port{-1};
   std::atomic<bool> stopping{false};
   std::atomic<bool> in_listen{false};
+  std::atomic<bool> stop_requested{false};  // lock-free: set from signal handlers
+  static_assert(std::atomic<bool>::is_always_lock_free);
 
   void install_routes();
   void install_generation_routes();

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include "test_server.h"
 
 namespace ls::testing {
@@ -70,6 +72,26 @@ TEST(ServerLifecycle, StopRacesWithListen) {
     (*server)->stop();
     listener.join();
   }
+}
+
+Server* g_signal_target = nullptr;
+void on_test_signal(int) { g_signal_target->request_stop(); }
+
+TEST(ServerLifecycle, RequestStopFromASignalHandlerEndsListen) {
+  FakeEngine engine(fake_engine_options());
+  ServerConfig config;
+  config.port = 0;
+  config.num_threads = 4;
+  auto server = Server::create(config, engine, fixture_tokenizer(), nullptr);
+  ASSERT_TRUE(server.ok());
+  ASSERT_TRUE((*server)->bind().ok());
+  std::thread listener([&] { EXPECT_TRUE((*server)->listen().ok()); });
+  g_signal_target = server->get();
+  auto previous = std::signal(SIGUSR1, on_test_signal);
+  std::raise(SIGUSR1);
+  listener.join();  // returns only if the flag became a stop()
+  std::signal(SIGUSR1, previous);
+  g_signal_target = nullptr;
 }
 
 }  // namespace
