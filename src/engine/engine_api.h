@@ -32,6 +32,7 @@ struct RequestOutput {
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_reason;  // the matched stop string, or the stop token id as text
+  int32_t stop_token_id = -1;  // the stop_token_ids entry that ended the choice, else -1
   std::string error;        // set when finish_reason == kError
   // Counts for usage, valid when finished.
   int32_t prompt_tokens = 0;

@@ -251,6 +251,7 @@ void EngineCore::process_sample(Sequence* seq, std::span<float> logits) {
   }
   out.finish_reason = stop.reason;
   out.stop_reason = stop.stop_reason;
+  out.stop_token_id = stop.stop_token_id;
   finish(seq, out);
 }
 

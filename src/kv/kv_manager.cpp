@@ -66,15 +66,17 @@ BlockCount KvManager::blocks_needed(int32_t slot, int32_t new_len) const {
     count.retrieval = std::max(0, end_page - static_cast<int32_t>(seq.retrieval.size()));
   }
   if (geometry_.roles.num_streaming() > 0) {
-    // Each new page needs its table column filled; a ring column is allocated once and then
-    // reused as the ring wraps, so at most ring_pages columns are ever counted.
-    std::vector<bool> counted(seq.streaming.size(), false);
-    for (int32_t j = first_new_page; j < end_page; ++j) {
-      const auto col = static_cast<size_t>(ring_column(j, seq.ring_pages));
-      if (seq.streaming[col] < 0 && !counted[col]) {
-        counted[col] = true;
-        ++count.streaming;
-      }
+    // Each new page needs its table column filled. Sink pages have their own columns; ring
+    // columns are allocated once and reused as the ring wraps, and the first ring_pages new ring
+    // pages already cover every column they will touch, so later ones need nothing new.
+    const int32_t sink = geometry_.num_sink_pages();
+    for (int32_t j = first_new_page; j < std::min(end_page, sink); ++j) {
+      if (seq.streaming[static_cast<size_t>(j)] < 0) ++count.streaming;
+    }
+    const int32_t ring_begin = std::max(first_new_page, sink);
+    const int32_t ring_end = std::min(end_page, ring_begin + seq.ring_pages);
+    for (int32_t j = ring_begin; j < ring_end; ++j) {
+      if (seq.streaming[static_cast<size_t>(ring_column(j, seq.ring_pages))] < 0) ++count.streaming;
     }
   }
   return count;
