@@ -25,9 +25,17 @@ Result<std::vector<PromptResult>> run_prompts(EngineCore& engine,
   }
 
   std::vector<PromptResult> results(prompts.size());
+  // The sinks write into `results`: on an error, every request still in the engine is aborted
+  // before returning, so that no sink outlives it.
+  std::vector<std::string> in_flight;
+  auto abort_all = [&](Status st) {
+    for (const std::string& id : in_flight) engine.abort(id);
+    return st;
+  };
   for (int32_t length : lengths) {
     const std::vector<size_t>& group = by_length[length];
     const double start = now_seconds();
+    in_flight.clear();
     for (size_t i : group) {
       PromptResult& r = results[i];
       r.prompt = prompts[i];
@@ -38,22 +46,25 @@ Result<std::vector<PromptResult>> run_prompts(EngineCore& engine,
       req.stop.max_tokens = options.max_tokens;
       req.stop.eos_token_ids = engine.default_stop().eos_token_ids;
       req.stop.stop = {"\n"};  // scoring reads the first line only
-      LS_RETURN_IF_ERROR(engine
-                             .add_request(std::move(req),
-                                          [&r](const RequestOutput& out) {
-                                            r.prediction += out.text;
-                                            if (out.finished) {
-                                              r.finish_reason =
-                                                  out.finish_reason == FinishReason::kError
-                                                      ? "error: " + out.error
-                                                      : finish_reason_name(out.finish_reason);
-                                              r.prompt_tokens = out.prompt_tokens;
-                                              r.completion_tokens = out.completion_tokens;
-                                            }
-                                          })
-                             .with_context(prompts[i].id));
+      const std::string id = req.request_id;
+      auto sink = [&r](const RequestOutput& out) {
+        r.prediction += out.text;
+        if (out.finished) {
+          r.finish_reason = out.finish_reason == FinishReason::kError
+                                ? "error: " + out.error
+                                : finish_reason_name(out.finish_reason);
+          r.prompt_tokens = out.prompt_tokens;
+          r.completion_tokens = out.completion_tokens;
+        }
+      };
+      Status st = engine.add_request(std::move(req), sink);
+      if (!st.ok()) return abort_all(st.with_context(prompts[i].id));
+      in_flight.push_back(id);
     }
-    while (engine.has_work()) LS_RETURN_IF_ERROR(engine.step());
+    while (engine.has_work()) {
+      Status st = engine.step();
+      if (!st.ok()) return abort_all(st);
+    }
     for (size_t i : group) {
       PromptResult& r = results[i];
       if (r.finish_reason.rfind("error", 0) == 0) {

@@ -141,14 +141,15 @@ std::string heatmap_svg(const DepthGrid& g, std::string_view title) {
   const int cell_w = 64, cell_h = 26, left = 70, top = 46, bar_w = 16;
   const int nx = static_cast<int>(g.lengths.size());
   const int ny = static_cast<int>(g.depths.size());
-  const int width = left + nx * cell_w + 90;
+  // Wide enough for the title at about 7 px per character.
+  const int width = std::max(left + nx * cell_w + 90, 40 + 7 * static_cast<int>(title.size()));
   const int height = top + ny * cell_h + 60;
   std::string s = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
       "viewBox=\"0 0 {} {}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n"
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       "<text x=\"{}\" y=\"22\" font-size=\"14\" text-anchor=\"middle\">{}</text>\n",
-      width, height, width, height, left + nx * cell_w / 2, xml_escape(title));
+      width, height, width, height, width / 2, xml_escape(title));
   for (int y = 0; y < ny; ++y) {
     const double d = g.depths[static_cast<size_t>(y)];
     s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.0f}%</text>\n", left - 6,

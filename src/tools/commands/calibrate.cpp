@@ -23,9 +23,9 @@ namespace {
 struct CalibrateOptions {
   EngineConfig engine;
   std::string out_path = "full_attention_heads.tsv";
-  std::string lengths = "2048";
+  std::string lengths = "1024";
   std::string tasks = "niah_single,niah_multikey";
-  int32_t samples = 8;
+  int32_t samples = 4;
   uint64_t seed = 1;
   std::string method = "greedy";
   double tolerance_nats = 0.05;

@@ -138,7 +138,8 @@ int run_eval_niah(EvalOptions& o) {
   }
 
   fmt::print(stderr, "[eval] {} prompts, {} attention, {} threads\n", prompts.size(),
-             engine.attention_policy_name(), o.engine.num_threads);
+             engine.attention_policy_name(),
+             o.engine.num_threads > 0 ? std::to_string(o.engine.num_threads) : "all");
   eval::RunOptions run;
   run.max_tokens = o.max_tokens;
   run.on_length_done = [](int32_t length, int32_t n, double seconds) {
