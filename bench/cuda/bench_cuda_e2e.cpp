@@ -91,6 +91,19 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Removes a sequence from the KV cache when it goes out of scope.
+class SequenceGuard {
+ public:
+  SequenceGuard(KvManager& kv, int32_t slot) : kv_(kv), slot_(slot) {}
+  SequenceGuard(const SequenceGuard&) = delete;
+  SequenceGuard& operator=(const SequenceGuard&) = delete;
+  ~SequenceGuard() { kv_.remove_sequence(slot_); }
+
+ private:
+  KvManager& kv_;
+  int32_t slot_;
+};
+
 // Wall seconds to prefill `tokens` random tokens and get the last position's logits.
 Result<double> ttft(PolicyStack& st, int32_t tokens, int32_t chunk, std::mt19937& rng,
                     int32_t vocab) {
@@ -98,6 +111,7 @@ Result<double> ttft(PolicyStack& st, int32_t tokens, int32_t chunk, std::mt19937
   std::vector<int32_t> ids(static_cast<size_t>(tokens));
   for (auto& x : ids) x = id(rng);
   LS_ASSIGN_OR_RETURN(const int32_t slot, st.kv->add_sequence());
+  const SequenceGuard guard(*st.kv, slot);  // freed on every path, errors included
   std::vector<float> logits;
   const auto t0 = std::chrono::steady_clock::now();
   for (int32_t begin = 0; begin < tokens; begin += chunk) {
@@ -109,9 +123,7 @@ Result<double> ttft(PolicyStack& st, int32_t tokens, int32_t chunk, std::mt19937
     if (begin + len == tokens) in.logit_rows.push_back(len - 1);
     LS_RETURN_IF_ERROR(st.runner->forward(in, logits));
   }
-  const double s = seconds_since(t0);
-  st.kv->remove_sequence(slot);
-  return s;
+  return seconds_since(t0);
 }
 
 struct Tpot {
@@ -119,11 +131,16 @@ struct Tpot {
 };
 
 // Decode steps at a context of `context` tokens already (randomly) in the cache.
-Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t steps, std::mt19937& rng,
-                  int32_t vocab) {
+Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t chunk, int32_t steps,
+                  std::mt19937& rng, int32_t vocab) {
   std::uniform_int_distribution<int32_t> id(0, vocab - 1);
   LS_ASSIGN_OR_RETURN(const int32_t slot, st.kv->add_sequence());
-  LS_RETURN_IF_ERROR(st.kv->grow(slot, context));
+  const SequenceGuard guard(*st.kv, slot);
+  // Grown chunk by chunk as a prefill would (a streaming ring takes at most one chunk at once).
+  for (int32_t len = 0; len < context;) {
+    len = std::min(context, len + chunk);
+    LS_RETURN_IF_ERROR(st.kv->grow(slot, len));
+  }
   st.kv->finish_prefill(slot);
   std::vector<float> logits;
   std::vector<double> t;
@@ -140,7 +157,6 @@ Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t steps, std::mt19937&
     if (i >= kWarmup) t.push_back(seconds_since(t0) * 1e3);
     ++len;
   }
-  st.kv->remove_sequence(slot);
   Tpot r;
   for (double x : t) r.mean_ms += x / static_cast<double>(t.size());
   std::sort(t.begin(), t.end());
@@ -219,7 +235,7 @@ int run(int argc, char** argv) {
                             name, T, *s * 1e3));
     }
     for (int64_t C : tpot_lens) {
-      auto r = tpot(*st, static_cast<int32_t>(C), steps, rng, vocab);
+      auto r = tpot(*st, static_cast<int32_t>(C), chunk, steps, rng, vocab);
       const Status err = b.take_error();
       if (!r.ok() || !err.ok()) {
         out.write(

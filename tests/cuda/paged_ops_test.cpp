@@ -366,6 +366,27 @@ SelectOutputs run_select(const SelectCase& c, bool on_gpu) {
   return o;
 }
 
+// The (row, kv head) lists on which two selections differ, for a readable failure message.
+std::string selection_diff(const SelectCase& c, const SelectOutputs& got,
+                           const SelectOutputs& want) {
+  std::string msg;
+  for (int32_t r = 0; r < c.num_rows; ++r) {
+    for (int32_t g = 0; g < c.num_kv; ++g) {
+      const size_t base = static_cast<size_t>((r * c.num_kv + g) * c.max_selected);
+      const auto list = [&](const SelectOutputs& o) {
+        std::string t = "n=" + std::to_string(o.num_selected[base / c.max_selected]) + " [";
+        for (int32_t i = 0; i < c.max_selected; ++i)
+          t += std::to_string(o.selected[base + static_cast<size_t>(i)]) + " ";
+        return t + "]";
+      };
+      const std::string a = list(got), b = list(want);
+      if (a != b) msg += "row " + std::to_string(r) + " head " + std::to_string(g) + ": gpu " + a +
+                         " cpu " + b + "\n";
+    }
+  }
+  return msg;
+}
+
 TEST(CudaPageSelect, EqualsCpuExactlyOnIntegerDataWithTies) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(23);
@@ -380,7 +401,7 @@ TEST(CudaPageSelect, EqualsCpuExactlyOnIntegerDataWithTies) {
       const std::string label = "d " + std::to_string(cf.d) + " group " + std::to_string(cf.group) +
                                 " page " + std::to_string(cf.pt) + " budget " +
                                 std::to_string(cf.budget);
-      EXPECT_EQ(got.selected, want.selected) << label;
+      EXPECT_EQ(got.selected, want.selected) << label << "\n" << selection_diff(c, got, want);
       EXPECT_EQ(got.num_selected, want.num_selected) << label;
       EXPECT_EQ(got.scores, want.scores) << label;
     }
@@ -395,6 +416,7 @@ TEST(CudaPageSelect, OptimalUpToRoundingOnContinuousData) {
     const SelectCase c = make_select_case(rng, 128, 4, 64, 16, 5, false);
     const SelectOutputs want = run_select(c, false), got = run_select(c, true);
     EXPECT_EQ(got.num_selected, want.num_selected);
+    SCOPED_TRACE(selection_diff(c, got, want));
     // Scores agree to f32 summation order; every chosen page scores at least the CPU's k-th best
     // (minus rounding), and the newest page is always last.
     ASSERT_EQ(got.scores.size(), want.scores.size());

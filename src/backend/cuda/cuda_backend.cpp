@@ -30,9 +30,12 @@ PtrKind pointer_kind(const void* p) {
     cudaGetLastError();  // an unregistered pointer is not an error worth keeping
     return PtrKind::kPageable;
   }
+  // Managed counts as pageable: with HMM (open kernel modules on Hopper) the driver may report
+  // ordinary malloc'd memory as managed, and a cudaMemcpyAsync from or to it returns before
+  // the copy is done, so a caller that reads its vector or frees its source at once races the
+  // DMA. Staged copies are correct for real managed memory too (the host may touch it).
   switch (attr.type) {
     case cudaMemoryTypeDevice:
-    case cudaMemoryTypeManaged:
       return PtrKind::kDevice;
     case cudaMemoryTypeHost:
       return PtrKind::kPinned;

@@ -211,9 +211,10 @@ __global__ void __launch_bounds__(kChooseThreads)
     k = min(k, p.max_selected);
     const int32_t candidates = P - 1;
     const int32_t take = max(0, min(k - 1, candidates));
-    if (take == candidates) {
-      for (int32_t i = tid; i < candidates; i += kChooseThreads) sel[i] = i;
-    } else if (take > 0) {
+    // (take == candidates needs no special case: the threshold is then the smallest key and
+    // every candidate is chosen. A separate sel[i] = i loop here was miscompiled by CUDA 13.0's
+    // ptxas on sm_90a: it ran for items that took the radix path and wrote past the item.)
+    if (take > 0) {
       // Radix select, 8 bits per pass from the top: the key T of the take-th largest score and
       // how many scores equal to T are still needed after all scores above T.
       uint32_t prefix = 0, mask = 0;
