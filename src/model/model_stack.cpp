@@ -18,14 +18,19 @@ struct PoolSizes {
 // Streaming heads hold a bounded number of blocks per sequence: the sink and decode ring for
 // every running sequence, plus the larger prefill ring for two sequences prefilling at once
 // (more prefills simply wait for blocks). Retrieval blocks get the rest of the budget.
+// Streaming blocks for max_num_seqs sequences: each holds its sinks and decode ring; up to two
+// prefills at a time hold the larger prefill ring.
+int32_t streaming_blocks_for(const KvGeometry& g, int32_t max_num_seqs) {
+  if (g.roles.num_streaming() == 0) return 0;
+  const int32_t per_seq = g.num_sink_pages() + g.decode_ring_pages();
+  const int32_t prefill_extra = std::max(0, g.prefill_ring_pages() - g.decode_ring_pages());
+  return max_num_seqs * per_seq + 2 * prefill_extra;
+}
+
 Result<PoolSizes> size_pools(const KvGeometry& g, const ModelStackOptions& o, int32_t max_model_len,
                              int64_t budget_bytes) {
   PoolSizes sizes;
-  if (g.roles.num_streaming() > 0) {
-    const int32_t per_seq = g.num_sink_pages() + g.decode_ring_pages();
-    const int32_t prefill_extra = std::max(0, g.prefill_ring_pages() - g.decode_ring_pages());
-    sizes.streaming_blocks = o.max_num_seqs * per_seq + 2 * prefill_extra;
-  }
+  sizes.streaming_blocks = streaming_blocks_for(g, o.max_num_seqs);
   const int64_t streaming_bytes =
       static_cast<int64_t>(sizes.streaming_blocks) * g.streaming_block_bytes();
   if (g.roles.num_retrieval() > 0) {
@@ -93,10 +98,9 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
   int64_t budget = o.kv_cache_bytes;
   if (budget == 0) {
     const int64_t pages = (stack->max_model_len + g.page_tokens - 1) / g.page_tokens;
-    const int64_t want = static_cast<int64_t>(o.max_num_seqs) * pages * g.retrieval_block_bytes() +
-                         static_cast<int64_t>(o.max_num_seqs) *
-                             (g.num_sink_pages() + g.prefill_ring_pages()) *
-                             g.streaming_block_bytes();
+    const int64_t want =
+        static_cast<int64_t>(o.max_num_seqs) * pages * g.retrieval_block_bytes() +
+        static_cast<int64_t>(streaming_blocks_for(g, o.max_num_seqs)) * g.streaming_block_bytes();
     if (backend.device() == Device::kCpu) {
       budget = std::min(want, backend.device_memory_total_bytes() / 4);
     } else {

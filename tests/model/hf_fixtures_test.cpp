@@ -263,5 +263,29 @@ TEST(MixedBatch, EqualsEachSequenceAlone) {
   EXPECT_EQ(na + nb + nc, 100 + 12 + 30);
 }
 
+// With no --kv-cache-bytes, the automatic budget counts the streaming blocks the pools really
+// reserve (rings of up to two prefills at a time), so one sequence of the full model length
+// fits, chunk by chunk, even when only one sequence is allowed.
+TEST(ModelStack, AutomaticKvBudgetHoldsAFullLengthSequenceWithStreamingHeads) {
+  ModelStackOptions o;
+  o.model_dir = fixture_dir("qwen3");
+  o.num_threads = 1;
+  o.max_num_seqs = 1;
+  o.max_step_tokens = 2048;
+  o.max_model_len = 16944;
+  o.attention.policy = "lserve";
+  o.attention.streaming_ratio = 0.5;
+  auto stack = build_model_stack(o);
+  ASSERT_TRUE(stack.ok()) << stack.status().to_string();
+  KvManager& kv = *(*stack)->kv;
+  auto slot = kv.add_sequence();
+  ASSERT_TRUE(slot.ok()) << slot.status().to_string();
+  for (int32_t len = 2048; len < o.max_model_len; len += 2048) {
+    ASSERT_TRUE(kv.grow(*slot, len).ok()) << len;
+  }
+  ASSERT_TRUE(kv.grow(*slot, o.max_model_len).ok());
+  kv.finish_prefill(*slot);
+}
+
 }  // namespace
 }  // namespace ls
