@@ -11,19 +11,7 @@ namespace ls {
 // vLLM's finish_reason strings ("stop", "length", "abort", "error"); "" for kNone, which the
 // JSON writers turn into null.
 inline const char* finish_reason_text(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-    case FinishReason::kError:
-      return "error";
-    case FinishReason::kNone:
-      break;
-  }
-  return "";
+  return reason == FinishReason::kNone ? "" : finish_reason_name(reason);
 }
 
 // prefix + 32 random hex digits, e.g. "cmpl-9f0c…". Unique with overwhelming probability.

@@ -93,7 +93,8 @@ CommandRunner add_generate_command(CLI::App& app) {
   sub->add_option("--prompt,-p", o->prompt, "Prompt text")->required();
   sub->add_option("--max-tokens,-n", o->stop.max_tokens, "Tokens to generate at most")
       ->capture_default_str();
-  sub->add_option("--temperature", o->sampling.temperature, "0 = greedy (default: greedy)")
+  sub->add_option("--temperature", o->sampling.temperature, "Sampling temperature, 0 = greedy (default: the model's generation_config.json; "
+                  "do_sample false there means greedy; 1.0 when it says nothing)")
       ->each([o](const std::string&) { o->temperature_given = true; });
   sub->add_option("--top-p", o->sampling.top_p, "Nucleus sampling mass")->capture_default_str();
   sub->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (-1: off)")
