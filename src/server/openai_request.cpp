@@ -222,6 +222,12 @@ Result<ParsedRequest> parse_completion_request(const Json& body, const RequestCo
   LS_RETURN_IF_ERROR(read_int64(body, "max_tokens", &max_tokens));
   const int64_t max_new_tokens = max_tokens.value_or(16);
   LS_ASSIGN_OR_RETURN(request.prompts, read_prompts(body, request.echo, ctx));
+  // A list of prompts multiplies the choices: the same bound as n holds for prompts x n.
+  const auto choices = static_cast<int64_t>(request.prompts.size()) * request.n;
+  if (choices > ctx.max_n) {
+    return invalid_argument("A request may ask for at most {} choices (prompts x n), got {}.",
+                            ctx.max_n, choices);
+  }
   for (const PromptInput& prompt : request.prompts) {
     LS_RETURN_IF_ERROR(check_context_length(static_cast<int64_t>(prompt.token_ids.size()),
                                             max_new_tokens, engine.max_model_len()));

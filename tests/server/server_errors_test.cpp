@@ -80,6 +80,8 @@ TEST(ServerErrors, BadRequestsGetTheRightStatusAndTheServerKeepsServing) {
        "n must be at least 1"},
       {"n huge", "/v1/completions", R"({"prompt":"a","n":1000000})", 400, "BadRequestError",
        "n must be at most"},
+      {"prompts times n", "/v1/completions", R"({"prompt":["a","b","c"],"n":60})", 400,
+       "BadRequestError", "A request may ask for at most 128 choices (prompts x n), got 180."},
       {"logprobs too many", "/v1/completions", R"({"prompt":"a","logprobs":21})", 400,
        "BadRequestError", "Requested sample logprobs of 21"},
       {"stream_options without stream", "/v1/completions",
