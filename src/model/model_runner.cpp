@@ -143,8 +143,10 @@ void ModelRunner::upload_metadata(const StepInput& step, const StepAttentionPlan
   uint8_t* base = staging_.data();
   auto at = [&](int64_t field) { return reinterpret_cast<int32_t*>(base + field); };
   std::memcpy(at(L.tokens), step.tokens.data(), static_cast<size_t>(num_tokens) * 4);
-  std::vector<int32_t> positions(static_cast<size_t>(num_tokens));
-  std::vector<int32_t> seq_lens(static_cast<size_t>(num_tokens));
+  std::vector<int32_t>& positions = positions_;
+  std::vector<int32_t>& seq_lens = seq_lens_;
+  positions.resize(static_cast<size_t>(num_tokens));  // no allocation once a step was this large
+  seq_lens.resize(static_cast<size_t>(num_tokens));
   int32_t* indptr = at(L.q_indptr);
   indptr[0] = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {

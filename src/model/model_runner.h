@@ -70,6 +70,8 @@ class ModelRunner final : public StepExecutor {
   // Step metadata: one device block, filled from a host staging copy each step.
   Buffer meta_;
   std::vector<uint8_t> staging_;
+  std::vector<int32_t> positions_;  // [T] scratch for the RoPE table, kept across steps
+  std::vector<int32_t> seq_lens_;   // [T]
   struct MetaLayout {
     int64_t tokens = 0, q_indptr = 0, kv_lens = 0, ring_pages = 0, local_tokens = 0,
             selected_rows = 0, select_rows = 0, retrieval_blocks = 0, streaming_blocks = 0,
