@@ -23,8 +23,10 @@
 namespace ls::kernels::cuda {
 
 struct AttentionOptions {
-  // Warps per prefill block: 4 (64-row query tiles, two blocks per SM) or 8 (128-row tiles).
-  int prefill_warps = 4;
+  // Warps per prefill block: 4 (64-row query tiles, two blocks per SM) or 8 (128-row tiles,
+  // head_dim >= 64). 8 measured 10-24% faster on an H100 at 8K-128K tokens, d 128
+  // (bench/results/gpu/h100.jsonl).
+  int prefill_warps = 8;
   // Decode splits per (token, kv head): 0 picks about two full waves of blocks over the SMs.
   int max_splits = 0;
   // A decode split covers at least this many 64-key blocks.
