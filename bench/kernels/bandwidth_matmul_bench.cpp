@@ -68,6 +68,42 @@ void BM_MatmulSmallM(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * m * n * k * 1e-9,
                          benchmark::Counter::kIsRate);
 }
+// One decode token's GEMVs of bench30m (8 layers of hidden 512: q 512, k 128, v 128, o 512,
+// gate_up 2816, down 512 x 1408; then the 8192-row LM head), bf16, M = 1: many small matrices,
+// 51 MiB in all, read once each. GB/s compares with BM_ReadBandwidth: the decode-floor question
+// for a small model, where per-call costs are not amortised over a big matrix.
+void BM_MatmulDecodeChain(benchmark::State& state) {
+  struct Shape {
+    int64_t n, k;
+  };
+  std::vector<Shape> shapes;
+  for (int layer = 0; layer < 8; ++layer) {
+    for (Shape sh : {Shape{512, 512}, Shape{128, 512}, Shape{128, 512}, Shape{512, 512},
+                     Shape{2816, 512}, Shape{512, 1408}}) {
+      shapes.push_back(sh);
+    }
+  }
+  shapes.push_back({8192, 512});
+  std::vector<std::vector<uint8_t>> ws;
+  int64_t bytes = 0;
+  for (const Shape& sh : shapes) {
+    ws.emplace_back(static_cast<size_t>(dtype_nbytes(DType::kBF16, sh.n * sh.k)));
+    fill_random(ws.back().data(), DType::kBF16, sh.n * sh.k, static_cast<int>(ws.size()));
+    bytes += static_cast<int64_t>(ws.back().size());
+  }
+  std::vector<float> x(8192, 0.5f), y(8192);
+  for (auto _ : state) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      kernels::cpu::matmul_small_m(x.data(), 1, shapes[i].k, ws[i].data(), DType::kBF16,
+                                   shapes[i].n, nullptr, y.data(), bench_pool(),
+                                   kernels::cpu::best_isa());
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+BENCHMARK(BM_MatmulDecodeChain)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 BENCHMARK(BM_MatmulSmallM)
     ->ArgsProduct({{1, 2, 4, 8, 16, 32}, {static_cast<int64_t>(DType::kBF16)}})
     ->ArgsProduct({{1, 8}, {static_cast<int64_t>(DType::kF32), static_cast<int64_t>(DType::kF16)}})
