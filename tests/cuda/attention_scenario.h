@@ -14,6 +14,8 @@
 #include <random>
 #include <vector>
 
+#include "../common/selection_rows.h"
+
 #include "cuda_test_util.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/paged_kv.h"
@@ -121,26 +123,11 @@ class AttentionScenario {
           write_token(s, g, pos);
       }
     }
-    // Selections: rows [num_seqs + 1, kv heads, max_selected]; entries past the count are a
-    // valid-looking page index (0) so the count must be honoured.
-    max_selected_ = 1;
-    for (const auto& s : seqs_) {
-      for (const auto& l : s.selected)
-        max_selected_ = std::max<int32_t>(max_selected_, static_cast<int32_t>(l.size()) + 1);
-    }
-    const int32_t rows = num_seqs + 1;
-    selected_.assign(static_cast<size_t>(rows) * num_kv_ * max_selected_, 0);
-    num_selected_.assign(static_cast<size_t>(rows) * num_kv_, 0);
-    for (const auto& s : seqs_) {
-      if (s.selected_row < 0) continue;
-      for (int32_t g = 0; g < num_kv_ && g < static_cast<int32_t>(s.selected.size()); ++g) {
-        const auto& l = s.selected[static_cast<size_t>(g)];
-        const size_t base = (static_cast<size_t>(s.selected_row) * num_kv_ + g) * max_selected_;
-        for (size_t i = 0; i < l.size(); ++i) selected_[base + i] = l[i];
-        num_selected_[static_cast<size_t>(s.selected_row) * num_kv_ + g] =
-            static_cast<int32_t>(l.size());
-      }
-    }
+    // Selections: rows [num_seqs + 1, kv heads, max_selected] (tests/common/selection_rows.h).
+    test_common::SelectionRows sel = test_common::pack_selection_rows(seqs_, num_kv_);
+    max_selected_ = sel.max_selected;
+    selected_ = std::move(sel.selected);
+    num_selected_ = std::move(sel.num_selected);
   }
 
   int64_t out_numel() const { return int64_t{num_tokens_} * num_q_ * cfg_.head_dim; }

@@ -14,6 +14,8 @@
 #include <random>
 #include <vector>
 
+#include "../common/selection_rows.h"
+
 #include "kernel_test_util.h"
 #include "kernels/paged_kv.h"
 
@@ -124,27 +126,11 @@ class AttentionCase {
       }
     }
 
-    // Selection arrays: rows [num_seqs + 1, kv heads, max_selected]; entries past the count
-    // are garbage (a valid-looking page index) so the count must be honoured.
-    max_selected_ = 1;
-    for (const auto& s : seqs_) {
-      for (const auto& l : s.selected)
-        max_selected_ = std::max<int32_t>(max_selected_, static_cast<int32_t>(l.size()) + 1);
-    }
-    const int32_t rows = num_seqs + 1;
-    selected_.assign(static_cast<size_t>(rows) * num_kv_heads_ * max_selected_, 0);
-    num_selected_.assign(static_cast<size_t>(rows) * num_kv_heads_, 0);
-    for (const auto& s : seqs_) {
-      if (s.selected_row < 0) continue;
-      for (int32_t g = 0; g < num_kv_heads_ && g < static_cast<int32_t>(s.selected.size()); ++g) {
-        const auto& l = s.selected[static_cast<size_t>(g)];
-        const size_t base =
-            (static_cast<size_t>(s.selected_row) * num_kv_heads_ + g) * max_selected_;
-        for (size_t i = 0; i < l.size(); ++i) selected_[base + i] = l[i];
-        num_selected_[static_cast<size_t>(s.selected_row) * num_kv_heads_ + g] =
-            static_cast<int32_t>(l.size());
-      }
-    }
+    // Selections: rows [num_seqs + 1, kv heads, max_selected] (tests/common/selection_rows.h).
+    test_common::SelectionRows sel = test_common::pack_selection_rows(seqs_, num_kv_heads_);
+    max_selected_ = sel.max_selected;
+    selected_ = std::move(sel.selected);
+    num_selected_ = std::move(sel.num_selected);
   }
 
   AttentionParams params(void* out) const {
