@@ -137,7 +137,7 @@ export LD_LIBRARY_PATH="$ROOT/.carry/root/usr/lib/x86_64-linux-gnu:$ROOT/.carry/
 
 # ---- the 8B-shaped model, generated while we build (GPU draws, ~16 GB written) ----
 MODEL_PID=""
-if wanted e2e || wanted hf; then
+if wanted e2e || wanted hf || [[ "$ONLY" == *",profile,"* ]]; then
   if [ -f "$MODEL_DIR/model.safetensors.index.json" ]; then
     log "model: reusing $MODEL_DIR"
   else
@@ -243,6 +243,33 @@ e2e_section() {
 }
 export -f e2e_section
 section e2e 200 e2e_section
+
+# ---- profile (only with --only ...,profile): ncu per-kernel times of 4 decode steps, and the
+# decode / prefill attention kernels' limiters. Files: ncu_step.csv, ncu_step.md, ncu_*.txt ----
+profile_section() {
+  local NCU=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)}
+  [ -n "$NCU" ] || { echo "profile: no ncu"; return 1; }
+  local policy=${PROFILE_POLICY:-lserve} ctx=${PROFILE_CONTEXT:-131072}
+  if [ -f "$MODEL_DIR/model.safetensors.index.json" ]; then
+    "$NCU" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
+      --log-file "$OUT/ncu_step.csv" "$BIN/bench_cuda_e2e" --model "$MODEL_DIR" --policies "$policy" \
+      --ttft= --tpot "$ctx" --steps 4 --profile-step 1 >"$OUT/ncu_step.log" 2>&1 || tail -5 "$OUT/ncu_step.log"
+    python3 scripts/ncu_summary.py "$OUT/ncu_step.csv" --steps 4 | tee "$OUT/ncu_step.md"
+  fi
+  local sec="--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section ComputeWorkloadAnalysis"
+  "$NCU" --clock-control none -k regex:decode_attention --launch-count 1 $sec "$BIN/bench_cuda_kernels" \
+    --sections decode --batches 8 --contexts 32768 --policies dense >"$OUT/ncu_decode_dense.txt" 2>&1
+  "$NCU" --clock-control none -k regex:decode_attention --launch-count 1 $sec "$BIN/bench_cuda_kernels" \
+    --sections decode --batches 8 --contexts 32768 --policies lserve >"$OUT/ncu_decode_lserve.txt" 2>&1
+  "$NCU" --clock-control none -k regex:prefill_attention --launch-count 1 $sec --section InstructionStats \
+    "$BIN/bench_cuda_kernels" --sections prefill --prefill-tokens 32768 --policies dense >"$OUT/ncu_prefill.txt" 2>&1
+  for f in ncu_decode_dense ncu_decode_lserve ncu_prefill; do
+    echo "== $f"
+    grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Stall|Warp Cycles Per Issued|Issue Slots Busy|L2 Hit|L1/TEX Hit|Executed Ipc|Waves Per SM|Dynamic Shared" "$OUT/$f.txt" | head -40
+  done
+}
+export -f profile_section
+if [[ "$ONLY" == *",profile,"* ]]; then wait_model; section profile 240 profile_section; fi
 
 hf_section() {
   [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }

@@ -11,6 +11,9 @@
 // divided by the measured device-to-device copy bandwidth.
 // Usage: bench_cuda_e2e --model DIR [--out FILE] [--policies dense,streaming,lserve]
 //        [--ttft 8192,32768,131072] [--tpot 32768,131072] [--chunk 16384] [--steps 16]
+//        [--profile-step 1]
+
+#include <cuda_profiler_api.h>
 
 #include <chrono>
 #include <cmath>
@@ -131,8 +134,9 @@ struct Tpot {
 };
 
 // Decode steps at a context of `context` tokens already (randomly) in the cache.
+// profile: the last 4 steps (one reselection with lserve) run between cudaProfilerStart/Stop (for ncu --profile-from-start off).
 Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t chunk, int32_t steps,
-                  std::mt19937& rng, int32_t vocab) {
+                  std::mt19937& rng, int32_t vocab, bool profile) {
   std::uniform_int_distribution<int32_t> id(0, vocab - 1);
   LS_ASSIGN_OR_RETURN(const int32_t slot, st.kv->add_sequence());
   const SequenceGuard guard(*st.kv, slot);
@@ -152,9 +156,12 @@ Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t chunk, int32_t steps
     in.tokens = {id(rng)};
     in.seqs.push_back({slot, 1, len + 1, false});
     in.logit_rows = {0};
+    const bool last = i + 1 == steps + kWarmup;
+    if (profile && i + 4 == steps + kWarmup) cudaProfilerStart();
     const auto t0 = std::chrono::steady_clock::now();
     LS_RETURN_IF_ERROR(st.runner->forward(in, logits));
     if (i >= kWarmup) t.push_back(seconds_since(t0) * 1e3);
+    if (profile && last) cudaProfilerStop();
     ++len;
   }
   Tpot r;
@@ -176,6 +183,7 @@ int run(int argc, char** argv) {
   const auto tpot_lens = parse_list(arg(argc, argv, "--tpot", "32768,131072"));
   const auto chunk = static_cast<int32_t>(std::atoi(arg(argc, argv, "--chunk", "16384").c_str()));
   const auto steps = static_cast<int32_t>(std::atoi(arg(argc, argv, "--steps", "16").c_str()));
+  const bool profile = arg(argc, argv, "--profile-step", "0") == "1";
 
   auto backend = CudaBackend::create(0);
   if (!backend.ok()) {
@@ -235,7 +243,7 @@ int run(int argc, char** argv) {
                             name, T, *s * 1e3));
     }
     for (int64_t C : tpot_lens) {
-      auto r = tpot(*st, static_cast<int32_t>(C), chunk, steps, rng, vocab);
+      auto r = tpot(*st, static_cast<int32_t>(C), chunk, steps, rng, vocab, profile);
       const Status err = b.take_error();
       if (!r.ok() || !err.ok()) {
         out.write(

@@ -10,9 +10,13 @@
 //    its share of the measured copy bandwidth. Decode calls are captured in a CUDA graph of many
 //    calls that rotate over several copies of the KV cache (more bytes than the L2 holds), and
 //    timed by replaying it.
-// Usage: bench_cuda_kernels [--out FILE] [--sections copy,gemm,prefill,decode]
+//  - linear layers at decode shapes (M = 1, 8, 32 rows; the Llama-3-8B weight shapes): the bytes
+//    of the weight read per call against the copy bandwidth, timed as a graph of calls that
+//    rotate over enough weight copies to defeat the L2.
+// Usage: bench_cuda_kernels [--out FILE] [--sections copy,gemm,linear,prefill,decode]
 //        [--prefill-tokens 8192,32768,131072] [--batches 1,8,32]
-//        [--contexts 8192,16384,32768,65536,131072,262144]
+//        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
+//        [--linear-m 1,8,32]
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -39,6 +43,10 @@ struct Device {
   CudaBackend* b = nullptr;
   cudaStream_t stream = nullptr;
   int64_t l2_bytes = 0;
+  std::string policies = "dense,lserve";  // which attention cases prefill and decode run
+  bool wants(bool lserve) const {
+    return policies.find(lserve ? "lserve" : "dense") != std::string::npos;
+  }
 };
 
 Buffer alloc(Device& dev, int64_t bytes) {
@@ -113,6 +121,55 @@ void bench_ceilings(Device& dev, JsonLines& out, bool copy, bool gemm) {
   }
 }
 
+// ---- linear layers at decode shapes ----
+
+void bench_linear(Device& dev, JsonLines& out, const std::vector<int64_t>& ms_list,
+                  double copy_bps) {
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{"q_or_o", 4096, 4096}, {"k_or_v", 1024, 4096}, {"qkv", 6144, 4096},
+                          {"gate_up", 28672, 4096}, {"down", 4096, 14336},
+                          {"lm_head", 128256, 4096}};
+  for (int64_t m : ms_list) {
+    for (const Shape& s : shapes) {
+      const int64_t wbytes = s.n * s.k * 2;
+      const int64_t replicas =
+          std::clamp<int64_t>((4 * dev.l2_bytes + wbytes - 1) / wbytes, 2, 64);
+      Buffer w = alloc(dev, wbytes * replicas);
+      Buffer x = alloc(dev, m * s.k * 2), y = alloc(dev, m * s.n * 2);
+      fill(dev, w.data(), s.n * s.k * replicas, 21, -0.05f, 0.05f);
+      fill(dev, x.data(), m * s.k, 22);
+      const TensorView xv(x.data(), DType::kBF16, {m, s.k}, ls::Device::kCuda);
+      const TensorView yv(y.data(), DType::kBF16, {m, s.n}, ls::Device::kCuda);
+      std::vector<LinearWeight> ws(static_cast<size_t>(replicas));
+      for (int64_t r = 0; r < replicas; ++r) {
+        ws[static_cast<size_t>(r)].w = TensorView(static_cast<char*>(w.data()) + r * wbytes,
+                                                  DType::kBF16, {s.n, s.k}, ls::Device::kCuda);
+      }
+      for (const LinearWeight& lw : ws) dev.b->linear(xv, lw, yv);  // plans, outside the capture
+      dev.b->synchronize();
+      double us = 0;
+      if (dev.b->begin_capture().ok()) {
+        for (const LinearWeight& lw : ws) dev.b->linear(xv, lw, yv);
+        auto graph = dev.b->end_capture();
+        if (graph.ok()) {
+          us = median_ms(*dev.b, 2, 7, [&] { (void)dev.b->replay(*graph); }) * 1e3 /
+               static_cast<double>(replicas);
+        }
+      }
+      const Status err = dev.b->take_error();
+      const double bytes = static_cast<double>(wbytes + 2 * m * (s.k + s.n));
+      const double gbps = us > 0 ? bytes / (us * 1e-6) / 1e9 : 0.0;
+      out.write(fmt::format(
+          R"({{"bench": "linear", "name": "{}", "m": {}, "n": {}, "k": {}, "us": {:.2f}, "gbps": {:.0f}, "copy_fraction": {:.3f}, "ok": {}}})",
+          s.name, m, s.n, s.k, us, gbps, copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0,
+          err.ok() && us > 0 ? "true" : "false"));
+    }
+  }
+}
+
 // ---- prefill ----
 
 double causal_flops(int64_t tokens, int64_t q_heads) {
@@ -160,6 +217,7 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
            lens = upload(dev, {static_cast<int32_t>(T)}), rings = upload(dev, {ring}),
            locals = upload(dev, {local});
     for (const bool lserve : {false, true}) {
+      if (!dev.wants(lserve)) continue;
       const Heads h = make_heads(lserve, HeadMode::kCausal);
       Buffer modes = upload(dev, h.mode), slots = upload(dev, h.slot);
       kernels::AttentionParams p;
@@ -257,6 +315,7 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
   std::mt19937 rng(9);
 
   for (const bool lserve : {false, true}) {
+    if (!dev.wants(lserve)) continue;
     for (const int64_t B : batches) {
       for (const int64_t C : contexts) {
         const int32_t pages = static_cast<int32_t>((C + kPage - 1) / kPage);
@@ -419,12 +478,17 @@ int run(int argc, char** argv) {
   dev.l2_bytes = prop.l2CacheSize;
   std::printf("# %s, L2 %.0f MB\n", dev.b->name().c_str(), static_cast<double>(dev.l2_bytes) / 1e6);
   JsonLines out(arg(argc, argv, "--out", ""));
-  const std::string sections = arg(argc, argv, "--sections", "copy,gemm,prefill,decode");
+  dev.policies = arg(argc, argv, "--policies", "dense,lserve");
+  const std::string sections = arg(argc, argv, "--sections", "copy,gemm,linear,prefill,decode");
   const auto has = [&](const char* s) { return sections.find(s) != std::string::npos; };
   out.write(fmt::format(R"({{"bench": "device", "name": "{}", "sms": {}, "l2_mb": {:.0f}}})",
                         prop.name, prop.multiProcessorCount,
                         static_cast<double>(dev.l2_bytes) / 1e6));
   bench_ceilings(dev, out, has("copy"), has("gemm"));
+  if (has("linear")) {
+    const double copy_bps = copy_bandwidth(*dev.b, int64_t{1} << 30);
+    bench_linear(dev, out, parse_list(arg(argc, argv, "--linear-m", "1,8,32")), copy_bps);
+  }
   if (has("prefill")) {
     bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")));
   }
