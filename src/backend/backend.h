@@ -86,6 +86,23 @@ class Backend {
   // The first failure of an op since the last call (ops return nothing, so a bad view or a
   // device fault is recorded here), then clears it. Callers check it after synchronize().
   virtual Status take_error() { return {}; }
+  // ---- recorded steps (CUDA graphs) ----
+  // A backend that can record a sequence of ops once and relaunch it (same pointers, same
+  // host-side scalars) says so here; the others refuse every call below. A recording fails
+  // (end_capture returns the error, nothing ran) when an op cannot be recorded: a copy from or to
+  // pageable memory, a synchronize(), scratch that would have to grow. Run the same sequence once
+  // unrecorded first, so the scratch is sized.
+  virtual bool can_record() const { return false; }
+  virtual Status begin_capture() { return unimplemented("{} cannot record ops", name()); }
+  // Returns the id of the recording.
+  virtual Result<int32_t> end_capture() { return unimplemented("{} cannot record ops", name()); }
+  // Enqueues recording `graph`.
+  virtual Status replay(int32_t /*graph*/) { return unimplemented("{} cannot record ops", name()); }
+  virtual void drop_graphs() {}
+  // Changes whenever memory that recorded ops point at moved (the scratch grew): recordings made
+  // under another epoch are stale and must be dropped.
+  virtual int64_t recording_epoch() const { return 0; }
+
   // Free and total bytes of kDevice memory (GPU: cudaMemGetInfo; CPU: physical RAM).
   virtual int64_t device_memory_free_bytes() const;
   virtual int64_t device_memory_total_bytes() const;
@@ -102,6 +119,15 @@ class Backend {
   // f32.
   virtual void rope(const TensorView& x, const TensorView& cos, const TensorView& sin,
                     int64_t rotary_dim) = 0;
+  // The fused QKV projection's output split for attention: qkv [T, (Hq + 2 Hkv) * D] (q heads,
+  // then k heads, then v heads) into q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D]; q and k get the
+  // per-head rmsnorm (q_norm / k_norm: [D] f32, or empty for none; rounded to act dtype) and then
+  // RoPE on their first rotary_dim dims (cos, sin: [T, rotary_dim/2] f32), exactly as the
+  // rmsnorm and rope ops would.
+  virtual void qkv_split_rope(const TensorView& qkv, const TensorView& q_norm,
+                              const TensorView& k_norm, float eps, const TensorView& cos,
+                              const TensorView& sin, int64_t rotary_dim, const TensorView& q,
+                              const TensorView& k, const TensorView& v) = 0;
   // out[T, I] = silu(gate_up[:, :I]) * gate_up[:, I:]; gate_up: [T, 2I].
   virtual void silu_mul(const TensorView& gate_up, const TensorView& out) = 0;
   // x += y, same shape.

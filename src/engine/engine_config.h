@@ -20,6 +20,7 @@ struct EngineConfig {
   int32_t max_num_batched_tokens = 2048; // tokens per step: decode tokens + prefill chunks
   int32_t max_model_len = 0;             // context limit; 0 = the model's max_position_embeddings
   int64_t kv_cache_bytes = 0;            // 0 = automatic (see engine_core.cpp)
+  bool enforce_eager = false;            // CUDA: never record decode steps as graphs
   double gpu_memory_utilization = 0.9;   // CUDA: share of device memory the engine may use
   uint64_t seed = 0;                     // draws seeds for requests that give none
   std::string served_model_name;         // empty: the model directory's name

@@ -58,6 +58,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   o.max_model_len = config.max_model_len;
   o.kv_cache_bytes = config.kv_cache_bytes;
   o.gpu_memory_utilization = config.gpu_memory_utilization;
+  o.record_decode_steps = !config.enforce_eager;
   o.max_logit_rows = max_logit_rows(config);
   LS_ASSIGN_OR_RETURN(std::unique_ptr<EngineModel> model, EngineModel::load(o));
 

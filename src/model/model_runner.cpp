@@ -1,8 +1,11 @@
 #include "model/model_runner.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
+
+#include "core/log.h"
 
 namespace ls {
 
@@ -42,6 +45,8 @@ Status ModelRunner::allocate() {
   LS_RETURN_IF_ERROR(alloc(x_, t * c.hidden_size(), act));
   LS_RETURN_IF_ERROR(alloc(xn_, t * c.hidden_size(), act));
   LS_RETURN_IF_ERROR(alloc(delta_, t * c.hidden_size(), act));
+  LS_RETURN_IF_ERROR(alloc(
+      qkv_, t * (c.num_attention_heads() + 2 * c.num_key_value_heads()) * c.head_dim(), act));
   LS_RETURN_IF_ERROR(alloc(q_, t * c.num_attention_heads() * c.head_dim(), act));
   LS_RETURN_IF_ERROR(alloc(k_, t * c.num_key_value_heads() * c.head_dim(), act));
   LS_RETURN_IF_ERROR(alloc(v_, t * c.num_key_value_heads() * c.head_dim(), act));
@@ -55,8 +60,9 @@ Status ModelRunner::allocate() {
   const KvGeometry& g = kv_.geometry();
   const auto retrieval_cols =
       static_cast<int32_t>((config_.max_model_len + g.page_tokens - 1) / g.page_tokens);
+  max_retrieval_stride_ = std::max(1, retrieval_cols);
   const int64_t meta_bytes =
-      layout_for(t, config_.max_seqs, r, std::max(1, retrieval_cols),
+      layout_for(t, config_.max_seqs, r, max_retrieval_stride_,
                  std::max(1, g.streaming_table_stride()))
           .end;
   LS_ASSIGN_OR_RETURN(meta_, backend_.allocate(meta_bytes));
@@ -125,7 +131,8 @@ ModelRunner::MetaLayout ModelRunner::layout_for(int64_t num_tokens, int64_t num_
   return L;
 }
 
-void ModelRunner::upload_metadata(const StepInput& step, const StepAttentionPlan& plan) {
+void ModelRunner::upload_metadata(const StepInput& step, const StepAttentionPlan& plan,
+                                  bool fixed_shape) {
   const auto num_tokens = static_cast<int64_t>(step.tokens.size());
   const auto num_seqs = static_cast<int64_t>(step.seqs.size());
   const auto num_rows = static_cast<int64_t>(step.logit_rows.size());
@@ -134,6 +141,11 @@ void ModelRunner::upload_metadata(const StepInput& step, const StepAttentionPlan
   for (const StepSequence& s : step.seqs) {
     retrieval_stride_ = std::max<int32_t>(
         retrieval_stride_, static_cast<int32_t>(kv_.sequence(s.slot).retrieval.size()));
+  }
+  if (fixed_shape) {
+    retrieval_stride_ = std::min(max_retrieval_stride_,
+                                 static_cast<int32_t>(std::bit_ceil(
+                                     static_cast<uint32_t>(std::max(16, retrieval_stride_)))));
   }
   streaming_stride_ = std::max(1, kv_.geometry().streaming_table_stride());
 
@@ -180,16 +192,81 @@ void ModelRunner::upload_metadata(const StepInput& step, const StepAttentionPlan
 Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   LS_RETURN_IF_ERROR(validate(step));
   const ModelConfig& c = model_.config();
-  const ModelWeights& w = model_.weights();
-  const DType act = backend_.act_dtype();
   const auto num_tokens = static_cast<int32_t>(step.tokens.size());
   const auto num_seqs = static_cast<int32_t>(step.seqs.size());
   num_logit_rows_ = static_cast<int32_t>(step.logit_rows.size());
 
   StepAttentionPlan plan;
   policy_.plan_step(step.seqs, plan);
-  upload_metadata(step, plan);
+  // A decode step (one token per sequence) has the same ops and pointers every time for a given
+  // shape: record it once and replay it (no per-op launch cost). Prefill chunks vary too much.
+  const bool record =
+      config_.record_decode_steps && num_tokens == num_seqs && backend_.can_record();
+  upload_metadata(step, plan, record);
+  if (record) {
+    LS_RETURN_IF_ERROR(enqueue_recorded(num_tokens, num_seqs, plan.any_select));
+  } else {
+    enqueue_step(num_tokens, num_seqs, plan.any_select);
+  }
 
+  logits.clear();
+  if (num_logit_rows_ == 0) {
+    backend_.synchronize();
+    return backend_.take_error();
+  }
+  logits.resize(static_cast<size_t>(num_logit_rows_) * static_cast<size_t>(c.vocab_size()));
+  const Buffer& src = backend_.act_dtype() == DType::kF32 ? logits_ : logits_f32_;
+  backend_.copy_bytes(logits.data(), src.data(), static_cast<int64_t>(logits.size()) * 4);
+  backend_.synchronize();
+  // Non-finite rows are the caller's to judge per sequence (one bad row must not fail a batch).
+  return backend_.take_error();
+}
+
+Status ModelRunner::enqueue_recorded(int32_t num_tokens, int32_t num_seqs, bool any_select) {
+  constexpr size_t kMaxRecorded = 64;
+  if (backend_.recording_epoch() != recorded_epoch_) {  // scratch moved: recordings are stale
+    backend_.drop_graphs();
+    recorded_.clear();
+    recorded_epoch_ = backend_.recording_epoch();
+  }
+  const StepShape shape{num_seqs, num_logit_rows_, retrieval_stride_, any_select};
+  auto it = recorded_.find(shape);
+  if (it == recorded_.end()) {
+    if (recorded_.size() >= kMaxRecorded) {
+      backend_.drop_graphs();
+      recorded_.clear();
+    }
+    recorded_.emplace(shape, kSeen);
+    enqueue_step(num_tokens, num_seqs, any_select);
+    return {};
+  }
+  if (it->second == kSeen) {
+    Status s = backend_.begin_capture();
+    if (s.ok()) {
+      enqueue_step(num_tokens, num_seqs, any_select);
+      Result<int32_t> graph = backend_.end_capture();
+      if (graph.ok()) {
+        it->second = *graph;
+      } else {
+        s = graph.status();
+      }
+    }
+    if (!s.ok()) {
+      LS_LOG_WARN("decode steps of {} sequences are not recorded ({}); they run op by op",
+                  num_seqs, s.message());
+      it->second = kPlain;
+      (void)backend_.take_error();  // the failed recording's; the plain run reports real ones
+    }
+  }
+  if (it->second >= 0) return backend_.replay(it->second);
+  enqueue_step(num_tokens, num_seqs, any_select);
+  return {};
+}
+
+void ModelRunner::enqueue_step(int32_t num_tokens, int32_t num_seqs, bool any_select) {
+  const ModelConfig& c = model_.config();
+  const ModelWeights& w = model_.weights();
+  const DType act = backend_.act_dtype();
   auto* meta = static_cast<uint8_t*>(meta_.data());
   TensorView tokens(meta + layout_.tokens, DType::kI32, {num_tokens}, backend_.device());
   TensorView x = x_.view(act, {num_tokens, c.hidden_size()});
@@ -202,7 +279,7 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   TensorView delta = delta_.view(act, {num_tokens, c.hidden_size()});
   backend_.rmsnorm(x, w.layers[0].input_norm, eps, xn);
   for (int32_t layer = 0; layer < num_layers; ++layer) {
-    run_layer(layer, num_tokens, num_seqs, plan.any_select);
+    run_layer(layer, num_tokens, num_seqs, any_select);
     if (layer + 1 < num_layers) {
       backend_.add_rmsnorm(x, delta, w.layers[static_cast<size_t>(layer) + 1].input_norm, eps, xn);
     } else {
@@ -210,11 +287,7 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
     }
   }
 
-  logits.clear();
-  if (num_logit_rows_ == 0) {
-    backend_.synchronize();
-    return backend_.take_error();
-  }
+  if (num_logit_rows_ == 0) return;
   const int32_t rows = num_logit_rows_;
   TensorView row_ids(meta + layout_.logit_rows, DType::kI32, {rows}, backend_.device());
   TensorView xr = rows_.view(act, {rows, c.hidden_size()});
@@ -222,17 +295,10 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   backend_.rmsnorm(xr, w.final_norm, static_cast<float>(c.rms_norm_eps()), xr);
   TensorView out = logits_.view(act, {rows, c.vocab_size()});
   backend_.linear(xr, w.lm_head, out);
-  const void* src = out.data;
   if (act != DType::kF32) {
     TensorView f32 = logits_f32_.view(DType::kF32, {rows, c.vocab_size()});
     backend_.convert(out, f32);
-    src = f32.data;
   }
-  logits.resize(static_cast<size_t>(rows) * static_cast<size_t>(c.vocab_size()));
-  backend_.copy_bytes(logits.data(), src, static_cast<int64_t>(logits.size()) * 4);
-  backend_.synchronize();
-  // Non-finite rows are the caller's to judge per sequence (one bad row must not fail a batch).
-  return backend_.take_error();
 }
 
 void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs, bool any_select) {
@@ -257,20 +323,12 @@ void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs,
   TensorView attn = attn_.view(act, {num_tokens, heads * head_dim});
 
   // Attention block; xn holds rmsnorm(x) with this layer's input norm (forward() fused it).
-  backend_.linear(xn, w.q, q.reshaped({num_tokens, heads * head_dim}));
-  backend_.linear(xn, w.k, k.reshaped({num_tokens, kv_heads * head_dim}));
-  backend_.linear(xn, w.v, v.reshaped({num_tokens, kv_heads * head_dim}));
-  if (!w.q_norm.empty()) {
-    TensorView q_rows = q.reshaped({num_tokens * heads, head_dim});
-    TensorView k_rows = k.reshaped({num_tokens * kv_heads, head_dim});
-    backend_.rmsnorm(q_rows, w.q_norm, eps, q_rows);
-    backend_.rmsnorm(k_rows, w.k_norm, eps, k_rows);
-  }
+  TensorView qkv = qkv_.view(act, {num_tokens, (heads + 2 * kv_heads) * head_dim});
+  backend_.linear(xn, w.qkv, qkv);
   const int64_t half = model_.rope().rotary_dim() / 2;
   TensorView cos(meta + layout_.cos, DType::kF32, {num_tokens, half}, dev);
   TensorView sin(meta + layout_.sin, DType::kF32, {num_tokens, half}, dev);
-  backend_.rope(q, cos, sin, half * 2);
-  backend_.rope(k, cos, sin, half * 2);
+  backend_.qkv_split_rope(qkv, w.q_norm, w.k_norm, eps, cos, sin, half * 2, q, k, v);
 
   kernels::KvAppendParams ap;
   ap.k = k.data;

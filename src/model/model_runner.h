@@ -6,7 +6,9 @@
 // device pointers.
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "attention/attention_policy.h"
@@ -24,6 +26,9 @@ struct RunnerConfig {
   int32_t max_seqs = 16;           // sequences per step
   int32_t max_logit_rows = 2048;   // rows of logits per step
   int32_t max_model_len = 4096;    // longest sequence (sizes the block-table rows)
+  // Decode steps (one token per sequence) are recorded once per shape and replayed (CUDA
+  // graphs) on backends that can record; see forward().
+  bool record_decode_steps = true;
 };
 
 class ModelRunner final : public StepExecutor {
@@ -42,8 +47,15 @@ class ModelRunner final : public StepExecutor {
               AttentionPolicy& policy, const RunnerConfig& config);
   Status allocate();
   Status validate(const StepInput& step) const;
-  // Packs the step's host arrays into `staging_` and uploads them in one copy.
-  void upload_metadata(const StepInput& step, const StepAttentionPlan& plan);
+  // Packs the step's host arrays into `staging_` and uploads them in one copy. `fixed_shape`
+  // rounds the block-table stride up to a power of two, so recorded steps repeat.
+  void upload_metadata(const StepInput& step, const StepAttentionPlan& plan, bool fixed_shape);
+  // Enqueues the whole step on the device, up to the f32 logits in logits_f32_ (logits_ when
+  // the act dtype is f32).
+  void enqueue_step(int32_t num_tokens, int32_t num_seqs, bool any_select);
+  // enqueue_step through a recording: the first step of a shape runs plainly (sizing scratch),
+  // the second is recorded, later ones replay it.
+  Status enqueue_recorded(int32_t num_tokens, int32_t num_seqs, bool any_select);
   void run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs, bool any_select);
 
   const Model& model_;
@@ -57,6 +69,7 @@ class ModelRunner final : public StepExecutor {
   Buffer x_;        // [T, hidden] residual stream
   Buffer xn_;       // [T, hidden] normed input of the next sublayer
   Buffer delta_;    // [T, hidden] a sublayer's output, added to x
+  Buffer qkv_;      // [T, (num_heads + 2 * num_kv_heads) * head_dim] fused projection
   Buffer q_;        // [T, num_heads, head_dim]
   Buffer k_;        // [T, num_kv_heads, head_dim]
   Buffer v_;        // [T, num_kv_heads, head_dim]
@@ -82,8 +95,16 @@ class ModelRunner final : public StepExecutor {
   MetaLayout layout_for(int64_t num_tokens, int64_t num_seqs, int64_t num_rows,
                         int32_t retrieval_stride, int32_t streaming_stride) const;
   int32_t retrieval_stride_ = 0;  // columns of this step's retrieval table rows
+  int32_t max_retrieval_stride_ = 1;  // columns the metadata block was sized for
   int32_t streaming_stride_ = 0;
   int32_t num_logit_rows_ = 0;
+
+  // Recorded decode steps by shape: (sequences, logit rows, table stride, any_select) -> graph
+  // id, or kSeen (ran once plainly, record next time) / kPlain (could not be recorded).
+  static constexpr int32_t kSeen = -1, kPlain = -2;
+  using StepShape = std::tuple<int32_t, int32_t, int32_t, bool>;
+  std::map<StepShape, int32_t> recorded_;
+  int64_t recorded_epoch_ = 0;
 };
 
 }  // namespace ls

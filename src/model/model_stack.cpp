@@ -54,8 +54,8 @@ Result<PoolSizes> size_pools(const KvGeometry& g, const ModelStackOptions& o, in
 }
 
 int64_t activation_bytes(const ModelConfig& c, int32_t tokens, int32_t rows, DType act) {
-  const int64_t per_token = 3 * c.hidden_size() + 2 * c.num_attention_heads() * c.head_dim() +
-                            2 * c.num_key_value_heads() * c.head_dim() + 3 * c.intermediate_size();
+  const int64_t per_token = 3 * c.hidden_size() + 3 * c.num_attention_heads() * c.head_dim() +
+                            4 * c.num_key_value_heads() * c.head_dim() + 3 * c.intermediate_size();
   return dtype_nbytes(act, per_token * tokens) +
          static_cast<int64_t>(rows) * c.vocab_size() * (dtype_size(act) + 4);
 }
@@ -125,6 +125,7 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
   rc.max_seqs = o.max_num_seqs;
   rc.max_logit_rows = logit_rows;
   rc.max_model_len = stack->max_model_len;
+  rc.record_decode_steps = o.record_decode_steps;
   LS_ASSIGN_OR_RETURN(stack->runner, ModelRunner::create(*stack->model, *stack->kv, *stack->pool,
                                                          *stack->policy, rc));
   LS_LOG_INFO(

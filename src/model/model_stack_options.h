@@ -20,6 +20,7 @@ struct ModelStackOptions {
   int32_t max_model_len = 0;       // 0: the model's max_position_embeddings
   int64_t kv_cache_bytes = 0;      // 0: automatic
   double gpu_memory_utilization = 0.9;
+  bool record_decode_steps = true;  // replay decode steps as recorded graphs where the backend can
 };
 
 }  // namespace ls

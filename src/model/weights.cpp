@@ -155,14 +155,14 @@ Result<ModelWeights> load_weights(const Checkpoint& ckpt, const ModelConfig& c,
     LS_ASSIGN_OR_RETURN(L.input_norm, up.vector_f32({n("input_layernorm.weight")}, {hidden}));
     LS_ASSIGN_OR_RETURN(L.post_norm,
                         up.vector_f32({n("post_attention_layernorm.weight")}, {hidden}));
-    LS_ASSIGN_OR_RETURN(L.q.w, up.matrix({n("self_attn.q_proj.weight")}, {q_out}, hidden));
-    LS_ASSIGN_OR_RETURN(L.k.w, up.matrix({n("self_attn.k_proj.weight")}, {kv_out}, hidden));
-    LS_ASSIGN_OR_RETURN(L.v.w, up.matrix({n("self_attn.v_proj.weight")}, {kv_out}, hidden));
+    LS_ASSIGN_OR_RETURN(L.qkv.w, up.matrix({n("self_attn.q_proj.weight"), n("self_attn.k_proj.weight"),
+                                            n("self_attn.v_proj.weight")},
+                                           {q_out, kv_out, kv_out}, hidden));
     LS_ASSIGN_OR_RETURN(L.o.w, up.matrix({n("self_attn.o_proj.weight")}, {hidden}, q_out));
     if (has_qkv_bias(c, arch)) {
-      LS_ASSIGN_OR_RETURN(L.q.bias, up.vector_f32({n("self_attn.q_proj.bias")}, {q_out}));
-      LS_ASSIGN_OR_RETURN(L.k.bias, up.vector_f32({n("self_attn.k_proj.bias")}, {kv_out}));
-      LS_ASSIGN_OR_RETURN(L.v.bias, up.vector_f32({n("self_attn.v_proj.bias")}, {kv_out}));
+      LS_ASSIGN_OR_RETURN(L.qkv.bias, up.vector_f32({n("self_attn.q_proj.bias"), n("self_attn.k_proj.bias"),
+                                                     n("self_attn.v_proj.bias")},
+                                                    {q_out, kv_out, kv_out}));
     }
     if (has_o_bias(c, arch)) {
       LS_ASSIGN_OR_RETURN(L.o.bias, up.vector_f32({n("self_attn.o_proj.bias")}, {hidden}));

@@ -1,6 +1,7 @@
 #pragma once
 // The parameters of a decoder model, resident on one backend. Shapes follow Hugging Face: a
-// linear weight is [out_features, in_features]. gate and up are fused into one [2 * inter,
+// linear weight is [out_features, in_features]. q, k and v are fused into one matrix (one GEMM
+// reads all three; qkv_split_rope hands attention its inputs), gate and up into one [2 * inter,
 // hidden] matrix so the MLP runs one GEMM and silu_mul reads both halves.
 
 #include <vector>
@@ -15,9 +16,7 @@ namespace ls {
 
 struct LayerWeights {
   TensorView input_norm;  // [hidden] f32
-  LinearWeight q;         // [num_heads * head_dim, hidden]
-  LinearWeight k;         // [num_kv_heads * head_dim, hidden]
-  LinearWeight v;         // [num_kv_heads * head_dim, hidden]
+  LinearWeight qkv;       // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]: q, k, v rows
   TensorView q_norm;      // [head_dim] f32, Qwen3 only (else empty)
   TensorView k_norm;      // [head_dim] f32, Qwen3 only
   LinearWeight o;         // [hidden, num_heads * head_dim]

@@ -26,6 +26,8 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
   app.add_option("--gpu-memory-utilization", c.gpu_memory_utilization,
                  "Share of GPU memory the engine may use")
       ->capture_default_str();
+  app.add_flag("--enforce-eager", c.enforce_eager,
+               "CUDA: run decode steps op by op instead of replaying recorded CUDA graphs");
   app.add_option("--engine-seed", c.seed, "Engine seed (requests without a seed draw from it)")
       ->capture_default_str();
   AttentionConfig& a = c.attention;

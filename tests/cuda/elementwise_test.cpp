@@ -125,6 +125,85 @@ TEST(CudaElementwise, RopeMatchesCpuToTheUlp) {
   }
 }
 
+// The fused split + per-head norm + RoPE against the separate GPU ops on the split tensors:
+// identical without the norm (same rope arithmetic), within rounding with it (the sum of squares
+// is added in another order).
+TEST(CudaElementwise, QkvSplitRopeMatchesSeparateOps) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(17);
+  struct Shape {
+    int64_t tokens, q_heads, kv_heads, head_dim, rotary;
+  };
+  for (DType dt : kDtypes) {
+    for (Shape sh : {Shape{1, 32, 8, 128, 128}, Shape{5, 4, 2, 64, 64}, Shape{3, 6, 6, 96, 64},
+                     Shape{7, 16, 2, 256, 256}, Shape{2, 3, 1, 16, 8}}) {
+      for (bool norm : {false, true}) {
+        const int64_t T = sh.tokens, D = sh.head_dim, half = sh.rotary / 2;
+        const int64_t qn = sh.q_heads * D, kn = sh.kv_heads * D, row = qn + 2 * kn;
+        HostArray qkv = random_array(rng, T * row, dt, -3, 3);
+        std::vector<float> cs(static_cast<size_t>(T * half)), sn(cs.size());
+        std::uniform_real_distribution<float> ang(-3.14f, 3.14f), wd(0.5f, 1.5f);
+        for (size_t i = 0; i < cs.size(); ++i) {
+          const float a = ang(rng);
+          cs[i] = std::cos(a);
+          sn[i] = std::sin(a);
+        }
+        std::vector<float> qw(static_cast<size_t>(D)), kw(qw.size());
+        for (auto& v : qw) v = wd(rng);
+        for (auto& v : kw) v = wd(rng);
+        // Host split of the rounded inputs.
+        HostArray q(T * qn, dt), k(T * kn, dt), v(T * kn, dt);
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t i = 0; i < qn; ++i) q.set(t * qn + i, qkv.values[static_cast<size_t>(t * row + i)]);
+          for (int64_t i = 0; i < kn; ++i) {
+            k.set(t * kn + i, qkv.values[static_cast<size_t>(t * row + qn + i)]);
+            v.set(t * kn + i, qkv.values[static_cast<size_t>(t * row + qn + kn + i)]);
+          }
+        }
+        DeviceArray dqkv = DeviceArray::of(qkv), dc = DeviceArray::of(cs), ds = DeviceArray::of(sn),
+                    dqw = DeviceArray::of(qw), dkw = DeviceArray::of(kw);
+        DeviceArray fq(static_cast<int64_t>(q.bytes.size())), fk(static_cast<int64_t>(k.bytes.size())),
+            fv(static_cast<int64_t>(v.bytes.size()));
+        fq.poison(dt, T * qn);
+        fk.poison(dt, T * kn);
+        fv.poison(dt, T * kn);
+        const TensorView no_norm;
+        gpu()->qkv_split_rope(dev(dqkv, dt, {T, row}), norm ? dev(dqw, DType::kF32, {D}) : no_norm,
+                              norm ? dev(dkw, DType::kF32, {D}) : no_norm, 1e-6f,
+                              dev(dc, DType::kF32, {T, half}), dev(ds, DType::kF32, {T, half}),
+                              sh.rotary, dev(fq, dt, {T, sh.q_heads, D}),
+                              dev(fk, dt, {T, sh.kv_heads, D}), dev(fv, dt, {T, sh.kv_heads, D}));
+        // Reference: the separate ops on the split tensors.
+        DeviceArray sq = DeviceArray::of(q), sk = DeviceArray::of(k);
+        if (norm) {
+          gpu()->rmsnorm(dev(sq, dt, {T * sh.q_heads, D}), dev(dqw, DType::kF32, {D}), 1e-6f,
+                         dev(sq, dt, {T * sh.q_heads, D}));
+          gpu()->rmsnorm(dev(sk, dt, {T * sh.kv_heads, D}), dev(dkw, DType::kF32, {D}), 1e-6f,
+                         dev(sk, dt, {T * sh.kv_heads, D}));
+        }
+        gpu()->rope(dev(sq, dt, {T, sh.q_heads, D}), dev(dc, DType::kF32, {T, half}),
+                    dev(ds, DType::kF32, {T, half}), sh.rotary);
+        gpu()->rope(dev(sk, dt, {T, sh.kv_heads, D}), dev(dc, DType::kF32, {T, half}),
+                    dev(ds, DType::kF32, {T, half}), sh.rotary);
+        ASSERT_TRUE(gpu()->take_error().ok());
+        const std::string what = std::string(dtype_label(dt)) + " head_dim " + std::to_string(D) +
+                                 " rotary " + std::to_string(sh.rotary) + " norm " +
+                                 std::to_string(norm);
+        EXPECT_EQ(fv.download(), v.bytes) << what;
+        if (norm) {
+          EXPECT_TRUE(close_to(fq.download_floats(dt, T * qn), sq.download_floats(dt, T * qn),
+                               rel_tol(dt) / 2, rel_tol(dt))) << what;
+          EXPECT_TRUE(close_to(fk.download_floats(dt, T * kn), sk.download_floats(dt, T * kn),
+                               rel_tol(dt) / 2, rel_tol(dt))) << what;
+        } else {
+          EXPECT_EQ(fq.download(), sq.download()) << what;
+          EXPECT_EQ(fk.download(), sk.download()) << what;
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaElementwise, SiluMulAddConvertMatchCpu) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(14);

@@ -202,6 +202,51 @@ void CpuBackend::rope(const TensorView& x, const TensorView& cos, const TensorVi
                      sin.ptr<float>(), pool_);
 }
 
+void CpuBackend::qkv_split_rope(const TensorView& qkv, const TensorView& q_norm,
+                                const TensorView& k_norm, float eps, const TensorView& cos,
+                                const TensorView& sin, int64_t rotary_dim, const TensorView& q,
+                                const TensorView& k, const TensorView& v) {
+  const char* op = "qkv_split_rope";
+  const bool shapes = f32_contiguous(q) && q.ndim == 3 && f32_contiguous(k) && k.ndim == 3 &&
+                      f32_contiguous(v) && v.ndim == 3 && k.dim(0) == q.dim(0) &&
+                      v.dim(0) == q.dim(0) && k.dim(2) == q.dim(2) && v.dim(1) == k.dim(1) &&
+                      v.dim(2) == q.dim(2);
+  if (!check_op(error_, shapes, op, "q [T, Hq, D], k and v [T, Hkv, D] must be contiguous f32") ||
+      !check_op(error_, f32_contiguous(qkv) && qkv.numel() == q.numel() + k.numel() + v.numel(),
+                op, "qkv must be [T, (Hq + 2 Hkv) * D] f32") ||
+      !check_op(error_, rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= q.dim(2), op,
+                "bad rotary_dim") ||
+      !check_op(error_, f32_contiguous(cos) && f32_contiguous(sin) &&
+                            cos.numel() == q.dim(0) * rotary_dim / 2 && sin.numel() == cos.numel(),
+                op, "cos/sin must be [T, rotary_dim / 2] f32") ||
+      !check_op(error_,
+                q_norm.empty() == k_norm.empty() &&
+                    (q_norm.empty() || (f32_contiguous(q_norm) && f32_contiguous(k_norm) &&
+                                        q_norm.numel() == q.dim(2) && k_norm.numel() == q.dim(2))),
+                op, "q_norm and k_norm must both be [D] f32 or both empty")) {
+    return;
+  }
+  const int64_t tokens = q.dim(0), d = q.dim(2);
+  const int64_t qn = q.dim(1) * d, kn = k.dim(1) * d;
+  const float* src = qkv.ptr<float>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* row = src + t * (qn + 2 * kn);
+    std::memcpy(q.ptr<float>() + t * qn, row, static_cast<size_t>(qn) * 4);
+    std::memcpy(k.ptr<float>() + t * kn, row + qn, static_cast<size_t>(kn) * 4);
+    std::memcpy(v.ptr<float>() + t * kn, row + qn + kn, static_cast<size_t>(kn) * 4);
+  }
+  if (!q_norm.empty()) {
+    kernels::cpu::rmsnorm(q.ptr<float>(), q_norm.ptr<float>(), eps, tokens * q.dim(1), d,
+                          q.ptr<float>(), pool_);
+    kernels::cpu::rmsnorm(k.ptr<float>(), k_norm.ptr<float>(), eps, tokens * k.dim(1), d,
+                          k.ptr<float>(), pool_);
+  }
+  kernels::cpu::rope(q.ptr<float>(), tokens, q.dim(1), d, rotary_dim, cos.ptr<float>(),
+                     sin.ptr<float>(), pool_);
+  kernels::cpu::rope(k.ptr<float>(), tokens, k.dim(1), d, rotary_dim, cos.ptr<float>(),
+                     sin.ptr<float>(), pool_);
+}
+
 void CpuBackend::silu_mul(const TensorView& gate_up, const TensorView& out) {
   const char* op = "silu_mul";
   if (!check_op(error_, f32_contiguous(gate_up) && gate_up.ndim == 2 && gate_up.dim(1) % 2 == 0, op,

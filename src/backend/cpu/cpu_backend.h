@@ -36,6 +36,9 @@ class CpuBackend final : public Backend {
   void linear(const TensorView& x, const LinearWeight& w, const TensorView& out) override;
   void rope(const TensorView& x, const TensorView& cos, const TensorView& sin,
             int64_t rotary_dim) override;
+  void qkv_split_rope(const TensorView& qkv, const TensorView& q_norm, const TensorView& k_norm,
+                      float eps, const TensorView& cos, const TensorView& sin, int64_t rotary_dim,
+                      const TensorView& q, const TensorView& k, const TensorView& v) override;
   void silu_mul(const TensorView& gate_up, const TensorView& out) override;
   void add_inplace(const TensorView& x, const TensorView& y) override;
   void gather_rows(const TensorView& x, const TensorView& rows, const TensorView& out) override;

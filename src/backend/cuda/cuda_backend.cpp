@@ -305,6 +305,7 @@ Status CudaBackend::reserve_workspace(int64_t bytes) {
   }
   LS_CUDA_RETURN_IF_ERROR(cudaMalloc(&workspace_, static_cast<size_t>(n)));
   workspace_bytes_ = n;
+  ++workspace_epoch_;
   return {};
 }
 

@@ -69,6 +69,9 @@ class CudaBackend final : public Backend {
   void linear(const TensorView& x, const LinearWeight& w, const TensorView& out) override;
   void rope(const TensorView& x, const TensorView& cos, const TensorView& sin,
             int64_t rotary_dim) override;
+  void qkv_split_rope(const TensorView& qkv, const TensorView& q_norm, const TensorView& k_norm,
+                      float eps, const TensorView& cos, const TensorView& sin, int64_t rotary_dim,
+                      const TensorView& q, const TensorView& k, const TensorView& v) override;
   void silu_mul(const TensorView& gate_up, const TensorView& out) override;
   void add_inplace(const TensorView& x, const TensorView& y) override;
   void gather_rows(const TensorView& x, const TensorView& rows, const TensorView& out) override;
@@ -89,12 +92,14 @@ class CudaBackend final : public Backend {
   // fails (end_capture returns the error) when an op cannot be recorded: a copy from or to
   // pageable memory, or scratch that would have to grow. Run the same sequence once uncaptured
   // first so the scratch is sized.
-  Status begin_capture();
+  bool can_record() const override { return true; }
+  Status begin_capture() override;
   // Returns the id of the recorded graph.
-  Result<int32_t> end_capture();
+  Result<int32_t> end_capture() override;
   // Enqueues the recorded graph on the stream.
-  Status replay(int32_t graph);
-  void drop_graphs();
+  Status replay(int32_t graph) override;
+  void drop_graphs() override;
+  int64_t recording_epoch() const override { return workspace_epoch_; }
   bool capturing() const { return capturing_; }
 
   // ---- introspection, tuning ----
@@ -127,6 +132,7 @@ class CudaBackend final : public Backend {
   void* lt_workspace_ = nullptr;
   void* workspace_ = nullptr;
   int64_t workspace_bytes_ = 0;
+  int64_t workspace_epoch_ = 0;  // bumped when the workspace moves
   // Pinned staging for pageable copies: two chunks, each with an event marking its last use.
   void* staging_ = nullptr;
   int64_t staging_chunk_bytes_ = 0;

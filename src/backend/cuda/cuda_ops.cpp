@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/paged_ops.h"
+#include "kernels/cuda/qkv_split.h"
 
 namespace ls {
 
@@ -112,6 +113,48 @@ void CudaBackend::rope(const TensorView& x, const TensorView& cos, const TensorV
   report(kc::rope(x.data, x.dim(0), x.dim(1), x.dim(2), rotary_dim, cos.ptr<float>(),
                   sin.ptr<float>(), x.dtype, stream_),
          op);
+}
+
+void CudaBackend::qkv_split_rope(const TensorView& qkv, const TensorView& q_norm,
+                                 const TensorView& k_norm, float eps, const TensorView& cos,
+                                 const TensorView& sin, int64_t rotary_dim, const TensorView& q,
+                                 const TensorView& k, const TensorView& v) {
+  const char* op = "qkv_split_rope";
+  const bool shapes = float_contiguous(q) && q.ndim == 3 && float_contiguous(k) && k.ndim == 3 &&
+                      float_contiguous(v) && v.ndim == 3 && k.dtype == q.dtype &&
+                      v.dtype == q.dtype && k.dim(0) == q.dim(0) && v.dim(0) == q.dim(0) &&
+                      k.dim(2) == q.dim(2) && v.dim(1) == k.dim(1) && v.dim(2) == q.dim(2);
+  if (!check(shapes, op, "q [T, Hq, D], k and v [T, Hkv, D] contiguous of one float dtype") ||
+      !check(float_contiguous(qkv) && qkv.dtype == q.dtype &&
+                 qkv.numel() == q.numel() + k.numel() + v.numel(),
+             op, "qkv must be [T, (Hq + 2 Hkv) * D] of q's dtype") ||
+      !check(cos.dtype == DType::kF32 && sin.dtype == DType::kF32 && cos.is_contiguous() &&
+                 sin.is_contiguous() && cos.numel() == q.dim(0) * rotary_dim / 2 &&
+                 sin.numel() == cos.numel(),
+             op, "cos/sin must be [T, rotary_dim / 2] f32") ||
+      !check(q_norm.empty() == k_norm.empty() &&
+                 (q_norm.empty() || (q_norm.dtype == DType::kF32 && k_norm.dtype == DType::kF32 &&
+                                     q_norm.numel() == q.dim(2) && k_norm.numel() == q.dim(2))),
+             op, "q_norm and k_norm must both be [D] f32 or both empty")) {
+    return;
+  }
+  kc::QkvSplitParams p;
+  p.qkv = qkv.data;
+  p.q = q.data;
+  p.k = k.data;
+  p.v = v.data;
+  p.q_norm = q_norm.empty() ? nullptr : q_norm.ptr<float>();
+  p.k_norm = k_norm.empty() ? nullptr : k_norm.ptr<float>();
+  p.eps = eps;
+  p.cos = cos.ptr<float>();
+  p.sin = sin.ptr<float>();
+  p.tokens = q.dim(0);
+  p.q_heads = static_cast<int32_t>(q.dim(1));
+  p.kv_heads = static_cast<int32_t>(k.dim(1));
+  p.head_dim = static_cast<int32_t>(q.dim(2));
+  p.rotary_dim = static_cast<int32_t>(rotary_dim);
+  p.dtype = q.dtype;
+  report(kc::qkv_split_rope(p, stream_), op);
 }
 
 void CudaBackend::silu_mul(const TensorView& gate_up, const TensorView& out) {
