@@ -11,7 +11,9 @@
 // divided by the measured device-to-device copy bandwidth.
 // Usage: bench_cuda_e2e --model DIR [--out FILE] [--policies dense,streaming,lserve]
 //        [--ttft 8192,32768,131072] [--tpot 32768,131072] [--chunk 16384] [--steps 16]
-//        [--profile-step 1]
+//        [--profile-step 1] [--record 0|1] [--gemv 0|1]
+// --record 0 runs decode steps op by op (no CUDA graphs); --gemv 0 sends decode-sized linear
+// layers to cuBLASLt instead of the gemv kernel.
 
 #include <cuda_profiler_api.h>
 
@@ -38,7 +40,7 @@ struct PolicyStack {
 
 Result<PolicyStack> make_policy_stack(const Model& model, Backend& backend,
                                       const AttentionConfig& attention, int32_t max_len,
-                                      int32_t chunk) {
+                                      int32_t chunk, bool record) {
   const ModelConfig& c = model.config();
   PolicyModelInfo info;
   info.num_layers = static_cast<int32_t>(c.num_hidden_layers());
@@ -66,6 +68,7 @@ Result<PolicyStack> make_policy_stack(const Model& model, Backend& backend,
   rc.max_seqs = 1;
   rc.max_logit_rows = 1;
   rc.max_model_len = max_len;
+  rc.record_decode_steps = record;
   LS_ASSIGN_OR_RETURN(st.runner, ModelRunner::create(model, *st.kv, *st.pool, *st.policy, rc));
   return st;
 }
@@ -171,6 +174,8 @@ Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t chunk, int32_t steps
   return r;
 }
 
+bool b_gemv = true;
+
 int run(int argc, char** argv) {
   const std::string model_dir = arg(argc, argv, "--model", "");
   if (model_dir.empty()) {
@@ -184,6 +189,8 @@ int run(int argc, char** argv) {
   const auto chunk = static_cast<int32_t>(std::atoi(arg(argc, argv, "--chunk", "16384").c_str()));
   const auto steps = static_cast<int32_t>(std::atoi(arg(argc, argv, "--steps", "16").c_str()));
   const bool profile = arg(argc, argv, "--profile-step", "0") == "1";
+  const bool record = arg(argc, argv, "--record", "1") == "1";  // decode steps as CUDA graphs
+  b_gemv = arg(argc, argv, "--gemv", "1") == "1";
 
   auto backend = CudaBackend::create(0);
   if (!backend.ok()) {
@@ -191,6 +198,7 @@ int run(int argc, char** argv) {
     return 2;
   }
   CudaBackend& b = **backend;
+  b.set_gemv(b_gemv);
   const double copy_bps = copy_bandwidth(b, int64_t{2} << 30);
   const auto t_load = std::chrono::steady_clock::now();
   auto model = Model::load(model_dir, b);
@@ -217,7 +225,7 @@ int run(int argc, char** argv) {
     if (policies.find(name) == std::string::npos) continue;
     AttentionConfig a;
     a.policy = name;
-    auto st = make_policy_stack(**model, b, a, static_cast<int32_t>(max_len), chunk);
+    auto st = make_policy_stack(**model, b, a, static_cast<int32_t>(max_len), chunk, record);
     if (!st.ok()) {
       out.write(fmt::format(R"({{"bench": "e2e", "policy": "{}", "error": "{}"}})", name,
                             json_safe(st.status().message())));
@@ -252,8 +260,8 @@ int run(int argc, char** argv) {
         continue;
       }
       out.write(fmt::format(
-          R"({{"bench": "tpot", "policy": "{}", "context": {}, "median_ms": {:.3f}, "mean_ms": {:.3f}, "floor_ms": {:.3f}, "vs_floor": {:.2f}}})",
-          name, C, r->median_ms, r->mean_ms, floor_ms, r->mean_ms / floor_ms));
+          R"({{"bench": "tpot", "policy": "{}", "context": {}, "median_ms": {:.3f}, "mean_ms": {:.3f}, "floor_ms": {:.3f}, "vs_floor": {:.2f}, "recorded": {}, "gemv": {}}})",
+          name, C, r->median_ms, r->mean_ms, floor_ms, r->mean_ms / floor_ms, record, b_gemv));
     }
   }
   return 0;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "kernels/cuda/gemv.h"
 
 namespace ls::bench {
 namespace {
@@ -134,6 +135,9 @@ void bench_linear(Device& dev, JsonLines& out, const std::vector<int64_t>& ms_li
                           {"lm_head", 128256, 4096}};
   for (int64_t m : ms_list) {
     for (const Shape& s : shapes) {
+     for (const bool use_gemv : {false, true}) {
+      if (use_gemv && m > kernels::cuda::kGemvMaxRows) continue;
+      dev.b->set_gemv(use_gemv);
       const int64_t wbytes = s.n * s.k * 2;
       const int64_t replicas =
           std::clamp<int64_t>((4 * dev.l2_bytes + wbytes - 1) / wbytes, 2, 64);
@@ -163,11 +167,13 @@ void bench_linear(Device& dev, JsonLines& out, const std::vector<int64_t>& ms_li
       const double bytes = static_cast<double>(wbytes + 2 * m * (s.k + s.n));
       const double gbps = us > 0 ? bytes / (us * 1e-6) / 1e9 : 0.0;
       out.write(fmt::format(
-          R"({{"bench": "linear", "name": "{}", "m": {}, "n": {}, "k": {}, "us": {:.2f}, "gbps": {:.0f}, "copy_fraction": {:.3f}, "ok": {}}})",
-          s.name, m, s.n, s.k, us, gbps, copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0,
-          err.ok() && us > 0 ? "true" : "false"));
+          R"({{"bench": "linear", "impl": "{}", "name": "{}", "m": {}, "n": {}, "k": {}, "us": {:.2f}, "gbps": {:.0f}, "copy_fraction": {:.3f}, "ok": {}}})",
+          use_gemv ? "gemv" : "cublaslt", s.name, m, s.n, s.k, us, gbps,
+          copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, err.ok() && us > 0 ? "true" : "false"));
+     }
     }
   }
+  dev.b->set_gemv(true);
 }
 
 // ---- prefill ----

@@ -290,8 +290,12 @@ TEST(CudaElementwise, LinearMatchesDoubleReference) {
     int64_t m, n, k;
   };
   for (DType dt : {DType::kBF16, DType::kF16}) {
+    // m <= 4 runs the gemv kernel: odd n (a warp's second row missing), k not a multiple of
+    // the 256 elements a warp reads per pass nor of the unrolled 1024, long k.
     for (Shape s : {Shape{1, 64, 64}, Shape{5, 96, 128}, Shape{37, 256, 320}, Shape{128, 512, 512},
-                    Shape{3, 1000, 4096}, Shape{300, 200, 100}}) {
+                    Shape{3, 1000, 4096}, Shape{300, 200, 100}, Shape{1, 1, 8}, Shape{2, 7, 200},
+                    Shape{4, 33, 1032}, Shape{1, 4097, 1288}, Shape{3, 130, 14336},
+                    Shape{2, 2048, 4104}}) {
       for (bool bias : {false, true}) {
         HostArray x = random_array(rng, s.m * s.k, dt, -1, 1);
         HostArray w = random_array(rng, s.n * s.k, dt, -0.1f, 0.1f);

@@ -1,8 +1,9 @@
 #pragma once
 // The CUDA backend: device memory (cudaMalloc) and pinned host memory (cudaMallocHost), one
 // non-blocking stream on which every op is enqueued in order, bf16 activations and weights, ops
-// dispatched to kernels/cuda (GEMMs through cuBLASLt). Nothing here waits for the GPU except
-// synchronize(), a copy into pageable host memory, and the rare growth of the scratch workspace.
+// dispatched to kernels/cuda (GEMMs through cuBLASLt, decode-sized ones of 1-4 rows through
+// kernels/cuda/gemv). Nothing here waits for the GPU except synchronize(), a copy into pageable
+// host memory, and the rare growth of the scratch workspace.
 //
 // Copies (copy_bytes):
 //  - device <-> device and device <-> pinned host: cudaMemcpyAsync on the stream;
@@ -108,6 +109,9 @@ class CudaBackend final : public Backend {
   void* stream_handle() const { return stream_; }
   // The first CUDA error since the last call (ok if none); clears it.
   Status take_error() override;
+  // Linear layers of up to kernels::cuda::kGemvMaxRows rows go to the gemv kernel (default) or,
+  // when off, to cuBLASLt like the others (benchmarks compare the two).
+  void set_gemv(bool on) { use_gemv_ = on; }
   void set_attention_options(const kernels::cuda::AttentionOptions& options) {
     attention_options_ = options;
   }
@@ -139,6 +143,7 @@ class CudaBackend final : public Backend {
   cudaEvent_t staging_events_[2] = {nullptr, nullptr};
   int staging_next_ = 0;
   kernels::cuda::AttentionOptions attention_options_;
+  bool use_gemv_ = true;
   Status error_;
   bool capturing_ = false;
   Status capture_error_;

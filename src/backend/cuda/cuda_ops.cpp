@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/log.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/paged_ops.h"
 #include "kernels/cuda/qkv_split.h"
 
@@ -93,8 +94,15 @@ void CudaBackend::linear(const TensorView& x, const LinearWeight& w, const Tenso
              op, "out must be [M, N] of x's dtype, got " + out.describe())) {
     return;
   }
-  report(linear_->run(x.data, w.w.data, w.bias.empty() ? nullptr : w.bias.ptr<float>(), out.data,
-                      x.dim(0), w.w.dim(0), x.dim(1), x.dtype, stream_),
+  const float* bias = w.bias.empty() ? nullptr : w.bias.ptr<float>();
+  if (use_gemv_ && kc::gemv_supports(x.data, w.w.data, x.dim(0), x.dim(1), x.dtype)) {
+    report(kc::gemv(x.data, w.w.data, bias, out.data, x.dim(0), w.w.dim(0), x.dim(1), x.dtype,
+                    stream_),
+           op);
+    return;
+  }
+  report(linear_->run(x.data, w.w.data, bias, out.data, x.dim(0), w.w.dim(0), x.dim(1), x.dtype,
+                      stream_),
          op);
 }
 

@@ -1,0 +1,136 @@
+// gemv: one warp per pair of weight rows, 4 warps per block. Lane l reads 8 consecutive elements
+// (16 bytes) of each of its two rows at k = 8 * (l + 32 * i), kUnroll iterations' loads issued
+// before any is used; x's matching 16 bytes come through the read-only path (every warp of the SM
+// reads the same x, so it stays in L1). Weight loads are marked streaming (evict first) so they do
+// not push x out. Partial sums are reduced across the warp with shuffles; lane 0 adds the bias and
+// stores. No shared memory, no second launch.
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/dispatch.cuh"
+#include "kernels/cuda/gemv.h"
+
+namespace ls::kernels::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kRowsPerWarp = 2;
+constexpr int kUnroll = 4;
+
+// The 8 values of a 16-byte vector of T, widened to f32.
+template <typename T>
+__device__ __forceinline__ void widen(const int4& v, float (&f)[8]) {
+  const auto* h = reinterpret_cast<const T*>(&v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = to_f32(h[i]);
+}
+
+template <typename T, int M>
+__global__ void __launch_bounds__(32 * kWarps) gemv_kernel(const T* __restrict__ x,
+                                                          const T* __restrict__ w,
+                                                          const float* __restrict__ bias,
+                                                          T* __restrict__ out, int64_t n,
+                                                          int64_t k) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t row0 =
+      (static_cast<int64_t>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / 32) *
+      kRowsPerWarp;
+  if (row0 >= n) return;
+  const bool has_row1 = row0 + 1 < n;
+  const int4* w0 = reinterpret_cast<const int4*>(w + row0 * k);
+  const int4* w1 = reinterpret_cast<const int4*>(w + (has_row1 ? row0 + 1 : row0) * k);
+  const int64_t vecs = k / 8;  // 16-byte vectors per row
+
+  float acc[M][kRowsPerWarp];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) acc[m][r] = 0.0f;
+  }
+  const auto step = [&](int4 a, int4 b, int64_t v) {
+    float fa[8], fb[8];
+    widen<T>(a, fa);
+    widen<T>(b, fb);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float fx[8];
+      widen<T>(__ldg(reinterpret_cast<const int4*>(x + m * k) + v), fx);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        acc[m][0] = fmaf(fa[i], fx[i], acc[m][0]);
+        acc[m][1] = fmaf(fb[i], fx[i], acc[m][1]);
+      }
+    }
+  };
+  int64_t v = lane;
+  for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
+    int4 a[kUnroll], b[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      a[u] = __ldcs(w0 + v + 32 * u);
+      b[u] = __ldcs(w1 + v + 32 * u);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) step(a[u], b[u], v + 32 * u);
+  }
+  for (; v < vecs; v += 32) step(__ldcs(w0 + v), __ldcs(w1 + v), v);
+
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) acc[m][r] = warp_sum(acc[m][r]);
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      out[m * n + row0] = from_f32<T>(acc[m][0] + (bias ? bias[row0] : 0.0f));
+      if (has_row1) out[m * n + row0 + 1] = from_f32<T>(acc[m][1] + (bias ? bias[row0 + 1] : 0.0f));
+    }
+  }
+}
+
+template <typename T, int M>
+Status launch(const void* x, const void* w, const float* bias, void* out, int64_t n, int64_t k,
+              cudaStream_t stream) {
+  const int64_t rows_per_block = int64_t{kWarps} * kRowsPerWarp;
+  const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
+  gemv_kernel<T, M><<<static_cast<unsigned>(blocks), 32 * kWarps, 0, stream>>>(
+      static_cast<const T*>(x), static_cast<const T*>(w), bias, static_cast<T*>(out), n, k);
+  return launch_status("gemv");
+}
+
+}  // namespace
+
+bool gemv_supports(const void* x, const void* w, int64_t m, int64_t k, DType dtype) {
+  return m >= 1 && m <= kGemvMaxRows && k > 0 && k % 8 == 0 &&
+         (dtype == DType::kBF16 || dtype == DType::kF16) &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+}
+
+Status gemv(const void* x, const void* w, const float* bias, void* out, int64_t m, int64_t n,
+            int64_t k, DType dtype, cudaStream_t stream) {
+  if (n <= 0) return {};
+  if (!gemv_supports(x, w, m, k, dtype) || !out) {
+    return invalid_argument("gemv: unsupported call (m {}, k {}, {})", m, k, dtype_name(dtype));
+  }
+  if (n > (int64_t{1} << 36)) return invalid_argument("gemv: n {} too large", n);
+  return dispatch_float(dtype, "gemv", [&]<typename T>() -> Status {
+    if constexpr (sizeof(T) != 2) {
+      return invalid_argument("gemv: f32 is not supported");
+    } else {
+      switch (m) {
+        case 1:
+          return launch<T, 1>(x, w, bias, out, n, k, stream);
+        case 2:
+          return launch<T, 2>(x, w, bias, out, n, k, stream);
+        case 3:
+          return launch<T, 3>(x, w, bias, out, n, k, stream);
+        default:
+          return launch<T, 4>(x, w, bias, out, n, k, stream);
+      }
+    }
+  });
+}
+
+}  // namespace ls::kernels::cuda
