@@ -130,6 +130,14 @@ class Backend {
                               const TensorView& k, const TensorView& v) = 0;
   // out[T, I] = silu(gate_up[:, :I]) * gate_up[:, I:]; gate_up: [T, 2I].
   virtual void silu_mul(const TensorView& gate_up, const TensorView& out) = 0;
+  // out[M, I] = silu(gate) * up of gate_up = x · w^T + bias ([M, 2I]: gate columns, then up
+  // columns), rounded to the act dtype before the product, exactly as linear into `scratch`
+  // ([M, 2I]) followed by silu_mul. Backends fuse it where they can (scratch then unused).
+  virtual void linear_silu_mul(const TensorView& x, const LinearWeight& w, const TensorView& scratch,
+                               const TensorView& out) {
+    linear(x, w, scratch);
+    silu_mul(scratch, out);
+  }
   // x += y, same shape.
   virtual void add_inplace(const TensorView& x, const TensorView& y) = 0;
   // x += residual, then out = rmsnorm(x) * w: the pre-norm block's "add the sublayer output,

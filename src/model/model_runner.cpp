@@ -402,8 +402,7 @@ void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs,
   const auto inter = c.intermediate_size();
   TensorView gate_up = gate_up_.view(act, {num_tokens, 2 * inter});
   TensorView mlp = mlp_.view(act, {num_tokens, inter});
-  backend_.linear(xn, w.gate_up, gate_up);
-  backend_.silu_mul(gate_up, mlp);
+  backend_.linear_silu_mul(xn, w.gate_up, gate_up, mlp);
   backend_.linear(mlp, w.down, delta);
 }
 

@@ -283,6 +283,44 @@ TEST(CudaElementwise, EmbeddingAndGatherRows) {
   }
 }
 
+// The MLP gate fused into the decode GEMV equals linear then silu_mul bit for bit (same sums,
+// same roundings); larger m takes the unfused path and must equal it too.
+TEST(CudaElementwise, LinearSiluMulMatchesLinearThenSiluMul) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(18);
+  struct Shape {
+    int64_t m, inter, k;
+  };
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (Shape s : {Shape{1, 1, 8}, Shape{1, 1408, 512}, Shape{2, 37, 1032}, Shape{3, 300, 4096},
+                    Shape{4, 129, 264}, Shape{6, 64, 128}}) {
+      for (bool bias : {false, true}) {
+        const int64_t n = 2 * s.inter;
+        HostArray x = random_array(rng, s.m * s.k, dt, -1, 1);
+        HostArray w = random_array(rng, n * s.k, dt, -0.2f, 0.2f);
+        std::vector<float> b(static_cast<size_t>(n));
+        std::uniform_real_distribution<float> bd(-1.0f, 1.0f);
+        for (auto& v : b) v = bd(rng);
+        DeviceArray dx = DeviceArray::of(x), dw = DeviceArray::of(w), db = DeviceArray::of(b);
+        DeviceArray scratch(dtype_nbytes(dt, s.m * n)), fused(dtype_nbytes(dt, s.m * s.inter)),
+            ref(dtype_nbytes(dt, s.m * s.inter));
+        fused.poison(dt, s.m * s.inter);
+        LinearWeight lw;
+        lw.w = dev(dw, dt, {n, s.k});
+        if (bias) lw.bias = dev(db, DType::kF32, {n});
+        gpu()->linear_silu_mul(dev(dx, dt, {s.m, s.k}), lw, dev(scratch, dt, {s.m, n}),
+                               dev(fused, dt, {s.m, s.inter}));
+        gpu()->linear(dev(dx, dt, {s.m, s.k}), lw, dev(scratch, dt, {s.m, n}));
+        gpu()->silu_mul(dev(scratch, dt, {s.m, n}), dev(ref, dt, {s.m, s.inter}));
+        EXPECT_EQ(fused.download(), ref.download())
+            << dtype_label(dt) << " m " << s.m << " inter " << s.inter << " k " << s.k << " bias "
+            << bias;
+      }
+    }
+  }
+  EXPECT_TRUE(gpu()->take_error().ok());
+}
+
 TEST(CudaElementwise, LinearMatchesDoubleReference) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(16);

@@ -74,6 +74,8 @@ class CudaBackend final : public Backend {
                       float eps, const TensorView& cos, const TensorView& sin, int64_t rotary_dim,
                       const TensorView& q, const TensorView& k, const TensorView& v) override;
   void silu_mul(const TensorView& gate_up, const TensorView& out) override;
+  void linear_silu_mul(const TensorView& x, const LinearWeight& w, const TensorView& scratch,
+                       const TensorView& out) override;
   void add_inplace(const TensorView& x, const TensorView& y) override;
   void gather_rows(const TensorView& x, const TensorView& rows, const TensorView& out) override;
   void convert(const TensorView& src, const TensorView& dst) override;

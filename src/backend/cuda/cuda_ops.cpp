@@ -106,6 +106,25 @@ void CudaBackend::linear(const TensorView& x, const LinearWeight& w, const Tenso
          op);
 }
 
+void CudaBackend::linear_silu_mul(const TensorView& x, const LinearWeight& w,
+                                  const TensorView& scratch, const TensorView& out) {
+  const bool fused = use_gemv_ && float_contiguous(x) && x.ndim == 2 && w.w.ndim == 2 &&
+                     float_contiguous(w.w) && w.w.dtype == x.dtype && w.w.dim(1) == x.dim(1) &&
+                     w.w.dim(0) % 2 == 0 &&
+                     (w.bias.empty() || (w.bias.dtype == DType::kF32 && w.bias.is_contiguous() &&
+                                         w.bias.numel() == w.w.dim(0))) &&
+                     float_contiguous(out) && out.dtype == x.dtype && out.ndim == 2 &&
+                     out.dim(0) == x.dim(0) && out.dim(1) * 2 == w.w.dim(0) &&
+                     kc::gemv_supports(x.data, w.w.data, x.dim(0), x.dim(1), x.dtype);
+  if (!fused) {
+    Backend::linear_silu_mul(x, w, scratch, out);  // validates and reports like the two ops
+    return;
+  }
+  report(kc::gemv_silu_mul(x.data, w.w.data, w.bias.empty() ? nullptr : w.bias.ptr<float>(),
+                           out.data, x.dim(0), w.w.dim(0), x.dim(1), x.dtype, stream_),
+         "linear_silu_mul");
+}
+
 void CudaBackend::rope(const TensorView& x, const TensorView& cos, const TensorView& sin,
                        int64_t rotary_dim) {
   const char* op = "rope";

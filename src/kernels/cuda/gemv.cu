@@ -26,20 +26,30 @@ __device__ __forceinline__ void widen(const int4& v, float (&f)[8]) {
   for (int i = 0; i < 8; ++i) f[i] = to_f32(h[i]);
 }
 
-template <typename T, int M>
+// silu(g) * u exactly as silu_mul.cu computes it.
+__device__ __forceinline__ float silu_times(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, 1.0f + expf(-g)), u);
+}
+
+// kSilu: w is a fused [2 * half, k] gate/up weight; warp p takes rows p (gate) and p + half (up)
+// and writes out[m, p] = silu(gate) * up of the two rounded results: [m, half]. Otherwise warp p
+// takes rows 2p and 2p + 1 of w: [n, k] and writes out: [m, n].
+template <typename T, int M, bool kSilu>
 __global__ void __launch_bounds__(32 * kWarps) gemv_kernel(const T* __restrict__ x,
                                                           const T* __restrict__ w,
                                                           const float* __restrict__ bias,
                                                           T* __restrict__ out, int64_t n,
                                                           int64_t k) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t row0 =
-      (static_cast<int64_t>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / 32) *
-      kRowsPerWarp;
-  if (row0 >= n) return;
-  const bool has_row1 = row0 + 1 < n;
+  const int64_t pair =
+      static_cast<int64_t>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / 32;
+  const int64_t half = n / 2;
+  const int64_t row0 = kSilu ? pair : pair * kRowsPerWarp;
+  if (kSilu ? pair >= half : row0 >= n) return;
+  const bool has_row1 = kSilu || row0 + 1 < n;
+  const int64_t row1 = kSilu ? pair + half : (has_row1 ? row0 + 1 : row0);
   const int4* w0 = reinterpret_cast<const int4*>(w + row0 * k);
-  const int4* w1 = reinterpret_cast<const int4*>(w + (has_row1 ? row0 + 1 : row0) * k);
+  const int4* w1 = reinterpret_cast<const int4*>(w + row1 * k);
   const int64_t vecs = k / 8;  // 16-byte vectors per row
 
   float acc[M][kRowsPerWarp];
@@ -82,22 +92,56 @@ __global__ void __launch_bounds__(32 * kWarps) gemv_kernel(const T* __restrict__
     for (int r = 0; r < kRowsPerWarp; ++r) acc[m][r] = warp_sum(acc[m][r]);
   }
   if (lane == 0) {
+    const float b0 = bias ? bias[row0] : 0.0f, b1 = bias ? bias[row1] : 0.0f;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      out[m * n + row0] = from_f32<T>(acc[m][0] + (bias ? bias[row0] : 0.0f));
-      if (has_row1) out[m * n + row0 + 1] = from_f32<T>(acc[m][1] + (bias ? bias[row0 + 1] : 0.0f));
+      if constexpr (kSilu) {
+        const float g = to_f32(from_f32<T>(acc[m][0] + b0));
+        const float u = to_f32(from_f32<T>(acc[m][1] + b1));
+        out[m * half + pair] = from_f32<T>(silu_times(g, u));
+      } else {
+        out[m * n + row0] = from_f32<T>(acc[m][0] + b0);
+        if (has_row1) out[m * n + row0 + 1] = from_f32<T>(acc[m][1] + b1);
+      }
     }
   }
 }
 
-template <typename T, int M>
+template <typename T, int M, bool kSilu>
 Status launch(const void* x, const void* w, const float* bias, void* out, int64_t n, int64_t k,
               cudaStream_t stream) {
-  const int64_t rows_per_block = int64_t{kWarps} * kRowsPerWarp;
-  const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
-  gemv_kernel<T, M><<<static_cast<unsigned>(blocks), 32 * kWarps, 0, stream>>>(
+  const int64_t pairs = (n + kRowsPerWarp - 1) / kRowsPerWarp;
+  const int64_t blocks = (pairs + kWarps - 1) / kWarps;
+  gemv_kernel<T, M, kSilu><<<static_cast<unsigned>(blocks), 32 * kWarps, 0, stream>>>(
       static_cast<const T*>(x), static_cast<const T*>(w), bias, static_cast<T*>(out), n, k);
-  return launch_status("gemv");
+  return launch_status(kSilu ? "gemv_silu_mul" : "gemv");
+}
+
+template <bool kSilu>
+Status run(const void* x, const void* w, const float* bias, void* out, int64_t m, int64_t n,
+           int64_t k, DType dtype, cudaStream_t stream) {
+  if (n <= 0) return {};
+  if (!gemv_supports(x, w, m, k, dtype) || !out) {
+    return invalid_argument("gemv: unsupported call (m {}, k {}, {})", m, k, dtype_name(dtype));
+  }
+  if (n > (int64_t{1} << 36)) return invalid_argument("gemv: n {} too large", n);
+  if (kSilu && n % 2 != 0) return invalid_argument("gemv_silu_mul: odd gate/up rows {}", n);
+  return dispatch_float(dtype, "gemv", [&]<typename T>() -> Status {
+    if constexpr (sizeof(T) != 2) {
+      return invalid_argument("gemv: f32 is not supported");
+    } else {
+      switch (m) {
+        case 1:
+          return launch<T, 1, kSilu>(x, w, bias, out, n, k, stream);
+        case 2:
+          return launch<T, 2, kSilu>(x, w, bias, out, n, k, stream);
+        case 3:
+          return launch<T, 3, kSilu>(x, w, bias, out, n, k, stream);
+        default:
+          return launch<T, 4, kSilu>(x, w, bias, out, n, k, stream);
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -110,27 +154,12 @@ bool gemv_supports(const void* x, const void* w, int64_t m, int64_t k, DType dty
 
 Status gemv(const void* x, const void* w, const float* bias, void* out, int64_t m, int64_t n,
             int64_t k, DType dtype, cudaStream_t stream) {
-  if (n <= 0) return {};
-  if (!gemv_supports(x, w, m, k, dtype) || !out) {
-    return invalid_argument("gemv: unsupported call (m {}, k {}, {})", m, k, dtype_name(dtype));
-  }
-  if (n > (int64_t{1} << 36)) return invalid_argument("gemv: n {} too large", n);
-  return dispatch_float(dtype, "gemv", [&]<typename T>() -> Status {
-    if constexpr (sizeof(T) != 2) {
-      return invalid_argument("gemv: f32 is not supported");
-    } else {
-      switch (m) {
-        case 1:
-          return launch<T, 1>(x, w, bias, out, n, k, stream);
-        case 2:
-          return launch<T, 2>(x, w, bias, out, n, k, stream);
-        case 3:
-          return launch<T, 3>(x, w, bias, out, n, k, stream);
-        default:
-          return launch<T, 4>(x, w, bias, out, n, k, stream);
-      }
-    }
-  });
+  return run<false>(x, w, bias, out, m, n, k, dtype, stream);
+}
+
+Status gemv_silu_mul(const void* x, const void* w, const float* bias, void* out, int64_t m,
+                     int64_t n, int64_t k, DType dtype, cudaStream_t stream) {
+  return run<true>(x, w, bias, out, m, n, k, dtype, stream);
 }
 
 }  // namespace ls::kernels::cuda

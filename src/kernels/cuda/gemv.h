@@ -24,4 +24,10 @@ bool gemv_supports(const void* x, const void* w, int64_t m, int64_t k, DType dty
 Status gemv(const void* x, const void* w, const float* bias, void* out, int64_t m, int64_t n,
             int64_t k, DType dtype, cudaStream_t stream);
 
+// The MLP's gate: w: [n = 2 * inter, k] holds the gate rows then the up rows; out: [m, inter] =
+// silu(gate) * up, each of gate and up rounded to dtype first (bit-identical to gemv into a
+// [m, n] buffer followed by silu_mul).
+Status gemv_silu_mul(const void* x, const void* w, const float* bias, void* out, int64_t m,
+                     int64_t n, int64_t k, DType dtype, cudaStream_t stream);
+
 }  // namespace ls::kernels::cuda
