@@ -3,7 +3,10 @@
 // before any is used; x's matching 16 bytes come through the read-only path (every warp of the SM
 // reads the same x, so it stays in L1). Weight loads are marked streaming (evict first) so they do
 // not push x out. Partial sums are reduced across the warp with shuffles; lane 0 adds the bias and
-// stores. No shared memory, no second launch.
+// stores. No shared memory, no second launch. Launched as a programmatic dependent launch (the
+// first weight loads overlap the previous kernel's tail); LONGSERVE_NO_PDL=1 turns that off.
+
+#include <cstdlib>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_types.cuh"
@@ -16,7 +19,7 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kRowsPerWarp = 2;
-constexpr int kUnroll = 4;
+constexpr int kUnroll = 2;
 
 // The 8 values of a 16-byte vector of T, widened to f32.
 template <typename T>
@@ -73,16 +76,39 @@ __global__ void __launch_bounds__(32 * kWarps) gemv_kernel(const T* __restrict__
       }
     }
   };
+  // Weight loads run one batch ahead of the math. The first batch is issued before waiting for
+  // the previous kernel (programmatic dependent launch): weights never depend on it, x does.
   int64_t v = lane;
-  for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
-    int4 a[kUnroll], b[kUnroll];
+  bool have = v + 32 * (kUnroll - 1) < vecs;
+  int4 a[kUnroll], b[kUnroll];
+  if (have) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       a[u] = __ldcs(w0 + v + 32 * u);
       b[u] = __ldcs(w1 + v + 32 * u);
     }
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  while (have) {
+    const int64_t vn = v + 32 * kUnroll;
+    const bool next = vn + 32 * (kUnroll - 1) < vecs;
+    int4 an[kUnroll], bn[kUnroll];
+    if (next) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        an[u] = __ldcs(w0 + vn + 32 * u);
+        bn[u] = __ldcs(w1 + vn + 32 * u);
+      }
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) step(a[u], b[u], v + 32 * u);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      a[u] = an[u];
+      b[u] = bn[u];
+    }
+    v = vn;
+    have = next;
   }
   for (; v < vecs; v += 32) step(__ldcs(w0 + v), __ldcs(w1 + v), v);
 
@@ -112,9 +138,21 @@ Status launch(const void* x, const void* w, const float* bias, void* out, int64_
               cudaStream_t stream) {
   const int64_t pairs = (n + kRowsPerWarp - 1) / kRowsPerWarp;
   const int64_t blocks = (pairs + kWarps - 1) / kWarps;
-  gemv_kernel<T, M, kSilu><<<static_cast<unsigned>(blocks), 32 * kWarps, 0, stream>>>(
-      static_cast<const T*>(x), static_cast<const T*>(w), bias, static_cast<T*>(out), n, k);
-  return launch_status(kSilu ? "gemv_silu_mul" : "gemv");
+  // Programmatic dependent launch: the kernel may start while the previous one drains; it
+  // waits (griddepcontrol.wait) before reading anything that kernel wrote.
+  static const bool pdl = std::getenv("LONGSERVE_NO_PDL") == nullptr;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(32 * kWarps);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cuda_status(cudaLaunchKernelEx(&cfg, gemv_kernel<T, M, kSilu>, static_cast<const T*>(x),
+                                        static_cast<const T*>(w), bias, static_cast<T*>(out), n, k),
+                     kSilu ? "gemv_silu_mul" : "gemv");
 }
 
 template <bool kSilu>
