@@ -9,7 +9,9 @@
 //    sinks and a 256-token window); the bytes the kernel must read, the achieved bandwidth and
 //    its share of the measured copy bandwidth. Decode calls are captured in a CUDA graph of many
 //    calls that rotate over several copies of the KV cache (more bytes than the L2 holds), and
-//    timed by replaying it.
+//    timed by replaying it. The page selection is timed eagerly (select_us, one call, host gaps
+//    included) and as a graph of 20 calls (select_graph_us). --decode-max-splits times each
+//    case under several AttentionOptions::max_splits (0: the default heuristic).
 //  - linear layers at decode shapes (M = 1, 8, 32 rows; the Llama-3-8B weight shapes): the bytes
 //    of the weight read per call against the copy bandwidth, timed as a graph of calls that
 //    rotate over enough weight copies to defeat the L2.
@@ -22,7 +24,7 @@
 // Usage: bench_cuda_kernels [--out FILE] [--sections copy,gemm,linear,prefill,decode,small]
 //        [--prefill-tokens 8192,32768,131072] [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
-//        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096]
+//        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -275,6 +277,25 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
 
 // ---- decode ----
 
+// Microseconds per call of `fn` (one op on the backend's stream), captured `calls` times in one
+// graph and replayed; -1 when the capture failed. Runs fn once uncaptured first (sizes scratch).
+template <class Fn>
+double graph_us(Device& dev, int calls, Fn&& fn) {
+  fn();
+  dev.b->synchronize();
+  double us = -1;
+  if (dev.b->begin_capture().ok()) {
+    for (int i = 0; i < calls; ++i) fn();
+    auto graph = dev.b->end_capture();
+    if (graph.ok()) {
+      us = median_ms(*dev.b, 2, 7, [&] { (void)dev.b->replay(*graph); }) * 1e3 / calls;
+    }
+    dev.b->drop_graphs();
+  }
+  return us;
+}
+
+
 // Rows the decode kernel reads for a streaming head of a sequence of `len` tokens (sink pages,
 // then the window's pages up to the last token), with a 256-token window.
 int64_t streaming_rows(int64_t len, int64_t local) {
@@ -292,8 +313,10 @@ struct DecodePools {
   int64_t summary_head_pages = 0;
 };
 
+// `split_options`: AttentionOptions::max_splits values to time (0: the default heuristic).
 void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batches,
-                  const std::vector<int64_t>& contexts, double copy_bps) {
+                  const std::vector<int64_t>& contexts, double copy_bps,
+                  const std::vector<int64_t>& split_options) {
   int64_t max_tokens = 0;
   for (int64_t b : batches) {
     for (int64_t c : contexts) max_tokens = std::max(max_tokens, b * c);
@@ -372,7 +395,8 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
 
         std::vector<Buffer> tables, selected, num_selected;
         std::vector<kernels::AttentionParams> params;
-        double select_ms = 0;
+        double select_ms = 0;        // one eager call (host launch gaps included)
+        double select_graph_us = -1;  // per call of a graph of 20 (what a captured step pays)
         for (int64_t r = 0; r < replicas; ++r) {
           std::vector<int32_t> table(static_cast<size_t>(used));
           std::iota(table.begin(), table.end(), static_cast<int32_t>(r * used));
@@ -434,6 +458,7 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
             sp.max_selected = budget_pages;
             if (r == 0) {
               select_ms = median_ms(*dev.b, 2, 10, [&] { dev.b->page_select(sp); });
+              select_graph_us = graph_us(dev, 20, [&] { dev.b->page_select(sp); });
             } else {
               dev.b->page_select(sp);
             }
@@ -444,52 +469,42 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
           }
           params.push_back(p);
         }
-        // Eager once per replica (sizes the scratch), then one graph of many rotating calls.
-        for (const auto& p : params) dev.b->attention(p);
-        dev.b->synchronize();
-        const int64_t calls = std::max<int64_t>(20, replicas);
-        double ms = -1;
-        if (dev.b->begin_capture().ok()) {
-          for (int64_t i = 0; i < calls; ++i)
-            dev.b->attention(params[static_cast<size_t>(i % replicas)]);
-          auto graph = dev.b->end_capture();
-          if (graph.ok()) {
-            ms = median_ms(*dev.b, 1, 5, [&] { (void)dev.b->replay(*graph); }) /
-                 static_cast<double>(calls);
+        for (const int64_t max_splits : split_options) {
+          kernels::cuda::AttentionOptions opt;
+          opt.max_splits = static_cast<int>(max_splits);
+          dev.b->set_attention_options(opt);
+          // Eager once per replica (sizes the scratch), then one graph of many rotating calls.
+          for (const auto& p : params) dev.b->attention(p);
+          dev.b->synchronize();
+          const int64_t calls = std::max<int64_t>(20, replicas);
+          double ms = -1;
+          if (dev.b->begin_capture().ok()) {
+            for (int64_t i = 0; i < calls; ++i)
+              dev.b->attention(params[static_cast<size_t>(i % replicas)]);
+            auto graph = dev.b->end_capture();
+            if (graph.ok()) {
+              ms = median_ms(*dev.b, 1, 5, [&] { (void)dev.b->replay(*graph); }) /
+                   static_cast<double>(calls);
+            }
+            dev.b->drop_graphs();
           }
-          dev.b->drop_graphs();
+          dev.b->set_attention_options({});
+          const Status err = dev.b->take_error();
+          const double gbps =
+              ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
+          out.write(fmt::format(
+              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "ok": {}}})",
+              lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
+              copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
+              replicas, max_splits,
+              err.ok() && ms > 0 ? "true" : "false"));
         }
-        const Status err = dev.b->take_error();
-        const double gbps = ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
-        out.write(fmt::format(
-            R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "replicas": {}, "ok": {}}})",
-            lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
-            copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, replicas,
-            err.ok() && ms > 0 ? "true" : "false"));
       }
     }
   }
 }
 
 // ---- small per-layer ops ----
-
-// Microseconds per call of `fn` (one op on the backend's stream), captured `calls` times in one
-// graph and replayed; -1 when the capture failed. Runs fn once uncaptured first (sizes scratch).
-template <class Fn>
-double graph_us(Device& dev, int calls, Fn&& fn) {
-  fn();
-  dev.b->synchronize();
-  double us = -1;
-  if (dev.b->begin_capture().ok()) {
-    for (int i = 0; i < calls; ++i) fn();
-    auto graph = dev.b->end_capture();
-    if (graph.ok()) {
-      us = median_ms(*dev.b, 2, 7, [&] { (void)dev.b->replay(*graph); }) * 1e3 / calls;
-    }
-    dev.b->drop_graphs();
-  }
-  return us;
-}
 
 void bench_small(Device& dev, JsonLines& out, const std::vector<int64_t>& token_counts) {
   constexpr int64_t kHidden = 4096, kInter = 14336, kContext = 32768;
@@ -634,6 +649,8 @@ int run(int argc, char** argv) {
     const double copy_bps = copy_bandwidth(*dev.b, int64_t{1} << 30);
     bench_linear(dev, out, parse_list(arg(argc, argv, "--linear-m", "1,8,32")), copy_bps);
   }
+  // Before the long sections, so the kernels step's time limit never cuts it.
+  if (has("small")) bench_small(dev, out, parse_list(arg(argc, argv, "--small-tokens", "1,8,512,4096")));
   if (has("prefill")) {
     bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")));
   }
@@ -641,9 +658,8 @@ int run(int argc, char** argv) {
     const double copy_bps = copy_bandwidth(*dev.b, int64_t{1} << 30);
     bench_decode(dev, out, parse_list(arg(argc, argv, "--batches", "1,8,32")),
                  parse_list(arg(argc, argv, "--contexts", "8192,16384,32768,65536,131072,262144")),
-                 copy_bps);
+                 copy_bps, parse_list(arg(argc, argv, "--decode-max-splits", "0")));
   }
-  if (has("small")) bench_small(dev, out, parse_list(arg(argc, argv, "--small-tokens", "1,8,512,4096")));
   return 0;
 }
 

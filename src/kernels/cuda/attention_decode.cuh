@@ -61,18 +61,30 @@ struct DecodeItem {
   int64_t position = 0;
 };
 
+// `qb`, `qe`: q_indptr[item], q_indptr[item + 1]; `kv_len_item`: kv_lens[item] (item < num_seqs
+// in both launch modes), loaded by the caller together with the other scalars of the item.
+// Items that are tokens take place_token's binary search only when the token is not the only
+// query of sequence `item` (mixed or uneven batches); the fast case gives the same answer for a
+// well-formed (non-decreasing) q_indptr.
 __device__ inline DecodeItem decode_item(const AttentionParams& p, int32_t items_are_tokens,
-                                         int32_t item) {
+                                         int32_t item, int32_t qb, int32_t qe,
+                                         int32_t kv_len_item) {
   DecodeItem it;
   if (items_are_tokens) {
-    const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, item);
     it.served = true;
     it.token = item;
+    if (qb == item && qe == item + 1) {
+      const int64_t first = static_cast<int64_t>(kv_len_item) - 1;
+      it.seq = first >= 0 ? item : -1;
+      it.position = first >= 0 ? first : 0;
+      return it;
+    }
+    const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, item);
     it.seq = tp.seq;
     it.position = tp.position;
     return it;
   }
-  const int32_t begin = p.q_indptr[item], end = p.q_indptr[item + 1];
+  const int32_t begin = qb, end = qe;
   if (end - begin != 1) return it;
   it.served = true;
   it.token = begin;
@@ -80,7 +92,7 @@ __device__ inline DecodeItem decode_item(const AttentionParams& p, int32_t items
     it.served = false;
     return it;
   }
-  it.position = static_cast<int64_t>(p.kv_lens[item]) - 1;
+  it.position = static_cast<int64_t>(kv_len_item) - 1;
   it.seq = it.position >= 0 ? item : -1;
   return it;
 }
@@ -147,10 +159,20 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   int32_t* num_splits_out =
       a.num_splits + static_cast<int64_t>(item) * p.num_kv_heads * a.head_chunks + blockIdx.y;
 
-  const DecodeItem it = decode_item(p, a.items_are_tokens, item);
+  // Every scalar of the common case (item i is sequence i's only query) in one round trip:
+  // the batch position, the head's scalars and the selection row; other batches reload them
+  // for the sequence place_token finds.
+  const int32_t qb = p.q_indptr[item], qe = p.q_indptr[item + 1];
+  HeadScalars hs = load_head_scalars(p, item, g);
+  int32_t sel_row = load_selection_row(p, item);
+  const DecodeItem it = decode_item(p, a.items_are_tokens, item, qb, qe, hs.kv_len);
   if (!it.served) {
     if (z == 0 && tid == 0) *num_splits_out = 0;
     return;
+  }
+  if (it.seq >= 0 && it.seq != item) {
+    hs = load_head_scalars(p, it.seq, g);
+    sel_row = load_selection_row(p, it.seq);
   }
   T* out_rows = static_cast<T*>(p.out) + (static_cast<int64_t>(it.token) * p.num_q_heads + h0) * kD;
   auto write_zeros = [&]() {
@@ -158,7 +180,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if (tid == 0) *num_splits_out = 0;
   };
   HeadView hv;
-  if (it.seq < 0 || !resolve_head(p, it.seq, g, it.position, it.position, hv)) {
+  if (it.seq < 0 || !resolve_head(p, it.seq, g, it.position, it.position, hs, hv)) {
     if (z == 0) write_zeros();
     return;
   }
@@ -174,7 +196,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 
   if (warp == 0) {
     const Span sp =
-        build_span(p, hv, it.seq, g, it.position, it.position, listed, a.listed_cap, lane);
+        build_span(p, hv, it.seq, g, it.position, it.position, listed, a.listed_cap, lane, sel_row);
     if (lane == 0) span_s = sp;
   }
   __syncthreads();
