@@ -9,20 +9,29 @@
 //    sinks and a 256-token window); the bytes the kernel must read, the achieved bandwidth and
 //    its share of the measured copy bandwidth. Decode calls are captured in a CUDA graph of many
 //    calls that rotate over several copies of the KV cache (more bytes than the L2 holds), and
-//    timed by replaying it.
+//    timed by replaying it. The page selection is timed eagerly (select_us, one call, host gaps
+//    included) and as a graph of 20 calls (select_graph_us). --decode-max-splits times each
+//    case under several AttentionOptions::max_splits (0: the default heuristic).
 //  - linear layers at decode shapes (M = 1, 8, 32 rows; the Llama-3-8B weight shapes): the bytes
 //    of the weight read per call against the copy bandwidth, timed as a graph of calls that
 //    rotate over enough weight copies to defeat the L2.
-// Usage: bench_cuda_kernels [--out FILE] [--sections copy,gemm,linear,prefill,decode]
+//  - small per-layer ops at decode and prefill sizes (section "small", Llama-3-8B shapes): rmsnorm
+//    and add_rmsnorm (hidden 4096), rope of q (32 heads) and of k (8 heads), silu_mul (inter
+//    14336), kv_append and page_summary_update (8 kv heads, pages of 64, logical pages of 16, 32K
+//    context), for T tokens: T <= 32 are T decode sequences of one token, larger T one prefill
+//    chunk. Each op is captured as a graph of many calls; "us" is the replay time per call, so
+//    it is what a captured decode step pays per launch of that op.
+// Usage: bench_cuda_kernels [--out FILE] [--sections copy,gemm,linear,prefill,decode,small]
 //        [--prefill-tokens 8192,32768,131072] [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
-//        [--linear-m 1,8,32]
+//        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -274,6 +283,25 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
 
 // ---- decode ----
 
+// Microseconds per call of `fn` (one op on the backend's stream), captured `calls` times in one
+// graph and replayed; -1 when the capture failed. Runs fn once uncaptured first (sizes scratch).
+template <class Fn>
+double graph_us(Device& dev, int calls, Fn&& fn) {
+  fn();
+  dev.b->synchronize();
+  double us = -1;
+  if (dev.b->begin_capture().ok()) {
+    for (int i = 0; i < calls; ++i) fn();
+    auto graph = dev.b->end_capture();
+    if (graph.ok()) {
+      us = median_ms(*dev.b, 2, 7, [&] { (void)dev.b->replay(*graph); }) * 1e3 / calls;
+    }
+    dev.b->drop_graphs();
+  }
+  return us;
+}
+
+
 // Rows the decode kernel reads for a streaming head of a sequence of `len` tokens (sink pages,
 // then the window's pages up to the last token), with a 256-token window.
 int64_t streaming_rows(int64_t len, int64_t local) {
@@ -291,8 +319,10 @@ struct DecodePools {
   int64_t summary_head_pages = 0;
 };
 
+// `split_options`: AttentionOptions::max_splits values to time (0: the default heuristic).
 void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batches,
-                  const std::vector<int64_t>& contexts, double copy_bps) {
+                  const std::vector<int64_t>& contexts, double copy_bps,
+                  const std::vector<int64_t>& split_options) {
   int64_t max_tokens = 0;
   for (int64_t b : batches) {
     for (int64_t c : contexts) max_tokens = std::max(max_tokens, b * c);
@@ -371,7 +401,8 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
 
         std::vector<Buffer> tables, selected, num_selected;
         std::vector<kernels::AttentionParams> params;
-        double select_ms = 0;
+        double select_ms = 0;        // one eager call (host launch gaps included)
+        double select_graph_us = -1;  // per call of a graph of 20 (what a captured step pays)
         for (int64_t r = 0; r < replicas; ++r) {
           std::vector<int32_t> table(static_cast<size_t>(used));
           std::iota(table.begin(), table.end(), static_cast<int32_t>(r * used));
@@ -433,6 +464,7 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
             sp.max_selected = budget_pages;
             if (r == 0) {
               select_ms = median_ms(*dev.b, 2, 10, [&] { dev.b->page_select(sp); });
+              select_graph_us = graph_us(dev, 20, [&] { dev.b->page_select(sp); });
             } else {
               dev.b->page_select(sp);
             }
@@ -443,29 +475,156 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
           }
           params.push_back(p);
         }
-        // Eager once per replica (sizes the scratch), then one graph of many rotating calls.
-        for (const auto& p : params) dev.b->attention(p);
-        dev.b->synchronize();
-        const int64_t calls = std::max<int64_t>(20, replicas);
-        double ms = -1;
-        if (dev.b->begin_capture().ok()) {
-          for (int64_t i = 0; i < calls; ++i)
-            dev.b->attention(params[static_cast<size_t>(i % replicas)]);
-          auto graph = dev.b->end_capture();
-          if (graph.ok()) {
-            ms = median_ms(*dev.b, 1, 5, [&] { (void)dev.b->replay(*graph); }) /
-                 static_cast<double>(calls);
+        for (const int64_t max_splits : split_options) {
+          kernels::cuda::AttentionOptions opt;
+          opt.max_splits = static_cast<int>(max_splits);
+          dev.b->set_attention_options(opt);
+          // Eager once per replica (sizes the scratch), then one graph of many rotating calls.
+          for (const auto& p : params) dev.b->attention(p);
+          dev.b->synchronize();
+          const int64_t calls = std::max<int64_t>(20, replicas);
+          double ms = -1;
+          if (dev.b->begin_capture().ok()) {
+            for (int64_t i = 0; i < calls; ++i)
+              dev.b->attention(params[static_cast<size_t>(i % replicas)]);
+            auto graph = dev.b->end_capture();
+            if (graph.ok()) {
+              ms = median_ms(*dev.b, 1, 5, [&] { (void)dev.b->replay(*graph); }) /
+                   static_cast<double>(calls);
+            }
+            dev.b->drop_graphs();
           }
-          dev.b->drop_graphs();
+          dev.b->set_attention_options({});
+          const Status err = dev.b->take_error();
+          const double gbps =
+              ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
+          out.write(fmt::format(
+              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "ok": {}}})",
+              lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
+              copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
+              replicas, max_splits,
+              err.ok() && ms > 0 ? "true" : "false"));
         }
-        const Status err = dev.b->take_error();
-        const double gbps = ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
-        out.write(fmt::format(
-            R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "replicas": {}, "ok": {}}})",
-            lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
-            copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, replicas,
-            err.ok() && ms > 0 ? "true" : "false"));
       }
+    }
+  }
+}
+
+// ---- small per-layer ops ----
+
+void bench_small(Device& dev, JsonLines& out, const std::vector<int64_t>& token_counts) {
+  constexpr int64_t kHidden = 4096, kInter = 14336, kContext = 32768;
+  constexpr int32_t kLogical = 16;
+  constexpr int kCalls = 200;
+  for (const int64_t T : token_counts) {
+    if (T <= 0) continue;
+    const bool decode = T <= 32;
+    const int64_t seqs = decode ? T : 1;
+    Buffer x = alloc(dev, T * kHidden * 2), res = alloc(dev, T * kHidden * 2),
+           y = alloc(dev, T * kHidden * 2), w = alloc(dev, kHidden * 4);
+    Buffer q = alloc(dev, T * kQHeads * kRowBytes), k = alloc(dev, T * kKvHeads * kRowBytes),
+           v = alloc(dev, T * kKvHeads * kRowBytes);
+    Buffer cs = alloc(dev, T * (kD / 2) * 4), sn = alloc(dev, T * (kD / 2) * 4);
+    Buffer gu = alloc(dev, T * 2 * kInter * 2), act = alloc(dev, T * kInter * 2);
+    fill(dev, x.data(), T * kHidden, 51);
+    fill(dev, res.data(), T * kHidden, 52);
+    fill(dev, q.data(), T * kQHeads * kD, 53);
+    fill(dev, k.data(), T * kKvHeads * kD, 54);
+    fill(dev, v.data(), T * kKvHeads * kD, 55);
+    fill(dev, gu.data(), T * 2 * kInter, 56);
+    std::vector<float> ones(static_cast<size_t>(kHidden), 1.0f);
+    dev.b->copy_bytes(w.data(), ones.data(), kHidden * 4);
+    std::vector<float> cos_h(static_cast<size_t>(T * kD / 2)), sin_h(cos_h.size());
+    for (size_t i = 0; i < cos_h.size(); ++i) {
+      cos_h[i] = std::cos(0.001f * static_cast<float>(i));
+      sin_h[i] = std::sin(0.001f * static_cast<float>(i));
+    }
+    dev.b->copy_bytes(cs.data(), cos_h.data(), static_cast<int64_t>(cos_h.size() * 4));
+    dev.b->copy_bytes(sn.data(), sin_h.data(), static_cast<int64_t>(sin_h.size() * 4));
+
+    const auto view = [](Buffer& b, std::initializer_list<int64_t> shape, DType dt = DType::kBF16) {
+      return TensorView(b.data(), dt, shape, ls::Device::kCuda);
+    };
+    const TensorView xv = view(x, {T, kHidden}), rv = view(res, {T, kHidden}),
+                     yv = view(y, {T, kHidden}), wv = view(w, {kHidden}, DType::kF32);
+    const TensorView qv = view(q, {T, kQHeads, kD}), kv = view(k, {T, kKvHeads, kD});
+    const TensorView cv = view(cs, {T, kD / 2}, DType::kF32), sv = view(sn, {T, kD / 2}, DType::kF32);
+    const TensorView guv = view(gu, {T, 2 * kInter}), av = view(act, {T, kInter});
+
+    // Paged KV of `seqs` sequences whose last T / seqs tokens are this call's (dense pool, every
+    // kv head a retrieval head with summaries).
+    const int64_t ctx = std::max<int64_t>(kContext, T);
+    const int32_t pages = static_cast<int32_t>((ctx + kPage - 1) / kPage);
+    const int64_t blocks = seqs * pages;
+    const int64_t page_bytes = int64_t{kPage} * kRowBytes;
+    Buffer pk = alloc(dev, blocks * kKvHeads * page_bytes), pv = alloc(dev, blocks * kKvHeads * page_bytes);
+    const int64_t summary_bytes = blocks * kKvHeads * (kPage / kLogical) * kRowBytes;
+    Buffer smin = alloc(dev, summary_bytes), smax = alloc(dev, summary_bytes);
+    std::vector<int32_t> indptr(static_cast<size_t>(seqs + 1)), lens(static_cast<size_t>(seqs));
+    for (int64_t i = 0; i <= seqs; ++i) indptr[static_cast<size_t>(i)] = static_cast<int32_t>(i * (T / seqs));
+    // Decode: positions mid-logical-page, so page_summary folds into a stored summary.
+    for (auto& l : lens) l = static_cast<int32_t>(decode ? ctx - 5 : ctx);
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::vector<int32_t> mode(kKvHeads, static_cast<int32_t>(HeadMode::kSelected)), slot(kKvHeads);
+    std::iota(slot.begin(), slot.end(), 0);
+    Buffer d_indptr = upload(dev, indptr), d_lens = upload(dev, lens), d_table = upload(dev, table),
+           d_mode = upload(dev, mode), d_slot = upload(dev, slot);
+    kernels::KvAppendParams ap;
+    ap.k = k.data();
+    ap.v = v.data();
+    ap.src_dtype = DType::kBF16;
+    ap.num_tokens = static_cast<int32_t>(T);
+    ap.num_kv_heads = kKvHeads;
+    ap.head_dim = kD;
+    ap.num_seqs = static_cast<int32_t>(seqs);
+    ap.q_indptr = d_indptr.as<int32_t>();
+    ap.kv_lens = d_lens.as<int32_t>();
+    ap.head_mode = d_mode.as<int32_t>();
+    ap.head_slot = d_slot.as<int32_t>();
+    ap.retrieval = pool_view(pk.data(), pv.data(), static_cast<int32_t>(blocks), kKvHeads);
+    ap.retrieval_blocks = d_table.as<int32_t>();
+    ap.retrieval_blocks_stride = pages;
+    kernels::SummaryUpdateParams su;
+    su.k = k.data();
+    su.src_dtype = DType::kBF16;
+    su.num_tokens = ap.num_tokens;
+    su.num_kv_heads = kKvHeads;
+    su.head_dim = kD;
+    su.num_seqs = ap.num_seqs;
+    su.q_indptr = ap.q_indptr;
+    su.kv_lens = ap.kv_lens;
+    su.head_mode = ap.head_mode;
+    su.head_slot = ap.head_slot;
+    su.page_tokens = kPage;
+    su.heads_per_block = kKvHeads;
+    su.retrieval_blocks = ap.retrieval_blocks;
+    su.retrieval_blocks_stride = pages;
+    su.summaries.kmin = smin.data();
+    su.summaries.kmax = smax.data();
+    su.summaries.dtype = DType::kBF16;
+    su.summaries.logical_page_tokens = kLogical;
+    su.summaries.logical_per_page = kPage / kLogical;
+
+    struct Op {
+      const char* name;
+      std::function<void()> fn;
+    };
+    const Op ops[] = {
+        {"rmsnorm", [&] { dev.b->rmsnorm(xv, wv, 1e-5f, yv); }},
+        {"add_rmsnorm", [&] { dev.b->add_rmsnorm(xv, rv, wv, 1e-5f, yv); }},
+        {"rope_q", [&] { dev.b->rope(qv, cv, sv, kD); }},
+        {"rope_k", [&] { dev.b->rope(kv, cv, sv, kD); }},
+        {"silu_mul", [&] { dev.b->silu_mul(guv, av); }},
+        {"kv_append", [&] { dev.b->kv_append(ap); }},
+        {"page_summary", [&] { dev.b->page_summary_update(su); }},
+    };
+    for (const Op& op : ops) {
+      const double us = graph_us(dev, kCalls, op.fn);
+      const Status err = dev.b->take_error();
+      out.write(fmt::format(
+          R"({{"bench": "small", "op": "{}", "tokens": {}, "seqs": {}, "us": {:.2f}, "ok": {}}})",
+          op.name, T, seqs, us, err.ok() && us > 0 ? "true" : "false"));
     }
   }
 }
@@ -485,7 +644,8 @@ int run(int argc, char** argv) {
   std::printf("# %s, L2 %.0f MB\n", dev.b->name().c_str(), static_cast<double>(dev.l2_bytes) / 1e6);
   JsonLines out(arg(argc, argv, "--out", ""));
   dev.policies = arg(argc, argv, "--policies", "dense,lserve");
-  const std::string sections = arg(argc, argv, "--sections", "copy,gemm,linear,prefill,decode");
+  const std::string sections =
+      arg(argc, argv, "--sections", "copy,gemm,linear,prefill,decode,small");
   const auto has = [&](const char* s) { return sections.find(s) != std::string::npos; };
   out.write(fmt::format(R"({{"bench": "device", "name": "{}", "sms": {}, "l2_mb": {:.0f}}})",
                         prop.name, prop.multiProcessorCount,
@@ -495,6 +655,8 @@ int run(int argc, char** argv) {
     const double copy_bps = copy_bandwidth(*dev.b, int64_t{1} << 30);
     bench_linear(dev, out, parse_list(arg(argc, argv, "--linear-m", "1,8,32")), copy_bps);
   }
+  // Before the long sections, so the kernels step's time limit never cuts it.
+  if (has("small")) bench_small(dev, out, parse_list(arg(argc, argv, "--small-tokens", "1,8,512,4096")));
   if (has("prefill")) {
     bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")));
   }
@@ -502,7 +664,7 @@ int run(int argc, char** argv) {
     const double copy_bps = copy_bandwidth(*dev.b, int64_t{1} << 30);
     bench_decode(dev, out, parse_list(arg(argc, argv, "--batches", "1,8,32")),
                  parse_list(arg(argc, argv, "--contexts", "8192,16384,32768,65536,131072,262144")),
-                 copy_bps);
+                 copy_bps, parse_list(arg(argc, argv, "--decode-max-splits", "0")));
   }
   return 0;
 }

@@ -243,8 +243,11 @@ struct SelectCase {
   HostArray q, kmin, kmax;
 };
 
+// `lens`: the sequences' kv lengths (one decode token each, every row written); empty: a fixed
+// mix of short sequences, prefill chunks, a reused selection and an empty sequence.
 SelectCase make_select_case(std::mt19937& rng, int32_t d, int32_t group, int32_t pt, int32_t lpt,
-                            int32_t budget, bool integers) {
+                            int32_t budget, bool integers,
+                            const std::vector<int32_t>& lens = {}) {
   SelectCase c;
   c.d = d;
   c.group = group;
@@ -258,6 +261,13 @@ SelectCase make_select_case(std::mt19937& rng, int32_t d, int32_t group, int32_t
   c.q_lens = {1, 1, 5, 1, 1, 0, 1};
   c.out_rows = {4, 0, 2, -1, 5, 1, 3};  // sequence 3 reuses its selection: untouched
   c.num_rows = 7;
+  if (!lens.empty()) {
+    c.kv_lens = lens;
+    c.q_lens.assign(lens.size(), 1);
+    c.out_rows.resize(lens.size());
+    std::iota(c.out_rows.begin(), c.out_rows.end(), 0);
+    c.num_rows = static_cast<int32_t>(lens.size());
+  }
   c.q_indptr = {0};
   for (int32_t q : c.q_lens) c.q_indptr.push_back(c.q_indptr.back() + q);
   int32_t max_pages = 1;
@@ -268,7 +278,11 @@ SelectCase make_select_case(std::mt19937& rng, int32_t d, int32_t group, int32_t
   c.table.resize(static_cast<size_t>(c.num_blocks));
   std::iota(c.table.begin(), c.table.end(), 0);
   std::shuffle(c.table.begin(), c.table.end(), rng);
-  c.table[static_cast<size_t>(4 * c.stride + 5)] = -1;  // a hole: its bounds are -inf
+  if (seqs > 4 && c.stride > 5) {
+    c.table[static_cast<size_t>(4 * c.stride + 5)] = -1;  // a hole: its bounds are -inf
+  } else {
+    c.table[static_cast<size_t>(c.stride / 2)] = -1;
+  }
   c.max_selected = std::max(3, budget) + 2;
   c.max_pages = max_pages + 3;
   const int64_t q_n = int64_t{c.q_indptr.back()} * c.num_kv * group * d;
@@ -405,6 +419,40 @@ TEST(CudaPageSelect, EqualsCpuExactlyOnIntegerDataWithTies) {
       EXPECT_EQ(got.num_selected, want.num_selected) << label;
       EXPECT_EQ(got.scores, want.scores) << label;
     }
+  }
+  EXPECT_TRUE(gpu()->take_error().ok());
+}
+
+// Long contexts (thousands of pages: many bounds blocks per item, several chunks of the choose
+// block, scores beyond the shared-memory cap) on integer data with many exact ties, batch 1 and
+// a batch of uneven lengths, logical pages per physical page 4 (lanes per page), 3 and 1 (one
+// lane, several logical pages), 64 (32 lanes of 2), and the Llama-3-8B budget of 64 pages.
+TEST(CudaPageSelect, EqualsCpuExactlyOnLongContextsWithTies) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(25);
+  struct Config {
+    int32_t d, group, pt, lpt, budget;
+    std::vector<int32_t> lens;
+  };
+  const std::vector<Config> configs = {
+      {128, 4, 64, 16, 64, {131072}},
+      {128, 4, 64, 16, 64, {64 * 2048 + 17, 5000, 64 * 64, 64 * 64 + 1, 1, 70000}},
+      {64, 2, 48, 16, 20, {48 * 3000 + 7, 900}},
+      {64, 4, 16, 16, 64, {16 * 5000 + 3}},
+      {32, 1, 64, 1, 8, {64 * 300 + 63, 64 * 9}},
+      {128, 4, 16, 16, 64, {16 * 14000 + 5}},  // 14001 pages: scores in the workspace
+  };
+  for (const Config& cf : configs) {
+    const SelectCase c =
+        make_select_case(rng, cf.d, cf.group, cf.pt, cf.lpt, cf.budget, true, cf.lens);
+    const SelectOutputs want = run_select(c, false), got = run_select(c, true);
+    const std::string label = "d " + std::to_string(cf.d) + " group " + std::to_string(cf.group) +
+                              " page " + std::to_string(cf.pt) + " logical " +
+                              std::to_string(cf.lpt) + " first len " +
+                              std::to_string(cf.lens[0]);
+    EXPECT_EQ(got.selected, want.selected) << label << "\n" << selection_diff(c, got, want);
+    EXPECT_EQ(got.num_selected, want.num_selected) << label;
+    EXPECT_EQ(got.scores, want.scores) << label;
   }
   EXPECT_TRUE(gpu()->take_error().ok());
 }

@@ -12,6 +12,7 @@ namespace ls::kernels::cuda {
 namespace {
 
 constexpr int kMaxSplits = 64;
+constexpr int kMaxHeadDim = 128;  // largest supported head_dim (attention.h)
 constexpr int kDecodeBlocksPerSm = 2;  // decode blocks resident per SM (registers, shared memory)
 constexpr int64_t kAlign = 256;
 
@@ -114,34 +115,86 @@ __global__ void plan_prefill_kernel(const int32_t* q_indptr, const int32_t* kv_l
 
 // Combines a token's decode splits: o = sum_z w_z o_z / sum_z w_z l_z with
 // w_z = exp2((m_z - max m) * scale * log2 e). Rows served by one split were written directly.
+// One block per (item, query head), parallel over the splits: thread z < ns reads split z's
+// (m, l), the block reduces max m and sum w l, then warp w sums splits w, w + kReduceWarps, ...
+// with lanes over head_dim in float4s (every load of a warp independent, so the latency is a few
+// round trips, not one per split), and the warps' sums meet in shared memory.
+constexpr int kReduceWarps = 8;
+constexpr int kReduceThreads = 32 * kReduceWarps;
+static_assert(kMaxSplits <= kReduceThreads, "one thread per split reads the (m, l) pairs");
+
 template <typename T>
-__global__ void decode_reduce_kernel(const AttentionParams p, const DecodeArgs a,
-                                     int32_t max_splits) {
+__global__ void __launch_bounds__(kReduceThreads)
+    decode_reduce_kernel(const AttentionParams p, const DecodeArgs a, int32_t max_splits) {
+  __shared__ float w_s[kMaxSplits];                     // weight w_z of split z
+  __shared__ float red_m[kReduceWarps], red_l[kReduceWarps];
+  __shared__ float4 acc_s[kReduceWarps][kMaxHeadDim / 4];  // per-warp partial sums of o
   const int32_t item = static_cast<int32_t>(blockIdx.x);
   const int32_t h = static_cast<int32_t>(blockIdx.y);
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int32_t g = h / group, chunk = (h % group) / kDecodeRows;
-  const int32_t ns =
-      a.num_splits[(static_cast<int64_t>(item) * p.num_kv_heads + g) * a.head_chunks + chunk];
-  if (ns <= 1) return;
+  const int32_t ns = min(
+      a.num_splits[(static_cast<int64_t>(item) * p.num_kv_heads + g) * a.head_chunks + chunk],
+      max_splits);
+  if (ns <= 1) return;  // uniform over the block
   const int32_t token = a.items_are_tokens ? item : p.q_indptr[item];
   const int64_t base = (static_cast<int64_t>(item) * p.num_q_heads + h) * max_splits;
   const float scale_log2 = p.scale * 1.4426950408889634f;
+
+  float2 ml = make_float2(-INFINITY, 0.0f);
+  if (tid < ns) ml = a.partial_ml[base + tid];
+  float m = warp_max(ml.x);
+  if (lane == 0) red_m[warp] = m;
+  __syncthreads();
   float mstar = -INFINITY;
-  for (int32_t z = 0; z < ns; ++z) mstar = fmaxf(mstar, a.partial_ml[base + z].x);
-  T* out = static_cast<T*>(p.out) + (static_cast<int64_t>(token) * p.num_q_heads + h) * p.head_dim;
-  for (int d = static_cast<int>(threadIdx.x); d < p.head_dim; d += blockDim.x) {
-    float acc = 0.0f, l = 0.0f;
-    if (mstar != -INFINITY) {
-      for (int32_t z = 0; z < ns; ++z) {
-        const float2 ml = a.partial_ml[base + z];
-        if (ml.x == -INFINITY) continue;
-        const float w = exp2f((ml.x - mstar) * scale_log2);
-        acc += w * a.partial_o[(base + z) * p.head_dim + d];
-        l += w * ml.y;
-      }
+#pragma unroll
+  for (int w = 0; w < kReduceWarps; ++w) mstar = fmaxf(mstar, red_m[w]);
+  // A split that saw no visible key has m = -inf and weight 0; all -inf: the row is 0.
+  const float w_z = (tid < ns && ml.x != -INFINITY && mstar != -INFINITY)
+                        ? exp2f((ml.x - mstar) * scale_log2)
+                        : 0.0f;
+  if (tid < kMaxSplits) w_s[tid] = w_z;
+  const float l = warp_sum(w_z * ml.y);
+  if (lane == 0) red_l[warp] = l;
+  __syncthreads();
+  float lsum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kReduceWarps; ++w) lsum += red_l[w];
+
+  const int32_t d4 = p.head_dim / 4;  // head_dim % 16 == 0 (attention.h)
+  const float4* po = reinterpret_cast<const float4*>(a.partial_o + base * p.head_dim);
+  for (int32_t c = lane; c < d4; c += 32) {
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+    for (int32_t z = warp; z < ns; z += kReduceWarps) {
+      const float w = w_s[z];
+      if (w == 0.0f) continue;  // never multiply an unwritten / empty partial
+      const float4 v = po[static_cast<int64_t>(z) * d4 + c];
+      acc.x = fmaf(w, v.x, acc.x);
+      acc.y = fmaf(w, v.y, acc.y);
+      acc.z = fmaf(w, v.z, acc.z);
+      acc.w = fmaf(w, v.w, acc.w);
     }
-    out[d] = from_f32<T>(l > 0.0f ? acc / l : 0.0f);
+    acc_s[warp][c] = acc;
+  }
+  __syncthreads();
+  T* out = static_cast<T*>(p.out) + (static_cast<int64_t>(token) * p.num_q_heads + h) * p.head_dim;
+  for (int32_t c = tid; c < d4; c += kReduceThreads) {
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kReduceWarps; ++w) {
+      const float4 v = acc_s[w][c];
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    const bool any = lsum > 0.0f;
+    out[4 * c + 0] = from_f32<T>(any ? acc.x / lsum : 0.0f);
+    out[4 * c + 1] = from_f32<T>(any ? acc.y / lsum : 0.0f);
+    out[4 * c + 2] = from_f32<T>(any ? acc.z / lsum : 0.0f);
+    out[4 * c + 3] = from_f32<T>(any ? acc.w / lsum : 0.0f);
   }
 }
 
@@ -215,7 +268,7 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
   LS_RETURN_IF_ERROR(run_decode<T>(p, L, a, stream));
   if (L.max_splits > 1) {
     const dim3 grid(static_cast<unsigned>(L.items), static_cast<unsigned>(p.num_q_heads));
-    decode_reduce_kernel<T><<<grid, 128, 0, stream>>>(p, a, L.max_splits);
+    decode_reduce_kernel<T><<<grid, kReduceThreads, 0, stream>>>(p, a, L.max_splits);
     LS_RETURN_IF_ERROR(launch_status("decode_reduce_kernel"));
   }
   return {};

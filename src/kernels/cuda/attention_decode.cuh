@@ -7,7 +7,8 @@
 // splits is decided on the device from the span length (at most gridDim.z, at least
 // min_blocks_per_split 64-row blocks each), so the grid is sized once from host-known batch
 // dimensions and decode steps can be captured in a CUDA graph. Blocks stream K and V through a
-// kStages-deep cp.async pipeline (16-byte copies, two blocks in flight per stage ring); each of
+// kStages-deep cp.async pipeline (16-byte copies, two blocks in flight per stage ring, the
+// block-table entries of the next block fetched a block ahead); each of
 // the 4 warps takes 16 of every 64 keys with its own online softmax (mma.sync with the query
 // rows padded to 16), and the warps merge through shared memory at the end. With one split the
 // block writes the output; with several it writes an unnormalised partial (o, m, l) that
@@ -60,18 +61,30 @@ struct DecodeItem {
   int64_t position = 0;
 };
 
+// `qb`, `qe`: q_indptr[item], q_indptr[item + 1]; `kv_len_item`: kv_lens[item] (item < num_seqs
+// in both launch modes), loaded by the caller together with the other scalars of the item.
+// Items that are tokens take place_token's binary search only when the token is not the only
+// query of sequence `item` (mixed or uneven batches); the fast case gives the same answer for a
+// well-formed (non-decreasing) q_indptr.
 __device__ inline DecodeItem decode_item(const AttentionParams& p, int32_t items_are_tokens,
-                                         int32_t item) {
+                                         int32_t item, int32_t qb, int32_t qe,
+                                         int32_t kv_len_item) {
   DecodeItem it;
   if (items_are_tokens) {
-    const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, item);
     it.served = true;
     it.token = item;
+    if (qb == item && qe == item + 1) {
+      const int64_t first = static_cast<int64_t>(kv_len_item) - 1;
+      it.seq = first >= 0 ? item : -1;
+      it.position = first >= 0 ? first : 0;
+      return it;
+    }
+    const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, item);
     it.seq = tp.seq;
     it.position = tp.position;
     return it;
   }
-  const int32_t begin = p.q_indptr[item], end = p.q_indptr[item + 1];
+  const int32_t begin = qb, end = qe;
   if (end - begin != 1) return it;
   it.served = true;
   it.token = begin;
@@ -79,9 +92,49 @@ __device__ inline DecodeItem decode_item(const AttentionParams& p, int32_t items
     it.served = false;
     return it;
   }
-  it.position = static_cast<int64_t>(p.kv_lens[item]) - 1;
+  it.position = static_cast<int64_t>(kv_len_item) - 1;
   it.seq = it.position >= 0 ? item : -1;
   return it;
+}
+
+// locate_row (attention_span.cuh) in two halves, so a kernel can start the block-table load of a
+// row early and use it later: fetch_row does the span arithmetic and issues the table load;
+// resolve_row checks the loaded entry and computes the pool offset. resolve_row(fetch_row(r))
+// equals locate_row(r).
+struct PendingRow {
+  int32_t position = -1;  // -1: no key here
+  int32_t in_page = 0;    // row within its page
+  int32_t block = -1;     // loaded block-table entry (checked by resolve_row)
+};
+
+__device__ __forceinline__ PendingRow fetch_row(const HeadView& hv, const Span& sp,
+                                                const int32_t* listed, int32_t r) {
+  PendingRow pr;
+  const int32_t pt = hv.page_tokens;
+  const int32_t li = r / pt;
+  const int32_t off = r - li * pt;
+  if (li >= sp.num_pages()) return pr;
+  const int32_t j = li < sp.num_listed ? listed[li] : sp.range_begin + (li - sp.num_listed);
+  const int64_t pos = static_cast<int64_t>(j) * pt + off;
+  if (pos >= hv.kv_len) return pr;
+  const int32_t t = hv.streaming ? ring_table_index(j, hv.num_sink_pages, hv.ring) : j;
+  if (t < 0 || t >= hv.table_len) return pr;
+  pr.position = static_cast<int32_t>(pos);
+  pr.in_page = off;
+  pr.block = hv.table_row[t];
+  return pr;
+}
+
+__device__ __forceinline__ KeyRow resolve_row(const HeadView& hv, const PendingRow& pr,
+                                              int32_t head_dim) {
+  KeyRow kr;
+  if (pr.position < 0 || pr.block < 0 || pr.block >= hv.num_blocks) return kr;
+  kr.position = pr.position;
+  kr.offset =
+      ((static_cast<int64_t>(pr.block) * hv.heads_per_block + hv.slot) * hv.page_tokens +
+       pr.in_page) *
+      head_dim;
+  return kr;
 }
 
 template <int kD, typename T>
@@ -106,10 +159,20 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   int32_t* num_splits_out =
       a.num_splits + static_cast<int64_t>(item) * p.num_kv_heads * a.head_chunks + blockIdx.y;
 
-  const DecodeItem it = decode_item(p, a.items_are_tokens, item);
+  // Every scalar of the common case (item i is sequence i's only query) in one round trip:
+  // the batch position, the head's scalars and the selection row; other batches reload them
+  // for the sequence place_token finds.
+  const int32_t qb = p.q_indptr[item], qe = p.q_indptr[item + 1];
+  HeadScalars hs = load_head_scalars(p, item, g);
+  int32_t sel_row = load_selection_row(p, item);
+  const DecodeItem it = decode_item(p, a.items_are_tokens, item, qb, qe, hs.kv_len);
   if (!it.served) {
     if (z == 0 && tid == 0) *num_splits_out = 0;
     return;
+  }
+  if (it.seq >= 0 && it.seq != item) {
+    hs = load_head_scalars(p, it.seq, g);
+    sel_row = load_selection_row(p, it.seq);
   }
   T* out_rows = static_cast<T*>(p.out) + (static_cast<int64_t>(it.token) * p.num_q_heads + h0) * kD;
   auto write_zeros = [&]() {
@@ -117,7 +180,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if (tid == 0) *num_splits_out = 0;
   };
   HeadView hv;
-  if (it.seq < 0 || !resolve_head(p, it.seq, g, it.position, it.position, hv)) {
+  if (it.seq < 0 || !resolve_head(p, it.seq, g, it.position, it.position, hs, hv)) {
     if (z == 0) write_zeros();
     return;
   }
@@ -133,7 +196,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 
   if (warp == 0) {
     const Span sp =
-        build_span(p, hv, it.seq, g, it.position, it.position, listed, a.listed_cap, lane);
+        build_span(p, hv, it.seq, g, it.position, it.position, listed, a.listed_cap, lane, sel_row);
     if (lane == 0) span_s = sp;
   }
   __syncthreads();
@@ -162,12 +225,15 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     for (int c = tid % 8; c < kChunks; c += 8)
       cp_async_16(sQ + r * kStride + c * 8, src + c * 8, valid);
   }
-  // Each thread copies chunks of one row of K and V per block.
+  // Each thread copies chunks of one row of K and V per block. The row's block-table entry is
+  // fetched one iteration before its copies are issued (fetch_row's load is first used by
+  // resolve_row in the next iteration), so the table lookup's latency overlaps a block of compute
+  // instead of stalling the issue of the next stage.
   const int my_row = tid / 2;
   const T* k_pool = static_cast<const T*>(hv.k);
   const T* v_pool = static_cast<const T*>(hv.v);
-  auto issue = [&](int stage, int32_t b) {
-    const KeyRow kr = locate_row(hv, sp, listed, b * kKeyBlock + my_row, kD);
+  auto issue = [&](int stage, const PendingRow& pr) {
+    const KeyRow kr = resolve_row(hv, pr, kD);
     const bool valid = kr.position >= 0;
     const int64_t off = valid ? kr.offset : 0;
     T* dk = sK + stage * Shape::kSmemKV + my_row * kStride;
@@ -180,8 +246,12 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   };
 #pragma unroll
   for (int s = 0; s < kDecodeStages - 1; ++s) {
-    if (s < n) issue(s, b_begin + s);
+    if (s < n) issue(s, fetch_row(hv, sp, listed, (b_begin + s) * kKeyBlock + my_row));
     cp_async_commit();
+  }
+  PendingRow ahead;  // the row of block kDecodeStages - 1, issued in iteration 0
+  if (kDecodeStages - 1 < n) {
+    ahead = fetch_row(hv, sp, listed, (b_begin + kDecodeStages - 1) * kKeyBlock + my_row);
   }
 
   const float scale_log2 = p.scale * 1.4426950408889634f;
@@ -202,8 +272,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       }
     }
     const int nxt = i + kDecodeStages - 1;
-    if (nxt < n) issue(nxt % kDecodeStages, b_begin + nxt);
+    if (nxt < n) issue(nxt % kDecodeStages, ahead);
     cp_async_commit();
+    if (nxt + 1 < n) ahead = fetch_row(hv, sp, listed, (b_begin + nxt + 1) * kKeyBlock + my_row);
 
     const int stage = i % kDecodeStages;
     const int32_t* kp = kpos + stage * kKeyBlock + key0;

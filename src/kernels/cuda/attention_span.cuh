@@ -24,6 +24,7 @@ namespace ls::kernels::cuda {
 inline constexpr int kMaxListedPages = 1024;
 
 struct HeadView {
+  int32_t mode = -1;  // HeadMode
   bool streaming = false;
   int32_t page_tokens = 0;
   int32_t heads_per_block = 0;
@@ -40,12 +41,36 @@ struct HeadView {
   int32_t sink_tokens = 0;
 };
 
-// Resolves the pool, table row and streaming geometry of (seq, kv_head); false when the head
-// cannot be attended (bad mode, slot, pool, ring or lengths): the caller writes zero rows, as
-// kernels/cpu does.
+// The per-(sequence, kv head) scalars resolve_head reads, loaded together (no load depends on
+// another), so a kernel can issue them early, e.g. before it knows whether it will use them.
+struct HeadScalars {
+  int32_t mode = -1;
+  int32_t slot = -1;
+  int32_t kv_len = 0;
+  int32_t ring = 0;   // ring_pages[seq], 0 without the array
+  int32_t local = 0;  // local_tokens[seq], 0 without the array
+};
+
+__device__ inline HeadScalars load_head_scalars(const AttentionParams& p, int32_t seq,
+                                                int32_t kv_head) {
+  HeadScalars hs;
+  hs.mode = p.head_mode[kv_head];
+  hs.slot = p.head_slot[kv_head];
+  hs.kv_len = p.kv_lens[seq];
+  hs.ring = p.ring_pages ? p.ring_pages[seq] : 0;
+  hs.local = p.local_tokens ? p.local_tokens[seq] : 0;
+  return hs;
+}
+
+// Resolves the pool, table row and streaming geometry of (seq, kv_head) from its scalars; false
+// when the head cannot be attended (bad mode, slot, pool, ring or lengths): the caller writes
+// zero rows, as kernels/cpu does.
 __device__ inline bool resolve_head(const AttentionParams& p, int32_t seq, int32_t kv_head,
-                                    int64_t q_first, int64_t q_last, HeadView& hv) {
-  const int32_t mode = p.head_mode[kv_head];
+                                    int64_t q_first, int64_t q_last, const HeadScalars& hs,
+                                    HeadView& hv) {
+  (void)kv_head;
+  const int32_t mode = hs.mode;
+  hv.mode = mode;
   hv.streaming = mode == static_cast<int32_t>(HeadMode::kStreaming);
   if (mode != static_cast<int32_t>(HeadMode::kCausal) && !hv.streaming &&
       mode != static_cast<int32_t>(HeadMode::kSelected)) {
@@ -54,11 +79,11 @@ __device__ inline bool resolve_head(const AttentionParams& p, int32_t seq, int32
   const PagedKvPool& pool = hv.streaming ? p.streaming : p.retrieval;
   hv.page_tokens = pool.page_tokens;
   hv.heads_per_block = pool.heads_per_block;
-  hv.slot = p.head_slot[kv_head];
+  hv.slot = hs.slot;
   hv.num_blocks = pool.num_blocks;
   hv.k = pool.k;
   hv.v = pool.v;
-  hv.kv_len = p.kv_lens[seq];
+  hv.kv_len = hs.kv_len;
   hv.table_len = hv.streaming ? p.streaming_blocks_stride : p.retrieval_blocks_stride;
   const int32_t* table = hv.streaming ? p.streaming_blocks : p.retrieval_blocks;
   if (!table || !hv.k || !hv.v || hv.page_tokens <= 0 || pool.head_dim != p.head_dim ||
@@ -68,13 +93,23 @@ __device__ inline bool resolve_head(const AttentionParams& p, int32_t seq, int32
   }
   hv.table_row = table + static_cast<int64_t>(seq) * hv.table_len;
   if (hv.streaming) {
-    hv.ring = p.ring_pages ? p.ring_pages[seq] : 0;
-    hv.local = p.local_tokens ? p.local_tokens[seq] : 0;
+    hv.ring = hs.ring;
+    hv.local = hs.local;
     hv.num_sink_pages = p.num_sink_pages > 0 ? p.num_sink_pages : 0;
     hv.sink_tokens = p.sink_tokens;
     if (hv.ring <= 0) return false;
   }
   return true;
+}
+
+__device__ inline bool resolve_head(const AttentionParams& p, int32_t seq, int32_t kv_head,
+                                    int64_t q_first, int64_t q_last, HeadView& hv) {
+  return resolve_head(p, seq, kv_head, q_first, q_last, load_head_scalars(p, seq, kv_head), hv);
+}
+
+// The selection row of sequence `seq` (-1: none, or the call has no selections).
+__device__ inline int32_t load_selection_row(const AttentionParams& p, int32_t seq) {
+  return (p.selected_rows && p.selected && p.num_selected) ? p.selected_rows[seq] : -1;
 }
 
 struct Span {
@@ -93,9 +128,10 @@ __device__ inline int32_t floor_div(int64_t a, int64_t b) {
 // Builds the span of queries at positions [q_first, q_last] with one warp (`lane` 0..31; the
 // caller synchronises before other warps read `listed`, which holds `listed_cap` entries).
 // Returns the span in every lane.
+// `sel_row`: load_selection_row(p, seq), which a kernel may have loaded early.
 __device__ inline Span build_span(const AttentionParams& p, const HeadView& hv, int32_t seq,
                                   int32_t kv_head, int64_t q_first, int64_t q_last, int32_t* listed,
-                                  int32_t listed_cap, int lane) {
+                                  int32_t listed_cap, int lane, int32_t sel_row) {
   Span sp;
   const int32_t pt = hv.page_tokens;
   const int32_t q_last_page = static_cast<int32_t>(q_last / pt);
@@ -124,22 +160,27 @@ __device__ inline Span build_span(const AttentionParams& p, const HeadView& hv, 
     return sp;
   }
 
+  (void)seq;
   int32_t next = 0;  // first page of the trailing range
-  const bool selected = p.head_mode[kv_head] == static_cast<int32_t>(HeadMode::kSelected);
+  const bool selected = hv.mode == static_cast<int32_t>(HeadMode::kSelected);
   if (selected && p.selected_rows && p.selected && p.num_selected) {
-    const int32_t row = p.selected_rows[seq];
+    const int32_t row = sel_row;
     if (row >= 0) {
       const int64_t base = static_cast<int64_t>(row) * p.num_kv_heads + kv_head;
+      const int32_t* list = p.selected + base * p.max_selected;
+      // The list's first 64 entries (the row holds max_selected) are loaded with the count, so
+      // a selection of up to 64 pages costs one round trip, not two.
+      const int32_t pre0 = lane < p.max_selected ? list[lane] : -1;
+      const int32_t pre1 = 32 + lane < p.max_selected ? list[32 + lane] : -1;
       const int32_t count = min(p.num_selected[base], p.max_selected);
       if (count > 0) {
-        const int32_t* list = p.selected + base * p.max_selected;
         const int32_t num_pages = (hv.kv_len - 1) / pt + 1;
         // An entry is accepted iff it is in [0, num_pages) and above every earlier in-range
         // entry (the CPU's "prev" is exactly that running maximum).
         int32_t running = -1;
         for (int32_t i0 = 0; i0 < count; i0 += 32) {
           const int32_t i = i0 + lane;
-          const int32_t j = i < count ? list[i] : -1;
+          const int32_t j = i >= count ? -1 : (i0 == 0 ? pre0 : (i0 == 32 ? pre1 : list[i]));
           const int32_t v = (i < count && j >= 0 && j < num_pages) ? j : -1;
           int32_t incl = v;  // inclusive prefix max over lanes
 #pragma unroll
@@ -165,6 +206,13 @@ __device__ inline Span build_span(const AttentionParams& p, const HeadView& hv, 
   sp.range_begin = next;
   sp.range_end = q_last_page + 1;
   return sp;
+}
+
+__device__ inline Span build_span(const AttentionParams& p, const HeadView& hv, int32_t seq,
+                                  int32_t kv_head, int64_t q_first, int64_t q_last, int32_t* listed,
+                                  int32_t listed_cap, int lane) {
+  return build_span(p, hv, seq, kv_head, q_first, q_last, listed, listed_cap, lane,
+                    load_selection_row(p, seq));
 }
 
 // Where key row `r` of a span comes from: its absolute position and element offset in the pool

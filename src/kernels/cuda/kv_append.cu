@@ -2,6 +2,9 @@
 // head-page (16-byte vectors when source and pool share a dtype). Streaming heads write into their
 // ring; a token whose ring row is rewritten later in the same call is skipped, so concurrent
 // warps never race on a row and the pools equal in-order writes (as kernels/cpu/kv_append).
+// The loads that depend only on the (token, kv head) item (head mode and slot, and with 16-byte
+// vectors the source K / V row, up to kCachedVecs vectors per lane) are issued first, so at
+// decode sizes their latency overlaps the dependent chain (batch position, then block table).
 
 #include <type_traits>
 
@@ -15,6 +18,7 @@ namespace ls::kernels::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+constexpr int kCachedVecs = 2;  // source vectors a lane holds (head_dim <= 64 vectors)
 
 enum PoolFilter : int { kRetrievalOnly = 0, kStreamingOnly = 1, kBothPools = 2 };
 
@@ -38,14 +42,29 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
        item < num_items; item += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
     const int32_t t = static_cast<int32_t>(item / p.num_kv_heads);
     const int32_t g = static_cast<int32_t>(item % p.num_kv_heads);
+    const int32_t mode = p.head_mode[g];
+    const int32_t slot = p.head_slot[g];
+    const int64_t src_row = (static_cast<int64_t>(t) * p.num_kv_heads + g) * p.head_dim;
+    constexpr int kV = kVecElems<Ts>;
+    const bool cached = kVec && p.head_dim <= 32 * kV * kCachedVecs;
+    uint4 kbuf[kCachedVecs], vbuf[kCachedVecs];
+    if (cached) {
+#pragma unroll
+      for (int c = 0; c < kCachedVecs; ++c) {
+        const int e = (lane + 32 * c) * kV;
+        if (e < p.head_dim) {
+          kbuf[c] = *reinterpret_cast<const uint4*>(static_cast<const Ts*>(p.k) + src_row + e);
+          vbuf[c] = *reinterpret_cast<const uint4*>(static_cast<const Ts*>(p.v) + src_row + e);
+        }
+      }
+    }
     const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, t);
     if (tp.seq < 0) continue;
     const int32_t s = tp.seq;
-    const bool streaming = p.head_mode[g] == static_cast<int32_t>(HeadMode::kStreaming);
+    const bool streaming = mode == static_cast<int32_t>(HeadMode::kStreaming);
     if (filter != kBothPools && streaming != (filter == kStreamingOnly)) continue;
     const PagedKvPool& pool = streaming ? p.streaming : p.retrieval;
     if (pool.page_tokens <= 0 || pool.head_dim != p.head_dim || !pool.k || !pool.v) continue;
-    const int32_t slot = p.head_slot[g];
     if (slot < 0 || slot >= pool.heads_per_block) continue;
     const int32_t pt = pool.page_tokens;
     const int64_t pos = tp.position;
@@ -69,7 +88,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     if (block < 0 || block >= pool.num_blocks) continue;
     const int64_t head_page = static_cast<int64_t>(block) * pool.heads_per_block + slot;
     const int64_t dst_row = (head_page * pt + pos % pt) * p.head_dim;
-    const int64_t src_row = (static_cast<int64_t>(t) * p.num_kv_heads + g) * p.head_dim;
+    if (cached) {
+      Td* dk = static_cast<Td*>(pool.k) + dst_row;
+      Td* dv = static_cast<Td*>(pool.v) + dst_row;
+#pragma unroll
+      for (int c = 0; c < kCachedVecs; ++c) {
+        const int e = (lane + 32 * c) * kV;
+        if (e < p.head_dim) {
+          *reinterpret_cast<uint4*>(dk + e) = kbuf[c];
+          *reinterpret_cast<uint4*>(dv + e) = vbuf[c];
+        }
+      }
+      continue;
+    }
     copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.k) + src_row,
                            static_cast<Td*>(pool.k) + dst_row, p.head_dim, lane);
     copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.v) + src_row,

@@ -1,14 +1,20 @@
 // Quest / LServe page selection on the GPU, same contract as kernels/cpu/page_select.
-//  1. bounds_kernel: one warp per logical page computes, for every query head of the group,
-//     bound_h(lp) = sum_d max(q_h[d] kmax[lp][d], q_h[d] kmin[lp][d]) into the workspace
-//     ([item, group, logical pages] f32); many blocks per (sequence, kv head), so long contexts
-//     are read at full bandwidth.
-//  2. choose_kernel: one block per (sequence, kv head): best bound per head, the group score of
-//     each physical page (max over heads and over its logical pages of bound - best), then the
-//     top (k - 1) pages among all but the last by an exact radix select on the scores (ties: the
-//     lower page first, as the CPU comparator), the last page appended, ascending.
-// Zero scores are canonicalised to +0 so -0 and +0 tie as they do under the CPU's float
-// comparison; NaN scores rank last (-inf).
+//  1. bounds_kernel: one thread per logical page (16-byte loads of its kmax / kmin rows, several
+//     in flight) computes, for every query head h of the group,
+//     bound_h(lp) = sum_d max(q_h[d] kmax[lp][d], q_h[d] kmin[lp][d]); the lanes of a physical page
+//     max-reduce them into pmax[item][h][page] = max over the page's logical pages (holding
+//     tokens) of bound_h. Many blocks per (sequence, kv head), so at batch 1 a long context is
+//     still read by every SM.
+//  2. choose_kernel: one block per (sequence, kv head): best_h = max_page pmax[h][page] (the max
+//     over all logical pages), the group score of each physical page
+//     max_h (pmax[h][page] - best_h), then the top (k - 1) pages among all but the last by an
+//     exact radix select on the scores (ties: the lower page first, as the CPU comparator), the
+//     last page appended, ascending.
+// Reducing over the logical pages before subtracting best_h gives exactly the CPU's
+// max_lp (bound_h(lp) - best_h): f32 subtraction of a constant is monotone, NaN bounds are
+// ignored by both maxes (fmaxf / std::max with -inf first), and every NaN difference (inf - inf)
+// ranks -inf in both. Zero scores are canonicalised to +0 so -0 and +0 tie as they do under the
+// CPU's float comparison; NaN scores rank last (-inf).
 
 #include <cfloat>
 
@@ -20,12 +26,16 @@ namespace ls::kernels::cuda {
 
 namespace {
 
-constexpr int kBoundsWarps = 8;
-constexpr int kLogicalPerWarp = 8;
-constexpr int kLogicalPerBlock = kBoundsWarps * kLogicalPerWarp;
-constexpr int kChooseThreads = 512;
+constexpr int kBoundsThreads = 128;
+constexpr int kHeadsPerPass = 8;  // query heads whose bounds a thread accumulates at once
+constexpr int kChooseThreads = 1024;
+constexpr int kChooseWarps = kChooseThreads / 32;
 constexpr int kMaxGroup = 64;
-constexpr int kMaxElemsPerLane = 8;  // head_dim <= 256
+constexpr int kMaxHeadDim = 256;
+constexpr int kSmemScoresMax = 11 * 1024;  // pages whose scores choose_kernel keeps in shared memory
+                                            // (with its static arrays, under the 48 KB default)
+static_assert(kChooseWarps == 32, "choose_kernel reduces the warps' values with one warp");
+static_assert(kChooseThreads >= 256, "choose_kernel scans the 256 radix bins one per thread");
 
 // What both kernels need to agree on for one (sequence, kv head) item.
 struct ItemInfo {
@@ -50,60 +60,115 @@ __device__ inline ItemInfo item_info(const PageSelectParams& p, bool geometry_ok
   return it;
 }
 
-template <typename Tq, typename Tm>
-__global__ void __launch_bounds__(kBoundsWarps * 32)
-    bounds_kernel(const PageSelectParams p, float* bounds, int32_t max_logical) {
+// Adds sum_{e in [e0, e0 + n)} max(q_h[e] kx[e], q_h[e] kn[e]) to acc[h] for heads h0 .. h0 + nh.
+template <int kN>
+__device__ __forceinline__ void bound_terms(const float* q_smem, int d, int h0, int nh, int e0,
+                                            const float (&kx)[kN], const float (&kn)[kN],
+                                            float (&acc)[kHeadsPerPass]) {
+#pragma unroll
+  for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+    if (hh < nh) {
+      const float* qh = q_smem + (h0 + hh) * d + e0;
+#pragma unroll
+      for (int j = 0; j < kN; ++j) acc[hh] += fmaxf(qh[j] * kx[j], qh[j] * kn[j]);
+    }
+  }
+}
+
+// Grid: (ceil(max_pages / pages_per_block), items). Thread t of a block serves logical pages
+// `per` at a time: lanes come in groups of `lanes` (a power of two dividing 32) per physical page,
+// lane i of a group taking the page's logical pages i * per .. i * per + per - 1, so
+// lanes * per == logical_per_page. kVec: 16-byte loads of the summaries (head_dim a multiple of
+// the vector, both arrays 16-byte aligned); else scalar loads.
+template <typename Tq, typename Tm, bool kVec>
+__global__ void __launch_bounds__(kBoundsThreads)
+    bounds_kernel(const PageSelectParams p, float* pmax, int32_t max_pages, int32_t lanes,
+                  int32_t per) {
   extern __shared__ float q_smem[];  // [group, head_dim] f32
   const int32_t item = static_cast<int32_t>(blockIdx.y);
   const int32_t s = item / p.num_kv_heads, g = item % p.num_kv_heads;
   const ItemInfo it = item_info(p, true, s, g);
-  const int32_t lp0 = static_cast<int32_t>(blockIdx.x) * kLogicalPerBlock;
-  if (!it.selected || lp0 >= it.num_logical) return;
+  const int32_t pages_per_block = kBoundsThreads / lanes;
+  const int32_t page0 = static_cast<int32_t>(blockIdx.x) * pages_per_block;
+  if (!it.selected || page0 >= it.num_pages) return;  // uniform over the block
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int d = p.head_dim;
   const int64_t token = p.q_indptr[s + 1] - 1;
   const Tq* q =
       static_cast<const Tq*>(p.q) + (token * p.num_q_heads + static_cast<int64_t>(g) * group) * d;
-  for (int i = static_cast<int>(threadIdx.x); i < group * d; i += blockDim.x) {
-    q_smem[i] = to_f32(q[i]);
-  }
-  __syncthreads();
-
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int32_t page = page0 + tid / lanes;
   const int32_t lpp = p.summaries.logical_per_page;
   const int32_t slot = p.head_slot[g];
-  float* out = bounds + static_cast<int64_t>(item) * group * max_logical;
-  for (int32_t k = 0; k < kLogicalPerWarp; ++k) {
-    const int32_t lp = lp0 + warp * kLogicalPerWarp + k;
-    if (lp >= it.num_logical) break;
-    const int32_t block =
-        p.retrieval_blocks[static_cast<int64_t>(s) * p.retrieval_blocks_stride + lp / lpp];
-    if (block < 0) {
-      for (int h = lane; h < group; h += 32)
-        out[static_cast<int64_t>(h) * max_logical + lp] = -INFINITY;
-      continue;
-    }
-    const int64_t row =
-        ((static_cast<int64_t>(block) * p.heads_per_block + slot) * lpp + lp % lpp) * d;
-    const Tm* kmax = static_cast<const Tm*>(p.summaries.kmax) + row;
-    const Tm* kmin = static_cast<const Tm*>(p.summaries.kmin) + row;
-    float kx[kMaxElemsPerLane], kn[kMaxElemsPerLane];
+  // This thread's physical page (its block-table entry is read before the barrier, so the
+  // table load overlaps the query load).
+  int32_t block = -1;
+  if (page < it.num_pages) {
+    block = p.retrieval_blocks[static_cast<int64_t>(s) * p.retrieval_blocks_stride + page];
+  }
+  for (int i = tid; i < group * d; i += kBoundsThreads) q_smem[i] = to_f32(q[i]);
+  __syncthreads();
+
+  constexpr int V = kVec ? kVecElems<Tm> : 1;
+  float* out = pmax + static_cast<int64_t>(item) * group * max_pages;
+  for (int h0 = 0; h0 < group; h0 += kHeadsPerPass) {
+    const int nh = min(kHeadsPerPass, group - h0);
+    float best[kHeadsPerPass];
 #pragma unroll
-    for (int j = 0; j < kMaxElemsPerLane; ++j) {
-      const int e = lane + 32 * j;
-      kx[j] = e < d ? to_f32(kmax[e]) : 0.0f;
-      kn[j] = e < d ? to_f32(kmin[e]) : 0.0f;
-    }
-    for (int h = 0; h < group; ++h) {
-      const float* qh = q_smem + h * d;
-      float acc = 0.0f;
+    for (int hh = 0; hh < kHeadsPerPass; ++hh) best[hh] = -INFINITY;
+    for (int32_t k = 0; k < per; ++k) {
+      const int32_t lp_in_page = (tid % lanes) * per + k;
+      const int32_t lp = page * lpp + lp_in_page;
+      if (page >= it.num_pages || lp >= it.num_logical) continue;  // holds no token: no score
+      if (block < 0) continue;  // no block: the CPU's bound is -inf
+      const int64_t row =
+          ((static_cast<int64_t>(block) * p.heads_per_block + slot) * lpp + lp_in_page) * d;
+      const Tm* kmax = static_cast<const Tm*>(p.summaries.kmax) + row;
+      const Tm* kmin = static_cast<const Tm*>(p.summaries.kmin) + row;
+      float acc[kHeadsPerPass];
 #pragma unroll
-      for (int j = 0; j < kMaxElemsPerLane; ++j) {
-        const int e = lane + 32 * j;
-        if (e < d) acc += fmaxf(qh[e] * kx[j], qh[e] * kn[j]);
+      for (int hh = 0; hh < kHeadsPerPass; ++hh) acc[hh] = 0.0f;
+      if constexpr (kVec) {
+        // Four 16-byte vectors of each array in flight per step.
+        constexpr int kUnroll = 4;
+        int e = 0;
+        for (; e + kUnroll * V <= d; e += kUnroll * V) {
+          float kx[kUnroll][V], kn[kUnroll][V];
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            load_vec(kmax + e + u * V, kx[u]);
+            load_vec(kmin + e + u * V, kn[u]);
+          }
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) bound_terms(q_smem, d, h0, nh, e + u * V, kx[u], kn[u], acc);
+        }
+        for (; e < d; e += V) {
+          float kx[V], kn[V];
+          load_vec(kmax + e, kx);
+          load_vec(kmin + e, kn);
+          bound_terms(q_smem, d, h0, nh, e, kx, kn, acc);
+        }
+      } else {
+        for (int e = 0; e < d; ++e) {
+          const float kx[1] = {to_f32(kmax[e])}, kn[1] = {to_f32(kmin[e])};
+          bound_terms(q_smem, d, h0, nh, e, kx, kn, acc);
+        }
       }
-      acc = warp_sum(acc);
-      if (lane == 0) out[static_cast<int64_t>(h) * max_logical + lp] = acc;
+#pragma unroll
+      for (int hh = 0; hh < kHeadsPerPass; ++hh) best[hh] = fmaxf(best[hh], acc[hh]);
+    }
+    // Max over the lanes of one physical page (aligned groups of `lanes` within the warp).
+    for (int o = 1; o < lanes; o <<= 1) {
+#pragma unroll
+      for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+        best[hh] = fmaxf(best[hh], __shfl_xor_sync(0xffffffffu, best[hh], o));
+      }
+    }
+    if (page < it.num_pages && tid % lanes == 0) {
+#pragma unroll
+      for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+        if (hh < nh) out[static_cast<int64_t>(h0 + hh) * max_pages + page] = best[hh];
+      }
     }
   }
 }
@@ -124,28 +189,35 @@ __device__ inline int block_exclusive_count(bool flag, int* warp_totals, int& to
   __syncthreads();
   int before = 0;
   total = 0;
-  for (int w = 0; w < kChooseThreads / 32; ++w) {
-    if (w < warp) before += warp_totals[w];
-    total += warp_totals[w];
+#pragma unroll 8
+  for (int w = 0; w < kChooseWarps; ++w) {
+    const int c = warp_totals[w];
+    if (w < warp) before += c;
+    total += c;
   }
   return before + in_warp;
 }
 
+// Dynamic shared memory: [max_pages] f32 page scores when they fit (scores_in_smem), else none
+// (the scores live in the workspace).
 __global__ void __launch_bounds__(kChooseThreads)
-    choose_kernel(const PageSelectParams p, bool geometry_ok, const float* bounds,
-                  float* page_score, int32_t max_logical, int32_t max_pages_ws) {
+    choose_kernel(const PageSelectParams p, bool geometry_ok, const float* pmax,
+                  float* page_score, int32_t max_pages_ws, bool scores_in_smem) {
+  extern __shared__ float ps_smem[];
   __shared__ float best[kMaxGroup];
-  __shared__ float red[kChooseThreads / 32];
+  __shared__ float red[kChooseWarps];
   __shared__ unsigned hist[256];
+  __shared__ int scan[8];
   __shared__ uint32_t s_prefix;
   __shared__ int s_remaining;
-  __shared__ int warp_totals[kChooseThreads / 32];
+  __shared__ int warp_totals[kChooseWarps];
 
   const int32_t item = static_cast<int32_t>(blockIdx.x);
   const int32_t s = item / p.num_kv_heads, g = item % p.num_kv_heads;
   const ItemInfo it = item_info(p, geometry_ok, s, g);
   if (it.row < 0) return;
   const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % 32, warp = tid / 32;
   int32_t* sel = p.selected + (static_cast<int64_t>(it.row) * p.num_kv_heads + g) * p.max_selected;
   int32_t* num_sel = p.num_selected + static_cast<int64_t>(it.row) * p.num_kv_heads + g;
   float* scores_out =
@@ -161,44 +233,40 @@ __global__ void __launch_bounds__(kChooseThreads)
   }
 
   const int32_t group = p.num_q_heads / p.num_kv_heads;
-  const int32_t lpp = p.summaries.logical_per_page;
-  const int32_t n_lp = it.num_logical, P = it.num_pages;
-  const float* b = bounds + static_cast<int64_t>(item) * group * max_logical;
+  const int32_t P = it.num_pages;
+  const float* b = pmax + static_cast<int64_t>(item) * group * max_pages_ws;  // [group][max_pages]
+  // best_h = max over pages of pmax[h][page] (= max over the logical pages holding tokens).
   for (int h = 0; h < group; ++h) {
     float m = -INFINITY;
-    for (int lp = tid; lp < n_lp; lp += kChooseThreads) {
-      m = fmaxf(m, b[static_cast<int64_t>(h) * max_logical + lp]);
+    for (int32_t j = tid; j < P; j += kChooseThreads) {
+      m = fmaxf(m, b[static_cast<int64_t>(h) * max_pages_ws + j]);
     }
     m = warp_max(m);
-    if (tid % 32 == 0) red[tid / 32] = m;
+    if (lane == 0) red[warp] = m;
     __syncthreads();
-    if (tid == 0) {
-      float mm = -INFINITY;
-      for (int w = 0; w < kChooseThreads / 32; ++w) mm = fmaxf(mm, red[w]);
-      best[h] = mm;
+    if (warp == 0) {
+      float mm = red[lane];  // kChooseWarps == 32
+      mm = warp_max(mm);
+      if (lane == 0) best[h] = mm;
     }
+    // The next head's red writes happen after this barrier; best[] is read after the last one.
     __syncthreads();
   }
 
-  float* ps = page_score + static_cast<int64_t>(item) * max_pages_ws;
+  float* ps = scores_in_smem ? ps_smem : page_score + static_cast<int64_t>(item) * max_pages_ws;
   for (int32_t j = tid; j < P; j += kChooseThreads) {
     float score_j = -INFINITY;
-    const int32_t lp_end = min(n_lp, (j + 1) * lpp);
     for (int h = 0; h < group; ++h) {
-      for (int32_t lp = j * lpp; lp < lp_end; ++lp) {
-        float sc = b[static_cast<int64_t>(h) * max_logical + lp] - best[h];
-        if (sc != sc) sc = -INFINITY;  // NaN ranks last
-        score_j = fmaxf(score_j, sc);
-      }
+      float sc = b[static_cast<int64_t>(h) * max_pages_ws + j] - best[h];
+      if (sc != sc) sc = -INFINITY;  // NaN ranks last
+      score_j = fmaxf(score_j, sc);
     }
     score_j += 0.0f;  // -0 -> +0
     ps[j] = score_j;
+    if (scores_out && j < p.max_pages) scores_out[j] = score_j;
   }
   if (scores_out) {
-    for (int32_t i = tid; i < p.max_pages; i += kChooseThreads) {
-      // ps[i] for i < P was written by this same thread above (same stride).
-      scores_out[i] = i < P ? ps[i] : -INFINITY;
-    }
+    for (int32_t i = P + tid; i < p.max_pages; i += kChooseThreads) scores_out[i] = -INFINITY;
   }
   __syncthreads();  // page scores visible to the whole block
 
@@ -216,33 +284,52 @@ __global__ void __launch_bounds__(kChooseThreads)
     // ptxas on sm_90a: it ran for items that took the radix path and wrote past the item.)
     if (take > 0) {
       // Radix select, 8 bits per pass from the top: the key T of the take-th largest score and
-      // how many scores equal to T are still needed after all scores above T.
+      // how many scores equal to T are still needed after all scores above T. Histogram adds are
+      // aggregated per warp over lanes with the same digit (scores share their top bits, so
+      // per-lane shared atomics would serialise on a few bins); the digit holding the take-th
+      // largest is found by a parallel suffix scan of the 256 bins.
       uint32_t prefix = 0, mask = 0;
       int remaining = take;
       for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = tid; i < 256; i += kChooseThreads) hist[i] = 0;
         __syncthreads();
-        for (int32_t j = tid; j < candidates; j += kChooseThreads) {
-          const uint32_t key = order_key(ps[j]);
-          if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+        for (int32_t c0 = 0; c0 < candidates; c0 += kChooseThreads) {  // uniform trip count
+          const int32_t j = c0 + tid;
+          const uint32_t key = j < candidates ? order_key(ps[j]) : 0u;
+          const bool counted = j < candidates && (key & mask) == prefix;
+          const uint32_t digit = counted ? (key >> shift) & 255u : 256u;
+          const unsigned peers = __match_any_sync(0xffffffffu, digit);
+          if (counted && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
         }
         __syncthreads();
-        if (tid == 0) {
-          int cum = 0;
-          for (int dgt = 255; dgt >= 0; --dgt) {
-            const int c = static_cast<int>(hist[dgt]);
-            if (cum + c >= remaining) {
-              s_prefix = prefix | (static_cast<uint32_t>(dgt) << shift);
-              s_remaining = remaining - cum;
-              break;
-            }
-            cum += c;
+        if (tid < 256) {
+          // Thread t holds digit 255 - t: an inclusive scan in thread order counts the keys
+          // (matching the prefix) whose digit is >= 255 - t.
+          const int c = static_cast<int>(hist[255 - tid]);
+          int incl = c;
+#pragma unroll
+          for (int o = 1; o < 32; o <<= 1) {
+            const int up = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += up;
+          }
+          if (lane == 31) scan[warp] = incl;
+          __syncwarp();
+          // Barrier among the first 256 threads only (8 warps) is not available without named
+          // barriers; use bar.sync 1, 256.
+          asm volatile("bar.sync 1, 256;" ::: "memory");
+          for (int w = 0; w < warp; ++w) incl += scan[w];
+          const int excl = incl - c;
+          if (excl < remaining && incl >= remaining) {  // exactly one thread
+            s_prefix = prefix | (static_cast<uint32_t>(255 - tid) << shift);
+            s_remaining = remaining - excl;
           }
         }
         __syncthreads();
         prefix = s_prefix;
         remaining = s_remaining;
         mask |= 255u << shift;
+        // s_prefix / s_remaining / hist / scan are rewritten only after the next pass's first
+        // barrier, which every thread reaches after reading them here.
       }
       const uint32_t threshold = prefix;
       const int need_ties = remaining;
@@ -275,9 +362,8 @@ __global__ void __launch_bounds__(kChooseThreads)
 
 struct Sizes {
   int32_t group = 0;
-  int32_t max_logical = 0;
   int32_t max_pages = 0;
-  int64_t bounds_floats = 0;
+  int64_t pmax_floats = 0;
   int64_t score_floats = 0;
 };
 
@@ -285,9 +371,8 @@ Sizes sizes_for(const PageSelectParams& p) {
   Sizes z;
   z.group = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 0;
   z.max_pages = std::max(1, p.retrieval_blocks_stride);
-  z.max_logical = z.max_pages * std::max(1, p.summaries.logical_per_page);
   const int64_t items = static_cast<int64_t>(std::max(0, p.num_seqs)) * std::max(0, p.num_kv_heads);
-  z.bounds_floats = items * z.group * z.max_logical;
+  z.pmax_floats = items * z.group * z.max_pages;
   z.score_floats = items * z.max_pages;
   return z;
 }
@@ -296,9 +381,13 @@ Sizes sizes_for(const PageSelectParams& p) {
 
 int64_t page_select_workspace_bytes(const PageSelectParams& p) {
   const Sizes z = sizes_for(p);
-  return (z.bounds_floats + z.score_floats) * 4 + 256;
+  return (z.pmax_floats + z.score_floats) * 4 + 256;
 }
 
+// Workspace: pmax [items, group, max_pages] f32, then page scores [items, max_pages] f32 (used
+// when they do not fit choose_kernel's shared memory). Every entry choose_kernel reads is written
+// by bounds_kernel earlier in the same call (pages < num_pages of selected items), so no state
+// carries over between calls.
 Status page_select(const PageSelectParams& p, void* workspace, int64_t workspace_bytes,
                    cudaStream_t stream) {
   if (p.num_seqs <= 0 || p.num_kv_heads <= 0 || p.head_dim <= 0 || p.max_selected < 0) return {};
@@ -318,8 +407,8 @@ Status page_select(const PageSelectParams& p, void* workspace, int64_t workspace
     return invalid_argument("page_select: {} query heads per kv head (at most {})", z.group,
                             kMaxGroup);
   }
-  if (p.head_dim > 32 * kMaxElemsPerLane) {
-    return invalid_argument("page_select: head_dim {} > {}", p.head_dim, 32 * kMaxElemsPerLane);
+  if (p.head_dim > kMaxHeadDim) {
+    return invalid_argument("page_select: head_dim {} > {}", p.head_dim, kMaxHeadDim);
   }
   if (static_cast<int64_t>(z.group) * p.head_dim * 4 > 48 * 1024) {
     return invalid_argument("page_select: {} query heads of head_dim {} do not fit shared memory",
@@ -329,21 +418,37 @@ Status page_select(const PageSelectParams& p, void* workspace, int64_t workspace
     return invalid_argument("page_select: workspace of {} bytes, {} needed", workspace_bytes,
                             page_select_workspace_bytes(p));
   }
-  float* bounds = static_cast<float*>(workspace);
-  float* scores = bounds + z.bounds_floats;
+  float* pmax = static_cast<float*>(workspace);
+  float* scores = pmax + z.pmax_floats;
   const unsigned items = static_cast<unsigned>(p.num_seqs * p.num_kv_heads);
   if (geometry_ok) {
+    // Lanes per physical page: the largest power of two <= 32 dividing logical_per_page.
+    const int32_t lpp = sm.logical_per_page;
+    int32_t lanes = 1;
+    while (lanes < 32 && lpp % (lanes * 2) == 0) lanes *= 2;
+    const int32_t per = lpp / lanes;
+    const int32_t pages_per_block = kBoundsThreads / lanes;
     LS_RETURN_IF_ERROR(dispatch_float(p.q_dtype, "page_select", [&]<typename Tq>() {
       return dispatch_float(sm.dtype, "page_select", [&]<typename Tm>() {
-        const dim3 grid((z.max_logical + kLogicalPerBlock - 1) / kLogicalPerBlock, items);
+        const dim3 grid((z.max_pages + pages_per_block - 1) / pages_per_block, items);
         const size_t smem = static_cast<size_t>(z.group) * p.head_dim * sizeof(float);
-        bounds_kernel<Tq, Tm><<<grid, kBoundsWarps * 32, smem, stream>>>(p, bounds, z.max_logical);
+        const bool vec =
+            p.head_dim % kVecElems<Tm> == 0 && aligned16(sm.kmin) && aligned16(sm.kmax);
+        if (vec) {
+          bounds_kernel<Tq, Tm, true>
+              <<<grid, kBoundsThreads, smem, stream>>>(p, pmax, z.max_pages, lanes, per);
+        } else {
+          bounds_kernel<Tq, Tm, false>
+              <<<grid, kBoundsThreads, smem, stream>>>(p, pmax, z.max_pages, lanes, per);
+        }
         return launch_status("page_select bounds");
       });
     }));
   }
-  choose_kernel<<<items, kChooseThreads, 0, stream>>>(p, geometry_ok, bounds, scores, z.max_logical,
-                                                      z.max_pages);
+  const bool scores_in_smem = z.max_pages <= kSmemScoresMax;
+  const size_t choose_smem = scores_in_smem ? static_cast<size_t>(z.max_pages) * 4 : 0;
+  choose_kernel<<<items, kChooseThreads, choose_smem, stream>>>(p, geometry_ok, pmax, scores,
+                                                                z.max_pages, scores_in_smem);
   return launch_status("page_select choose");
 }
 

@@ -4,6 +4,9 @@
 // folds the run in order, lanes over head_dim. A page whose first token is in the run is
 // initialised from it, otherwise the stored summary is loaded first, so partly filled pages stay
 // exact and no stale memory is ever read. Runs never overlap, so warps never race.
+// The item's own key row (head_dim elements, lanes over head_dim) and its head's mode / slot are
+// loaded first, before the batch position and block table are resolved, so at decode sizes
+// (runs of one token) their latency overlaps that dependent chain.
 
 #include "kernels/cuda/batch_index.cuh"
 #include "kernels/cuda/check.h"
@@ -29,8 +32,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
        item < num_items; item += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
     const int32_t t = static_cast<int32_t>(item / p.num_kv_heads);
     const int32_t g = static_cast<int32_t>(item % p.num_kv_heads);
-    if (p.head_mode[g] == static_cast<int32_t>(HeadMode::kStreaming)) continue;
+    const int32_t mode = p.head_mode[g];
     const int32_t slot = p.head_slot[g];
+    const Ts* key0 =
+        static_cast<const Ts*>(p.k) + (static_cast<int64_t>(t) * p.num_kv_heads + g) * d;
+    float first[kMaxElemsPerLane];  // this token's key: the run's first row
+#pragma unroll
+    for (int j = 0; j < kMaxElemsPerLane; ++j) {
+      const int e = lane + 32 * j;
+      first[j] = e < d ? to_f32(key0[e]) : 0.0f;
+    }
+    if (mode == static_cast<int32_t>(HeadMode::kStreaming)) continue;
     if (slot < 0 || slot >= p.heads_per_block) continue;
     const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, t);
     if (tp.seq < 0) continue;
@@ -50,8 +62,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const int64_t offset = (head_page * sm.logical_per_page + lp % sm.logical_per_page) * d;
     Tm* kmin = static_cast<Tm*>(sm.kmin) + offset;
     Tm* kmax = static_cast<Tm*>(sm.kmax) + offset;
-    const Ts* key0 =
-        static_cast<const Ts*>(p.k) + (static_cast<int64_t>(t) * p.num_kv_heads + g) * d;
     const int64_t key_stride = static_cast<int64_t>(p.num_kv_heads) * d;
 
     float lo[kMaxElemsPerLane], hi[kMaxElemsPerLane];
@@ -60,14 +70,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       const int e = lane + 32 * j;
       if (e < d) {
         if (fresh) {
-          lo[j] = hi[j] = to_f32(key0[e]);
+          lo[j] = hi[j] = first[j];
         } else {
-          lo[j] = to_f32(kmin[e]);
-          hi[j] = to_f32(kmax[e]);
+          lo[j] = fminf(to_f32(kmin[e]), first[j]);
+          hi[j] = fmaxf(to_f32(kmax[e]), first[j]);
         }
       }
     }
-    for (int32_t r = fresh ? 1 : 0; r < run; ++r) {
+    for (int32_t r = 1; r < run; ++r) {
       const Ts* key = key0 + r * key_stride;
 #pragma unroll
       for (int j = 0; j < kMaxElemsPerLane; ++j) {
