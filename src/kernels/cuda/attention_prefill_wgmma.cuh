@@ -1,0 +1,323 @@
+#pragma once
+// Internal to kernels/cuda: the Hopper (sm_90a) prefill attention kernel, FlashAttention-3 style
+// on wgmma with fp32 accumulation, instantiated in attention_prefill_wgmma_d*.cu. It computes
+// exactly what prefill_attention_kernel (attention_prefill.cuh) computes: the same tiles, spans,
+// masks, scale, online softmax and P rounded to the input dtype before P V.
+//
+// A block owns a 128-row query tile (PrefillTile) of one query head with two warpgroups; warpgroup
+// wg owns rows 64 wg .. 64 wg + 63. It walks the visible key rows of its kv head (the span)
+// kBN at a time. Per key block:
+//   S[64 x kBN] = Q K^T       wgmma m64nkBNk16, Q and K K-major in shared memory (descriptors)
+//   mask, online softmax on the accumulator fragments (two rows per thread)
+//   O[64 x kD] += P V         wgmma m64nkDk16, P from registers (rounded to T), V MN-major in
+//                             shared memory (transposed-B descriptor)
+// K and V blocks are double-buffered: every thread copies its share of block b + 1 with cp.async
+// (row by row from the pages, so any page size works; invalid rows zero-filled) while block b is
+// computed. One barrier per block: after it, block b is in shared memory and every warpgroup is
+// done with block b - 1, whose buffers then receive block b + 1.
+//
+// Shared memory (dynamic, base rounded up to 1024 bytes), every tile 128B-swizzled (wgmma.cuh):
+//   sQ        [kD / 64 panels][128 rows][64 cols] T        panel = 128 * 128 B
+//   sK[2]     [kD / 64 panels][kBN rows][64 cols] T        panel = kBN * 128 B
+//   sV[2]     [kD / 64 panels][kBN rows][64 cols] T
+//   kpos[2]   [kBN] int32     absolute key position per row of the block, -1: no key
+//   span      Span
+//   listed    [listed_cap] int32
+// Element (r, c) of a tile with R rows lives at byte
+//   (c / 64) * R * 128 + r * 128 + (((c % 64) / 8) ^ (r % 8)) * 16 + (c % 8) * 2.
+// Descriptors (wgmma.cuh): Q as A and K as B are K-major (k-step kk: panel kk / 4, + 32 (kk % 4)
+// bytes; SBO 1024); V as B is MN-major (k-step kk: + 16 kk rows = 2048 kk bytes; SBO 1024 between
+// 8-key groups, LBO = R * 128 between 64-column panels of head_dim).
+//
+// Per warpgroup and per key block: skipped when no key is visible to any of its queries,
+// unmasked when every key is visible to all of them (warpgroup-uniform, as wgmma needs).
+
+#include <cstdint>
+
+#include "kernels/cuda/attention_prefill.cuh"
+#include "kernels/cuda/attention_span.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/wgmma.cuh"
+#include "kernels/paged_kv.h"
+
+namespace ls::kernels::cuda {
+
+template <int kD, int kBN>
+struct WgmmaPrefillShape {
+  static_assert(kD == 64 || kD == 128, "head_dim 64 or 128");
+  static_assert(kBN == 64 || kBN == 128, "key blocks of 64 or 128 rows");
+  static constexpr int kThreads = 256;    // two warpgroups
+  static constexpr int kBM = 128;         // query rows per tile
+  static constexpr int kChunks = kD / 8;  // 16-byte chunks per row
+  static constexpr int kQBytes = kBM * kD * 2;
+  static constexpr int kKVBytes = kBN * kD * 2;        // one K or V block
+  static constexpr int kRowThreads = kThreads / kBN;   // threads copying one K/V row
+  static constexpr int kQRowThreads = kThreads / kBM;  // threads copying one Q row
+  static constexpr int kOffK = kQBytes;
+  static constexpr int kOffV = kOffK + 2 * kKVBytes;
+  static constexpr int kOffPos = kOffV + 2 * kKVBytes;
+  static constexpr int kOffSpan = kOffPos + 2 * kBN * 4;
+  static constexpr int kOffListed = kOffSpan + 16;
+  static constexpr int smem_bytes(int listed_cap) { return 1024 + kOffListed + 4 * listed_cap; }
+};
+
+// Byte offset of 16-byte chunk `c` (0 .. kD/8 - 1) of row `r` in a 128B-swizzled tile of kRows.
+template <int kRows>
+__device__ __forceinline__ uint32_t sw128_offset(int r, int c) {
+  return static_cast<uint32_t>((c >> 3) * kRows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+template <int kD, typename T, int kBN>
+__global__ void __launch_bounds__(256, 1)
+    prefill_wgmma_kernel(const AttentionParams p, const PrefillTile* tiles,
+                         const int32_t* num_tiles, int32_t listed_cap) {
+  using Shape = WgmmaPrefillShape<kD, kBN>;
+  constexpr int kChunks = Shape::kChunks;
+  constexpr int kQKSteps = kD / 16;   // k-steps of Q K^T
+  constexpr int kPVSteps = kBN / 16;  // k-steps of P V
+  constexpr int kSRegs = kBN / 2;     // S accumulator registers per thread
+  constexpr int kORegs = kD / 2;      // O accumulator registers per thread
+
+  const int tile_index = static_cast<int>(blockIdx.y);
+  if (tile_index >= *num_tiles) return;
+  const PrefillTile tile = tiles[tile_index];
+  const int32_t h = static_cast<int32_t>(blockIdx.x);
+  const int32_t group = p.num_q_heads / p.num_kv_heads;
+  const int32_t g = h / group;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32, lane = tid % 32;
+  const int wg = warp / 4;  // warpgroup
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // Swizzle atoms need 1024-byte aligned shared addresses (smem_bytes reserves the slack).
+  unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+  unsigned char* sQ = smem;
+  unsigned char* sK = smem + Shape::kOffK;
+  unsigned char* sV = smem + Shape::kOffV;
+  int32_t* kpos = reinterpret_cast<int32_t*>(smem + Shape::kOffPos);
+  Span* span_s = reinterpret_cast<Span*>(smem + Shape::kOffSpan);
+  int32_t* listed = reinterpret_cast<int32_t*>(smem + Shape::kOffListed);
+  const uint32_t sQ_addr = smem_addr(sQ), sK_addr = smem_addr(sK), sV_addr = smem_addr(sV);
+
+  const int64_t q_first = tile.first_pos;
+  const int64_t q_last = q_first + tile.num_q - 1;
+  const T* q_base = static_cast<const T*>(p.q);
+  T* out_base = static_cast<T*>(p.out);
+
+  HeadView hv;
+  const bool usable = resolve_head(p, tile.seq, g, q_first, q_last, hv);
+  if (!usable) {  // zero rows, as kernels/cpu
+    for (int i = tid; i < tile.num_q * kChunks; i += Shape::kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      *reinterpret_cast<uint4*>(
+          out_base + (static_cast<int64_t>(tile.token0 + r) * p.num_q_heads + h) * kD + c * 8) =
+          make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  if (warp == 0) {
+    const Span sp = build_span(p, hv, tile.seq, g, q_first, q_last, listed, listed_cap, lane);
+    if (lane == 0) *span_s = sp;
+  }
+
+  // Q tile: rows past num_q are zero.
+  {
+    const int r = tid / Shape::kQRowThreads;
+    const bool valid = r < tile.num_q;
+    const T* src =
+        q_base + (static_cast<int64_t>(tile.token0 + (valid ? r : 0)) * p.num_q_heads + h) * kD;
+    for (int c = tid % Shape::kQRowThreads; c < kChunks; c += Shape::kQRowThreads) {
+      cp_async_16(sQ + sw128_offset<Shape::kBM>(r, c), src + c * 8, valid);
+    }
+  }
+  cp_async_commit();
+  __syncthreads();  // span and listed
+  const Span sp = *span_s;
+  const int64_t num_rows = static_cast<int64_t>(sp.num_pages()) * hv.page_tokens;
+  const int32_t num_blocks = static_cast<int32_t>(
+      min((num_rows + kBN - 1) / kBN, static_cast<int64_t>(INT32_MAX / kBN - 1)));
+
+  // This thread copies chunks of key row `my_row` of every block (K and V of one row together).
+  const int my_row = tid / Shape::kRowThreads;
+  const T* k_pool = static_cast<const T*>(hv.k);
+  const T* v_pool = static_cast<const T*>(hv.v);
+  auto issue_kv = [&](int32_t b) {
+    const int stage = b & 1;
+    const KeyRow kr = locate_row(hv, sp, listed, b * kBN + my_row, kD);
+    const bool valid = kr.position >= 0;
+    const T* ksrc = k_pool + (valid ? kr.offset : 0);
+    const T* vsrc = v_pool + (valid ? kr.offset : 0);
+    unsigned char* kdst = sK + stage * Shape::kKVBytes;
+    unsigned char* vdst = sV + stage * Shape::kKVBytes;
+    for (int c = tid % Shape::kRowThreads; c < kChunks; c += Shape::kRowThreads) {
+      const uint32_t off = sw128_offset<kBN>(my_row, c);
+      cp_async_16(kdst + off, ksrc + c * 8, valid);
+      cp_async_16(vdst + off, vsrc + c * 8, valid);
+    }
+    if (tid % Shape::kRowThreads == 0) kpos[stage * kBN + my_row] = kr.position;
+  };
+  if (num_blocks > 0) issue_kv(0);
+  cp_async_commit();
+
+  // This warpgroup's query rows; this thread's two rows (fragment rows g and g + 8).
+  const int wg_row0 = 64 * wg;
+  const int wg_valid = min(64, tile.num_q - wg_row0);
+  const int64_t wq_min = q_first + wg_row0;
+  const int64_t wq_max = q_first + wg_row0 + wg_valid - 1;
+  const int row_a = wg_row0 + 16 * (warp % 4) + lane / 4;
+  const int64_t q_pos0 = q_first + row_a;
+  const int64_t q_pos1 = q_pos0 + 8;
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+
+  float o[kORegs];
+#pragma unroll
+  for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+  for (int32_t b = 0; b < num_blocks; ++b) {
+    const int stage = b & 1;
+    cp_async_wait<0>();
+    fence_proxy_async();  // this thread's cp.async writes (Q, K_b, V_b) -> visible to wgmma
+    __syncthreads();      // every thread's copies landed; every warpgroup is done with block b-1
+    if (b + 1 < num_blocks) issue_kv(b + 1);
+    cp_async_commit();
+
+    // Which of this block's keys this warpgroup's queries see (same answer in its 4 warps).
+    bool any = false, all = false;
+    const int32_t* bpos = kpos + stage * kBN;
+    if (wg_valid > 0) {
+      bool some_k = false, every_k = true;
+#pragma unroll
+      for (int i = 0; i < kBN / 32; ++i) {
+        const int32_t k = bpos[lane + 32 * i];
+        some_k = some_k || (k >= 0 && k <= wq_max &&
+                            (!hv.streaming || k < hv.sink_tokens || wq_min - k < hv.local));
+        every_k = every_k && (k >= 0 && k <= wq_min &&
+                              (!hv.streaming || k < hv.sink_tokens || wq_max - k < hv.local));
+      }
+      any = __any_sync(0xffffffffu, some_k);
+      all = __all_sync(0xffffffffu, every_k);
+    }
+    if (!any) continue;
+
+    // S = Q K^T.
+    float s[kSRegs];
+#pragma unroll
+    for (int i = 0; i < kSRegs; ++i) s[i] = 0.0f;
+    const uint32_t k_stage = sK_addr + stage * Shape::kKVBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kQKSteps; ++kk) {
+      const uint32_t qa = sQ_addr + (kk / 4) * (Shape::kBM * 128) + wg_row0 * 128 + (kk % 4) * 32;
+      const uint32_t ka = k_stage + (kk / 4) * (kBN * 128) + (kk % 4) * 32;
+      wgmma_ss<kBN, T>(s, wgmma_desc_sw128(qa, 16, 1024), wgmma_desc_sw128(ka, 16, 1024),
+                       kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_hold(s);
+
+    if (!all) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int32_t k = bpos[j * 8 + 2 * (lane % 4) + e];
+          if (!key_visible(hv, q_pos0, k)) s[4 * j + e] = -INFINITY;
+          if (!key_visible(hv, q_pos1, k)) s[4 * j + 2 + e] = -INFINITY;
+        }
+      }
+    }
+    // Online softmax over the two rows this thread holds (a row spans the 4 lanes of a quad).
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+      mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+#pragma unroll
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+    }
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * scale_log2;
+    const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * scale_log2;
+    const float alpha0 = fast_exp2(m0 * scale_log2 - base0);  // m0 = -inf -> 0
+    const float alpha1 = fast_exp2(m1 * scale_log2 - base1);
+    m0 = mn0;
+    m1 = mn1;
+    float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      s[4 * j + 0] = fast_exp2(fmaf(s[4 * j + 0], scale_log2, -base0));
+      s[4 * j + 1] = fast_exp2(fmaf(s[4 * j + 1], scale_log2, -base0));
+      s[4 * j + 2] = fast_exp2(fmaf(s[4 * j + 2], scale_log2, -base1));
+      s[4 * j + 3] = fast_exp2(fmaf(s[4 * j + 3], scale_log2, -base1));
+      rs0 += s[4 * j + 0] + s[4 * j + 1];
+      rs1 += s[4 * j + 2] + s[4 * j + 3];
+    }
+    l0 = l0 * alpha0 + rs0;
+    l1 = l1 * alpha1 + rs1;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      o[4 * j + 0] *= alpha0;
+      o[4 * j + 1] *= alpha0;
+      o[4 * j + 2] *= alpha1;
+      o[4 * j + 3] *= alpha1;
+    }
+
+    // O += P V, P rounded to T: k-step kk covers keys 16 kk .. 16 kk + 15, i.e. S column tiles
+    // 2 kk (a[0], a[1]) and 2 kk + 1 (a[2], a[3]).
+    uint32_t pf[kPVSteps][4];
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+      pf[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+      pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+      pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+    const uint32_t v_stage = sV_addr + stage * Shape::kKVBytes;
+    wgmma_fence();  // o and pf were written by ordinary instructions
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      wgmma_rs_tb<kD, T>(o, pf[kk], wgmma_desc_sw128(v_stage + kk * 2048, kBN * 128, 1024));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_hold(o);
+  }
+  cp_async_wait<0>();
+
+  // Normalise; stage this warp's 16 rows in its own rows of sQ (no other warp reads them once the
+  // warpgroup's wgmmas are done), then store 16 bytes per lane.
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
+  const float inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+  // Every warp of the warpgroup is past its last wgmma reading sQ (named barrier 1 + wg).
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+  const int warp_row0 = wg_row0 + 16 * (warp % 4);
+  const int valid_rows = min(16, tile.num_q - warp_row0);
+  if (valid_rows <= 0) return;
+#pragma unroll
+  for (int j = 0; j < kD / 8; ++j) {
+    const int c = j;  // 16-byte chunk of columns 8j .. 8j + 7
+    const uint32_t in_chunk = 4 * (lane % 4);
+    *reinterpret_cast<uint32_t*>(sQ + sw128_offset<Shape::kBM>(row_a, c) + in_chunk) =
+        pack2<T>(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+    *reinterpret_cast<uint32_t*>(sQ + sw128_offset<Shape::kBM>(row_a + 8, c) + in_chunk) =
+        pack2<T>(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+  }
+  __syncwarp();
+  for (int i = lane; i < valid_rows * kChunks; i += 32) {
+    const int r = i / kChunks, c = i % kChunks;
+    *reinterpret_cast<uint4*>(
+        out_base + (static_cast<int64_t>(tile.token0 + warp_row0 + r) * p.num_q_heads + h) * kD +
+        c * 8) = *reinterpret_cast<const uint4*>(sQ + sw128_offset<Shape::kBM>(warp_row0 + r, c));
+  }
+}
+
+}  // namespace ls::kernels::cuda
