@@ -11,10 +11,11 @@
 //   mask, online softmax on the accumulator fragments (two rows per thread)
 //   O[64 x kD] += P V         wgmma m64nkDk16, P from registers (rounded to T), V MN-major in
 //                             shared memory (transposed-B descriptor)
-// K and V blocks are double-buffered: every thread copies its share of block b + 1 with cp.async
-// (row by row from the pages, so any page size works; invalid rows zero-filled) while block b is
-// computed. One barrier per block: after it, block b is in shared memory and every warpgroup is
-// done with block b - 1, whose buffers then receive block b + 1.
+// S of block j is issued before P V of block j - 1, so the softmax of block j runs while the
+// tensor cores do P V (FlashAttention-3's intra-warpgroup overlap). K and V blocks are
+// double-buffered: every thread copies its share of K_{j+1} and V_j with cp.async (row by row
+// from the pages, so any page size works; invalid rows zero-filled) while iteration j computes.
+// One barrier per iteration (see the loop).
 //
 // Shared memory (dynamic, base rounded up to 1024 bytes), every tile 128B-swizzled (wgmma.cuh):
 //   sQ        [kD / 64 panels][128 rows][64 cols] T        panel = 128 * 128 B
@@ -29,8 +30,8 @@
 // bytes; SBO 1024); V as B is MN-major (k-step kk: + 16 kk rows = 2048 kk bytes; SBO 1024 between
 // 8-key groups, LBO = R * 128 between 64-column panels of head_dim).
 //
-// Per warpgroup and per key block: skipped when no key is visible to any of its queries,
-// unmasked when every key is visible to all of them (warpgroup-uniform, as wgmma needs).
+// Every key block of the span is computed by both warpgroups (so the wgmma sequence never
+// diverges); a warp skips the masking of a block whose keys are all visible to all its queries.
 
 #include <cstdint>
 
@@ -137,34 +138,40 @@ __global__ void __launch_bounds__(256, 1)
   const int32_t num_blocks = static_cast<int32_t>(
       min((num_rows + kBN - 1) / kBN, static_cast<int64_t>(INT32_MAX / kBN - 1)));
 
-  // This thread copies chunks of key row `my_row` of every block (K and V of one row together).
+  // This thread copies chunks of key row `my_row` of every block. V of a block is copied one
+  // iteration after its K, from the row located when K was issued (`pending`).
   const int my_row = tid / Shape::kRowThreads;
   const T* k_pool = static_cast<const T*>(hv.k);
   const T* v_pool = static_cast<const T*>(hv.v);
-  auto issue_kv = [&](int32_t b) {
+  KeyRow pending;
+  auto issue_k = [&](int32_t b) {
     const int stage = b & 1;
-    const KeyRow kr = locate_row(hv, sp, listed, b * kBN + my_row, kD);
-    const bool valid = kr.position >= 0;
-    const T* ksrc = k_pool + (valid ? kr.offset : 0);
-    const T* vsrc = v_pool + (valid ? kr.offset : 0);
-    unsigned char* kdst = sK + stage * Shape::kKVBytes;
-    unsigned char* vdst = sV + stage * Shape::kKVBytes;
+    pending = locate_row(hv, sp, listed, b * kBN + my_row, kD);
+    const bool valid = pending.position >= 0;
+    const T* src = k_pool + (valid ? pending.offset : 0);
+    unsigned char* dst = sK + stage * Shape::kKVBytes;
     for (int c = tid % Shape::kRowThreads; c < kChunks; c += Shape::kRowThreads) {
-      const uint32_t off = sw128_offset<kBN>(my_row, c);
-      cp_async_16(kdst + off, ksrc + c * 8, valid);
-      cp_async_16(vdst + off, vsrc + c * 8, valid);
+      cp_async_16(dst + sw128_offset<kBN>(my_row, c), src + c * 8, valid);
     }
-    if (tid % Shape::kRowThreads == 0) kpos[stage * kBN + my_row] = kr.position;
+    if (tid % Shape::kRowThreads == 0) kpos[stage * kBN + my_row] = pending.position;
   };
-  if (num_blocks > 0) issue_kv(0);
+  auto issue_v = [&](int32_t b) {
+    const bool valid = pending.position >= 0;
+    const T* src = v_pool + (valid ? pending.offset : 0);
+    unsigned char* dst = sV + (b & 1) * Shape::kKVBytes;
+    for (int c = tid % Shape::kRowThreads; c < kChunks; c += Shape::kRowThreads) {
+      cp_async_16(dst + sw128_offset<kBN>(my_row, c), src + c * 8, valid);
+    }
+  };
+  if (num_blocks > 0) issue_k(0);
   cp_async_commit();
 
-  // This warpgroup's query rows; this thread's two rows (fragment rows g and g + 8).
+  // This warpgroup's and this warp's query rows; this thread's two rows (fragment rows g, g + 8).
   const int wg_row0 = 64 * wg;
-  const int wg_valid = min(64, tile.num_q - wg_row0);
-  const int64_t wq_min = q_first + wg_row0;
-  const int64_t wq_max = q_first + wg_row0 + wg_valid - 1;
-  const int row_a = wg_row0 + 16 * (warp % 4) + lane / 4;
+  const int warp_row0 = wg_row0 + 16 * (warp % 4);
+  const int64_t wq_min = q_first + warp_row0;
+  const int64_t wq_max = q_first + min(warp_row0 + 15, tile.num_q - 1);
+  const int row_a = warp_row0 + lane / 4;
   const int64_t q_pos0 = q_first + row_a;
   const int64_t q_pos1 = q_pos0 + 8;
   const float scale_log2 = p.scale * 1.4426950408889634f;
@@ -173,39 +180,24 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
   for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  float s[kSRegs];
+  uint32_t pf[kPVSteps][4];  // P of the previous block rounded to T, the A fragments of P V
 
-  for (int32_t b = 0; b < num_blocks; ++b) {
-    const int stage = b & 1;
+  // Start of iteration j: K_j and V_{j-1} (copied during iteration j - 1) have landed and are
+  // visible to wgmma; every warpgroup is done with K_{j-1} and V_{j-2}, so K_{j+1} and V_j go
+  // into those stages (K_j in K stage j % 2, V_j in V stage j % 2).
+  auto next_iteration = [&](int32_t j) {
     cp_async_wait<0>();
-    fence_proxy_async();  // this thread's cp.async writes (Q, K_b, V_b) -> visible to wgmma
-    __syncthreads();      // every thread's copies landed; every warpgroup is done with block b-1
-    if (b + 1 < num_blocks) issue_kv(b + 1);
+    fence_proxy_async();  // this thread's cp.async writes -> visible to the async proxy
+    __syncthreads();
+    if (j < num_blocks) issue_v(j);  // uses `pending`, the rows of K_j
+    if (j + 1 < num_blocks) issue_k(j + 1);
     cp_async_commit();
-
-    // Which of this block's keys this warpgroup's queries see (same answer in its 4 warps).
-    bool any = false, all = false;
-    const int32_t* bpos = kpos + stage * kBN;
-    if (wg_valid > 0) {
-      bool some_k = false, every_k = true;
-#pragma unroll
-      for (int i = 0; i < kBN / 32; ++i) {
-        const int32_t k = bpos[lane + 32 * i];
-        some_k = some_k || (k >= 0 && k <= wq_max &&
-                            (!hv.streaming || k < hv.sink_tokens || wq_min - k < hv.local));
-        every_k = every_k && (k >= 0 && k <= wq_min &&
-                              (!hv.streaming || k < hv.sink_tokens || wq_max - k < hv.local));
-      }
-      any = __any_sync(0xffffffffu, some_k);
-      all = __all_sync(0xffffffffu, every_k);
-    }
-    if (!any) continue;
-
-    // S = Q K^T.
-    float s[kSRegs];
+  };
+  auto issue_s = [&](int32_t j) {
 #pragma unroll
     for (int i = 0; i < kSRegs; ++i) s[i] = 0.0f;
-    const uint32_t k_stage = sK_addr + stage * Shape::kKVBytes;
-    wgmma_fence();
+    const uint32_t k_stage = sK_addr + (j & 1) * Shape::kKVBytes;
 #pragma unroll
     for (int kk = 0; kk < kQKSteps; ++kk) {
       const uint32_t qa = sQ_addr + (kk / 4) * (Shape::kBM * 128) + wg_row0 * 128 + (kk % 4) * 32;
@@ -214,26 +206,44 @@ __global__ void __launch_bounds__(256, 1)
                        kk > 0 ? 1 : 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_hold(s);
-
-    if (!all) {
+  };
+  // O += P V for block j: k-step kk covers keys 16 kk .. 16 kk + 15.
+  auto issue_pv = [&](int32_t j) {
+    const uint32_t v_stage = sV_addr + (j & 1) * Shape::kKVBytes;
 #pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      wgmma_rs_tb<kD, T>(o, pf[kk], wgmma_desc_sw128(v_stage + kk * 2048, kBN * 128, 1024));
+    }
+    wgmma_commit();
+  };
+  // Masks S_j (unless every key is visible to all of this warp's queries) and runs the online
+  // softmax on it in place (two rows per thread; a row spans the 4 lanes of a quad). Returns the
+  // rescale factors of the two rows' earlier O.
+  auto softmax = [&](int32_t j, float& alpha0, float& alpha1) {
+    const int32_t* bpos = kpos + (j & 1) * kBN;
+    bool every_k = true;
+#pragma unroll
+    for (int i = 0; i < kBN / 32; ++i) {
+      const int32_t k = bpos[lane + 32 * i];
+      every_k = every_k && (k >= 0 && k <= wq_min &&
+                            (!hv.streaming || k < hv.sink_tokens || wq_max - k < hv.local));
+    }
+    if (!__all_sync(0xffffffffu, every_k)) {
+#pragma unroll
+      for (int jj = 0; jj < kBN / 8; ++jj) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int32_t k = bpos[j * 8 + 2 * (lane % 4) + e];
-          if (!key_visible(hv, q_pos0, k)) s[4 * j + e] = -INFINITY;
-          if (!key_visible(hv, q_pos1, k)) s[4 * j + 2 + e] = -INFINITY;
+          const int32_t k = bpos[jj * 8 + 2 * (lane % 4) + e];
+          if (!key_visible(hv, q_pos0, k)) s[4 * jj + e] = -INFINITY;
+          if (!key_visible(hv, q_pos1, k)) s[4 * jj + 2 + e] = -INFINITY;
         }
       }
     }
-    // Online softmax over the two rows this thread holds (a row spans the 4 lanes of a quad).
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
-      mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    for (int jj = 0; jj < kBN / 8; ++jj) {
+      mx0 = fmaxf(mx0, fmaxf(s[4 * jj], s[4 * jj + 1]));
+      mx1 = fmaxf(mx1, fmaxf(s[4 * jj + 2], s[4 * jj + 3]));
     }
 #pragma unroll
     for (int o2 = 1; o2 <= 2; o2 <<= 1) {
@@ -243,33 +253,33 @@ __global__ void __launch_bounds__(256, 1)
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * scale_log2;
     const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * scale_log2;
-    const float alpha0 = fast_exp2(m0 * scale_log2 - base0);  // m0 = -inf -> 0
-    const float alpha1 = fast_exp2(m1 * scale_log2 - base1);
+    alpha0 = fast_exp2(m0 * scale_log2 - base0);  // m0 = -inf -> 0
+    alpha1 = fast_exp2(m1 * scale_log2 - base1);
     m0 = mn0;
     m1 = mn1;
     float rs0 = 0.0f, rs1 = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      s[4 * j + 0] = fast_exp2(fmaf(s[4 * j + 0], scale_log2, -base0));
-      s[4 * j + 1] = fast_exp2(fmaf(s[4 * j + 1], scale_log2, -base0));
-      s[4 * j + 2] = fast_exp2(fmaf(s[4 * j + 2], scale_log2, -base1));
-      s[4 * j + 3] = fast_exp2(fmaf(s[4 * j + 3], scale_log2, -base1));
-      rs0 += s[4 * j + 0] + s[4 * j + 1];
-      rs1 += s[4 * j + 2] + s[4 * j + 3];
+    for (int jj = 0; jj < kBN / 8; ++jj) {
+      s[4 * jj + 0] = fast_exp2(fmaf(s[4 * jj + 0], scale_log2, -base0));
+      s[4 * jj + 1] = fast_exp2(fmaf(s[4 * jj + 1], scale_log2, -base0));
+      s[4 * jj + 2] = fast_exp2(fmaf(s[4 * jj + 2], scale_log2, -base1));
+      s[4 * jj + 3] = fast_exp2(fmaf(s[4 * jj + 3], scale_log2, -base1));
+      rs0 += s[4 * jj + 0] + s[4 * jj + 1];
+      rs1 += s[4 * jj + 2] + s[4 * jj + 3];
     }
     l0 = l0 * alpha0 + rs0;
     l1 = l1 * alpha1 + rs1;
+  };
+  // Rescales O and rounds P_j to T as the A fragments of P V: k-step kk covers S column tiles
+  // 2 kk (a[0], a[1]) and 2 kk + 1 (a[2], a[3]).
+  auto rescale_and_pack = [&](float alpha0, float alpha1) {
 #pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      o[4 * j + 0] *= alpha0;
-      o[4 * j + 1] *= alpha0;
-      o[4 * j + 2] *= alpha1;
-      o[4 * j + 3] *= alpha1;
+    for (int i = 0; i < kD / 8; ++i) {
+      o[4 * i + 0] *= alpha0;
+      o[4 * i + 1] *= alpha0;
+      o[4 * i + 2] *= alpha1;
+      o[4 * i + 3] *= alpha1;
     }
-
-    // O += P V, P rounded to T: k-step kk covers keys 16 kk .. 16 kk + 15, i.e. S column tiles
-    // 2 kk (a[0], a[1]) and 2 kk + 1 (a[2], a[3]).
-    uint32_t pf[kPVSteps][4];
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
       pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
@@ -277,13 +287,37 @@ __global__ void __launch_bounds__(256, 1)
       pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
       pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
     }
-    const uint32_t v_stage = sV_addr + stage * Shape::kKVBytes;
-    wgmma_fence();  // o and pf were written by ordinary instructions
-#pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) {
-      wgmma_rs_tb<kD, T>(o, pf[kk], wgmma_desc_sw128(v_stage + kk * 2048, kBN * 128, 1024));
+  };
+
+  // Every block is computed by both warpgroups (a block no query of a warpgroup sees is fully
+  // masked, which leaves its O, m and l unchanged), so the wgmma sequence is the same in every
+  // thread and never sits on a divergent path.
+  if (num_blocks > 0) {
+    float alpha0, alpha1;
+    next_iteration(0);
+    wgmma_fence();
+    issue_s(0);
+    wgmma_wait<0>();
+    wgmma_hold(s);
+    softmax(0, alpha0, alpha1);
+    rescale_and_pack(alpha0, alpha1);
+    // Iteration j: S_j is issued, then P_{j-1} V_{j-1}, which runs on the tensor cores while the
+    // softmax of S_j runs; O is rescaled once P_{j-1} V_{j-1} is done.
+    for (int32_t j = 1; j < num_blocks; ++j) {
+      next_iteration(j);
+      wgmma_fence();  // s, o and pf were written by ordinary instructions
+      issue_s(j);
+      issue_pv(j - 1);
+      wgmma_wait<1>();  // S_j done (groups complete in order; P V may still run)
+      wgmma_hold(s);
+      softmax(j, alpha0, alpha1);
+      wgmma_wait<0>();  // P_{j-1} V_{j-1} done: o and pf are free
+      wgmma_hold(o);
+      rescale_and_pack(alpha0, alpha1);
     }
-    wgmma_commit();
+    next_iteration(num_blocks);  // V of the last block landed
+    wgmma_fence();
+    issue_pv(num_blocks - 1);
     wgmma_wait<0>();
     wgmma_hold(o);
   }
@@ -299,7 +333,6 @@ __global__ void __launch_bounds__(256, 1)
   const float inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
   // Every warp of the warpgroup is past its last wgmma reading sQ (named barrier 1 + wg).
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-  const int warp_row0 = wg_row0 + 16 * (warp % 4);
   const int valid_rows = min(16, tile.num_q - warp_row0);
   if (valid_rows <= 0) return;
 #pragma unroll
