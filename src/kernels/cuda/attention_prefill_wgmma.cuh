@@ -183,27 +183,33 @@ __global__ void __launch_bounds__(256, 1)
   float s[kSRegs];
   uint32_t pf[kPVSteps][4];  // P of the previous block rounded to T, the A fragments of P V
 
-  // Start of iteration j: K_j and V_{j-1} (copied during iteration j - 1) have landed and are
-  // visible to wgmma; every warpgroup is done with K_{j-1} and V_{j-2}, so K_{j+1} and V_j go
-  // into those stages (K_j in K stage j % 2, V_j in V stage j % 2).
-  auto next_iteration = [&](int32_t j) {
+  // Start of iteration j (sync_blocks): K_j and V_{j-1} (copied during iteration j - 1) have
+  // landed and are visible to wgmma; every warpgroup is done with K_{j-1} and V_{j-2}, so
+  // K_{j+1} and V_j go into those stages (K_j in K stage j % 2, V_j in V stage j % 2), which the
+  // wgmmas of iteration j do not read.
+  // The copies are issued right after this iteration's wgmmas, so they overlap them.
+  auto sync_blocks = [&]() {
     cp_async_wait<0>();
     fence_proxy_async();  // this thread's cp.async writes -> visible to the async proxy
     __syncthreads();
+  };
+  auto issue_copies = [&](int32_t j) {
     if (j < num_blocks) issue_v(j);  // uses `pending`, the rows of K_j
     if (j + 1 < num_blocks) issue_k(j + 1);
     cp_async_commit();
   };
   auto issue_s = [&](int32_t j) {
-#pragma unroll
-    for (int i = 0; i < kSRegs; ++i) s[i] = 0.0f;
     const uint32_t k_stage = sK_addr + (j & 1) * Shape::kKVBytes;
 #pragma unroll
     for (int kk = 0; kk < kQKSteps; ++kk) {
       const uint32_t qa = sQ_addr + (kk / 4) * (Shape::kBM * 128) + wg_row0 * 128 + (kk % 4) * 32;
       const uint32_t ka = k_stage + (kk / 4) * (kBN * 128) + (kk % 4) * 32;
-      wgmma_ss<kBN, T>(s, wgmma_desc_sw128(qa, 16, 1024), wgmma_desc_sw128(ka, 16, 1024),
-                       kk > 0 ? 1 : 0);
+      const uint64_t da = wgmma_desc_sw128(qa, 16, 1024), db = wgmma_desc_sw128(ka, 16, 1024);
+      if (kk == 0) {
+        wgmma_ss_init<kBN, T>(s, da, db);
+      } else {
+        wgmma_ss<kBN, T>(s, da, db);
+      }
     }
     wgmma_commit();
   };
@@ -294,9 +300,10 @@ __global__ void __launch_bounds__(256, 1)
   // thread and never sits on a divergent path.
   if (num_blocks > 0) {
     float alpha0, alpha1;
-    next_iteration(0);
+    sync_blocks();
     wgmma_fence();
     issue_s(0);
+    issue_copies(0);
     wgmma_wait<0>();
     wgmma_hold(s);
     softmax(0, alpha0, alpha1);
@@ -304,10 +311,11 @@ __global__ void __launch_bounds__(256, 1)
     // Iteration j: S_j is issued, then P_{j-1} V_{j-1}, which runs on the tensor cores while the
     // softmax of S_j runs; O is rescaled once P_{j-1} V_{j-1} is done.
     for (int32_t j = 1; j < num_blocks; ++j) {
-      next_iteration(j);
-      wgmma_fence();  // s, o and pf were written by ordinary instructions
+      sync_blocks();
+      wgmma_fence();  // o and pf were written by ordinary instructions
       issue_s(j);
       issue_pv(j - 1);
+      issue_copies(j);
       wgmma_wait<1>();  // S_j done (groups complete in order; P V may still run)
       wgmma_hold(s);
       softmax(j, alpha0, alpha1);
@@ -315,7 +323,7 @@ __global__ void __launch_bounds__(256, 1)
       wgmma_hold(o);
       rescale_and_pack(alpha0, alpha1);
     }
-    next_iteration(num_blocks);  // V of the last block landed
+    sync_blocks();  // V of the last block landed
     wgmma_fence();
     issue_pv(num_blocks - 1);
     wgmma_wait<0>();
