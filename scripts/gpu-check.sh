@@ -158,7 +158,7 @@ build_section() {
   # Registers / spills of the attention kernels, and what their SASS is made of.
   {
     echo "# ptxas resource usage (attention, page_select, kv ops)"
-    grep -A3 -E "Compiling entry function '.*(attention|select|bounds|summary|kv_append)" "$OUT/build.log" |
+    grep -A3 -E "Compiling entry function '.*(attention|wgmma|select|bounds|summary|kv_append)" "$OUT/build.log" |
       grep -E "Compiling entry|registers|spill" | sed 's/ptxas info    ://'
     if command -v cuobjdump >/dev/null; then
       for o in "$BUILD"/src/kernels/cuda/CMakeFiles/ls_kernels_cuda.dir/attention_*_d128.cu.o; do
