@@ -158,7 +158,7 @@ build_section() {
   # Registers / spills of the attention kernels, and what their SASS is made of.
   {
     echo "# ptxas resource usage (attention, page_select, kv ops)"
-    grep -A3 -E "Compiling entry function '.*(attention|select|bounds|summary|kv_append)" "$OUT/build.log" |
+    grep -A3 -E "Compiling entry function '.*(attention|wgmma|select|bounds|summary|kv_append)" "$OUT/build.log" |
       grep -E "Compiling entry|registers|spill" | sed 's/ptxas info    ://'
     if command -v cuobjdump >/dev/null; then
       for o in "$BUILD"/src/kernels/cuda/CMakeFiles/ls_kernels_cuda.dir/attention_*_d128.cu.o; do
@@ -263,7 +263,9 @@ profile_section() {
     --sections decode --batches 8 --contexts 32768 --policies lserve >"$OUT/ncu_decode_lserve.txt" 2>&1
   "$NCU" --clock-control none -k regex:prefill_attention --launch-count 1 $sec --section InstructionStats \
     "$BIN/bench_cuda_kernels" --sections prefill --prefill-tokens 32768 --policies dense >"$OUT/ncu_prefill.txt" 2>&1
-  for f in ncu_decode_dense ncu_decode_lserve ncu_prefill; do
+  "$NCU" --clock-control none -k regex:prefill_wgmma --launch-count 1 $sec --section InstructionStats \
+    "$BIN/bench_cuda_kernels" --sections prefill --prefill-tokens 32768 --policies dense >"$OUT/ncu_prefill_wgmma.txt" 2>&1
+  for f in ncu_decode_dense ncu_decode_lserve ncu_prefill ncu_prefill_wgmma; do
     echo "== $f"
     grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Stall|Warp Cycles Per Issued|Issue Slots Busy|L2 Hit|L1/TEX Hit|Executed Ipc|Waves Per SM|Dynamic Shared" "$OUT/$f.txt" | head -40
   done
@@ -310,19 +312,24 @@ md.append(f"| device-to-device copy, GB/s (read + write) | {f(copy and copy['gbp
 md.append(f"| bf16 GEMM 8192^3, TFLOP/s | {f(gemm and gemm['tflops'])} | {f(tgemm and tgemm['tflops'])} |\n")
 
 md.append("## Prefill attention, Llama-3-8B shape (32 q / 8 kv heads, d 128), batch 1\n")
-md.append("| tokens | torch SDPA ms (backend) | ours dense ms (tile) | ours / torch speed | ours dense TFLOP/s | lserve ms | lserve speed-up vs dense |")
-md.append("|---|---|---|---|---|---|---|")
+md.append("Best configuration of each kernel: mma.sync (tile rows) and wgmma (key block rows).\n")
+md.append("| tokens | torch SDPA ms (backend) | mma dense ms (tile) | mma TFLOP/s | wgmma dense ms (key block) | wgmma TFLOP/s | best / torch speed | lserve ms (kernel) | lserve speed-up vs dense |")
+md.append("|---|---|---|---|---|---|---|---|---|")
+def best(xs):
+    xs = [r for r in xs if r.get("ms") and r.get("ok", True)]
+    return min(xs, key=lambda r: r["ms"]) if xs else None
 for T in sorted({r["tokens"] for r in pick("prefill")} | {r["tokens"] for r in pick("torch_sdpa")}):
-    ts = [r for r in pick("torch_sdpa", tokens=T) if r.get("ms")]
-    tb = min(ts, key=lambda r: r["ms"]) if ts else None
-    ds = [r for r in pick("prefill", tokens=T, policy="dense") if r.get("ms")]
-    d = min(ds, key=lambda r: r["ms"]) if ds else None
-    ls = [r for r in pick("prefill", tokens=T, policy="lserve") if r.get("ms")]
-    l = min(ls, key=lambda r: r["ms"]) if ls else None
+    tb = best(pick("torch_sdpa", tokens=T))
+    dense = pick("prefill", tokens=T, policy="dense")
+    dm = best([r for r in dense if r.get("kernel", "mma") == "mma"])
+    dw = best([r for r in dense if r.get("kernel") == "wgmma"])
+    d = best([x for x in (dm, dw) if x])
+    l = best(pick("prefill", tokens=T, policy="lserve"))
     md.append(f"| {k(T)} | {f(tb and tb['ms'], '{:.2f}')} ({tb['backend'] if tb else '-'}) | "
-              f"{f(d and d['ms'], '{:.2f}')} ({d['warps'] * 16 if d else '-'} rows) | "
-              f"{f(tb and d and tb['ms'] / d['ms'], '{:.2f}x')} | {f(d and d['tflops'])} | "
-              f"{f(l and l['ms'], '{:.2f}')} | {f(d and l and d['ms'] / l['ms'], '{:.2f}x')} |")
+              f"{f(dm and dm['ms'], '{:.2f}')} ({dm['warps'] * 16 if dm else '-'} rows) | {f(dm and dm['tflops'])} | "
+              f"{f(dw and dw['ms'], '{:.2f}')} ({dw.get('key_block', '-') if dw else '-'}) | {f(dw and dw['tflops'])} | "
+              f"{f(tb and d and tb['ms'] / d['ms'], '{:.2f}x')} | "
+              f"{f(l and l['ms'], '{:.2f}')} ({l.get('kernel', 'mma') if l else '-'}) | {f(d and l and d['ms'] / l['ms'], '{:.2f}x')} |")
 md.append("\nTargets: ours/torch >= 0.6x (aim 1.0x); lserve vs dense >= 1.7x at 128K.\n")
 
 md.append("## Decode attention (pages of 64; lserve: budget 4096 on 4 kv heads, 4 streaming heads)\n")

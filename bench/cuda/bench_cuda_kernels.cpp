@@ -35,6 +35,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench_common.h"
@@ -264,17 +265,28 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
       const double flops =
           lserve ? causal_flops(T, kQHeads / 2) + streaming_flops(T, kQHeads / 2, local)
                  : causal_flops(T, kQHeads);
-      for (const int warps : {4, 8}) {
+      // The mma.sync kernel with 4 and 8 warps, the wgmma kernel with key blocks of 64 and 128.
+      struct Variant {
+        const char* kernel;
+        int warps;
+        int key_block;
+      };
+      for (const Variant v : {Variant{"mma", 4, 64}, Variant{"mma", 8, 64},
+                              Variant{"wgmma", 8, 64}, Variant{"wgmma", 8, 128}}) {
         kernels::cuda::AttentionOptions opt;
-        opt.prefill_warps = warps;
+        const bool wgmma = std::string_view(v.kernel) == "wgmma";
+        opt.prefill_kernel =
+            wgmma ? kernels::cuda::PrefillKernel::kWgmma : kernels::cuda::PrefillKernel::kMma;
+        opt.prefill_warps = v.warps;
+        opt.wgmma_key_block = v.key_block;
         dev.b->set_attention_options(opt);
         const int reps = T <= 8192 ? 10 : (T <= 32768 ? 5 : 3);
         const double ms = median_ms(*dev.b, 1, reps, [&] { dev.b->attention(p); });
         const Status err = dev.b->take_error();
         out.write(fmt::format(
-            R"({{"bench": "prefill", "tokens": {}, "policy": "{}", "warps": {}, "ms": {:.3f}, "tflops": {:.1f}, "ok": {}}})",
-            T, lserve ? "lserve" : "dense", warps, ms, flops / (ms * 1e-3) / 1e12,
-            err.ok() ? "true" : "false"));
+            R"({{"bench": "prefill", "tokens": {}, "policy": "{}", "kernel": "{}", "warps": {}, "key_block": {}, "ms": {:.3f}, "tflops": {:.1f}, "ok": {}}})",
+            T, lserve ? "lserve" : "dense", v.kernel, v.warps, v.key_block, ms,
+            flops / (ms * 1e-3) / 1e12, err.ok() ? "true" : "false"));
       }
       dev.b->set_attention_options({});
     }

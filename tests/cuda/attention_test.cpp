@@ -2,7 +2,8 @@
 // visibility rule applied key by key) and against kernels/cpu on the same arrays: prefill chunks,
 // decode batches, mixed batches, head_dim 16..128, GQA 1/4/8, pages of 16 and 64 tokens, bf16
 // and f16, streaming rings at every length around the wrap, selected lists with entries the
-// contract says to skip, forced split counts, and the prefill kernel serving single tokens.
+// contract says to skip, forced split counts, and the prefill kernel serving single tokens. Both
+// prefill kernels (mma.sync, and wgmma with key blocks of 64 and 128) run the prefill cases.
 
 #include <gtest/gtest.h>
 
@@ -43,6 +44,29 @@ class ScopedAttentionOptions {
   ~ScopedAttentionOptions() { gpu()->set_attention_options({}); }
 };
 
+// The prefill kernels every prefill case runs on: mma.sync (8 warps), wgmma with key blocks of
+// 64 and of 128 rows.
+struct PrefillVariant {
+  const char* name;
+  kernels::cuda::AttentionOptions options;
+};
+
+std::vector<PrefillVariant> prefill_variants(bool with_mma = true) {
+  using kernels::cuda::PrefillKernel;
+  std::vector<PrefillVariant> v;
+  kernels::cuda::AttentionOptions o;
+  if (with_mma) {
+    o.prefill_kernel = PrefillKernel::kMma;
+    v.push_back({"mma", o});
+  }
+  o.prefill_kernel = PrefillKernel::kWgmma;
+  o.wgmma_key_block = 64;
+  v.push_back({"wgmma/64", o});
+  o.wgmma_key_block = 128;
+  v.push_back({"wgmma/128", o});
+  return v;
+}
+
 std::string describe(const ScenarioConfig& c) {
   return "d " + std::to_string(c.head_dim) + " group " + std::to_string(c.group) + " page " +
          std::to_string(c.page_tokens) + " " + dtype_label(c.dtype);
@@ -55,17 +79,23 @@ TEST(CudaAttention, CausalPrefillGrid) {
     for (int32_t group : {1, 4, 8}) {
       for (int32_t pt : {16, 64}) {
         for (DType dt : {DType::kBF16, DType::kF16}) {
-          ScenarioConfig cfg;
-          cfg.head_dim = d;
-          cfg.group = group;
-          cfg.page_tokens = pt;
-          cfg.modes = {HeadMode::kCausal, HeadMode::kSelected};  // no selection: causal
-          cfg.dtype = dt;
-          // A whole prompt, and a later chunk of another sequence (queries start mid-page).
-          std::vector<SeqSpec> seqs = {{.kv_len = 300, .q_len = 300},
-                                       {.kv_len = 700, .q_len = 137}};
-          AttentionScenario sc(rng, cfg, seqs);
-          check_scenario(sc, describe(cfg));
+          for (const PrefillVariant& kernel : prefill_variants()) {
+            if (d == 96 && kernel.options.prefill_kernel != kernels::cuda::PrefillKernel::kMma) {
+              continue;  // wgmma covers head_dim 64 and 128
+            }
+            ScopedAttentionOptions scoped(kernel.options);
+            ScenarioConfig cfg;
+            cfg.head_dim = d;
+            cfg.group = group;
+            cfg.page_tokens = pt;
+            cfg.modes = {HeadMode::kCausal, HeadMode::kSelected};  // no selection: causal
+            cfg.dtype = dt;
+            // A whole prompt, and a later chunk of another sequence (queries start mid-page).
+            std::vector<SeqSpec> seqs = {{.kv_len = 300, .q_len = 300},
+                                         {.kv_len = 700, .q_len = 137}};
+            AttentionScenario sc(rng, cfg, seqs);
+            check_scenario(sc, describe(cfg) + " " + kernel.name);
+          }
         }
       }
     }
@@ -99,10 +129,15 @@ TEST(CudaAttention, StreamingAndRetrievalHeadsInPrefill) {
   std::mt19937 rng(33);
   for (int32_t pt : {16, 64}) {
     for (DType dt : {DType::kBF16, DType::kF16}) {
+      std::vector<PrefillVariant> kernels_to_run = prefill_variants(false);
       for (int warps : {4, 8}) {
         kernels::cuda::AttentionOptions o;
+        o.prefill_kernel = kernels::cuda::PrefillKernel::kMma;
         o.prefill_warps = warps;
-        ScopedAttentionOptions scoped(o);
+        kernels_to_run.push_back({warps == 4 ? "mma warps 4" : "mma warps 8", o});
+      }
+      for (const PrefillVariant& kernel : kernels_to_run) {
+        ScopedAttentionOptions scoped(kernel.options);
         ScenarioConfig cfg;
         cfg.head_dim = 128;
         cfg.group = 4;
@@ -117,7 +152,7 @@ TEST(CudaAttention, StreamingAndRetrievalHeadsInPrefill) {
                                      {.kv_len = 1200, .q_len = 200, .local_tokens = 300},
                                      {.kv_len = 70, .q_len = 70, .local_tokens = 30}};
         AttentionScenario sc(rng, cfg, seqs);
-        check_scenario(sc, describe(cfg) + " warps " + std::to_string(warps));
+        check_scenario(sc, describe(cfg) + " " + kernel.name);
       }
     }
   }
@@ -225,35 +260,37 @@ TEST(CudaAttention, MixedPrefillAndDecodeBatch) {
   std::mt19937 rng(35);
   for (DType dt : {DType::kBF16, DType::kF16}) {
     for (bool prefill_only : {false, true}) {
-      kernels::cuda::AttentionOptions o;
-      o.prefill_only = prefill_only;
-      ScopedAttentionOptions scoped(o);
-      ScenarioConfig cfg;
-      cfg.head_dim = 128;
-      cfg.group = 4;
-      cfg.page_tokens = 64;
-      cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected,
-                   HeadMode::kStreaming};
-      cfg.sink_tokens = 64;
-      cfg.dtype = dt;
-      std::vector<SeqSpec> seqs = {{.kv_len = 500, .q_len = 120, .local_tokens = 128},
-                                   {.kv_len = 900,
-                                    .q_len = 1,
-                                    .local_tokens = 64,
-                                    .selected_row = 2,
-                                    .selected = {{}, {}, {0, 3, 8}}},
-                                   {.kv_len = 40, .q_len = 40, .local_tokens = 128},
-                                   {.kv_len = 77, .q_len = 1, .local_tokens = 64},
-                                   // A short chunk with a selection row (speculative-style q_len >
-                                   // 1): listed pages in the prefill kernel.
-                                   {.kv_len = 1000,
-                                    .q_len = 3,
-                                    .local_tokens = 64,
-                                    .selected_row = 0,
-                                    .selected = {{}, {}, {1, 5, 9}}}};
-      AttentionScenario sc(rng, cfg, seqs);
-      check_scenario(sc, std::string("mixed ") + dtype_label(dt) +
-                             (prefill_only ? " prefill kernel only" : ""));
+      for (const PrefillVariant& kernel : prefill_variants()) {
+        kernels::cuda::AttentionOptions o = kernel.options;
+        o.prefill_only = prefill_only;
+        ScopedAttentionOptions scoped(o);
+        ScenarioConfig cfg;
+        cfg.head_dim = 128;
+        cfg.group = 4;
+        cfg.page_tokens = 64;
+        cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected,
+                     HeadMode::kStreaming};
+        cfg.sink_tokens = 64;
+        cfg.dtype = dt;
+        std::vector<SeqSpec> seqs = {{.kv_len = 500, .q_len = 120, .local_tokens = 128},
+                                     {.kv_len = 900,
+                                      .q_len = 1,
+                                      .local_tokens = 64,
+                                      .selected_row = 2,
+                                      .selected = {{}, {}, {0, 3, 8}}},
+                                     {.kv_len = 40, .q_len = 40, .local_tokens = 128},
+                                     {.kv_len = 77, .q_len = 1, .local_tokens = 64},
+                                     // A short chunk with a selection row (speculative-style q_len
+                                     // > 1): listed pages in the prefill kernel.
+                                     {.kv_len = 1000,
+                                      .q_len = 3,
+                                      .local_tokens = 64,
+                                      .selected_row = 0,
+                                      .selected = {{}, {}, {1, 5, 9}}}};
+        AttentionScenario sc(rng, cfg, seqs);
+        check_scenario(sc, std::string("mixed ") + dtype_label(dt) + " " + kernel.name +
+                               (prefill_only ? " prefill kernel only" : ""));
+      }
     }
   }
 }
@@ -307,8 +344,71 @@ TEST(CudaAttention, RowsWithNoVisibleKeyAreZero) {
   // local 0 and no sinks: a streaming head sees nothing, in prefill and in decode.
   std::vector<SeqSpec> seqs = {{.kv_len = 100, .q_len = 100, .local_tokens = 0, .ring_pages = 8},
                                {.kv_len = 50, .q_len = 1, .local_tokens = 0, .ring_pages = 4}};
-  AttentionScenario sc(rng, cfg, seqs);
-  check_scenario(sc, "no visible key");
+  for (const PrefillVariant& kernel : prefill_variants()) {
+    ScopedAttentionOptions scoped(kernel.options);
+    AttentionScenario sc(rng, cfg, seqs);
+    check_scenario(sc, std::string("no visible key ") + kernel.name);
+  }
+}
+
+// Prompts ending at and around every tile and key-block edge (1, 17, 64, 127, 128, 129, 300),
+// a chunk that starts mid-page and a decode token, in one batch, on every page size.
+TEST(CudaAttention, PrefillKernelsAtTileAndBlockEdges) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(39);
+  const std::pair<int32_t, int32_t> group_pages[] = {{1, 16}, {8, 32}, {4, 64}, {4, 128}};
+  for (const PrefillVariant& kernel : prefill_variants()) {
+    ScopedAttentionOptions scoped(kernel.options);
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      for (const auto& [group, pt] : group_pages) {
+        ScenarioConfig cfg;
+        cfg.head_dim = 128;
+        cfg.group = group;
+        cfg.page_tokens = pt;
+        cfg.modes = {HeadMode::kCausal, HeadMode::kSelected, HeadMode::kStreaming};
+        cfg.num_sink_pages = 1;
+        cfg.sink_tokens = std::min(pt, 20);
+        cfg.dtype = dt;
+        std::vector<SeqSpec> seqs;
+        for (int32_t len : {1, 17, 64, 127, 128, 129, 300}) {
+          seqs.push_back({.kv_len = len, .q_len = len, .local_tokens = 100});
+        }
+        seqs.push_back({.kv_len = 1000, .q_len = 200, .local_tokens = 150});
+        seqs.push_back({.kv_len = 333, .q_len = 1, .local_tokens = 64});
+        AttentionScenario sc(rng, cfg, seqs);
+        check_scenario(sc, describe(cfg) + " " + kernel.name);
+      }
+    }
+  }
+}
+
+// Long prompts (several waves of tiles, thousands of key blocks) on both kernels: a 4100-token
+// prompt and a 1500-token chunk after 2600 cached tokens, with streaming heads whose window is
+// longer than a tile and selected heads without a selection.
+TEST(CudaAttention, LongPrefillOnBothKernels) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(40);
+  for (const PrefillVariant& kernel : prefill_variants()) {
+    ScopedAttentionOptions scoped(kernel.options);
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      ScenarioConfig cfg;
+      cfg.head_dim = 128;
+      cfg.group = 4;
+      cfg.page_tokens = 64;
+      cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected};
+      cfg.num_sink_pages = 1;
+      cfg.sink_tokens = 64;
+      cfg.dtype = dt;
+      std::vector<SeqSpec> seqs = {{.kv_len = 4100, .q_len = 4100, .local_tokens = 1000},
+                                   {.kv_len = 4100,
+                                    .q_len = 1500,
+                                    .local_tokens = 300,
+                                    .selected_row = 0,
+                                    .selected = {{}, {}, {1, 5, 9, 20}}}};
+      AttentionScenario sc(rng, cfg, seqs);
+      check_scenario(sc, describe(cfg) + " long " + kernel.name);
+    }
+  }
 }
 
 }  // namespace

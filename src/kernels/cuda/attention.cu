@@ -25,7 +25,8 @@ struct Layout {
   bool decode_all = false;  // num_tokens == num_seqs: the decode kernel serves every token
   bool run_prefill = false;
   bool run_decode = false;
-  int32_t bm = 0;  // prefill tile rows
+  bool wgmma = false;  // the prefill kernel is the wgmma one
+  int32_t bm = 0;      // prefill tile rows
   int32_t max_tiles = 0;
   int32_t items = 0;  // decode grid.x
   int32_t head_chunks = 1;
@@ -34,13 +35,19 @@ struct Layout {
   int64_t tiles = 0, num_tiles = 0, num_splits = 0, partial_ml = 0, partial_o = 0, bytes = 0;
 };
 
+bool wgmma_covers(const AttentionParams& p) {
+  return p.head_dim == 64 || p.head_dim == 128;
+}
+
 Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions& o) {
   Layout L;
   const int32_t group = p.num_q_heads / std::max(1, p.num_kv_heads);
   L.decode_all = !o.prefill_only && p.num_tokens == p.num_seqs;
   L.run_prefill = !L.decode_all;
   L.run_decode = !o.prefill_only;
-  const int warps = (o.prefill_warps == 8 && p.head_dim >= 64) ? 8 : 4;
+  L.wgmma = o.prefill_kernel == PrefillKernel::kWgmma ||
+            (o.prefill_kernel == PrefillKernel::kAuto && wgmma_covers(p));
+  const int warps = L.wgmma || (o.prefill_warps == 8 && p.head_dim >= 64) ? 8 : 4;
   L.bm = 16 * warps;
   L.max_tiles = L.run_prefill ? (p.num_tokens + L.bm - 1) / L.bm + p.num_seqs : 0;
   L.items = L.decode_all ? p.num_tokens : p.num_seqs;
@@ -199,6 +206,26 @@ __global__ void __launch_bounds__(kReduceThreads)
 }
 
 template <typename T>
+Status run_prefill_wgmma(const AttentionParams& p, const Layout& L, const PrefillTile* tiles,
+                         const int32_t* num_tiles, int key_block, cudaStream_t stream) {
+  const auto typed = [&]<int kD>() -> Status {
+    if (key_block == 64) {
+      return launch_prefill_wgmma<kD, T, 64>(p, tiles, num_tiles, L.max_tiles, L.listed_cap,
+                                             stream);
+    }
+    return launch_prefill_wgmma<kD, T, 128>(p, tiles, num_tiles, L.max_tiles, L.listed_cap, stream);
+  };
+  switch (p.head_dim) {
+    case 64:
+      return typed.template operator()<64>();
+    case 128:
+      return typed.template operator()<128>();
+    default:
+      return invalid_argument("attention: the wgmma prefill kernel has no head_dim {}", p.head_dim);
+  }
+}
+
+template <typename T>
 Status run_prefill(const AttentionParams& p, const Layout& L, const PrefillTile* tiles,
                    const int32_t* num_tiles, int warps, cudaStream_t stream) {
   const auto typed = [&]<int kD>() -> Status {
@@ -254,7 +281,11 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
                                               o.prefill_only ? 1 : 2, L.bm, L.max_tiles, tiles,
                                               num_tiles);
     LS_RETURN_IF_ERROR(launch_status("plan_prefill_kernel"));
-    LS_RETURN_IF_ERROR(run_prefill<T>(p, L, tiles, num_tiles, warps, stream));
+    if (L.wgmma) {
+      LS_RETURN_IF_ERROR(run_prefill_wgmma<T>(p, L, tiles, num_tiles, o.wgmma_key_block, stream));
+    } else {
+      LS_RETURN_IF_ERROR(run_prefill<T>(p, L, tiles, num_tiles, warps, stream));
+    }
   }
   if (!L.run_decode || L.items == 0) return {};
   DecodeArgs a;
@@ -315,6 +346,12 @@ Status paged_attention(const AttentionParams& p, void* workspace, int64_t worksp
                             p.num_sink_pages, p.max_selected, kMaxListedPages);
   }
   const Layout L = layout_for(p, num_sms, options);
+  if (L.wgmma && L.run_prefill && !wgmma_covers(p)) {
+    return invalid_argument("attention: the wgmma prefill kernel has no head_dim {}", p.head_dim);
+  }
+  if (options.wgmma_key_block != 64 && options.wgmma_key_block != 128) {
+    return invalid_argument("attention: wgmma_key_block {} (64 or 128)", options.wgmma_key_block);
+  }
   if (L.max_tiles > 65535) {
     return invalid_argument("attention: {} query tiles in one call (at most 65535)", L.max_tiles);
   }

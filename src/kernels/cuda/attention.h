@@ -10,6 +10,9 @@
 //  - otherwise: a one-block plan kernel lists 16*warps-row query tiles of the sequences with
 //    q_len >= 2 (longest positions first), the prefill kernel runs them, and the decode kernel
 //    serves the sequences with q_len == 1.
+// Two prefill kernels compute the same thing: the wgmma one (sm_90a, FlashAttention-3 style,
+// 128-row tiles; head_dim 64 and 128) and the mma.sync one (every head_dim, 64- or 128-row
+// tiles). AttentionOptions::prefill_kernel picks; auto takes wgmma where it applies.
 // Supported: head_dim 16, 32, 64, 96, 128; q/out and both pools in one dtype, bf16 or f16;
 // max_selected and num_sink_pages at most 1024; q, out and pools 16-byte aligned.
 
@@ -22,9 +25,18 @@
 
 namespace ls::kernels::cuda {
 
+enum class PrefillKernel : int32_t {
+  kAuto = 0,   // wgmma for head_dim 64 / 128, else mma
+  kMma = 1,    // the mma.sync kernel (prefill_warps applies)
+  kWgmma = 2,  // the wgmma kernel; paged_attention rejects head dims it does not cover
+};
+
 struct AttentionOptions {
-  // Warps per prefill block: 4 (64-row query tiles, two blocks per SM) or 8 (128-row tiles,
-  // head_dim >= 64). 8 measured 10-24% faster on an H100 at 8K-128K tokens, d 128
+  PrefillKernel prefill_kernel = PrefillKernel::kAuto;
+  // Key rows per block of the wgmma prefill kernel: 64 or 128.
+  int wgmma_key_block = 128;
+  // Warps per block of the mma prefill kernel: 4 (64-row query tiles, two blocks per SM) or 8
+  // (128-row tiles, head_dim >= 64). 8 measured 10-24% faster on an H100 at 8K-128K tokens, d 128
   // (bench/results/gpu/h100.jsonl).
   int prefill_warps = 8;
   // Decode splits per (token, kv head): 0 picks about two full waves of blocks over the SMs.

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_prefill.cuh"
+#include "kernels/cuda/attention_prefill_wgmma.cuh"
 #include "kernels/cuda/check.h"
 
 namespace ls::kernels::cuda {
@@ -16,6 +17,12 @@ namespace ls::kernels::cuda {
 template <int kD, typename T, int kWarps>
 Status launch_prefill(const AttentionParams& p, const PrefillTile* tiles, const int32_t* num_tiles,
                       int32_t max_tiles, int32_t listed_cap, cudaStream_t stream);
+
+// The sm_90a wgmma prefill kernel: 128-row tiles, key blocks of kBN rows.
+template <int kD, typename T, int kBN>
+Status launch_prefill_wgmma(const AttentionParams& p, const PrefillTile* tiles,
+                            const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
+                            cudaStream_t stream);
 
 template <int kD, typename T>
 Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t items,
@@ -52,6 +59,22 @@ Status launch_prefill(const AttentionParams& p, const PrefillTile* tiles, const 
   return launch_status("prefill_attention_kernel");
 }
 
+template <int kD, typename T, int kBN>
+Status launch_prefill_wgmma(const AttentionParams& p, const PrefillTile* tiles,
+                            const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
+                            cudaStream_t stream) {
+  using Shape = WgmmaPrefillShape<kD, kBN>;
+  static std::once_flag once;
+  static cudaError_t err = cudaSuccess;
+  LS_RETURN_IF_ERROR(
+      allow_smem(prefill_wgmma_kernel<kD, T, kBN>, Shape::smem_bytes(kMaxListedPages), once, err));
+  const dim3 grid(static_cast<unsigned>(p.num_q_heads), static_cast<unsigned>(max_tiles));
+  prefill_wgmma_kernel<kD, T, kBN>
+      <<<grid, Shape::kThreads, Shape::smem_bytes(listed_cap), stream>>>(p, tiles, num_tiles,
+                                                                         listed_cap);
+  return launch_status("prefill_wgmma_kernel");
+}
+
 template <int kD, typename T>
 Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t items,
                      int32_t max_splits, cudaStream_t stream) {
@@ -73,6 +96,12 @@ Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t i
       const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t); \
   template Status launch_prefill<D, __half, W>(const AttentionParams&, const PrefillTile*,         \
                                                const int32_t*, int32_t, int32_t, cudaStream_t);
+
+#define LS_INSTANTIATE_PREFILL_WGMMA(D, BN)                                                        \
+  template Status launch_prefill_wgmma<D, __nv_bfloat16, BN>(                                      \
+      const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t); \
+  template Status launch_prefill_wgmma<D, __half, BN>(                                             \
+      const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t);
 
 #define LS_INSTANTIATE_DECODE(D)                                                               \
   template Status launch_decode<D, __nv_bfloat16>(const AttentionParams&, const DecodeArgs&,   \
