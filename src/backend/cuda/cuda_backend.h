@@ -1,7 +1,7 @@
 #pragma once
 // The CUDA backend: device memory (cudaMalloc) and pinned host memory (cudaMallocHost), one
 // non-blocking stream on which every op is enqueued in order, bf16 activations and weights, ops
-// dispatched to kernels/cuda (GEMMs through cuBLASLt, decode-sized ones of 1-4 rows through
+// dispatched to kernels/cuda (GEMMs through cuBLASLt, decode-sized ones of 1-2 rows through
 // kernels/cuda/gemv). Nothing here waits for the GPU except synchronize(), a copy into pageable
 // host memory, and the rare growth of the scratch workspace.
 //

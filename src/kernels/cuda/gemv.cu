@@ -168,16 +168,9 @@ Status run(const void* x, const void* w, const float* bias, void* out, int64_t m
     if constexpr (sizeof(T) != 2) {
       return invalid_argument("gemv: f32 is not supported");
     } else {
-      switch (m) {
-        case 1:
-          return launch<T, 1, kSilu>(x, w, bias, out, n, k, stream);
-        case 2:
-          return launch<T, 2, kSilu>(x, w, bias, out, n, k, stream);
-        case 3:
-          return launch<T, 3, kSilu>(x, w, bias, out, n, k, stream);
-        default:
-          return launch<T, 4, kSilu>(x, w, bias, out, n, k, stream);
-      }
+      static_assert(kGemvMaxRows == 2);
+      if (m == 1) return launch<T, 1, kSilu>(x, w, bias, out, n, k, stream);
+      return launch<T, 2, kSilu>(x, w, bias, out, n, k, stream);
     }
   });
 }

@@ -1,5 +1,5 @@
 #pragma once
-// Linear layers for a few rows (decode): out[m, n] = x[m, :] · w[n, :] + bias[n] for m < 1..4,
+// Linear layers for a few rows (decode): out[m, n] = x[m, :] · w[n, :] + bias[n] for m = 1..2,
 // bf16 or f16, fp32 accumulation. A memory-bound weight stream: each warp owns two weight rows
 // and reads them with 16-byte streaming loads, several in flight per lane, x coming from L1.
 // cuBLASLt picks split-K kernels plus a reduction launch for these shapes (measured 43-81% of
@@ -14,7 +14,10 @@
 
 namespace ls::kernels::cuda {
 
-inline constexpr int64_t kGemvMaxRows = 4;
+// Measured on an H100 (bench_cuda_kernels --sections linear): ahead of cuBLASLt at 1 and 2 rows
+// for every Llama-3-8B decode shape, behind it for some at 4 (down 47 vs 45 us, gate_up 85 vs
+// 84): more rows go to cuBLASLt.
+inline constexpr int64_t kGemvMaxRows = 2;
 
 // Whether gemv() takes this call: m in 1..kGemvMaxRows, bf16/f16, k % 8 == 0 and 16-byte aligned
 // x and w.
