@@ -340,7 +340,12 @@ __global__ void __launch_bounds__(256, 1)
   const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
   const float inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
   // Every warp of the warpgroup is past its last wgmma reading sQ (named barrier 1 + wg).
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+  // (Immediate barrier ids: a register id makes ptxas reserve all 16 barriers.)
+  if (wg == 0) {
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  } else {
+    asm volatile("bar.sync 2, 128;\n" ::: "memory");
+  }
   const int valid_rows = min(16, tile.num_q - warp_row0);
   if (valid_rows <= 0) return;
 #pragma unroll
