@@ -221,6 +221,9 @@ cases = [
     dict(D=128, BN=128, num_q=128, first_pos=200, kv_len=328, pt=16, streaming=True, sink_tokens=20,
          local=100, num_sink_pages=2),
     dict(D=64, BN=64, num_q=17, first_pos=0, kv_len=17, pt=128),
+    dict(D=128, BN=64, num_q=128, first_pos=500, kv_len=700, pt=32, streaming=True, sink_tokens=40,
+         local=200, num_sink_pages=2),
+    dict(D=128, BN=128, num_q=1, first_pos=900, kv_len=901, pt=64),
 ]
 worst = 0.0
 for c in cases:
