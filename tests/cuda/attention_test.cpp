@@ -362,5 +362,20 @@ TEST(CudaAttention, LongPrefillOnBothKernels) {
   }
 }
 
+// Forcing the wgmma kernel on a head_dim it does not cover is an error, not a silent fallback.
+TEST(CudaAttention, WgmmaPrefillRejectsOtherHeadDims) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(41);
+  kernels::cuda::AttentionOptions o;
+  o.prefill_kernel = kernels::cuda::PrefillKernel::kWgmma;
+  ScopedAttentionOptions scoped(o);
+  ScenarioConfig cfg;
+  cfg.head_dim = 96;
+  std::vector<SeqSpec> seqs = {{.kv_len = 40, .q_len = 40}};
+  AttentionScenario sc(rng, cfg, seqs);
+  (void)sc.run_gpu();
+  EXPECT_FALSE(gpu()->take_error().ok());
+}
+
 }  // namespace
 }  // namespace ls::cuda_test
