@@ -15,7 +15,8 @@
 //    of the weight read per call against the copy bandwidth, timed as a graph of calls that
 //    rotate over enough weight copies to defeat the L2.
 // Usage: bench_cuda_kernels [--out FILE] [--sections copy,gemm,linear,prefill,decode]
-//        [--prefill-tokens 8192,32768,131072] [--batches 1,8,32]
+//        [--prefill-tokens 8192,32768,131072] [--prefill-kernels mma,wgmma(,wgmma-ws)]
+//        [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
 //        [--linear-m 1,8,32]
 
@@ -27,7 +28,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "bench_common.h"
@@ -188,7 +188,8 @@ double streaming_flops(int64_t tokens, int64_t q_heads, int64_t local) {
   return 4.0 * kD * static_cast<double>(q_heads) * keys;
 }
 
-void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& token_counts) {
+void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& token_counts,
+                   const std::string& kernel_names) {
   std::mt19937 rng(7);
   for (const int64_t T : token_counts) {
     const int32_t pages = static_cast<int32_t>((T + kPage - 1) / kPage);
@@ -251,19 +252,30 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
           lserve ? causal_flops(T, kQHeads / 2) + streaming_flops(T, kQHeads / 2, local)
                  : causal_flops(T, kQHeads);
       // The mma.sync kernel with 4 and 8 warps, the wgmma kernel with key blocks of 128 (the
-      // default; first, so ncu's first wgmma launch is it) and 64.
+      // default; first, so ncu's first wgmma launch is it) and 64, and (only when asked for,
+      // experimental) the warp-specialised wgmma kernel; --prefill-kernels picks among them.
+      using kernels::cuda::PrefillKernel;
       struct Variant {
         const char* kernel;
+        PrefillKernel which;
         int warps;
         int key_block;
       };
-      for (const Variant v : {Variant{"mma", 4, 64}, Variant{"mma", 8, 64},
-                              Variant{"wgmma", 8, 128}, Variant{"wgmma", 8, 64}}) {
+      for (const Variant v :
+           {Variant{"mma", PrefillKernel::kMma, 4, 64}, Variant{"mma", PrefillKernel::kMma, 8, 64},
+            Variant{"wgmma", PrefillKernel::kWgmma, 8, 128},
+            Variant{"wgmma", PrefillKernel::kWgmma, 8, 64},
+            Variant{"wgmma-ws", PrefillKernel::kWgmmaWs, 12, 64}}) {
+        bool wanted = false;
+        for (size_t b = 0; b <= kernel_names.size();) {
+          const size_t e = std::min(kernel_names.find(',', b), kernel_names.size());
+          wanted = wanted || kernel_names.substr(b, e - b) == v.kernel;
+          b = e + 1;
+        }
+        if (!wanted) continue;
         kernels::cuda::AttentionOptions opt;
-        const bool wgmma = std::string_view(v.kernel) == "wgmma";
-        opt.prefill_kernel =
-            wgmma ? kernels::cuda::PrefillKernel::kWgmma : kernels::cuda::PrefillKernel::kMma;
-        opt.prefill_warps = v.warps;
+        opt.prefill_kernel = v.which;
+        opt.prefill_warps = v.warps == 4 ? 4 : 8;
         opt.wgmma_key_block = v.key_block;
         dev.b->set_attention_options(opt);
         const int reps = T <= 8192 ? 10 : (T <= 32768 ? 5 : 3);
@@ -503,7 +515,8 @@ int run(int argc, char** argv) {
     bench_linear(dev, out, parse_list(arg(argc, argv, "--linear-m", "1,8,32")), copy_bps);
   }
   if (has("prefill")) {
-    bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")));
+    bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")),
+                  arg(argc, argv, "--prefill-kernels", "mma,wgmma"));
   }
   if (has("decode")) {
     const double copy_bps = copy_bandwidth(*dev.b, int64_t{1} << 30);

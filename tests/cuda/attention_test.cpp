@@ -381,5 +381,84 @@ TEST(CudaAttention, WgmmaPrefillRejectsOtherHeadDims) {
   EXPECT_FALSE(gpu()->take_error().ok());
 }
 
+// The experimental warp-specialised wgmma kernel (PrefillKernel::kWgmmaWs), in its own suite so
+// that a fault there (its waits trap rather than hang) leaves the other suites' processes alone.
+std::vector<PrefillVariant> warp_specialized(kernels::cuda::AttentionOptions o = {}) {
+  o.prefill_kernel = kernels::cuda::PrefillKernel::kWgmmaWs;
+  return {{"wgmma-ws", o}};
+}
+
+TEST(CudaAttentionWarpSpecialized, PrefillAtTileAndBlockEdges) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(42);
+  const std::pair<int32_t, int32_t> group_pages[] = {{1, 16}, {8, 32}, {4, 64}, {4, 128}};
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (const auto& [group, pt] : group_pages) {
+      ScenarioConfig cfg;
+      cfg.head_dim = 128;
+      cfg.group = group;
+      cfg.page_tokens = pt;
+      cfg.modes = {HeadMode::kCausal, HeadMode::kSelected, HeadMode::kStreaming};
+      cfg.num_sink_pages = 1;
+      cfg.sink_tokens = std::min(pt, 20);
+      cfg.dtype = dt;
+      std::vector<SeqSpec> seqs;
+      for (int32_t len : {1, 17, 64, 127, 128, 129, 300}) {
+        seqs.push_back({.kv_len = len, .q_len = len, .local_tokens = 100});
+      }
+      seqs.push_back({.kv_len = 1000, .q_len = 200, .local_tokens = 150});
+      seqs.push_back({.kv_len = 333, .q_len = 1, .local_tokens = 64});
+      AttentionScenario sc(rng, cfg, seqs);
+      check_variants(sc, describe(cfg), warp_specialized());
+    }
+  }
+}
+
+TEST(CudaAttentionWarpSpecialized, LongPrefillAndMixedBatches) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(43);
+  {
+    ScenarioConfig cfg;
+    cfg.head_dim = 128;
+    cfg.group = 4;
+    cfg.page_tokens = 64;
+    cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected};
+    cfg.num_sink_pages = 1;
+    cfg.sink_tokens = 64;
+    cfg.dtype = DType::kBF16;
+    std::vector<SeqSpec> seqs = {{.kv_len = 4100, .q_len = 4100, .local_tokens = 1000},
+                                 {.kv_len = 4100,
+                                  .q_len = 1500,
+                                  .local_tokens = 300,
+                                  .selected_row = 0,
+                                  .selected = {{}, {}, {1, 5, 9, 20}}}};
+    AttentionScenario sc(rng, cfg, seqs);
+    check_variants(sc, describe(cfg) + " long", warp_specialized());
+  }
+  for (bool prefill_only : {false, true}) {
+    kernels::cuda::AttentionOptions base;
+    base.prefill_only = prefill_only;
+    ScenarioConfig cfg;
+    cfg.head_dim = 128;
+    cfg.group = 4;
+    cfg.page_tokens = 16;
+    cfg.modes = {HeadMode::kStreaming, HeadMode::kCausal, HeadMode::kSelected};
+    cfg.num_sink_pages = 2;
+    cfg.sink_tokens = 20;
+    cfg.dtype = DType::kF16;
+    std::vector<SeqSpec> seqs = {{.kv_len = 900, .q_len = 900, .local_tokens = 100},
+                                 {.kv_len = 77, .q_len = 1, .local_tokens = 64},
+                                 {.kv_len = 1200, .q_len = 200, .local_tokens = 300},
+                                 {.kv_len = 1000,
+                                  .q_len = 3,
+                                  .local_tokens = 64,
+                                  .selected_row = 0,
+                                  .selected = {{}, {}, {1, 5, 9}}}};
+    AttentionScenario sc(rng, cfg, seqs);
+    check_variants(sc, describe(cfg) + (prefill_only ? " mixed, prefill kernel only" : " mixed"),
+                   warp_specialized(base));
+  }
+}
+
 }  // namespace
 }  // namespace ls::cuda_test
