@@ -159,10 +159,8 @@ Status run_prefill_wgmma(const AttentionParams& p, const Layout& L, const Prefil
                          cudaStream_t stream) {
   if (warp_specialized) {
     if (p.head_dim != 128) {
-      return invalid_argument(
-          "attention: the warp-specialised wgmma prefill kernel has no "
-          "head_dim {}",
-          p.head_dim);
+      return invalid_argument("attention: the warp-specialised wgmma kernel has no head_dim {}",
+                              p.head_dim);
     }
     return launch_prefill_wgmma_ws<128, T, 64>(p, tiles, num_tiles, L.max_tiles, L.listed_cap,
                                                stream);
