@@ -159,10 +159,12 @@ def run(D, BN, num_q, first_pos, kv_len, pt, streaming=False, sink_tokens=0, loc
                         S[wg][t, 4 * jj + 2 * h + e] = v; rs += v
                 l[wg][t, h] = l[wg][t, h] * alpha[t, h] + rs
         return alpha
-    def rescale_pack(wg, alpha):
+    def rescale(wg, alpha):
         for t in range(128):
             for i in range(D // 2):
                 O[wg][t, i] *= alpha[t, (i % 4) // 2]
+    def pack(wg):
+        for t in range(128):
             s = S[wg][t]
             for kk in range(BN // 16):
                 PF[wg][t, kk, 0] = [s[8 * kk + 0], s[8 * kk + 1]]
@@ -173,18 +175,24 @@ def run(D, BN, num_q, first_pos, kv_len, pt, streaming=False, sink_tokens=0, loc
     def copies(j):
         if j < nb: issue_v(j)
         if j + 1 < nb: issue_k(j + 1)
+    alpha = {}
     if nb > 0:
-        copies(0)                      # land immediately (adversarial)
-        for wg in (0, 1): gemm_s(wg, 0)  # read at wait time
-        for wg in (0, 1): rescale_pack(wg, softmax(wg, 0))
+        copies(0)                      # copies land immediately (adversarial)
+        for wg in (0, 1):
+            gemm_s(wg, 0)              # operands read at wait time
+            alpha[wg] = softmax(wg, 0)
+            pack(wg)
         for j in range(1, nb):
             copies(j)
             for wg in (0, 1):
+                rescale(wg, alpha[wg])
                 gemm_s(wg, j)
-                a = softmax(wg, j)
+                alpha[wg] = softmax(wg, j)
                 gemm_pv(wg, j - 1)
-                rescale_pack(wg, a)
-        for wg in (0, 1): gemm_pv(wg, nb - 1)
+                pack(wg)
+        for wg in (0, 1):
+            rescale(wg, alpha[wg])
+            gemm_pv(wg, nb - 1)
     # epilogue: quad sums, normalise, staging through swizzled sQ
     for wg in (0, 1):
         for t in range(128):
@@ -221,6 +229,9 @@ cases = [
     dict(D=128, BN=128, num_q=128, first_pos=200, kv_len=328, pt=16, streaming=True, sink_tokens=20,
          local=100, num_sink_pages=2),
     dict(D=64, BN=64, num_q=17, first_pos=0, kv_len=17, pt=128),
+    dict(D=128, BN=64, num_q=128, first_pos=500, kv_len=700, pt=32, streaming=True, sink_tokens=40,
+         local=200, num_sink_pages=2),
+    dict(D=128, BN=128, num_q=1, first_pos=900, kv_len=901, pt=64),
 ]
 worst = 0.0
 for c in cases:

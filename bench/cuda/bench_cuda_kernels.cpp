@@ -3,7 +3,8 @@
 //    (8192^3 through the backend's cuBLASLt path) on random data;
 //  - prefill attention at the Llama-3-8B shape (32 q heads, 8 kv heads, d 128, pages of 64) for one
 //    sequence of T tokens: dense (every head causal) and lserve (half the kv heads streaming with
-//    128 sink tokens and an 8192-token window), both prefill tile shapes;
+//    128 sink tokens and an 8192-token window): the mma.sync kernel with both tile shapes and the
+//    wgmma kernel with both key blocks ("kernel", "warps", "key_block" fields);
 //  - decode attention for batches of B tokens at context C: dense, and lserve (4 kv heads with
 //    pages chosen by the GPU page selector under a 4096-token budget, 4 streaming heads with 128
 //    sinks and a 256-token window); the bytes the kernel must read, the achieved bandwidth and
@@ -22,7 +23,8 @@
 //    chunk. Each op is captured as a graph of many calls; "us" is the replay time per call, so
 //    it is what a captured decode step pays per launch of that op.
 // Usage: bench_cuda_kernels [--out FILE] [--sections copy,gemm,linear,prefill,decode,small]
-//        [--prefill-tokens 8192,32768,131072] [--batches 1,8,32]
+//        [--prefill-tokens 8192,32768,131072] [--prefill-kernels mma,wgmma(,wgmma-ws)]
+//        [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
 
@@ -35,7 +37,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "bench_common.h"
@@ -140,17 +141,16 @@ void bench_linear(Device& dev, JsonLines& out, const std::vector<int64_t>& ms_li
     const char* name;
     int64_t n, k;
   };
-  const Shape shapes[] = {{"q_or_o", 4096, 4096}, {"k_or_v", 1024, 4096}, {"qkv", 6144, 4096},
-                          {"gate_up", 28672, 4096}, {"down", 4096, 14336},
-                          {"lm_head", 128256, 4096}};
+  const Shape shapes[] = {{"q_or_o", 4096, 4096}, {"k_or_v", 1024, 4096},
+                          {"qkv", 6144, 4096},    {"gate_up", 28672, 4096},
+                          {"down", 4096, 14336},  {"lm_head", 128256, 4096}};
   for (int64_t m : ms_list) {
     for (const Shape& s : shapes) {
      for (const bool use_gemv : {false, true}) {
       if (use_gemv && m > kernels::cuda::kGemvMaxRows) continue;
       dev.b->set_gemv(use_gemv);
       const int64_t wbytes = s.n * s.k * 2;
-      const int64_t replicas =
-          std::clamp<int64_t>((4 * dev.l2_bytes + wbytes - 1) / wbytes, 2, 64);
+      const int64_t replicas = std::clamp<int64_t>((4 * dev.l2_bytes + wbytes - 1) / wbytes, 2, 64);
       Buffer w = alloc(dev, wbytes * replicas);
       Buffer x = alloc(dev, m * s.k * 2), y = alloc(dev, m * s.n * 2);
       fill(dev, w.data(), s.n * s.k * replicas, 21, -0.05f, 0.05f);
@@ -203,7 +203,8 @@ double streaming_flops(int64_t tokens, int64_t q_heads, int64_t local) {
   return 4.0 * kD * static_cast<double>(q_heads) * keys;
 }
 
-void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& token_counts) {
+void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& token_counts,
+                   const std::string& kernel_names) {
   std::mt19937 rng(7);
   for (const int64_t T : token_counts) {
     const int32_t pages = static_cast<int32_t>((T + kPage - 1) / kPage);
@@ -265,19 +266,31 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
       const double flops =
           lserve ? causal_flops(T, kQHeads / 2) + streaming_flops(T, kQHeads / 2, local)
                  : causal_flops(T, kQHeads);
-      // The mma.sync kernel with 4 and 8 warps, the wgmma kernel with key blocks of 64 and 128.
+      // The mma.sync kernel with 4 and 8 warps, the wgmma kernel with key blocks of 128 (the
+      // default; first, so ncu's first wgmma launch is it) and 64, and (only when asked for,
+      // experimental) the warp-specialised wgmma kernel; --prefill-kernels picks among them.
+      using kernels::cuda::PrefillKernel;
       struct Variant {
         const char* kernel;
+        PrefillKernel which;
         int warps;
         int key_block;
       };
-      for (const Variant v : {Variant{"mma", 4, 64}, Variant{"mma", 8, 64},
-                              Variant{"wgmma", 8, 64}, Variant{"wgmma", 8, 128}}) {
+      for (const Variant v :
+           {Variant{"mma", PrefillKernel::kMma, 4, 64}, Variant{"mma", PrefillKernel::kMma, 8, 64},
+            Variant{"wgmma", PrefillKernel::kWgmma, 8, 128},
+            Variant{"wgmma", PrefillKernel::kWgmma, 8, 64},
+            Variant{"wgmma-ws", PrefillKernel::kWgmmaWs, 12, 64}}) {
+        bool wanted = false;
+        for (size_t b = 0; b <= kernel_names.size();) {
+          const size_t e = std::min(kernel_names.find(',', b), kernel_names.size());
+          wanted = wanted || kernel_names.substr(b, e - b) == v.kernel;
+          b = e + 1;
+        }
+        if (!wanted) continue;
         kernels::cuda::AttentionOptions opt;
-        const bool wgmma = std::string_view(v.kernel) == "wgmma";
-        opt.prefill_kernel =
-            wgmma ? kernels::cuda::PrefillKernel::kWgmma : kernels::cuda::PrefillKernel::kMma;
-        opt.prefill_warps = v.warps;
+        opt.prefill_kernel = v.which;
+        opt.prefill_warps = v.warps == 4 ? 4 : 8;
         opt.wgmma_key_block = v.key_block;
         dev.b->set_attention_options(opt);
         const int reps = T <= 8192 ? 10 : (T <= 32768 ? 5 : 3);
@@ -670,7 +683,8 @@ int run(int argc, char** argv) {
   // Before the long sections, so the kernels step's time limit never cuts it.
   if (has("small")) bench_small(dev, out, parse_list(arg(argc, argv, "--small-tokens", "1,8,512,4096")));
   if (has("prefill")) {
-    bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")));
+    bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")),
+                  arg(argc, argv, "--prefill-kernels", "mma,wgmma"));
   }
   if (has("decode")) {
     const double copy_bps = copy_bandwidth(*dev.b, int64_t{1} << 30);

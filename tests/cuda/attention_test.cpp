@@ -51,10 +51,10 @@ struct PrefillVariant {
   kernels::cuda::AttentionOptions options;
 };
 
-std::vector<PrefillVariant> prefill_variants(bool with_mma = true) {
+std::vector<PrefillVariant> prefill_variants(bool with_mma = true,
+                                             kernels::cuda::AttentionOptions o = {}) {
   using kernels::cuda::PrefillKernel;
   std::vector<PrefillVariant> v;
-  kernels::cuda::AttentionOptions o;
   if (with_mma) {
     o.prefill_kernel = PrefillKernel::kMma;
     v.push_back({"mma", o});
@@ -65,6 +65,27 @@ std::vector<PrefillVariant> prefill_variants(bool with_mma = true) {
   o.wgmma_key_block = 128;
   v.push_back({"wgmma/128", o});
   return v;
+}
+
+// Runs the scenario on the GPU once per variant, against references computed once.
+void check_variants(AttentionScenario& sc, const std::string& label,
+                    const std::vector<PrefillVariant>& variants) {
+  const DType dt = sc.config().dtype;
+  const double tol = attention_tol(dt);
+  std::vector<double> reference;
+  if (sc.reference_cost() <= kMaxReferenceCost) reference = sc.reference();
+  const std::vector<float> cpu = sc.run_cpu();
+  for (const PrefillVariant& v : variants) {
+    ScopedAttentionOptions scoped(v.options);
+    const std::vector<float> got = sc.run_gpu();
+    EXPECT_TRUE(gpu()->take_error().ok()) << label << " " << v.name;
+    if (!reference.empty()) {
+      EXPECT_TRUE(close_to(got, reference, tol, 2 * tol))
+          << "vs double reference: " << label << " " << v.name;
+    }
+    EXPECT_TRUE(close_to(got, cpu, 1.5 * tol, 3 * tol))
+        << "vs kernels/cpu: " << label << " " << v.name;
+  }
 }
 
 std::string describe(const ScenarioConfig& c) {
@@ -79,23 +100,19 @@ TEST(CudaAttention, CausalPrefillGrid) {
     for (int32_t group : {1, 4, 8}) {
       for (int32_t pt : {16, 64}) {
         for (DType dt : {DType::kBF16, DType::kF16}) {
-          for (const PrefillVariant& kernel : prefill_variants()) {
-            if (d == 96 && kernel.options.prefill_kernel != kernels::cuda::PrefillKernel::kMma) {
-              continue;  // wgmma covers head_dim 64 and 128
-            }
-            ScopedAttentionOptions scoped(kernel.options);
-            ScenarioConfig cfg;
-            cfg.head_dim = d;
-            cfg.group = group;
-            cfg.page_tokens = pt;
-            cfg.modes = {HeadMode::kCausal, HeadMode::kSelected};  // no selection: causal
-            cfg.dtype = dt;
-            // A whole prompt, and a later chunk of another sequence (queries start mid-page).
-            std::vector<SeqSpec> seqs = {{.kv_len = 300, .q_len = 300},
-                                         {.kv_len = 700, .q_len = 137}};
-            AttentionScenario sc(rng, cfg, seqs);
-            check_scenario(sc, describe(cfg) + " " + kernel.name);
-          }
+          ScenarioConfig cfg;
+          cfg.head_dim = d;
+          cfg.group = group;
+          cfg.page_tokens = pt;
+          cfg.modes = {HeadMode::kCausal, HeadMode::kSelected};  // no selection: causal
+          cfg.dtype = dt;
+          // A whole prompt, and a later chunk of another sequence (queries start mid-page).
+          std::vector<SeqSpec> seqs = {{.kv_len = 300, .q_len = 300},
+                                       {.kv_len = 700, .q_len = 137}};
+          AttentionScenario sc(rng, cfg, seqs);
+          std::vector<PrefillVariant> variants = prefill_variants();
+          if (d == 96) variants.resize(1);  // wgmma covers head_dim 64 and 128
+          check_variants(sc, describe(cfg), variants);
         }
       }
     }
@@ -129,31 +146,28 @@ TEST(CudaAttention, StreamingAndRetrievalHeadsInPrefill) {
   std::mt19937 rng(33);
   for (int32_t pt : {16, 64}) {
     for (DType dt : {DType::kBF16, DType::kF16}) {
-      std::vector<PrefillVariant> kernels_to_run = prefill_variants(false);
+      std::vector<PrefillVariant> variants = prefill_variants(false);
       for (int warps : {4, 8}) {
         kernels::cuda::AttentionOptions o;
         o.prefill_kernel = kernels::cuda::PrefillKernel::kMma;
         o.prefill_warps = warps;
-        kernels_to_run.push_back({warps == 4 ? "mma warps 4" : "mma warps 8", o});
+        variants.push_back({warps == 4 ? "mma warps 4" : "mma warps 8", o});
       }
-      for (const PrefillVariant& kernel : kernels_to_run) {
-        ScopedAttentionOptions scoped(kernel.options);
-        ScenarioConfig cfg;
-        cfg.head_dim = 128;
-        cfg.group = 4;
-        cfg.page_tokens = pt;
-        cfg.modes = {HeadMode::kStreaming, HeadMode::kCausal, HeadMode::kStreaming,
-                     HeadMode::kSelected};
-        cfg.num_sink_pages = pt == 16 ? 2 : 1;
-        cfg.sink_tokens = pt == 16 ? 20 : 40;  // the second sink page is partly a sink
-        cfg.dtype = dt;
-        // Windows shorter and longer than a tile; a chunk whose window starts inside the sinks.
-        std::vector<SeqSpec> seqs = {{.kv_len = 900, .q_len = 900, .local_tokens = 100},
-                                     {.kv_len = 1200, .q_len = 200, .local_tokens = 300},
-                                     {.kv_len = 70, .q_len = 70, .local_tokens = 30}};
-        AttentionScenario sc(rng, cfg, seqs);
-        check_scenario(sc, describe(cfg) + " " + kernel.name);
-      }
+      ScenarioConfig cfg;
+      cfg.head_dim = 128;
+      cfg.group = 4;
+      cfg.page_tokens = pt;
+      cfg.modes = {HeadMode::kStreaming, HeadMode::kCausal, HeadMode::kStreaming,
+                   HeadMode::kSelected};
+      cfg.num_sink_pages = pt == 16 ? 2 : 1;
+      cfg.sink_tokens = pt == 16 ? 20 : 40;  // the second sink page is partly a sink
+      cfg.dtype = dt;
+      // Windows shorter and longer than a tile; a chunk whose window starts inside the sinks.
+      std::vector<SeqSpec> seqs = {{.kv_len = 900, .q_len = 900, .local_tokens = 100},
+                                   {.kv_len = 1200, .q_len = 200, .local_tokens = 300},
+                                   {.kv_len = 70, .q_len = 70, .local_tokens = 30}};
+      AttentionScenario sc(rng, cfg, seqs);
+      check_variants(sc, describe(cfg), variants);
     }
   }
 }
@@ -260,37 +274,36 @@ TEST(CudaAttention, MixedPrefillAndDecodeBatch) {
   std::mt19937 rng(35);
   for (DType dt : {DType::kBF16, DType::kF16}) {
     for (bool prefill_only : {false, true}) {
-      for (const PrefillVariant& kernel : prefill_variants()) {
-        kernels::cuda::AttentionOptions o = kernel.options;
-        o.prefill_only = prefill_only;
-        ScopedAttentionOptions scoped(o);
-        ScenarioConfig cfg;
-        cfg.head_dim = 128;
-        cfg.group = 4;
-        cfg.page_tokens = 64;
-        cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected,
-                     HeadMode::kStreaming};
-        cfg.sink_tokens = 64;
-        cfg.dtype = dt;
-        std::vector<SeqSpec> seqs = {{.kv_len = 500, .q_len = 120, .local_tokens = 128},
-                                     {.kv_len = 900,
-                                      .q_len = 1,
-                                      .local_tokens = 64,
-                                      .selected_row = 2,
-                                      .selected = {{}, {}, {0, 3, 8}}},
-                                     {.kv_len = 40, .q_len = 40, .local_tokens = 128},
-                                     {.kv_len = 77, .q_len = 1, .local_tokens = 64},
-                                     // A short chunk with a selection row (speculative-style q_len
-                                     // > 1): listed pages in the prefill kernel.
-                                     {.kv_len = 1000,
-                                      .q_len = 3,
-                                      .local_tokens = 64,
-                                      .selected_row = 0,
-                                      .selected = {{}, {}, {1, 5, 9}}}};
-        AttentionScenario sc(rng, cfg, seqs);
-        check_scenario(sc, std::string("mixed ") + dtype_label(dt) + " " + kernel.name +
-                               (prefill_only ? " prefill kernel only" : ""));
-      }
+      kernels::cuda::AttentionOptions base;
+      base.prefill_only = prefill_only;
+      ScenarioConfig cfg;
+      cfg.head_dim = 128;
+      cfg.group = 4;
+      cfg.page_tokens = 64;
+      cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected,
+                   HeadMode::kStreaming};
+      cfg.sink_tokens = 64;
+      cfg.dtype = dt;
+      std::vector<SeqSpec> seqs = {{.kv_len = 500, .q_len = 120, .local_tokens = 128},
+                                   {.kv_len = 900,
+                                    .q_len = 1,
+                                    .local_tokens = 64,
+                                    .selected_row = 2,
+                                    .selected = {{}, {}, {0, 3, 8}}},
+                                   {.kv_len = 40, .q_len = 40, .local_tokens = 128},
+                                   {.kv_len = 77, .q_len = 1, .local_tokens = 64},
+                                   // A short chunk with a selection row (speculative-style q_len >
+                                   // 1): listed pages in the prefill kernel.
+                                   {.kv_len = 1000,
+                                    .q_len = 3,
+                                    .local_tokens = 64,
+                                    .selected_row = 0,
+                                    .selected = {{}, {}, {1, 5, 9}}}};
+      AttentionScenario sc(rng, cfg, seqs);
+      check_variants(
+          sc,
+          std::string("mixed ") + dtype_label(dt) + (prefill_only ? " prefill kernel only" : ""),
+          prefill_variants(true, base));
     }
   }
 }
@@ -344,11 +357,8 @@ TEST(CudaAttention, RowsWithNoVisibleKeyAreZero) {
   // local 0 and no sinks: a streaming head sees nothing, in prefill and in decode.
   std::vector<SeqSpec> seqs = {{.kv_len = 100, .q_len = 100, .local_tokens = 0, .ring_pages = 8},
                                {.kv_len = 50, .q_len = 1, .local_tokens = 0, .ring_pages = 4}};
-  for (const PrefillVariant& kernel : prefill_variants()) {
-    ScopedAttentionOptions scoped(kernel.options);
-    AttentionScenario sc(rng, cfg, seqs);
-    check_scenario(sc, std::string("no visible key ") + kernel.name);
-  }
+  AttentionScenario sc(rng, cfg, seqs);
+  check_variants(sc, "no visible key", prefill_variants());
 }
 
 // Prompts ending at and around every tile and key-block edge (1, 17, 64, 127, 128, 129, 300),
@@ -357,27 +367,24 @@ TEST(CudaAttention, PrefillKernelsAtTileAndBlockEdges) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(39);
   const std::pair<int32_t, int32_t> group_pages[] = {{1, 16}, {8, 32}, {4, 64}, {4, 128}};
-  for (const PrefillVariant& kernel : prefill_variants()) {
-    ScopedAttentionOptions scoped(kernel.options);
-    for (DType dt : {DType::kBF16, DType::kF16}) {
-      for (const auto& [group, pt] : group_pages) {
-        ScenarioConfig cfg;
-        cfg.head_dim = 128;
-        cfg.group = group;
-        cfg.page_tokens = pt;
-        cfg.modes = {HeadMode::kCausal, HeadMode::kSelected, HeadMode::kStreaming};
-        cfg.num_sink_pages = 1;
-        cfg.sink_tokens = std::min(pt, 20);
-        cfg.dtype = dt;
-        std::vector<SeqSpec> seqs;
-        for (int32_t len : {1, 17, 64, 127, 128, 129, 300}) {
-          seqs.push_back({.kv_len = len, .q_len = len, .local_tokens = 100});
-        }
-        seqs.push_back({.kv_len = 1000, .q_len = 200, .local_tokens = 150});
-        seqs.push_back({.kv_len = 333, .q_len = 1, .local_tokens = 64});
-        AttentionScenario sc(rng, cfg, seqs);
-        check_scenario(sc, describe(cfg) + " " + kernel.name);
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (const auto& [group, pt] : group_pages) {
+      ScenarioConfig cfg;
+      cfg.head_dim = 128;
+      cfg.group = group;
+      cfg.page_tokens = pt;
+      cfg.modes = {HeadMode::kCausal, HeadMode::kSelected, HeadMode::kStreaming};
+      cfg.num_sink_pages = 1;
+      cfg.sink_tokens = std::min(pt, 20);
+      cfg.dtype = dt;
+      std::vector<SeqSpec> seqs;
+      for (int32_t len : {1, 17, 64, 127, 128, 129, 300}) {
+        seqs.push_back({.kv_len = len, .q_len = len, .local_tokens = 100});
       }
+      seqs.push_back({.kv_len = 1000, .q_len = 200, .local_tokens = 150});
+      seqs.push_back({.kv_len = 333, .q_len = 1, .local_tokens = 64});
+      AttentionScenario sc(rng, cfg, seqs);
+      check_variants(sc, describe(cfg), prefill_variants());
     }
   }
 }
@@ -388,26 +395,117 @@ TEST(CudaAttention, PrefillKernelsAtTileAndBlockEdges) {
 TEST(CudaAttention, LongPrefillOnBothKernels) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(40);
-  for (const PrefillVariant& kernel : prefill_variants()) {
-    ScopedAttentionOptions scoped(kernel.options);
-    for (DType dt : {DType::kBF16, DType::kF16}) {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    ScenarioConfig cfg;
+    cfg.head_dim = 128;
+    cfg.group = 4;
+    cfg.page_tokens = 64;
+    cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected};
+    cfg.num_sink_pages = 1;
+    cfg.sink_tokens = 64;
+    cfg.dtype = dt;
+    std::vector<SeqSpec> seqs = {{.kv_len = 4100, .q_len = 4100, .local_tokens = 1000},
+                                 {.kv_len = 4100,
+                                  .q_len = 1500,
+                                  .local_tokens = 300,
+                                  .selected_row = 0,
+                                  .selected = {{}, {}, {1, 5, 9, 20}}}};
+    AttentionScenario sc(rng, cfg, seqs);
+    check_variants(sc, describe(cfg) + " long", prefill_variants());
+  }
+}
+
+// Forcing the wgmma kernel on a head_dim it does not cover is an error, not a silent fallback.
+TEST(CudaAttention, WgmmaPrefillRejectsOtherHeadDims) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(41);
+  kernels::cuda::AttentionOptions o;
+  o.prefill_kernel = kernels::cuda::PrefillKernel::kWgmma;
+  ScopedAttentionOptions scoped(o);
+  ScenarioConfig cfg;
+  cfg.head_dim = 96;
+  std::vector<SeqSpec> seqs = {{.kv_len = 40, .q_len = 40}};
+  AttentionScenario sc(rng, cfg, seqs);
+  (void)sc.run_gpu();
+  EXPECT_FALSE(gpu()->take_error().ok());
+}
+
+// The experimental warp-specialised wgmma kernel (PrefillKernel::kWgmmaWs), in its own suite so
+// that a fault there (its waits trap rather than hang) leaves the other suites' processes alone.
+std::vector<PrefillVariant> warp_specialized(kernels::cuda::AttentionOptions o = {}) {
+  o.prefill_kernel = kernels::cuda::PrefillKernel::kWgmmaWs;
+  return {{"wgmma-ws", o}};
+}
+
+TEST(CudaAttentionWarpSpecialized, PrefillAtTileAndBlockEdges) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(42);
+  const std::pair<int32_t, int32_t> group_pages[] = {{1, 16}, {8, 32}, {4, 64}, {4, 128}};
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (const auto& [group, pt] : group_pages) {
       ScenarioConfig cfg;
       cfg.head_dim = 128;
-      cfg.group = 4;
-      cfg.page_tokens = 64;
-      cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected};
+      cfg.group = group;
+      cfg.page_tokens = pt;
+      cfg.modes = {HeadMode::kCausal, HeadMode::kSelected, HeadMode::kStreaming};
       cfg.num_sink_pages = 1;
-      cfg.sink_tokens = 64;
+      cfg.sink_tokens = std::min(pt, 20);
       cfg.dtype = dt;
-      std::vector<SeqSpec> seqs = {{.kv_len = 4100, .q_len = 4100, .local_tokens = 1000},
-                                   {.kv_len = 4100,
-                                    .q_len = 1500,
-                                    .local_tokens = 300,
-                                    .selected_row = 0,
-                                    .selected = {{}, {}, {1, 5, 9, 20}}}};
+      std::vector<SeqSpec> seqs;
+      for (int32_t len : {1, 17, 64, 127, 128, 129, 300}) {
+        seqs.push_back({.kv_len = len, .q_len = len, .local_tokens = 100});
+      }
+      seqs.push_back({.kv_len = 1000, .q_len = 200, .local_tokens = 150});
+      seqs.push_back({.kv_len = 333, .q_len = 1, .local_tokens = 64});
       AttentionScenario sc(rng, cfg, seqs);
-      check_scenario(sc, describe(cfg) + " long " + kernel.name);
+      check_variants(sc, describe(cfg), warp_specialized());
     }
+  }
+}
+
+TEST(CudaAttentionWarpSpecialized, LongPrefillAndMixedBatches) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(43);
+  {
+    ScenarioConfig cfg;
+    cfg.head_dim = 128;
+    cfg.group = 4;
+    cfg.page_tokens = 64;
+    cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected};
+    cfg.num_sink_pages = 1;
+    cfg.sink_tokens = 64;
+    cfg.dtype = DType::kBF16;
+    std::vector<SeqSpec> seqs = {{.kv_len = 4100, .q_len = 4100, .local_tokens = 1000},
+                                 {.kv_len = 4100,
+                                  .q_len = 1500,
+                                  .local_tokens = 300,
+                                  .selected_row = 0,
+                                  .selected = {{}, {}, {1, 5, 9, 20}}}};
+    AttentionScenario sc(rng, cfg, seqs);
+    check_variants(sc, describe(cfg) + " long", warp_specialized());
+  }
+  for (bool prefill_only : {false, true}) {
+    kernels::cuda::AttentionOptions base;
+    base.prefill_only = prefill_only;
+    ScenarioConfig cfg;
+    cfg.head_dim = 128;
+    cfg.group = 4;
+    cfg.page_tokens = 16;
+    cfg.modes = {HeadMode::kStreaming, HeadMode::kCausal, HeadMode::kSelected};
+    cfg.num_sink_pages = 2;
+    cfg.sink_tokens = 20;
+    cfg.dtype = DType::kF16;
+    std::vector<SeqSpec> seqs = {{.kv_len = 900, .q_len = 900, .local_tokens = 100},
+                                 {.kv_len = 77, .q_len = 1, .local_tokens = 64},
+                                 {.kv_len = 1200, .q_len = 200, .local_tokens = 300},
+                                 {.kv_len = 1000,
+                                  .q_len = 3,
+                                  .local_tokens = 64,
+                                  .selected_row = 0,
+                                  .selected = {{}, {}, {1, 5, 9}}}};
+    AttentionScenario sc(rng, cfg, seqs);
+    check_variants(sc, describe(cfg) + (prefill_only ? " mixed, prefill kernel only" : " mixed"),
+                   warp_specialized(base));
   }
 }
 

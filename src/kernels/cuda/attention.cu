@@ -46,6 +46,7 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
   L.run_prefill = !L.decode_all;
   L.run_decode = !o.prefill_only;
   L.wgmma = o.prefill_kernel == PrefillKernel::kWgmma ||
+            o.prefill_kernel == PrefillKernel::kWgmmaWs ||
             (o.prefill_kernel == PrefillKernel::kAuto && wgmma_covers(p));
   const int warps = L.wgmma || (o.prefill_warps == 8 && p.head_dim >= 64) ? 8 : 4;
   L.bm = 16 * warps;
@@ -207,7 +208,16 @@ __global__ void __launch_bounds__(kReduceThreads)
 
 template <typename T>
 Status run_prefill_wgmma(const AttentionParams& p, const Layout& L, const PrefillTile* tiles,
-                         const int32_t* num_tiles, int key_block, cudaStream_t stream) {
+                         const int32_t* num_tiles, int key_block, bool warp_specialized,
+                         cudaStream_t stream) {
+  if (warp_specialized) {
+    if (p.head_dim != 128) {
+      return invalid_argument("attention: the warp-specialised wgmma kernel has no head_dim {}",
+                              p.head_dim);
+    }
+    return launch_prefill_wgmma_ws<128, T, 64>(p, tiles, num_tiles, L.max_tiles, L.listed_cap,
+                                               stream);
+  }
   const auto typed = [&]<int kD>() -> Status {
     if (key_block == 64) {
       return launch_prefill_wgmma<kD, T, 64>(p, tiles, num_tiles, L.max_tiles, L.listed_cap,
@@ -282,7 +292,8 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
                                               num_tiles);
     LS_RETURN_IF_ERROR(launch_status("plan_prefill_kernel"));
     if (L.wgmma) {
-      LS_RETURN_IF_ERROR(run_prefill_wgmma<T>(p, L, tiles, num_tiles, o.wgmma_key_block, stream));
+      LS_RETURN_IF_ERROR(run_prefill_wgmma<T>(p, L, tiles, num_tiles, o.wgmma_key_block,
+                                              o.prefill_kernel == PrefillKernel::kWgmmaWs, stream));
     } else {
       LS_RETURN_IF_ERROR(run_prefill<T>(p, L, tiles, num_tiles, warps, stream));
     }

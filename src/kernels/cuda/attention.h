@@ -29,6 +29,9 @@ enum class PrefillKernel : int32_t {
   kAuto = 0,   // wgmma for head_dim 64 / 128, else mma
   kMma = 1,    // the mma.sync kernel (prefill_warps applies)
   kWgmma = 2,  // the wgmma kernel; paged_attention rejects head dims it does not cover
+  // EXPERIMENTAL: the warp-specialised wgmma kernel (producer warpgroup + mbarriers; head_dim
+  // 128, key blocks of 64, wgmma_key_block ignored). Never picked by kAuto.
+  kWgmmaWs = 3,
 };
 
 struct AttentionOptions {

@@ -10,6 +10,7 @@
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/attention_prefill_wgmma.cuh"
+#include "kernels/cuda/attention_prefill_wgmma_ws.cuh"
 #include "kernels/cuda/check.h"
 
 namespace ls::kernels::cuda {
@@ -23,6 +24,12 @@ template <int kD, typename T, int kBN>
 Status launch_prefill_wgmma(const AttentionParams& p, const PrefillTile* tiles,
                             const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                             cudaStream_t stream);
+
+// Its warp-specialised variant (experimental, opt-in).
+template <int kD, typename T, int kBN>
+Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tiles,
+                               const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
+                               cudaStream_t stream);
 
 template <int kD, typename T>
 Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t items,
@@ -75,6 +82,22 @@ Status launch_prefill_wgmma(const AttentionParams& p, const PrefillTile* tiles,
   return launch_status("prefill_wgmma_kernel");
 }
 
+template <int kD, typename T, int kBN>
+Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tiles,
+                               const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
+                               cudaStream_t stream) {
+  using Shape = WgmmaWsShape<kD, kBN>;
+  static std::once_flag once;
+  static cudaError_t err = cudaSuccess;
+  LS_RETURN_IF_ERROR(allow_smem(prefill_wgmma_ws_kernel<kD, T, kBN>,
+                                Shape::smem_bytes(kMaxListedPages), once, err));
+  const dim3 grid(static_cast<unsigned>(p.num_q_heads), static_cast<unsigned>(max_tiles));
+  prefill_wgmma_ws_kernel<kD, T, kBN>
+      <<<grid, Shape::kThreads, Shape::smem_bytes(listed_cap), stream>>>(p, tiles, num_tiles,
+                                                                         listed_cap);
+  return launch_status("prefill_wgmma_ws_kernel");
+}
+
 template <int kD, typename T>
 Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t items,
                      int32_t max_splits, cudaStream_t stream) {
@@ -101,6 +124,12 @@ Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t i
   template Status launch_prefill_wgmma<D, __nv_bfloat16, BN>(                                      \
       const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t); \
   template Status launch_prefill_wgmma<D, __half, BN>(                                             \
+      const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t);
+
+#define LS_INSTANTIATE_PREFILL_WGMMA_WS(D, BN)                                                     \
+  template Status launch_prefill_wgmma_ws<D, __nv_bfloat16, BN>(                                   \
+      const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t); \
+  template Status launch_prefill_wgmma_ws<D, __half, BN>(                                          \
       const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t);
 
 #define LS_INSTANTIATE_DECODE(D)                                                               \

@@ -276,9 +276,8 @@ __global__ void __launch_bounds__(256, 1)
     l0 = l0 * alpha0 + rs0;
     l1 = l1 * alpha1 + rs1;
   };
-  // Rescales O and rounds P_j to T as the A fragments of P V: k-step kk covers S column tiles
-  // 2 kk (a[0], a[1]) and 2 kk + 1 (a[2], a[3]).
-  auto rescale_and_pack = [&](float alpha0, float alpha1) {
+  // O *= alpha (per row): brings O to the running max of the last softmax.
+  auto rescale = [&](float alpha0, float alpha1) {
 #pragma unroll
     for (int i = 0; i < kD / 8; ++i) {
       o[4 * i + 0] *= alpha0;
@@ -286,6 +285,10 @@ __global__ void __launch_bounds__(256, 1)
       o[4 * i + 2] *= alpha1;
       o[4 * i + 3] *= alpha1;
     }
+  };
+  // Rounds P_j to T as the A fragments of P V: k-step kk covers S column tiles 2 kk (a[0], a[1])
+  // and 2 kk + 1 (a[2], a[3]).
+  auto pack = [&]() {
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
       pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
@@ -298,6 +301,9 @@ __global__ void __launch_bounds__(256, 1)
   // Every block is computed by both warpgroups (a block no query of a warpgroup sees is fully
   // masked, which leaves its O, m and l unchanged), so the wgmma sequence is the same in every
   // thread and never sits on a divergent path.
+  // O holds the blocks before j - 1 relative to the running max after block j - 2; alpha (from
+  // the softmax of block j - 1) brings it to the max after block j - 1, the max P_{j-1} is
+  // relative to, before P_{j-1} V_{j-1} is added.
   if (num_blocks > 0) {
     float alpha0, alpha1;
     sync_blocks();
@@ -307,13 +313,15 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_wait<0>();
     wgmma_hold(s);
     softmax(0, alpha0, alpha1);
-    rescale_and_pack(alpha0, alpha1);
-    // Iteration j: S_j is issued, then P_{j-1} V_{j-1}, which runs on the tensor cores while the
-    // softmax of S_j runs; O is rescaled once P_{j-1} V_{j-1} is done.
+    pack();
+    // Iteration j: S_j is issued; O is rescaled while it runs; P_{j-1} V_{j-1} is issued and runs
+    // on the tensor cores while the softmax of S_j runs.
     for (int32_t j = 1; j < num_blocks; ++j) {
       sync_blocks();
-      wgmma_fence();  // o and pf were written by ordinary instructions
+      wgmma_fence();  // pf was written by ordinary instructions
       issue_s(j);
+      rescale(alpha0, alpha1);
+      wgmma_fence();  // o was written by ordinary instructions
       issue_pv(j - 1);
       issue_copies(j);
       wgmma_wait<1>();  // S_j done (groups complete in order; P V may still run)
@@ -321,9 +329,10 @@ __global__ void __launch_bounds__(256, 1)
       softmax(j, alpha0, alpha1);
       wgmma_wait<0>();  // P_{j-1} V_{j-1} done: o and pf are free
       wgmma_hold(o);
-      rescale_and_pack(alpha0, alpha1);
+      pack();
     }
     sync_blocks();  // V of the last block landed
+    rescale(alpha0, alpha1);
     wgmma_fence();
     issue_pv(num_blocks - 1);
     wgmma_wait<0>();
@@ -340,7 +349,12 @@ __global__ void __launch_bounds__(256, 1)
   const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
   const float inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
   // Every warp of the warpgroup is past its last wgmma reading sQ (named barrier 1 + wg).
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+  // (Immediate barrier ids: a register id makes ptxas reserve all 16 barriers.)
+  if (wg == 0) {
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  } else {
+    asm volatile("bar.sync 2, 128;\n" ::: "memory");
+  }
   const int valid_rows = min(16, tile.num_q - warp_row0);
   if (valid_rows <= 0) return;
 #pragma unroll

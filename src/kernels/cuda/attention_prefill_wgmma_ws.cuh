@@ -1,0 +1,380 @@
+#pragma once
+// Internal to kernels/cuda: the warp-specialised variant of the wgmma prefill kernel
+// (attention_prefill_wgmma.cuh), EXPERIMENTAL and opt-in (PrefillKernel::kWgmmaWs): it computes
+// the same thing with the same tiles, layouts, descriptors and math, but a producer warpgroup
+// does all the K/V copies and the two consumer warpgroups never wait for each other.
+//
+// Block: 384 threads. Warpgroup 0 = producer (setmaxnreg 56), warpgroups 1 and 2 = consumers
+// (setmaxnreg 224; 2 * 128 * 224 + 128 * 56 = 64512 registers) owning query rows 0..63 and
+// 64..127 of the 128-row tile. Key blocks of 64 rows only: with 128 the consumers need more than
+// 240 registers (ptxas spills and serializes the wgmmas, C7512).
+// Per key block j (stage s = j % 2, use u = j / 2 of that stage):
+//   producer: waits empty_k[s] (use u - 1 released), copies the 128-byte-swizzled K rows of block
+//     j with cp.async plus their key positions, then cp.async.mbarrier.arrive.noinc (one arrival
+//     per thread when its copies land) and a plain arrive (releases the positions) on full_k[s];
+//     the same for V on empty_v[s] / full_v[s] (no positions).
+//   consumers: wait full_k[s] (parity u & 1) and fence.proxy.async before wgmma reads the tile;
+//     arrive on empty_k[s] once S_j is complete and the softmax has read the positions; arrive
+//     on empty_v[s] once P_j V_j is complete.
+// Barrier counts: full_k 256 (128 async + 128 plain arrivals), full_v 128, empty_k / empty_v 256
+// (every consumer thread). Waits are bounded: a wait that never completes traps (a protocol bug
+// must fail the launch, not hang the process).
+
+#include <cstdint>
+
+#include "kernels/cuda/attention_prefill_wgmma.cuh"
+
+namespace ls::kernels::cuda {
+
+template <int kD, int kBN>
+struct WgmmaWsShape {
+  static_assert(kBN == 64, "the warp-specialised kernel has key blocks of 64 rows");
+  using Base = WgmmaPrefillShape<kD, kBN>;
+  static constexpr int kThreads = 384;
+  static constexpr int kOffBar = Base::kOffSpan + 16;  // 8 mbarriers, 8 bytes each
+  static constexpr int kOffListed = kOffBar + 64;
+  static constexpr int smem_bytes(int listed_cap) { return 1024 + kOffListed + 4 * listed_cap; }
+};
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+
+// One arrival on `bar` when every cp.async this thread issued before it has landed.
+__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Waits until the phase of `bar` with this parity has completed; traps after about 4e9 clocks
+// (seconds: no correct wait takes that long).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  const long long start = clock64();
+  for (;;) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    if (done) return;
+    if (clock64() - start > (1ll << 32)) __trap();
+  }
+}
+
+template <int kD, typename T, int kBN>
+__global__ void __launch_bounds__(384, 1)
+    prefill_wgmma_ws_kernel(const AttentionParams p, const PrefillTile* tiles,
+                            const int32_t* num_tiles, int32_t listed_cap) {
+  using Base = WgmmaPrefillShape<kD, kBN>;
+  using Shape = WgmmaWsShape<kD, kBN>;
+  constexpr int kChunks = Base::kChunks;
+  constexpr int kQKSteps = kD / 16;
+  constexpr int kPVSteps = kBN / 16;
+  constexpr int kSRegs = kBN / 2;
+  constexpr int kORegs = kD / 2;
+  constexpr int kProducerRowThreads = 128 / kBN;  // producer threads per K/V row (1 or 2)
+
+  const int tile_index = static_cast<int>(blockIdx.y);
+  if (tile_index >= *num_tiles) return;
+  const PrefillTile tile = tiles[tile_index];
+  const int32_t h = static_cast<int32_t>(blockIdx.x);
+  const int32_t group = p.num_q_heads / p.num_kv_heads;
+  const int32_t g = h / group;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32, lane = tid % 32;
+  const int wg = warp / 4;  // 0: producer, 1 and 2: consumers
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+  unsigned char* sQ = smem;
+  unsigned char* sK = smem + Base::kOffK;
+  unsigned char* sV = smem + Base::kOffV;
+  int32_t* kpos = reinterpret_cast<int32_t*>(smem + Base::kOffPos);
+  Span* span_s = reinterpret_cast<Span*>(smem + Base::kOffSpan);
+  const uint32_t bars = smem_addr(smem + Shape::kOffBar);
+  // mbarriers: full_k[2], full_v[2], empty_k[2], empty_v[2]
+  const auto full_k = [&](int s) { return bars + 8 * s; };
+  const auto full_v = [&](int s) { return bars + 16 + 8 * s; };
+  const auto empty_k = [&](int s) { return bars + 32 + 8 * s; };
+  const auto empty_v = [&](int s) { return bars + 48 + 8 * s; };
+  int32_t* listed = reinterpret_cast<int32_t*>(smem + Shape::kOffListed);
+  const uint32_t sQ_addr = smem_addr(sQ), sK_addr = smem_addr(sK), sV_addr = smem_addr(sV);
+
+  const int64_t q_first = tile.first_pos;
+  const int64_t q_last = q_first + tile.num_q - 1;
+  const T* q_base = static_cast<const T*>(p.q);
+  T* out_base = static_cast<T*>(p.out);
+
+  HeadView hv;
+  const bool usable = resolve_head(p, tile.seq, g, q_first, q_last, hv);
+  if (!usable) {  // zero rows, as kernels/cpu
+    for (int i = tid; i < tile.num_q * kChunks; i += Shape::kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      *reinterpret_cast<uint4*>(
+          out_base + (static_cast<int64_t>(tile.token0 + r) * p.num_q_heads + h) * kD + c * 8) =
+          make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  if (warp == 0) {
+    const Span sp = build_span(p, hv, tile.seq, g, q_first, q_last, listed, listed_cap, lane);
+    if (lane == 0) *span_s = sp;
+  }
+  if (tid == 32) {
+    for (int s = 0; s < 2; ++s) {
+      mbar_init(full_k(s), 256);
+      mbar_init(full_v(s), 128);
+      mbar_init(empty_k(s), 256);
+      mbar_init(empty_v(s), 256);
+    }
+  }
+  // Q tile (rows past num_q zero), copied by the 256 consumer threads.
+  if (wg > 0) {
+    const int t = tid - 128;
+    const int r = t / Base::kQRowThreads;
+    const bool valid = r < tile.num_q;
+    const T* src =
+        q_base + (static_cast<int64_t>(tile.token0 + (valid ? r : 0)) * p.num_q_heads + h) * kD;
+    for (int c = t % Base::kQRowThreads; c < kChunks; c += Base::kQRowThreads) {
+      cp_async_16(sQ + sw128_offset<Base::kBM>(r, c), src + c * 8, valid);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();
+  }
+  __syncthreads();  // span, listed, barrier init, Q
+  const Span sp = *span_s;
+  const int64_t num_rows = static_cast<int64_t>(sp.num_pages()) * hv.page_tokens;
+  const int32_t num_blocks = static_cast<int32_t>(
+      min((num_rows + kBN - 1) / kBN, static_cast<int64_t>(INT32_MAX / kBN - 1)));
+
+  if (wg == 0) {
+    // ---- producer ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+    const int my_row = tid / kProducerRowThreads;
+    const T* k_pool = static_cast<const T*>(hv.k);
+    const T* v_pool = static_cast<const T*>(hv.v);
+    for (int32_t j = 0; j < num_blocks; ++j) {
+      const int s = j & 1;
+      const uint32_t free_parity = static_cast<uint32_t>(((j >> 1) - 1) & 1);
+      const KeyRow kr = locate_row(hv, sp, listed, j * kBN + my_row, kD);
+      const bool valid = kr.position >= 0;
+      if (j >= 2) mbar_wait(empty_k(s), free_parity);
+      {
+        const T* src = k_pool + (valid ? kr.offset : 0);
+        unsigned char* dst = sK + s * Base::kKVBytes;
+        for (int c = tid % kProducerRowThreads; c < kChunks; c += kProducerRowThreads) {
+          cp_async_16(dst + sw128_offset<kBN>(my_row, c), src + c * 8, valid);
+        }
+        if (tid % kProducerRowThreads == 0) kpos[s * kBN + my_row] = kr.position;
+        mbar_arrive_cp_async(full_k(s));
+        mbar_arrive(full_k(s));
+      }
+      if (j >= 2) mbar_wait(empty_v(s), free_parity);
+      {
+        const T* src = v_pool + (valid ? kr.offset : 0);
+        unsigned char* dst = sV + s * Base::kKVBytes;
+        for (int c = tid % kProducerRowThreads; c < kChunks; c += kProducerRowThreads) {
+          cp_async_16(dst + sw128_offset<kBN>(my_row, c), src + c * 8, valid);
+        }
+        mbar_arrive_cp_async(full_v(s));
+      }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+
+  // ---- consumers ----
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
+  const int cwg = wg - 1;  // consumer warpgroup: rows 64 cwg .. 64 cwg + 63
+  const int cwarp = warp - 4;
+  const int wg_row0 = 64 * cwg;
+  const int warp_row0 = wg_row0 + 16 * (cwarp % 4);
+  const int64_t wq_min = q_first + warp_row0;
+  const int64_t wq_max = q_first + min(warp_row0 + 15, tile.num_q - 1);
+  const int row_a = warp_row0 + lane / 4;
+  const int64_t q_pos0 = q_first + row_a;
+  const int64_t q_pos1 = q_pos0 + 8;
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+
+  float o[kORegs];
+#pragma unroll
+  for (int i = 0; i < kORegs; ++i) o[i] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  float s[kSRegs];
+  uint32_t pf[kPVSteps][4];
+
+  auto wait_k = [&](int32_t j) {
+    mbar_wait(full_k(j & 1), static_cast<uint32_t>((j >> 1) & 1));
+    fence_proxy_async();
+  };
+  auto wait_v = [&](int32_t j) {
+    mbar_wait(full_v(j & 1), static_cast<uint32_t>((j >> 1) & 1));
+    fence_proxy_async();
+  };
+  auto issue_s = [&](int32_t j) {
+    const uint32_t k_stage = sK_addr + (j & 1) * Base::kKVBytes;
+#pragma unroll
+    for (int kk = 0; kk < kQKSteps; ++kk) {
+      const uint32_t qa = sQ_addr + (kk / 4) * (Base::kBM * 128) + wg_row0 * 128 + (kk % 4) * 32;
+      const uint32_t ka = k_stage + (kk / 4) * (kBN * 128) + (kk % 4) * 32;
+      const uint64_t da = wgmma_desc_sw128(qa, 16, 1024), db = wgmma_desc_sw128(ka, 16, 1024);
+      if (kk == 0) {
+        wgmma_ss_init<kBN, T>(s, da, db);
+      } else {
+        wgmma_ss<kBN, T>(s, da, db);
+      }
+    }
+    wgmma_commit();
+  };
+  auto issue_pv = [&](int32_t j) {
+    const uint32_t v_stage = sV_addr + (j & 1) * Base::kKVBytes;
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      wgmma_rs_tb<kD, T>(o, pf[kk], wgmma_desc_sw128(v_stage + kk * 2048, kBN * 128, 1024));
+    }
+    wgmma_commit();
+  };
+  auto softmax = [&](int32_t j, float& alpha0, float& alpha1) {
+    const int32_t* bpos = kpos + (j & 1) * kBN;
+    bool every_k = true;
+#pragma unroll
+    for (int i = 0; i < kBN / 32; ++i) {
+      const int32_t k = bpos[lane + 32 * i];
+      every_k = every_k && (k >= 0 && k <= wq_min &&
+                            (!hv.streaming || k < hv.sink_tokens || wq_max - k < hv.local));
+    }
+    if (!__all_sync(0xffffffffu, every_k)) {
+#pragma unroll
+      for (int jj = 0; jj < kBN / 8; ++jj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int32_t k = bpos[jj * 8 + 2 * (lane % 4) + e];
+          if (!key_visible(hv, q_pos0, k)) s[4 * jj + e] = -INFINITY;
+          if (!key_visible(hv, q_pos1, k)) s[4 * jj + 2 + e] = -INFINITY;
+        }
+      }
+    }
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int jj = 0; jj < kBN / 8; ++jj) {
+      mx0 = fmaxf(mx0, fmaxf(s[4 * jj], s[4 * jj + 1]));
+      mx1 = fmaxf(mx1, fmaxf(s[4 * jj + 2], s[4 * jj + 3]));
+    }
+#pragma unroll
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+    }
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * scale_log2;
+    const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * scale_log2;
+    alpha0 = fast_exp2(m0 * scale_log2 - base0);
+    alpha1 = fast_exp2(m1 * scale_log2 - base1);
+    m0 = mn0;
+    m1 = mn1;
+    float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+    for (int jj = 0; jj < kBN / 8; ++jj) {
+      s[4 * jj + 0] = fast_exp2(fmaf(s[4 * jj + 0], scale_log2, -base0));
+      s[4 * jj + 1] = fast_exp2(fmaf(s[4 * jj + 1], scale_log2, -base0));
+      s[4 * jj + 2] = fast_exp2(fmaf(s[4 * jj + 2], scale_log2, -base1));
+      s[4 * jj + 3] = fast_exp2(fmaf(s[4 * jj + 3], scale_log2, -base1));
+      rs0 += s[4 * jj + 0] + s[4 * jj + 1];
+      rs1 += s[4 * jj + 2] + s[4 * jj + 3];
+    }
+    l0 = l0 * alpha0 + rs0;
+    l1 = l1 * alpha1 + rs1;
+  };
+  auto rescale = [&](float alpha0, float alpha1) {
+#pragma unroll
+    for (int i = 0; i < kD / 8; ++i) {
+      o[4 * i + 0] *= alpha0;
+      o[4 * i + 1] *= alpha0;
+      o[4 * i + 2] *= alpha1;
+      o[4 * i + 3] *= alpha1;
+    }
+  };
+  auto pack = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+      pf[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+      pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+      pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+
+  // The loop of prefill_wgmma_kernel, with the barriers replaced by the stage mbarriers.
+  if (num_blocks > 0) {
+    float alpha0, alpha1;
+    wait_k(0);
+    wgmma_fence();
+    issue_s(0);
+    wgmma_wait<0>();
+    wgmma_hold(s);
+    softmax(0, alpha0, alpha1);
+    mbar_arrive(empty_k(0));  // S_0 done, positions read
+    pack();
+    for (int32_t j = 1; j < num_blocks; ++j) {
+      wait_k(j);
+      wait_v(j - 1);
+      wgmma_fence();
+      issue_s(j);
+      rescale(alpha0, alpha1);
+      wgmma_fence();
+      issue_pv(j - 1);
+      wgmma_wait<1>();  // S_j done
+      wgmma_hold(s);
+      softmax(j, alpha0, alpha1);
+      mbar_arrive(empty_k(j & 1));
+      wgmma_wait<0>();  // P_{j-1} V_{j-1} done
+      wgmma_hold(o);
+      mbar_arrive(empty_v((j - 1) & 1));
+      pack();
+    }
+    wait_v(num_blocks - 1);
+    rescale(alpha0, alpha1);
+    wgmma_fence();
+    issue_pv(num_blocks - 1);
+    wgmma_wait<0>();
+    wgmma_hold(o);
+  }
+
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
+  const float inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+  if (cwg == 0) {
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  } else {
+    asm volatile("bar.sync 2, 128;\n" ::: "memory");
+  }
+  const int valid_rows = min(16, tile.num_q - warp_row0);
+  if (valid_rows <= 0) return;
+#pragma unroll
+  for (int j = 0; j < kD / 8; ++j) {
+    const uint32_t in_chunk = 4 * (lane % 4);
+    *reinterpret_cast<uint32_t*>(sQ + sw128_offset<Base::kBM>(row_a, j) + in_chunk) =
+        pack2<T>(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+    *reinterpret_cast<uint32_t*>(sQ + sw128_offset<Base::kBM>(row_a + 8, j) + in_chunk) =
+        pack2<T>(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+  }
+  __syncwarp();
+  for (int i = lane; i < valid_rows * kChunks; i += 32) {
+    const int r = i / kChunks, c = i % kChunks;
+    *reinterpret_cast<uint4*>(
+        out_base + (static_cast<int64_t>(tile.token0 + warp_row0 + r) * p.num_q_heads + h) * kD +
+        c * 8) = *reinterpret_cast<const uint4*>(sQ + sw128_offset<Base::kBM>(warp_row0 + r, c));
+  }
+}
+
+}  // namespace ls::kernels::cuda
