@@ -244,15 +244,19 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
     if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
   };
+  // The first kDecodeStages blocks' table entries are fetched together (one round trip), then
+  // the first kDecodeStages - 1 blocks are issued; the last one is issued in iteration 0.
+  PendingRow first[kDecodeStages];
+#pragma unroll
+  for (int s = 0; s < kDecodeStages; ++s) {
+    if (s < n) first[s] = fetch_row(hv, sp, listed, (b_begin + s) * kKeyBlock + my_row);
+  }
 #pragma unroll
   for (int s = 0; s < kDecodeStages - 1; ++s) {
-    if (s < n) issue(s, fetch_row(hv, sp, listed, (b_begin + s) * kKeyBlock + my_row));
+    if (s < n) issue(s, first[s]);
     cp_async_commit();
   }
-  PendingRow ahead;  // the row of block kDecodeStages - 1, issued in iteration 0
-  if (kDecodeStages - 1 < n) {
-    ahead = fetch_row(hv, sp, listed, (b_begin + kDecodeStages - 1) * kKeyBlock + my_row);
-  }
+  PendingRow ahead = first[kDecodeStages - 1];  // valid if kDecodeStages - 1 < n
 
   const float scale_log2 = p.scale * 1.4426950408889634f;
   uint32_t qf[kKSteps][4];
