@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(kChooseThreads)
                   float* page_score, int32_t max_pages_ws, bool scores_in_smem) {
   extern __shared__ float ps_smem[];
   __shared__ float best[kMaxGroup];
-  __shared__ float red[kChooseWarps];
+  __shared__ float red[kHeadsPerPass][kChooseWarps];
   __shared__ unsigned hist[256];
   __shared__ int scan[8];
   __shared__ uint32_t s_prefix;
@@ -258,21 +258,31 @@ __global__ void __launch_bounds__(kChooseThreads)
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int32_t P = it.num_pages;
   const float* b = pmax + static_cast<int64_t>(item) * group * max_pages_ws;  // [group][max_pages]
-  // best_h = max over pages of pmax[h][page] (= max over the logical pages holding tokens).
-  for (int h = 0; h < group; ++h) {
-    float m = -INFINITY;
+  // best_h = max over pages of pmax[h][page] (= max over the logical pages holding tokens),
+  // kHeadsPerPass heads per pass so their loads are in flight together.
+  for (int h0 = 0; h0 < group; h0 += kHeadsPerPass) {
+    float m[kHeadsPerPass];
+#pragma unroll
+    for (int hh = 0; hh < kHeadsPerPass; ++hh) m[hh] = -INFINITY;
     for (int32_t j = tid; j < P; j += kChooseThreads) {
-      m = fmaxf(m, b[static_cast<int64_t>(h) * max_pages_ws + j]);
+#pragma unroll
+      for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+        if (h0 + hh < group) {
+          m[hh] = fmaxf(m[hh], b[static_cast<int64_t>(h0 + hh) * max_pages_ws + j]);
+        }
+      }
     }
-    m = warp_max(m);
-    if (lane == 0) red[warp] = m;
+#pragma unroll
+    for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+      m[hh] = warp_max(m[hh]);
+      if (lane == 0) red[hh][warp] = m[hh];
+    }
     __syncthreads();
-    if (warp == 0) {
-      float mm = red[lane];  // kChooseWarps == 32
-      mm = warp_max(mm);
-      if (lane == 0) best[h] = mm;
+    if (warp < kHeadsPerPass && h0 + warp < group) {
+      const float mm = warp_max(red[warp][lane]);  // kChooseWarps == 32
+      if (lane == 0) best[h0 + warp] = mm;
     }
-    // The next head's red writes happen after this barrier; best[] is read after the last one.
+    // The next pass's red writes happen after this barrier; best[] is read after the last one.
     __syncthreads();
   }
 
