@@ -77,12 +77,12 @@ __device__ __forceinline__ void bound_terms(const float* q_smem, int d, int h0, 
 
 // Grid: (ceil(max_pages / pages_per_block), items). Threads come in groups of parts * lanes per
 // physical page (both powers of two, their product dividing 32): the `parts` threads of a
-// logical page each sum a contiguous 1/parts of head_dim (so a thread has at most four vectors
+// logical page each sum every parts-th vector of head_dim (so a thread has at most four vectors
 // of each array to load: one round trip), and the `lanes` groups of a physical page take its
 // logical pages i * per .. i * per + per - 1 (lanes * per == logical_per_page). Partial sums meet
 // by xor shuffles over the parts, page maxima over the lanes. kVec: 16-byte loads of the
-// summaries (head_dim / parts a multiple of the vector, both arrays 16-byte aligned); else
-// scalar loads (parts == 1).
+// summaries (head_dim a multiple of the vector, both arrays 16-byte aligned); else scalar loads
+// (parts == 1).
 template <typename Tq, typename Tm, bool kVec>
 __global__ void __launch_bounds__(kBoundsThreads)
     bounds_kernel(const PageSelectParams p, float* pmax, int32_t max_pages, int32_t lanes,
@@ -116,8 +116,6 @@ __global__ void __launch_bounds__(kBoundsThreads)
   __syncthreads();
 
   constexpr int V = kVec ? kVecElems<Tm> : 1;
-  const int dp = d / parts;  // this thread's elements: [e_begin, e_begin + dp)
-  const int e_begin = part * dp;
   float* out = pmax + static_cast<int64_t>(item) * group * max_pages;
   for (int h0 = 0; h0 < group; h0 += kHeadsPerPass) {
     const int nh = min(kHeadsPerPass, group - h0);
@@ -135,36 +133,34 @@ __global__ void __launch_bounds__(kBoundsThreads)
       for (int hh = 0; hh < kHeadsPerPass; ++hh) acc[hh] = 0.0f;
       if (scored) {
         const int64_t row =
-            ((static_cast<int64_t>(block) * p.heads_per_block + slot) * lpp + lp_in_page) * d +
-            e_begin;
+            ((static_cast<int64_t>(block) * p.heads_per_block + slot) * lpp + lp_in_page) * d;
         const Tm* kmax = static_cast<const Tm*>(p.summaries.kmax) + row;
         const Tm* kmin = static_cast<const Tm*>(p.summaries.kmin) + row;
         if constexpr (kVec) {
-          // Four 16-byte vectors of each array in flight per step.
+          // Part `part` takes vectors part, part + parts, ... (interleaved, so the parts read
+          // different shared-memory banks of q), kUnroll of each array in flight per step.
           constexpr int kUnroll = 4;
-          int e = 0;
-          for (; e + kUnroll * V <= dp; e += kUnroll * V) {
+          const int nvec = d / V;
+          for (int v0 = part; v0 < nvec; v0 += kUnroll * parts) {
             float kx[kUnroll][V], kn[kUnroll][V];
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) {
-              load_vec(kmax + e + u * V, kx[u]);
-              load_vec(kmin + e + u * V, kn[u]);
+              const int v = v0 + u * parts;
+              if (v < nvec) {
+                load_vec(kmax + v * V, kx[u]);
+                load_vec(kmin + v * V, kn[u]);
+              }
             }
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) {
-              bound_terms(q_smem, d, h0, nh, e_begin + e + u * V, kx[u], kn[u], acc);
+              const int v = v0 + u * parts;
+              if (v < nvec) bound_terms(q_smem, d, h0, nh, v * V, kx[u], kn[u], acc);
             }
           }
-          for (; e < dp; e += V) {
-            float kx[V], kn[V];
-            load_vec(kmax + e, kx);
-            load_vec(kmin + e, kn);
-            bound_terms(q_smem, d, h0, nh, e_begin + e, kx, kn, acc);
-          }
         } else {
-          for (int e = 0; e < dp; ++e) {
+          for (int e = 0; e < d; ++e) {  // parts == 1
             const float kx[1] = {to_f32(kmax[e])}, kn[1] = {to_f32(kmin[e])};
-            bound_terms(q_smem, d, h0, nh, e_begin + e, kx, kn, acc);
+            bound_terms(q_smem, d, h0, nh, e, kx, kn, acc);
           }
         }
       }
