@@ -159,13 +159,20 @@ __global__ void __launch_bounds__(kBoundsThreads)
           }
         } else {
           for (int e = 0; e < d; ++e) {  // parts == 1
-            const float kx[1] = {to_f32(kmax[e])}, kn[1] = {to_f32(kmin[e])};
-            bound_terms(q_smem, d, h0, nh, e, kx, kn, acc);
+            const float kx = to_f32(kmax[e]), kn = to_f32(kmin[e]);
+#pragma unroll
+            for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+              if (hh < nh) {
+                const float qv = q_smem[(h0 + hh) * d + e];
+                acc[hh] += fmaxf(qv * kx, qv * kn);
+              }
+            }
           }
         }
       }
-      // Sum over the parts of the logical page (aligned groups of `parts` threads).
-      for (int o = 1; o < parts; o <<= 1) {
+      // Sum over the parts of the logical page (aligned groups of `parts` threads; the scalar
+      // path has one part).
+      for (int o = 1; kVec && o < parts; o <<= 1) {
 #pragma unroll
         for (int hh = 0; hh < kHeadsPerPass; ++hh) {
           acc[hh] += __shfl_xor_sync(0xffffffffu, acc[hh], o);
