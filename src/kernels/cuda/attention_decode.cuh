@@ -8,7 +8,8 @@
 // min_blocks_per_split 64-row blocks each), so the grid is sized once from host-known batch
 // dimensions and decode steps can be captured in a CUDA graph. Blocks stream K and V through a
 // kStages-deep cp.async pipeline (16-byte copies, two blocks in flight per stage ring, the
-// block-table entries of the next block fetched a block ahead); each of
+// block-table entries fetched two blocks ahead and the rows prefetched into L2 one block ahead);
+// each of
 // the 4 warps takes 16 of every 64 keys with its own online softmax (mma.sync with the query
 // rows padded to 16), and the warps merge through shared memory at the end. With one split the
 // block writes the output; with several it writes an unnormalised partial (o, m, l) that
@@ -30,6 +31,7 @@ struct DecodeArgs {
   int32_t min_blocks_per_split = 2;
   int32_t head_chunks = 1;  // ceil(group / 16)
   int32_t listed_cap = 32;
+  int32_t l2_prefetch = 1;        // 1: prefetch each block's rows into L2 one block before its copy
   int32_t* num_splits = nullptr;  // [items, kv_heads * head_chunks] splits used (0: not served)
   float* partial_o = nullptr;     // [items, q_heads, max_splits, head_dim]
   float2* partial_ml = nullptr;   // [items, q_heads, max_splits] (row max of raw scores, sum)
@@ -95,6 +97,10 @@ __device__ inline DecodeItem decode_item(const AttentionParams& p, int32_t items
   it.position = static_cast<int64_t>(kv_len_item) - 1;
   it.seq = it.position >= 0 ? item : -1;
   return it;
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }
 
 // locate_row (attention_span.cuh) in two halves, so a kernel can start the block-table load of a
@@ -244,11 +250,29 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
     if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
   };
-  // The first kDecodeStages blocks' table entries are fetched together (one round trip), then
-  // the first kDecodeStages - 1 blocks are issued; the last one is issued in iteration 0.
-  PendingRow first[kDecodeStages];
+  // With l2_prefetch, a block's rows are also prefetched into L2 one iteration before their
+  // copies are issued (the pair's two threads split the row's lines), so the DRAM reads of three
+  // blocks are in flight while one is computed, without more shared memory.
+  auto prefetch_rows = [&](const PendingRow& pr) {
+    const KeyRow kr = resolve_row(hv, pr, kD);
+    if (kr.position < 0) return;
+    constexpr int kRowBytes = kD * static_cast<int>(sizeof(T));
+    constexpr int kStep = kRowBytes % 128 == 0 ? 128 : 64;  // every line the row touches
+    const char* kb = reinterpret_cast<const char*>(k_pool + kr.offset);
+    const char* vb = reinterpret_cast<const char*>(v_pool + kr.offset);
+    for (int o = (tid % 2) * kStep; o < kRowBytes; o += 2 * kStep) {
+      prefetch_l2(kb + o);
+      prefetch_l2(vb + o);
+    }
+  };
+  // The first kDecodeStages + 1 blocks' table entries are fetched together (one round trip),
+  // then the first kDecodeStages - 1 blocks are issued. Iteration i issues block i + 2 (row q0,
+  // fetched two iterations earlier), prefetches block i + 3 into L2 (row q1, fetched one
+  // iteration earlier) and fetches the table entry of block i + 4.
+  static_assert(kDecodeStages == 3, "the row queue below assumes three stages");
+  PendingRow first[kDecodeStages + 1];
 #pragma unroll
-  for (int s = 0; s < kDecodeStages; ++s) {
+  for (int s = 0; s <= kDecodeStages; ++s) {
     if (s < n) first[s] = fetch_row(hv, sp, listed, (b_begin + s) * kKeyBlock + my_row);
   }
 #pragma unroll
@@ -256,7 +280,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if (s < n) issue(s, first[s]);
     cp_async_commit();
   }
-  PendingRow ahead = first[kDecodeStages - 1];  // valid if kDecodeStages - 1 < n
+  PendingRow q0 = first[kDecodeStages - 1];  // block 2 (valid if 2 < n)
+  PendingRow q1 = first[kDecodeStages];      // block 3 (valid if 3 < n)
+  const bool l2_prefetch = a.l2_prefetch != 0;
 
   const float scale_log2 = p.scale * 1.4426950408889634f;
   uint32_t qf[kKSteps][4];
@@ -276,9 +302,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       }
     }
     const int nxt = i + kDecodeStages - 1;
-    if (nxt < n) issue(nxt % kDecodeStages, ahead);
+    if (nxt < n) issue(nxt % kDecodeStages, q0);
     cp_async_commit();
-    if (nxt + 1 < n) ahead = fetch_row(hv, sp, listed, (b_begin + nxt + 1) * kKeyBlock + my_row);
+    if (l2_prefetch && nxt + 1 < n) prefetch_rows(q1);
+    q0 = q1;
+    if (nxt + 2 < n) q1 = fetch_row(hv, sp, listed, (b_begin + nxt + 2) * kKeyBlock + my_row);
 
     const int stage = i % kDecodeStages;
     const int32_t* kp = kpos + stage * kKeyBlock + key0;
