@@ -232,8 +232,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       cp_async_16(sQ + r * kStride + c * 8, src + c * 8, valid);
   }
   // Each thread copies chunks of one row of K and V per block. The row's block-table entry is
-  // fetched one iteration before its copies are issued (fetch_row's load is first used by
-  // resolve_row in the next iteration), so the table lookup's latency overlaps a block of compute
+  // fetched two iterations before its copies are issued (fetch_row's load is first used by
+  // resolve_row in a later iteration), so the table lookup's latency overlaps blocks of compute
   // instead of stalling the issue of the next stage.
   const int my_row = tid / 2;
   const T* k_pool = static_cast<const T*>(hv.k);
