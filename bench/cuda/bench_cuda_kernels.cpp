@@ -10,9 +10,10 @@
 //    its share of the measured copy bandwidth. Decode calls are captured in a CUDA graph of many
 //    calls that rotate over several copies of the KV cache (more bytes than the L2 holds), and
 //    timed by replaying it. The page selection is timed eagerly (select_us, one call, host gaps
-//    included) and as a graph of 20 calls (select_graph_us). --decode-max-splits and
-//    --decode-l2-prefetch time each case under several AttentionOptions (max_splits 0: the
-//    default heuristic; l2 prefetch 1: on, the default).
+//    included) and as a graph of 20 calls (select_graph_us). --decode-max-splits,
+//    --decode-l2-prefetch and --decode-whole-rows time each case under every combination of
+//    those AttentionOptions (max_splits 0: the default heuristic; 1: on for the others, the
+//    defaults).
 //  - linear layers at decode shapes (M = 1, 8, 32 rows; the Llama-3-8B weight shapes): the bytes
 //    of the weight read per call against the copy bandwidth, timed as a graph of calls that
 //    rotate over enough weight copies to defeat the L2.
@@ -26,7 +27,7 @@
 //        [--prefill-tokens 8192,32768,131072] [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
-//        [--decode-l2-prefetch 1,0]
+//        [--decode-l2-prefetch 1,0] [--decode-whole-rows 1,0]
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -315,11 +316,16 @@ struct DecodePools {
   int64_t summary_head_pages = 0;
 };
 
-// `split_options`: the option sets to time, each max_splits * 2 + (l2 prefetch off ? 1 : 0)
-// (max_splits 0: the default heuristic).
+// Decode-kernel options one decode case is timed under.
+struct DecodeVariant {
+  int max_splits = 0;  // 0: the default heuristic
+  bool l2_prefetch = true;
+  bool whole_rows = true;
+};
+
 void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batches,
                   const std::vector<int64_t>& contexts, double copy_bps,
-                  const std::vector<int64_t>& split_options) {
+                  const std::vector<DecodeVariant>& variants) {
   int64_t max_tokens = 0;
   for (int64_t b : batches) {
     for (int64_t c : contexts) max_tokens = std::max(max_tokens, b * c);
@@ -472,13 +478,11 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
           }
           params.push_back(p);
         }
-        for (const int64_t variant : split_options) {
-          // variant: max_splits * 2 + (1 - l2_prefetch), see bench_decode's caller.
-          const int64_t max_splits = variant / 2;
-          const bool l2_prefetch = variant % 2 == 0;
+        for (const DecodeVariant& variant : variants) {
           kernels::cuda::AttentionOptions opt;
-          opt.max_splits = static_cast<int>(max_splits);
-          opt.decode_l2_prefetch = l2_prefetch;
+          opt.max_splits = variant.max_splits;
+          opt.decode_l2_prefetch = variant.l2_prefetch;
+          opt.decode_whole_row_copies = variant.whole_rows;
           dev.b->set_attention_options(opt);
           // Eager once per replica (sizes the scratch), then one graph of many rotating calls.
           for (const auto& p : params) dev.b->attention(p);
@@ -500,10 +504,11 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
           const double gbps =
               ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
           out.write(fmt::format(
-              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "l2_prefetch": {}, "ok": {}}})",
+              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "l2_prefetch": {}, "whole_rows": {}, "ok": {}}})",
               lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
               copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
-              replicas, max_splits, l2_prefetch ? "true" : "false",
+              replicas, variant.max_splits, variant.l2_prefetch ? "true" : "false",
+              variant.whole_rows ? "true" : "false",
               err.ok() && ms > 0 ? "true" : "false"));
         }
       }
@@ -663,10 +668,12 @@ int run(int argc, char** argv) {
   }
   if (has("decode")) {
     const double copy_bps = copy_bandwidth(*dev.b, int64_t{1} << 30);
-    std::vector<int64_t> variants;
+    std::vector<DecodeVariant> variants;
     for (const int64_t splits : parse_list(arg(argc, argv, "--decode-max-splits", "0"))) {
       for (const int64_t pf : parse_list(arg(argc, argv, "--decode-l2-prefetch", "1"))) {
-        variants.push_back(splits * 2 + (pf != 0 ? 0 : 1));
+        for (const int64_t wr : parse_list(arg(argc, argv, "--decode-whole-rows", "1"))) {
+          variants.push_back({static_cast<int>(splits), pf != 0, wr != 0});
+        }
       }
     }
     bench_decode(dev, out, parse_list(arg(argc, argv, "--batches", "1,8,32")),

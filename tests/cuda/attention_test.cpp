@@ -126,7 +126,7 @@ TEST(CudaAttention, StreamingAndRetrievalHeadsInPrefill) {
 TEST(CudaAttention, DecodeBatchesWithSelectionAndRings) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(34);
-  for (int32_t d : {64, 128}) {
+  for (int32_t d : {64, 96, 128}) {  // 96: a row's 12 chunks leave lanes idle in whole-row copies
     for (int32_t group : {1, 4, 8}) {
       for (int32_t pt : {16, 64}) {
         for (int splits : {0, 1, 7}) {
@@ -183,6 +183,7 @@ TEST(CudaAttention, DecodeManySplitsAtBatch1And64) {
       o.max_splits = splits;
       o.min_blocks_per_split = 1;
       o.decode_l2_prefetch = splits != 13;  // a hint: results must not depend on it
+      o.decode_whole_row_copies = pt == 64;  // both copy layouts
       ScopedAttentionOptions scoped(o);
       ScenarioConfig cfg;
       cfg.head_dim = 128;

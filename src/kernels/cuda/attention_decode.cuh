@@ -32,6 +32,7 @@ struct DecodeArgs {
   int32_t head_chunks = 1;  // ceil(group / 16)
   int32_t listed_cap = 32;
   int32_t l2_prefetch = 1;        // 1: prefetch each block's rows into L2 one block before its copy
+  int32_t whole_row_copies = 1;   // 1: a copy instruction covers whole rows (see issue())
   int32_t* num_splits = nullptr;  // [items, kv_heads * head_chunks] splits used (0: not served)
   float* partial_o = nullptr;     // [items, q_heads, max_splits, head_dim]
   float2* partial_ml = nullptr;   // [items, q_heads, max_splits] (row max of raw scores, sum)
@@ -231,15 +232,42 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     for (int c = tid % 8; c < kChunks; c += 8)
       cp_async_16(sQ + r * kStride + c * 8, src + c * 8, valid);
   }
-  // Each thread copies chunks of one row of K and V per block. The row's block-table entry is
+  // Each thread pair resolves one row of K and V per block. The row's block-table entry is
   // fetched two iterations before its copies are issued (fetch_row's load is first used by
   // resolve_row in a later iteration), so the table lookup's latency overlaps blocks of compute
   // instead of stalling the issue of the next stage.
   const int my_row = tid / 2;
   const T* k_pool = static_cast<const T*>(hv.k);
   const T* v_pool = static_cast<const T*>(hv.v);
+  // With whole_rows, the copies of a warp's 16 rows (lanes 2q and 2q + 1 of warp w own row
+  // 16 w + q: its table entry and position) are spread so that one instruction covers kCopyRows
+  // whole rows (lane l: row l / kChunks of the group, 16-byte chunk l % kChunks), the row offsets
+  // passed from their owners by shuffles: whole 128-byte lines per request. Without, each thread
+  // pair copies its own row (one instruction touches 32 bytes of each of 16 rows).
+  constexpr int kCopyRows = 32 / kChunks >= 1 ? 32 / kChunks : 1;  // rows per copy instruction
+  static_assert(kChunks <= 32, "a row's chunks fit one warp instruction");
+  const bool whole_rows = a.whole_row_copies != 0;
   auto issue = [&](int stage, const PendingRow& pr) {
     const KeyRow kr = resolve_row(hv, pr, kD);
+    if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
+    if (whole_rows) {
+      const int64_t own_off = kr.position >= 0 ? kr.offset : -1;  // -1: zero-fill
+      const int sub = lane / kChunks, c = lane % kChunks;
+      T* dk0 = sK + stage * Shape::kSmemKV + (warp * 16) * kStride;
+      T* dv0 = sV + stage * Shape::kSmemKV + (warp * 16) * kStride;
+#pragma unroll
+      for (int r0 = 0; r0 < 16; r0 += kCopyRows) {
+        const int rr = r0 + sub;  // row of the warp's 16 that this lane copies
+        const int64_t off = __shfl_sync(0xffffffffu, own_off, 2 * (rr < 16 ? rr : 0));
+        if (sub < kCopyRows && rr < 16) {
+          const bool valid = off >= 0;
+          const int64_t src = (valid ? off : 0) + c * 8;
+          cp_async_16(dk0 + rr * kStride + c * 8, k_pool + src, valid);
+          cp_async_16(dv0 + rr * kStride + c * 8, v_pool + src, valid);
+        }
+      }
+      return;
+    }
     const bool valid = kr.position >= 0;
     const int64_t off = valid ? kr.offset : 0;
     T* dk = sK + stage * Shape::kSmemKV + my_row * kStride;
@@ -248,7 +276,6 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       cp_async_16(dk + c * 8, k_pool + off + c * 8, valid);
       cp_async_16(dv + c * 8, v_pool + off + c * 8, valid);
     }
-    if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
   };
   // With l2_prefetch, a block's rows are also prefetched into L2 one iteration before their
   // copies are issued (the pair's two threads split the row's lines), so the DRAM reads of three
