@@ -432,8 +432,9 @@ TEST(CudaPageSelect, EqualsCpuExactlyOnIntegerDataWithTies) {
   struct Config {
     int32_t d, group, pt, lpt, budget;
   };
+  // group 16: two passes of 8 heads in both kernels.
   for (Config cf : {Config{64, 1, 16, 16, 4}, Config{128, 4, 64, 16, 4}, Config{96, 8, 64, 16, 6},
-                    Config{128, 4, 16, 16, 3}, Config{64, 2, 32, 8, 10}}) {
+                    Config{128, 4, 16, 16, 3}, Config{64, 2, 32, 8, 10}, Config{64, 16, 64, 16, 5}}) {
     for (int rep = 0; rep < 3; ++rep) {
       const SelectCase c = make_select_case(rng, cf.d, cf.group, cf.pt, cf.lpt, cf.budget, true);
       const SelectOutputs want = run_select(c, false), got = run_select(c, true);
