@@ -298,7 +298,6 @@ double graph_us(Device& dev, int calls, Fn&& fn) {
   return us;
 }
 
-
 // Rows the decode kernel reads for a streaming head of a sequence of `len` tokens (sink pages,
 // then the window's pages up to the last token), with a 256-token window.
 int64_t streaming_rows(int64_t len, int64_t local) {
@@ -404,7 +403,7 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
 
         std::vector<Buffer> tables, selected, num_selected;
         std::vector<kernels::AttentionParams> params;
-        double select_ms = 0;        // one eager call (host launch gaps included)
+        double select_ms = 0;         // one eager call (host launch gaps included)
         double select_graph_us = -1;  // per call of a graph of 20 (what a captured step pays)
         for (int64_t r = 0; r < replicas; ++r) {
           std::vector<int32_t> table(static_cast<size_t>(used));
@@ -508,8 +507,7 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
               lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
               copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
               replicas, variant.max_splits, variant.l2_prefetch ? "true" : "false",
-              variant.whole_rows ? "true" : "false",
-              err.ok() && ms > 0 ? "true" : "false"));
+              variant.whole_rows ? "true" : "false", err.ok() && ms > 0 ? "true" : "false"));
         }
       }
     }
@@ -554,7 +552,8 @@ void bench_small(Device& dev, JsonLines& out, const std::vector<int64_t>& token_
     const TensorView xv = view(x, {T, kHidden}), rv = view(res, {T, kHidden}),
                      yv = view(y, {T, kHidden}), wv = view(w, {kHidden}, DType::kF32);
     const TensorView qv = view(q, {T, kQHeads, kD}), kv = view(k, {T, kKvHeads, kD});
-    const TensorView cv = view(cs, {T, kD / 2}, DType::kF32), sv = view(sn, {T, kD / 2}, DType::kF32);
+    const TensorView cv = view(cs, {T, kD / 2}, DType::kF32),
+                     sv = view(sn, {T, kD / 2}, DType::kF32);
     const TensorView guv = view(gu, {T, 2 * kInter}), av = view(act, {T, kInter});
 
     // Paged KV of `seqs` sequences whose last T / seqs tokens are this call's (dense pool, every
@@ -563,11 +562,13 @@ void bench_small(Device& dev, JsonLines& out, const std::vector<int64_t>& token_
     const int32_t pages = static_cast<int32_t>((ctx + kPage - 1) / kPage);
     const int64_t blocks = seqs * pages;
     const int64_t page_bytes = int64_t{kPage} * kRowBytes;
-    Buffer pk = alloc(dev, blocks * kKvHeads * page_bytes), pv = alloc(dev, blocks * kKvHeads * page_bytes);
+    Buffer pk = alloc(dev, blocks * kKvHeads * page_bytes),
+           pv = alloc(dev, blocks * kKvHeads * page_bytes);
     const int64_t summary_bytes = blocks * kKvHeads * (kPage / kLogical) * kRowBytes;
     Buffer smin = alloc(dev, summary_bytes), smax = alloc(dev, summary_bytes);
     std::vector<int32_t> indptr(static_cast<size_t>(seqs + 1)), lens(static_cast<size_t>(seqs));
-    for (int64_t i = 0; i <= seqs; ++i) indptr[static_cast<size_t>(i)] = static_cast<int32_t>(i * (T / seqs));
+    for (int64_t i = 0; i <= seqs; ++i)
+      indptr[static_cast<size_t>(i)] = static_cast<int32_t>(i * (T / seqs));
     // Decode: positions mid-logical-page, so page_summary folds into a stored summary.
     for (auto& l : lens) l = static_cast<int32_t>(decode ? ctx - 5 : ctx);
     std::vector<int32_t> table(static_cast<size_t>(blocks));
@@ -662,7 +663,8 @@ int run(int argc, char** argv) {
     bench_linear(dev, out, parse_list(arg(argc, argv, "--linear-m", "1,8,32")), copy_bps);
   }
   // Before the long sections, so the kernels step's time limit never cuts it.
-  if (has("small")) bench_small(dev, out, parse_list(arg(argc, argv, "--small-tokens", "1,8,512,4096")));
+  if (has("small"))
+    bench_small(dev, out, parse_list(arg(argc, argv, "--small-tokens", "1,8,512,4096")));
   if (has("prefill")) {
     bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")));
   }

@@ -182,7 +182,7 @@ TEST(CudaAttention, DecodeManySplitsAtBatch1And64) {
       kernels::cuda::AttentionOptions o;
       o.max_splits = splits;
       o.min_blocks_per_split = 1;
-      o.decode_l2_prefetch = splits != 13;  // a hint: results must not depend on it
+      o.decode_l2_prefetch = splits != 13;   // a hint: results must not depend on it
       o.decode_whole_row_copies = pt == 64;  // both copy layouts
       ScopedAttentionOptions scoped(o);
       ScenarioConfig cfg;
@@ -202,8 +202,8 @@ TEST(CudaAttention, DecodeManySplitsAtBatch1And64) {
                                    .selected_row = 0,
                                    .selected = {{}, sel}}};
       AttentionScenario sc1(rng, cfg, one);
-      check_scenario(sc1, "batch 1 page " + std::to_string(pt) + " splits " +
-                              std::to_string(splits));
+      check_scenario(sc1,
+                     "batch 1 page " + std::to_string(pt) + " splits " + std::to_string(splits));
 
       std::vector<SeqSpec> many;
       std::uniform_int_distribution<int32_t> lens(1, 2600);
@@ -216,8 +216,8 @@ TEST(CudaAttention, DecodeManySplitsAtBatch1And64) {
         many.push_back(q);
       }
       AttentionScenario sc64(rng, cfg, many);
-      check_scenario(sc64, "batch 64 page " + std::to_string(pt) + " splits " +
-                               std::to_string(splits));
+      check_scenario(sc64,
+                     "batch 64 page " + std::to_string(pt) + " splits " + std::to_string(splits));
     }
   }
 }

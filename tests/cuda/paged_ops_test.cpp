@@ -246,8 +246,7 @@ struct SelectCase {
 // `lens`: the sequences' kv lengths (one decode token each, every row written); empty: a fixed
 // mix of short sequences, prefill chunks, a reused selection and an empty sequence.
 SelectCase make_select_case(std::mt19937& rng, int32_t d, int32_t group, int32_t pt, int32_t lpt,
-                            int32_t budget, bool integers,
-                            const std::vector<int32_t>& lens = {}) {
+                            int32_t budget, bool integers, const std::vector<int32_t>& lens = {}) {
   SelectCase c;
   c.d = d;
   c.group = group;
@@ -433,8 +432,9 @@ TEST(CudaPageSelect, EqualsCpuExactlyOnIntegerDataWithTies) {
     int32_t d, group, pt, lpt, budget;
   };
   // group 16: two passes of 8 heads in both kernels.
-  for (Config cf : {Config{64, 1, 16, 16, 4}, Config{128, 4, 64, 16, 4}, Config{96, 8, 64, 16, 6},
-                    Config{128, 4, 16, 16, 3}, Config{64, 2, 32, 8, 10}, Config{64, 16, 64, 16, 5}}) {
+  for (Config cf :
+       {Config{64, 1, 16, 16, 4}, Config{128, 4, 64, 16, 4}, Config{96, 8, 64, 16, 6},
+        Config{128, 4, 16, 16, 3}, Config{64, 2, 32, 8, 10}, Config{64, 16, 64, 16, 5}}) {
     for (int rep = 0; rep < 3; ++rep) {
       const SelectCase c = make_select_case(rng, cf.d, cf.group, cf.pt, cf.lpt, cf.budget, true);
       const SelectOutputs want = run_select(c, false), got = run_select(c, true);
@@ -474,8 +474,7 @@ TEST(CudaPageSelect, EqualsCpuExactlyOnLongContextsWithTies) {
     const SelectOutputs want = run_select(c, false), got = run_select(c, true);
     const std::string label = "d " + std::to_string(cf.d) + " group " + std::to_string(cf.group) +
                               " page " + std::to_string(cf.pt) + " logical " +
-                              std::to_string(cf.lpt) + " first len " +
-                              std::to_string(cf.lens[0]);
+                              std::to_string(cf.lpt) + " first len " + std::to_string(cf.lens[0]);
     EXPECT_EQ(got.selected, want.selected) << label << "\n" << selection_diff(c, got, want);
     EXPECT_EQ(got.num_selected, want.num_selected) << label;
     EXPECT_EQ(got.scores, want.scores) << label;

@@ -137,10 +137,9 @@ __device__ __forceinline__ KeyRow resolve_row(const HeadView& hv, const PendingR
   KeyRow kr;
   if (pr.position < 0 || pr.block < 0 || pr.block >= hv.num_blocks) return kr;
   kr.position = pr.position;
-  kr.offset =
-      ((static_cast<int64_t>(pr.block) * hv.heads_per_block + hv.slot) * hv.page_tokens +
-       pr.in_page) *
-      head_dim;
+  kr.offset = ((static_cast<int64_t>(pr.block) * hv.heads_per_block + hv.slot) * hv.page_tokens +
+               pr.in_page) *
+              head_dim;
   return kr;
 }
 

@@ -32,8 +32,9 @@ constexpr int kChooseThreads = 1024;
 constexpr int kChooseWarps = kChooseThreads / 32;
 constexpr int kMaxGroup = 64;
 constexpr int kMaxHeadDim = 256;
-constexpr int kSmemScoresMax = 11 * 1024;  // pages whose scores choose_kernel keeps in shared memory
-                                            // (with its static arrays, under the 48 KB default)
+constexpr int kSmemScoresMax =
+    11 * 1024;  // pages whose scores choose_kernel keeps in shared memory
+                // (with its static arrays, under the 48 KB default)
 static_assert(kChooseWarps == 32, "choose_kernel reduces the warps' values with one warp");
 static_assert(kChooseThreads >= 256, "choose_kernel scans the 256 radix bins one per thread");
 
@@ -227,8 +228,8 @@ __device__ inline int block_exclusive_count(bool flag, int* warp_totals, int& to
 // Dynamic shared memory: [max_pages] f32 page scores when they fit (scores_in_smem), else none
 // (the scores live in the workspace).
 __global__ void __launch_bounds__(kChooseThreads)
-    choose_kernel(const PageSelectParams p, bool geometry_ok, const float* pmax,
-                  float* page_score, int32_t max_pages_ws, bool scores_in_smem) {
+    choose_kernel(const PageSelectParams p, bool geometry_ok, const float* pmax, float* page_score,
+                  int32_t max_pages_ws, bool scores_in_smem) {
   extern __shared__ float ps_smem[];
   __shared__ float best[kMaxGroup];
   __shared__ float red[kHeadsPerPass][kChooseWarps];
