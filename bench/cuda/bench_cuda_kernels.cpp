@@ -11,8 +11,10 @@
 //    its share of the measured copy bandwidth. Decode calls are captured in a CUDA graph of many
 //    calls that rotate over several copies of the KV cache (more bytes than the L2 holds), and
 //    timed by replaying it. The page selection is timed eagerly (select_us, one call, host gaps
-//    included) and as a graph of 20 calls (select_graph_us). --decode-max-splits times each
-//    case under several AttentionOptions::max_splits (0: the default heuristic).
+//    included) and as a graph of 20 calls (select_graph_us). --decode-max-splits,
+//    --decode-l2-prefetch and --decode-whole-rows time each case under every combination of
+//    those AttentionOptions (max_splits 0: the default heuristic; 1: on for the others, the
+//    defaults).
 //  - linear layers at decode shapes (M = 1, 8, 32 rows; the Llama-3-8B weight shapes): the bytes
 //    of the weight read per call against the copy bandwidth, timed as a graph of calls that
 //    rotate over enough weight copies to defeat the L2.
@@ -27,6 +29,7 @@
 //        [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
+//        [--decode-l2-prefetch 1,0] [--decode-whole-rows 1,0]
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -326,7 +329,6 @@ double graph_us(Device& dev, int calls, Fn&& fn) {
   return us;
 }
 
-
 // Rows the decode kernel reads for a streaming head of a sequence of `len` tokens (sink pages,
 // then the window's pages up to the last token), with a 256-token window.
 int64_t streaming_rows(int64_t len, int64_t local) {
@@ -344,10 +346,16 @@ struct DecodePools {
   int64_t summary_head_pages = 0;
 };
 
-// `split_options`: AttentionOptions::max_splits values to time (0: the default heuristic).
+// Decode-kernel options one decode case is timed under.
+struct DecodeVariant {
+  int max_splits = 0;  // 0: the default heuristic
+  bool l2_prefetch = true;
+  bool whole_rows = true;
+};
+
 void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batches,
                   const std::vector<int64_t>& contexts, double copy_bps,
-                  const std::vector<int64_t>& split_options) {
+                  const std::vector<DecodeVariant>& variants) {
   int64_t max_tokens = 0;
   for (int64_t b : batches) {
     for (int64_t c : contexts) max_tokens = std::max(max_tokens, b * c);
@@ -426,7 +434,7 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
 
         std::vector<Buffer> tables, selected, num_selected;
         std::vector<kernels::AttentionParams> params;
-        double select_ms = 0;        // one eager call (host launch gaps included)
+        double select_ms = 0;         // one eager call (host launch gaps included)
         double select_graph_us = -1;  // per call of a graph of 20 (what a captured step pays)
         for (int64_t r = 0; r < replicas; ++r) {
           std::vector<int32_t> table(static_cast<size_t>(used));
@@ -500,9 +508,11 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
           }
           params.push_back(p);
         }
-        for (const int64_t max_splits : split_options) {
+        for (const DecodeVariant& variant : variants) {
           kernels::cuda::AttentionOptions opt;
-          opt.max_splits = static_cast<int>(max_splits);
+          opt.max_splits = variant.max_splits;
+          opt.decode_l2_prefetch = variant.l2_prefetch;
+          opt.decode_whole_row_copies = variant.whole_rows;
           dev.b->set_attention_options(opt);
           // Eager once per replica (sizes the scratch), then one graph of many rotating calls.
           for (const auto& p : params) dev.b->attention(p);
@@ -524,11 +534,11 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
           const double gbps =
               ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
           out.write(fmt::format(
-              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "ok": {}}})",
+              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "l2_prefetch": {}, "whole_rows": {}, "ok": {}}})",
               lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
               copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
-              replicas, max_splits,
-              err.ok() && ms > 0 ? "true" : "false"));
+              replicas, variant.max_splits, variant.l2_prefetch ? "true" : "false",
+              variant.whole_rows ? "true" : "false", err.ok() && ms > 0 ? "true" : "false"));
         }
       }
     }
@@ -573,7 +583,8 @@ void bench_small(Device& dev, JsonLines& out, const std::vector<int64_t>& token_
     const TensorView xv = view(x, {T, kHidden}), rv = view(res, {T, kHidden}),
                      yv = view(y, {T, kHidden}), wv = view(w, {kHidden}, DType::kF32);
     const TensorView qv = view(q, {T, kQHeads, kD}), kv = view(k, {T, kKvHeads, kD});
-    const TensorView cv = view(cs, {T, kD / 2}, DType::kF32), sv = view(sn, {T, kD / 2}, DType::kF32);
+    const TensorView cv = view(cs, {T, kD / 2}, DType::kF32),
+                     sv = view(sn, {T, kD / 2}, DType::kF32);
     const TensorView guv = view(gu, {T, 2 * kInter}), av = view(act, {T, kInter});
 
     // Paged KV of `seqs` sequences whose last T / seqs tokens are this call's (dense pool, every
@@ -582,11 +593,13 @@ void bench_small(Device& dev, JsonLines& out, const std::vector<int64_t>& token_
     const int32_t pages = static_cast<int32_t>((ctx + kPage - 1) / kPage);
     const int64_t blocks = seqs * pages;
     const int64_t page_bytes = int64_t{kPage} * kRowBytes;
-    Buffer pk = alloc(dev, blocks * kKvHeads * page_bytes), pv = alloc(dev, blocks * kKvHeads * page_bytes);
+    Buffer pk = alloc(dev, blocks * kKvHeads * page_bytes),
+           pv = alloc(dev, blocks * kKvHeads * page_bytes);
     const int64_t summary_bytes = blocks * kKvHeads * (kPage / kLogical) * kRowBytes;
     Buffer smin = alloc(dev, summary_bytes), smax = alloc(dev, summary_bytes);
     std::vector<int32_t> indptr(static_cast<size_t>(seqs + 1)), lens(static_cast<size_t>(seqs));
-    for (int64_t i = 0; i <= seqs; ++i) indptr[static_cast<size_t>(i)] = static_cast<int32_t>(i * (T / seqs));
+    for (int64_t i = 0; i <= seqs; ++i)
+      indptr[static_cast<size_t>(i)] = static_cast<int32_t>(i * (T / seqs));
     // Decode: positions mid-logical-page, so page_summary folds into a stored summary.
     for (auto& l : lens) l = static_cast<int32_t>(decode ? ctx - 5 : ctx);
     std::vector<int32_t> table(static_cast<size_t>(blocks));
@@ -681,16 +694,25 @@ int run(int argc, char** argv) {
     bench_linear(dev, out, parse_list(arg(argc, argv, "--linear-m", "1,8,32")), copy_bps);
   }
   // Before the long sections, so the kernels step's time limit never cuts it.
-  if (has("small")) bench_small(dev, out, parse_list(arg(argc, argv, "--small-tokens", "1,8,512,4096")));
+  if (has("small"))
+    bench_small(dev, out, parse_list(arg(argc, argv, "--small-tokens", "1,8,512,4096")));
   if (has("prefill")) {
     bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")),
                   arg(argc, argv, "--prefill-kernels", "mma,wgmma"));
   }
   if (has("decode")) {
     const double copy_bps = copy_bandwidth(*dev.b, int64_t{1} << 30);
+    std::vector<DecodeVariant> variants;
+    for (const int64_t splits : parse_list(arg(argc, argv, "--decode-max-splits", "0"))) {
+      for (const int64_t pf : parse_list(arg(argc, argv, "--decode-l2-prefetch", "1"))) {
+        for (const int64_t wr : parse_list(arg(argc, argv, "--decode-whole-rows", "1"))) {
+          variants.push_back({static_cast<int>(splits), pf != 0, wr != 0});
+        }
+      }
+    }
     bench_decode(dev, out, parse_list(arg(argc, argv, "--batches", "1,8,32")),
                  parse_list(arg(argc, argv, "--contexts", "8192,16384,32768,65536,131072,262144")),
-                 copy_bps, parse_list(arg(argc, argv, "--decode-max-splits", "0")));
+                 copy_bps, variants);
   }
   return 0;
 }

@@ -34,10 +34,9 @@ TEST(CudaElementwise, RmsNormMatchesCpu) {
   // Rows past 1024 elements of up to 4 vectors per thread take the register-cached kernel (decode:
   // one row of 4096), partly filled chunks included (1032, 2056, 6144); longer rows (8192 f32,
   // 20000) the two-pass one.
-  const std::pair<int64_t, int64_t> shapes[] = {{1, 64},   {3, 128}, {17, 1000}, {5, 4096},
-                                                {2, 5120}, {9, 96},  {40, 130},  {1, 4096},
-                                                {2, 1032}, {1, 2056}, {3, 8192}, {1, 6144},
-                                                {2, 20000}};
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {1, 64},   {3, 128},  {17, 1000}, {5, 4096}, {2, 5120}, {9, 96},   {40, 130},
+      {1, 4096}, {2, 1032}, {1, 2056},  {3, 8192}, {1, 6144}, {2, 20000}};
   for (DType dt : kDtypes) {
     for (auto [rows, dim] : shapes) {
       for (bool alias : {false, true}) {
@@ -65,8 +64,12 @@ TEST(CudaElementwise, AddRmsNormMatchesCpu) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(12);
   for (DType dt : kDtypes) {
-    for (auto [rows, dim] : {std::pair<int64_t, int64_t>{4, 256}, {3, 4096}, {7, 72}, {1, 4096},
-                             {2, 8192}, {1, 2056}}) {
+    for (auto [rows, dim] : {std::pair<int64_t, int64_t>{4, 256},
+                             {3, 4096},
+                             {7, 72},
+                             {1, 4096},
+                             {2, 8192},
+                             {1, 2056}}) {
       HostArray x = random_array(rng, rows * dim, dt, -2, 2);
       HostArray r = random_array(rng, rows * dim, dt, -2, 2);
       std::vector<float> w(static_cast<size_t>(dim), 0.0f);

@@ -246,8 +246,7 @@ struct SelectCase {
 // `lens`: the sequences' kv lengths (one decode token each, every row written); empty: a fixed
 // mix of short sequences, prefill chunks, a reused selection and an empty sequence.
 SelectCase make_select_case(std::mt19937& rng, int32_t d, int32_t group, int32_t pt, int32_t lpt,
-                            int32_t budget, bool integers,
-                            const std::vector<int32_t>& lens = {}) {
+                            int32_t budget, bool integers, const std::vector<int32_t>& lens = {}) {
   SelectCase c;
   c.d = d;
   c.group = group;
@@ -318,6 +317,48 @@ struct SelectOutputs {
   std::vector<float> scores;
 };
 
+// Device mirrors of a SelectCase's arrays and of the outputs `o` (their initial contents), and
+// the params `p` pointed at them.
+struct DeviceSelect {
+  DeviceArray q, indptr, lens, mode, slot, table, kmin, kmax, rows, sel, num, scores;
+  kernels::PageSelectParams p;
+  DeviceSelect(const SelectCase& c, const SelectOutputs& o, const kernels::PageSelectParams& base)
+      : q(DeviceArray::of(c.q)),
+        indptr(DeviceArray::of(c.q_indptr)),
+        lens(DeviceArray::of(c.kv_lens)),
+        mode(DeviceArray::of(c.mode)),
+        slot(DeviceArray::of(c.slot)),
+        table(DeviceArray::of(c.table)),
+        kmin(DeviceArray::of(c.kmin)),
+        kmax(DeviceArray::of(c.kmax)),
+        rows(DeviceArray::of(c.out_rows)),
+        sel(DeviceArray::of(o.selected)),
+        num(DeviceArray::of(o.num_selected)),
+        scores(DeviceArray::of(o.scores)),
+        p(base) {
+    p.q = q.data();
+    p.q_indptr = indptr.as<int32_t>();
+    p.kv_lens = lens.as<int32_t>();
+    p.head_mode = mode.as<int32_t>();
+    p.head_slot = slot.as<int32_t>();
+    p.retrieval_blocks = table.as<int32_t>();
+    p.summaries.kmin = kmin.data();
+    p.summaries.kmax = kmax.data();
+    p.out_rows = rows.as<int32_t>();
+    p.selected = sel.as<int32_t>();
+    p.num_selected = num.as<int32_t>();
+    p.page_scores = scores.as<float>();
+  }
+  // Rewrites the outputs in place with `o`'s contents (the captured pointers stay valid).
+  void reset(const SelectOutputs& o) {
+    gpu()->copy_bytes(sel.data(), o.selected.data(), static_cast<int64_t>(o.selected.size() * 4));
+    gpu()->copy_bytes(num.data(), o.num_selected.data(),
+                      static_cast<int64_t>(o.num_selected.size() * 4));
+    gpu()->copy_bytes(scores.data(), o.scores.data(), static_cast<int64_t>(o.scores.size() * 4));
+  }
+};
+
+// The CPU reference (on_gpu false) or the GPU selection of `c`, outputs initialised to sentinels.
 SelectOutputs run_select(const SelectCase& c, bool on_gpu) {
   const int32_t seqs = static_cast<int32_t>(c.kv_lens.size());
   SelectOutputs o;
@@ -355,28 +396,11 @@ SelectOutputs run_select(const SelectCase& c, bool on_gpu) {
     kernels::cpu::page_select(p, cpu_pool());
     return o;
   }
-  DeviceArray q = DeviceArray::of(c.q), indptr = DeviceArray::of(c.q_indptr),
-              lens = DeviceArray::of(c.kv_lens), mode = DeviceArray::of(c.mode),
-              slot = DeviceArray::of(c.slot), table = DeviceArray::of(c.table),
-              kmin = DeviceArray::of(c.kmin), kmax = DeviceArray::of(c.kmax),
-              rows = DeviceArray::of(c.out_rows), sel = DeviceArray::of(o.selected),
-              num = DeviceArray::of(o.num_selected), scores = DeviceArray::of(o.scores);
-  p.q = q.data();
-  p.q_indptr = indptr.as<int32_t>();
-  p.kv_lens = lens.as<int32_t>();
-  p.head_mode = mode.as<int32_t>();
-  p.head_slot = slot.as<int32_t>();
-  p.retrieval_blocks = table.as<int32_t>();
-  p.summaries.kmin = kmin.data();
-  p.summaries.kmax = kmax.data();
-  p.out_rows = rows.as<int32_t>();
-  p.selected = sel.as<int32_t>();
-  p.num_selected = num.as<int32_t>();
-  p.page_scores = scores.as<float>();
-  gpu()->page_select(p);
-  o.selected = sel.download_as<int32_t>();
-  o.num_selected = num.download_as<int32_t>();
-  o.scores = scores.download_as<float>();
+  DeviceSelect dev(c, o, p);
+  gpu()->page_select(dev.p);
+  o.selected = dev.sel.download_as<int32_t>();
+  o.num_selected = dev.num.download_as<int32_t>();
+  o.scores = dev.scores.download_as<float>();
   return o;
 }
 
@@ -407,8 +431,10 @@ TEST(CudaPageSelect, EqualsCpuExactlyOnIntegerDataWithTies) {
   struct Config {
     int32_t d, group, pt, lpt, budget;
   };
-  for (Config cf : {Config{64, 1, 16, 16, 4}, Config{128, 4, 64, 16, 4}, Config{96, 8, 64, 16, 6},
-                    Config{128, 4, 16, 16, 3}, Config{64, 2, 32, 8, 10}}) {
+  // group 16: two passes of 8 heads in both kernels.
+  for (Config cf :
+       {Config{64, 1, 16, 16, 4}, Config{128, 4, 64, 16, 4}, Config{96, 8, 64, 16, 6},
+        Config{128, 4, 16, 16, 3}, Config{64, 2, 32, 8, 10}, Config{64, 16, 64, 16, 5}}) {
     for (int rep = 0; rep < 3; ++rep) {
       const SelectCase c = make_select_case(rng, cf.d, cf.group, cf.pt, cf.lpt, cf.budget, true);
       const SelectOutputs want = run_select(c, false), got = run_select(c, true);
@@ -448,12 +474,61 @@ TEST(CudaPageSelect, EqualsCpuExactlyOnLongContextsWithTies) {
     const SelectOutputs want = run_select(c, false), got = run_select(c, true);
     const std::string label = "d " + std::to_string(cf.d) + " group " + std::to_string(cf.group) +
                               " page " + std::to_string(cf.pt) + " logical " +
-                              std::to_string(cf.lpt) + " first len " +
-                              std::to_string(cf.lens[0]);
+                              std::to_string(cf.lpt) + " first len " + std::to_string(cf.lens[0]);
     EXPECT_EQ(got.selected, want.selected) << label << "\n" << selection_diff(c, got, want);
     EXPECT_EQ(got.num_selected, want.num_selected) << label;
     EXPECT_EQ(got.scores, want.scores) << label;
   }
+  EXPECT_TRUE(gpu()->take_error().ok());
+}
+
+// The selection captured in a CUDA graph replays to the CPU's result, outputs reset to sentinels
+// before every replay: no scratch state carries over from one call to the next.
+TEST(CudaPageSelect, CapturedSelectionReplaysToTheCpuResult) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(26);
+  const SelectCase c =
+      make_select_case(rng, 128, 4, 64, 16, 64, true, {131072, 64 * 70 + 3, 20000, 64 * 64});
+  const SelectOutputs want = run_select(c, false);
+  const int32_t seqs = static_cast<int32_t>(c.kv_lens.size());
+  SelectOutputs init;
+  init.selected.assign(static_cast<size_t>(c.num_rows * c.num_kv * c.max_selected), 12345);
+  init.num_selected.assign(static_cast<size_t>(c.num_rows * c.num_kv), 777);
+  init.scores.assign(static_cast<size_t>(seqs * c.num_kv * c.max_pages), 99.0f);
+  kernels::PageSelectParams base;
+  base.q_dtype = c.dt;
+  base.num_seqs = seqs;
+  base.num_q_heads = c.num_kv * c.group;
+  base.num_kv_heads = c.num_kv;
+  base.head_dim = c.d;
+  base.page_tokens = c.pt;
+  base.retrieval_blocks_stride = c.stride;
+  base.heads_per_block = c.hpb;
+  base.summaries.dtype = c.dt;
+  base.summaries.logical_page_tokens = c.lpt;
+  base.summaries.logical_per_page = c.pt / c.lpt;
+  base.budget_pages = c.budget;
+  base.max_selected = c.max_selected;
+  base.max_pages = c.max_pages;
+  DeviceSelect dev(c, init, base);
+  gpu()->page_select(dev.p);  // eager: sizes the scratch
+  ASSERT_TRUE(gpu()->begin_capture().ok());
+  gpu()->page_select(dev.p);
+  auto graph = gpu()->end_capture();
+  ASSERT_TRUE(graph.ok()) << graph.status().to_string();
+  for (int round = 0; round < 2; ++round) {
+    dev.reset(init);
+    ASSERT_TRUE(gpu()->replay(*graph).ok());
+    SelectOutputs got;
+    got.selected = dev.sel.download_as<int32_t>();
+    got.num_selected = dev.num.download_as<int32_t>();
+    got.scores = dev.scores.download_as<float>();
+    EXPECT_EQ(got.selected, want.selected) << "round " << round << "\n"
+                                           << selection_diff(c, got, want);
+    EXPECT_EQ(got.num_selected, want.num_selected) << "round " << round;
+    EXPECT_EQ(got.scores, want.scores) << "round " << round;
+  }
+  gpu()->drop_graphs();
   EXPECT_TRUE(gpu()->take_error().ok());
 }
 

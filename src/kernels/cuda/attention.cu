@@ -12,7 +12,7 @@ namespace ls::kernels::cuda {
 namespace {
 
 constexpr int kMaxSplits = 64;
-constexpr int kMaxHeadDim = 128;  // largest supported head_dim (attention.h)
+constexpr int kMaxHeadDim = 128;       // largest supported head_dim (attention.h)
 constexpr int kDecodeBlocksPerSm = 2;  // decode blocks resident per SM (registers, shared memory)
 constexpr int64_t kAlign = 256;
 
@@ -134,7 +134,7 @@ static_assert(kMaxSplits <= kReduceThreads, "one thread per split reads the (m, 
 template <typename T>
 __global__ void __launch_bounds__(kReduceThreads)
     decode_reduce_kernel(const AttentionParams p, const DecodeArgs a, int32_t max_splits) {
-  __shared__ float w_s[kMaxSplits];                     // weight w_z of split z
+  __shared__ float w_s[kMaxSplits];  // weight w_z of split z
   __shared__ float red_m[kReduceWarps], red_l[kReduceWarps];
   __shared__ float4 acc_s[kReduceWarps][kMaxHeadDim / 4];  // per-warp partial sums of o
   const int32_t item = static_cast<int32_t>(blockIdx.x);
@@ -142,9 +142,9 @@ __global__ void __launch_bounds__(kReduceThreads)
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int32_t g = h / group, chunk = (h % group) / kDecodeRows;
-  const int32_t ns = min(
-      a.num_splits[(static_cast<int64_t>(item) * p.num_kv_heads + g) * a.head_chunks + chunk],
-      max_splits);
+  const int32_t ns =
+      min(a.num_splits[(static_cast<int64_t>(item) * p.num_kv_heads + g) * a.head_chunks + chunk],
+          max_splits);
   if (ns <= 1) return;  // uniform over the block
   const int32_t token = a.items_are_tokens ? item : p.q_indptr[item];
   const int64_t base = (static_cast<int64_t>(item) * p.num_q_heads + h) * max_splits;
@@ -304,6 +304,8 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
   a.min_blocks_per_split = std::max(1, o.min_blocks_per_split);
   a.head_chunks = L.head_chunks;
   a.listed_cap = L.listed_cap;
+  a.l2_prefetch = o.decode_l2_prefetch ? 1 : 0;
+  a.whole_row_copies = o.decode_whole_row_copies ? 1 : 0;
   a.num_splits = reinterpret_cast<int32_t*>(ws + L.num_splits);
   a.partial_ml = reinterpret_cast<float2*>(ws + L.partial_ml);
   a.partial_o = reinterpret_cast<float*>(ws + L.partial_o);

@@ -46,6 +46,13 @@ struct AttentionOptions {
   int max_splits = 0;
   // A decode split covers at least this many 64-key blocks.
   int min_blocks_per_split = 2;
+  // Decode blocks prefetch each 64-key block's K/V rows into L2 one block before copying them
+  // (more DRAM reads in flight without more shared memory); off: the cp.async pipeline alone.
+  bool decode_l2_prefetch = true;
+  // Decode K/V copies: one warp instruction covers whole rows (full 128-byte lines), the row
+  // offsets passed by shuffles; off: each thread pair copies its own row, 32 bytes of 16 rows per
+  // instruction (the layout before 2026-11-21).
+  bool decode_whole_row_copies = true;
   // Run every sequence (q_len 1 included) through the prefill kernel; for tests and benchmarks.
   bool prefill_only = false;
 };

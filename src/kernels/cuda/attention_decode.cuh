@@ -8,7 +8,8 @@
 // min_blocks_per_split 64-row blocks each), so the grid is sized once from host-known batch
 // dimensions and decode steps can be captured in a CUDA graph. Blocks stream K and V through a
 // kStages-deep cp.async pipeline (16-byte copies, two blocks in flight per stage ring, the
-// block-table entries of the next block fetched a block ahead); each of
+// block-table entries fetched two blocks ahead and the rows prefetched into L2 one block ahead);
+// each of
 // the 4 warps takes 16 of every 64 keys with its own online softmax (mma.sync with the query
 // rows padded to 16), and the warps merge through shared memory at the end. With one split the
 // block writes the output; with several it writes an unnormalised partial (o, m, l) that
@@ -30,6 +31,8 @@ struct DecodeArgs {
   int32_t min_blocks_per_split = 2;
   int32_t head_chunks = 1;  // ceil(group / 16)
   int32_t listed_cap = 32;
+  int32_t l2_prefetch = 1;        // 1: prefetch each block's rows into L2 one block before its copy
+  int32_t whole_row_copies = 1;   // 1: a copy instruction covers whole rows (see issue())
   int32_t* num_splits = nullptr;  // [items, kv_heads * head_chunks] splits used (0: not served)
   float* partial_o = nullptr;     // [items, q_heads, max_splits, head_dim]
   float2* partial_ml = nullptr;   // [items, q_heads, max_splits] (row max of raw scores, sum)
@@ -97,6 +100,10 @@ __device__ inline DecodeItem decode_item(const AttentionParams& p, int32_t items
   return it;
 }
 
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
+}
+
 // locate_row (attention_span.cuh) in two halves, so a kernel can start the block-table load of a
 // row early and use it later: fetch_row does the span arithmetic and issues the table load;
 // resolve_row checks the loaded entry and computes the pool offset. resolve_row(fetch_row(r))
@@ -130,10 +137,9 @@ __device__ __forceinline__ KeyRow resolve_row(const HeadView& hv, const PendingR
   KeyRow kr;
   if (pr.position < 0 || pr.block < 0 || pr.block >= hv.num_blocks) return kr;
   kr.position = pr.position;
-  kr.offset =
-      ((static_cast<int64_t>(pr.block) * hv.heads_per_block + hv.slot) * hv.page_tokens +
-       pr.in_page) *
-      head_dim;
+  kr.offset = ((static_cast<int64_t>(pr.block) * hv.heads_per_block + hv.slot) * hv.page_tokens +
+               pr.in_page) *
+              head_dim;
   return kr;
 }
 
@@ -225,15 +231,42 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     for (int c = tid % 8; c < kChunks; c += 8)
       cp_async_16(sQ + r * kStride + c * 8, src + c * 8, valid);
   }
-  // Each thread copies chunks of one row of K and V per block. The row's block-table entry is
-  // fetched one iteration before its copies are issued (fetch_row's load is first used by
-  // resolve_row in the next iteration), so the table lookup's latency overlaps a block of compute
+  // Each thread pair resolves one row of K and V per block. The row's block-table entry is
+  // fetched two iterations before its copies are issued (fetch_row's load is first used by
+  // resolve_row in a later iteration), so the table lookup's latency overlaps blocks of compute
   // instead of stalling the issue of the next stage.
   const int my_row = tid / 2;
   const T* k_pool = static_cast<const T*>(hv.k);
   const T* v_pool = static_cast<const T*>(hv.v);
+  // With whole_rows, the copies of a warp's 16 rows (lanes 2q and 2q + 1 of warp w own row
+  // 16 w + q: its table entry and position) are spread so that one instruction covers kCopyRows
+  // whole rows (lane l: row l / kChunks of the group, 16-byte chunk l % kChunks), the row offsets
+  // passed from their owners by shuffles: whole 128-byte lines per request. Without, each thread
+  // pair copies its own row (one instruction touches 32 bytes of each of 16 rows).
+  constexpr int kCopyRows = 32 / kChunks >= 1 ? 32 / kChunks : 1;  // rows per copy instruction
+  static_assert(kChunks <= 32, "a row's chunks fit one warp instruction");
+  const bool whole_rows = a.whole_row_copies != 0;
   auto issue = [&](int stage, const PendingRow& pr) {
     const KeyRow kr = resolve_row(hv, pr, kD);
+    if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
+    if (whole_rows) {
+      const int64_t own_off = kr.position >= 0 ? kr.offset : -1;  // -1: zero-fill
+      const int sub = lane / kChunks, c = lane % kChunks;
+      T* dk0 = sK + stage * Shape::kSmemKV + (warp * 16) * kStride;
+      T* dv0 = sV + stage * Shape::kSmemKV + (warp * 16) * kStride;
+#pragma unroll
+      for (int r0 = 0; r0 < 16; r0 += kCopyRows) {
+        const int rr = r0 + sub;  // row of the warp's 16 that this lane copies
+        const int64_t off = __shfl_sync(0xffffffffu, own_off, 2 * (rr < 16 ? rr : 0));
+        if (sub < kCopyRows && rr < 16) {
+          const bool valid = off >= 0;
+          const int64_t src = (valid ? off : 0) + c * 8;
+          cp_async_16(dk0 + rr * kStride + c * 8, k_pool + src, valid);
+          cp_async_16(dv0 + rr * kStride + c * 8, v_pool + src, valid);
+        }
+      }
+      return;
+    }
     const bool valid = kr.position >= 0;
     const int64_t off = valid ? kr.offset : 0;
     T* dk = sK + stage * Shape::kSmemKV + my_row * kStride;
@@ -242,17 +275,40 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       cp_async_16(dk + c * 8, k_pool + off + c * 8, valid);
       cp_async_16(dv + c * 8, v_pool + off + c * 8, valid);
     }
-    if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
   };
+  // With l2_prefetch, a block's rows are also prefetched into L2 one iteration before their
+  // copies are issued (the pair's two threads split the row's lines), so the DRAM reads of three
+  // blocks are in flight while one is computed, without more shared memory.
+  auto prefetch_rows = [&](const PendingRow& pr) {
+    const KeyRow kr = resolve_row(hv, pr, kD);
+    if (kr.position < 0) return;
+    constexpr int kRowBytes = kD * static_cast<int>(sizeof(T));
+    constexpr int kStep = kRowBytes % 128 == 0 ? 128 : 64;  // every line the row touches
+    const char* kb = reinterpret_cast<const char*>(k_pool + kr.offset);
+    const char* vb = reinterpret_cast<const char*>(v_pool + kr.offset);
+    for (int o = (tid % 2) * kStep; o < kRowBytes; o += 2 * kStep) {
+      prefetch_l2(kb + o);
+      prefetch_l2(vb + o);
+    }
+  };
+  // The first kDecodeStages + 1 blocks' table entries are fetched together (one round trip),
+  // then the first kDecodeStages - 1 blocks are issued. Iteration i issues block i + 2 (row q0,
+  // fetched two iterations earlier), prefetches block i + 3 into L2 (row q1, fetched one
+  // iteration earlier) and fetches the table entry of block i + 4.
+  static_assert(kDecodeStages == 3, "the row queue below assumes three stages");
+  PendingRow first[kDecodeStages + 1];
+#pragma unroll
+  for (int s = 0; s <= kDecodeStages; ++s) {
+    if (s < n) first[s] = fetch_row(hv, sp, listed, (b_begin + s) * kKeyBlock + my_row);
+  }
 #pragma unroll
   for (int s = 0; s < kDecodeStages - 1; ++s) {
-    if (s < n) issue(s, fetch_row(hv, sp, listed, (b_begin + s) * kKeyBlock + my_row));
+    if (s < n) issue(s, first[s]);
     cp_async_commit();
   }
-  PendingRow ahead;  // the row of block kDecodeStages - 1, issued in iteration 0
-  if (kDecodeStages - 1 < n) {
-    ahead = fetch_row(hv, sp, listed, (b_begin + kDecodeStages - 1) * kKeyBlock + my_row);
-  }
+  PendingRow q0 = first[kDecodeStages - 1];  // block 2 (valid if 2 < n)
+  PendingRow q1 = first[kDecodeStages];      // block 3 (valid if 3 < n)
+  const bool l2_prefetch = a.l2_prefetch != 0;
 
   const float scale_log2 = p.scale * 1.4426950408889634f;
   uint32_t qf[kKSteps][4];
@@ -272,9 +328,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       }
     }
     const int nxt = i + kDecodeStages - 1;
-    if (nxt < n) issue(nxt % kDecodeStages, ahead);
+    if (nxt < n) issue(nxt % kDecodeStages, q0);
     cp_async_commit();
-    if (nxt + 1 < n) ahead = fetch_row(hv, sp, listed, (b_begin + nxt + 1) * kKeyBlock + my_row);
+    if (l2_prefetch && nxt + 1 < n) prefetch_rows(q1);
+    q0 = q1;
+    if (nxt + 2 < n) q1 = fetch_row(hv, sp, listed, (b_begin + nxt + 2) * kKeyBlock + my_row);
 
     const int stage = i % kDecodeStages;
     const int32_t* kp = kpos + stage * kKeyBlock + key0;

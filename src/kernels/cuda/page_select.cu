@@ -1,6 +1,6 @@
 // Quest / LServe page selection on the GPU, same contract as kernels/cpu/page_select.
-//  1. bounds_kernel: one thread per logical page (16-byte loads of its kmax / kmin rows, several
-//     in flight) computes, for every query head h of the group,
+//  1. bounds_kernel: a few threads per logical page (16-byte loads of its kmax / kmin rows, all
+//     of a thread's in flight at once) compute, for every query head h of the group,
 //     bound_h(lp) = sum_d max(q_h[d] kmax[lp][d], q_h[d] kmin[lp][d]); the lanes of a physical page
 //     max-reduce them into pmax[item][h][page] = max over the page's logical pages (holding
 //     tokens) of bound_h. Many blocks per (sequence, kv head), so at batch 1 a long context is
@@ -32,8 +32,9 @@ constexpr int kChooseThreads = 1024;
 constexpr int kChooseWarps = kChooseThreads / 32;
 constexpr int kMaxGroup = 64;
 constexpr int kMaxHeadDim = 256;
-constexpr int kSmemScoresMax = 11 * 1024;  // pages whose scores choose_kernel keeps in shared memory
-                                            // (with its static arrays, under the 48 KB default)
+constexpr int kSmemScoresMax =
+    11 * 1024;  // pages whose scores choose_kernel keeps in shared memory
+                // (with its static arrays, under the 48 KB default)
 static_assert(kChooseWarps == 32, "choose_kernel reduces the warps' values with one warp");
 static_assert(kChooseThreads >= 256, "choose_kernel scans the 256 radix bins one per thread");
 
@@ -75,20 +76,24 @@ __device__ __forceinline__ void bound_terms(const float* q_smem, int d, int h0, 
   }
 }
 
-// Grid: (ceil(max_pages / pages_per_block), items). Thread t of a block serves logical pages
-// `per` at a time: lanes come in groups of `lanes` (a power of two dividing 32) per physical page,
-// lane i of a group taking the page's logical pages i * per .. i * per + per - 1, so
-// lanes * per == logical_per_page. kVec: 16-byte loads of the summaries (head_dim a multiple of
-// the vector, both arrays 16-byte aligned); else scalar loads.
+// Grid: (ceil(max_pages / pages_per_block), items). Threads come in groups of parts * lanes per
+// physical page (both powers of two, their product dividing 32): the `parts` threads of a
+// logical page each sum every parts-th vector of head_dim (so a thread has at most four vectors
+// of each array to load: one round trip), and the `lanes` groups of a physical page take its
+// logical pages i * per .. i * per + per - 1 (lanes * per == logical_per_page). Partial sums meet
+// by xor shuffles over the parts, page maxima over the lanes. kVec: 16-byte loads of the
+// summaries (head_dim a multiple of the vector, both arrays 16-byte aligned); else scalar loads
+// (parts == 1).
 template <typename Tq, typename Tm, bool kVec>
 __global__ void __launch_bounds__(kBoundsThreads)
     bounds_kernel(const PageSelectParams p, float* pmax, int32_t max_pages, int32_t lanes,
-                  int32_t per) {
+                  int32_t per, int32_t parts) {
   extern __shared__ float q_smem[];  // [group, head_dim] f32
   const int32_t item = static_cast<int32_t>(blockIdx.y);
   const int32_t s = item / p.num_kv_heads, g = item % p.num_kv_heads;
   const ItemInfo it = item_info(p, true, s, g);
-  const int32_t pages_per_block = kBoundsThreads / lanes;
+  const int32_t per_page = lanes * parts;  // threads per physical page
+  const int32_t pages_per_block = kBoundsThreads / per_page;
   const int32_t page0 = static_cast<int32_t>(blockIdx.x) * pages_per_block;
   if (!it.selected || page0 >= it.num_pages) return;  // uniform over the block
   const int32_t group = p.num_q_heads / p.num_kv_heads;
@@ -97,7 +102,9 @@ __global__ void __launch_bounds__(kBoundsThreads)
   const Tq* q =
       static_cast<const Tq*>(p.q) + (token * p.num_q_heads + static_cast<int64_t>(g) * group) * d;
   const int tid = static_cast<int>(threadIdx.x);
-  const int32_t page = page0 + tid / lanes;
+  const int32_t part = tid % parts;
+  const int32_t lane_lp = (tid / parts) % lanes;
+  const int32_t page = page0 + tid / per_page;
   const int32_t lpp = p.summaries.logical_per_page;
   const int32_t slot = p.head_slot[g];
   // This thread's physical page (its block-table entry is read before the barrier, so the
@@ -116,55 +123,75 @@ __global__ void __launch_bounds__(kBoundsThreads)
     float best[kHeadsPerPass];
 #pragma unroll
     for (int hh = 0; hh < kHeadsPerPass; ++hh) best[hh] = -INFINITY;
-    for (int32_t k = 0; k < per; ++k) {
-      const int32_t lp_in_page = (tid % lanes) * per + k;
+    for (int32_t k = 0; k < per; ++k) {  // uniform trip count: every lane reaches the shuffles
+      const int32_t lp_in_page = lane_lp * per + k;
       const int32_t lp = page * lpp + lp_in_page;
-      if (page >= it.num_pages || lp >= it.num_logical) continue;  // holds no token: no score
-      if (block < 0) continue;  // no block: the CPU's bound is -inf
-      const int64_t row =
-          ((static_cast<int64_t>(block) * p.heads_per_block + slot) * lpp + lp_in_page) * d;
-      const Tm* kmax = static_cast<const Tm*>(p.summaries.kmax) + row;
-      const Tm* kmin = static_cast<const Tm*>(p.summaries.kmin) + row;
+      // Holds a token and has a block (else the CPU's bound is -inf: no score). The same for
+      // every part of the logical page.
+      const bool scored = page < it.num_pages && lp < it.num_logical && block >= 0;
       float acc[kHeadsPerPass];
 #pragma unroll
       for (int hh = 0; hh < kHeadsPerPass; ++hh) acc[hh] = 0.0f;
-      if constexpr (kVec) {
-        // Four 16-byte vectors of each array in flight per step.
-        constexpr int kUnroll = 4;
-        int e = 0;
-        for (; e + kUnroll * V <= d; e += kUnroll * V) {
-          float kx[kUnroll][V], kn[kUnroll][V];
+      if (scored) {
+        const int64_t row =
+            ((static_cast<int64_t>(block) * p.heads_per_block + slot) * lpp + lp_in_page) * d;
+        const Tm* kmax = static_cast<const Tm*>(p.summaries.kmax) + row;
+        const Tm* kmin = static_cast<const Tm*>(p.summaries.kmin) + row;
+        if constexpr (kVec) {
+          // Part `part` takes vectors part, part + parts, ... (interleaved, so the parts read
+          // different shared-memory banks of q), kUnroll of each array in flight per step.
+          constexpr int kUnroll = 4;
+          const int nvec = d / V;
+          for (int v0 = part; v0 < nvec; v0 += kUnroll * parts) {
+            float kx[kUnroll][V], kn[kUnroll][V];
 #pragma unroll
-          for (int u = 0; u < kUnroll; ++u) {
-            load_vec(kmax + e + u * V, kx[u]);
-            load_vec(kmin + e + u * V, kn[u]);
+            for (int u = 0; u < kUnroll; ++u) {
+              const int v = v0 + u * parts;
+              if (v < nvec) {
+                load_vec(kmax + v * V, kx[u]);
+                load_vec(kmin + v * V, kn[u]);
+              }
+            }
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) {
+              const int v = v0 + u * parts;
+              if (v < nvec) bound_terms(q_smem, d, h0, nh, v * V, kx[u], kn[u], acc);
+            }
           }
+        } else {
+          for (int e = 0; e < d; ++e) {  // parts == 1
+            const float kx = to_f32(kmax[e]), kn = to_f32(kmin[e]);
 #pragma unroll
-          for (int u = 0; u < kUnroll; ++u) bound_terms(q_smem, d, h0, nh, e + u * V, kx[u], kn[u], acc);
-        }
-        for (; e < d; e += V) {
-          float kx[V], kn[V];
-          load_vec(kmax + e, kx);
-          load_vec(kmin + e, kn);
-          bound_terms(q_smem, d, h0, nh, e, kx, kn, acc);
-        }
-      } else {
-        for (int e = 0; e < d; ++e) {
-          const float kx[1] = {to_f32(kmax[e])}, kn[1] = {to_f32(kmin[e])};
-          bound_terms(q_smem, d, h0, nh, e, kx, kn, acc);
+            for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+              if (hh < nh) {
+                const float qv = q_smem[(h0 + hh) * d + e];
+                acc[hh] += fmaxf(qv * kx, qv * kn);
+              }
+            }
+          }
         }
       }
+      // Sum over the parts of the logical page (aligned groups of `parts` threads; the scalar
+      // path has one part).
+      for (int o = 1; kVec && o < parts; o <<= 1) {
 #pragma unroll
-      for (int hh = 0; hh < kHeadsPerPass; ++hh) best[hh] = fmaxf(best[hh], acc[hh]);
+        for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+          acc[hh] += __shfl_xor_sync(0xffffffffu, acc[hh], o);
+        }
+      }
+      if (scored) {
+#pragma unroll
+        for (int hh = 0; hh < kHeadsPerPass; ++hh) best[hh] = fmaxf(best[hh], acc[hh]);
+      }
     }
-    // Max over the lanes of one physical page (aligned groups of `lanes` within the warp).
-    for (int o = 1; o < lanes; o <<= 1) {
+    // Max over the lanes of one physical page (aligned groups of parts * lanes threads).
+    for (int o = parts; o < per_page; o <<= 1) {
 #pragma unroll
       for (int hh = 0; hh < kHeadsPerPass; ++hh) {
         best[hh] = fmaxf(best[hh], __shfl_xor_sync(0xffffffffu, best[hh], o));
       }
     }
-    if (page < it.num_pages && tid % lanes == 0) {
+    if (page < it.num_pages && tid % per_page == 0) {
 #pragma unroll
       for (int hh = 0; hh < kHeadsPerPass; ++hh) {
         if (hh < nh) out[static_cast<int64_t>(h0 + hh) * max_pages + page] = best[hh];
@@ -201,11 +228,11 @@ __device__ inline int block_exclusive_count(bool flag, int* warp_totals, int& to
 // Dynamic shared memory: [max_pages] f32 page scores when they fit (scores_in_smem), else none
 // (the scores live in the workspace).
 __global__ void __launch_bounds__(kChooseThreads)
-    choose_kernel(const PageSelectParams p, bool geometry_ok, const float* pmax,
-                  float* page_score, int32_t max_pages_ws, bool scores_in_smem) {
+    choose_kernel(const PageSelectParams p, bool geometry_ok, const float* pmax, float* page_score,
+                  int32_t max_pages_ws, bool scores_in_smem) {
   extern __shared__ float ps_smem[];
   __shared__ float best[kMaxGroup];
-  __shared__ float red[kChooseWarps];
+  __shared__ float red[kHeadsPerPass][kChooseWarps];
   __shared__ unsigned hist[256];
   __shared__ int scan[8];
   __shared__ uint32_t s_prefix;
@@ -235,21 +262,31 @@ __global__ void __launch_bounds__(kChooseThreads)
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int32_t P = it.num_pages;
   const float* b = pmax + static_cast<int64_t>(item) * group * max_pages_ws;  // [group][max_pages]
-  // best_h = max over pages of pmax[h][page] (= max over the logical pages holding tokens).
-  for (int h = 0; h < group; ++h) {
-    float m = -INFINITY;
+  // best_h = max over pages of pmax[h][page] (= max over the logical pages holding tokens),
+  // kHeadsPerPass heads per pass so their loads are in flight together.
+  for (int h0 = 0; h0 < group; h0 += kHeadsPerPass) {
+    float m[kHeadsPerPass];
+#pragma unroll
+    for (int hh = 0; hh < kHeadsPerPass; ++hh) m[hh] = -INFINITY;
     for (int32_t j = tid; j < P; j += kChooseThreads) {
-      m = fmaxf(m, b[static_cast<int64_t>(h) * max_pages_ws + j]);
+#pragma unroll
+      for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+        if (h0 + hh < group) {
+          m[hh] = fmaxf(m[hh], b[static_cast<int64_t>(h0 + hh) * max_pages_ws + j]);
+        }
+      }
     }
-    m = warp_max(m);
-    if (lane == 0) red[warp] = m;
+#pragma unroll
+    for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+      m[hh] = warp_max(m[hh]);
+      if (lane == 0) red[hh][warp] = m[hh];
+    }
     __syncthreads();
-    if (warp == 0) {
-      float mm = red[lane];  // kChooseWarps == 32
-      mm = warp_max(mm);
-      if (lane == 0) best[h] = mm;
+    if (warp < kHeadsPerPass && h0 + warp < group) {
+      const float mm = warp_max(red[warp][lane]);  // kChooseWarps == 32
+      if (lane == 0) best[h0 + warp] = mm;
     }
-    // The next head's red writes happen after this barrier; best[] is read after the last one.
+    // The next pass's red writes happen after this barrier; best[] is read after the last one.
     __syncthreads();
   }
 
@@ -422,24 +459,33 @@ Status page_select(const PageSelectParams& p, void* workspace, int64_t workspace
   float* scores = pmax + z.pmax_floats;
   const unsigned items = static_cast<unsigned>(p.num_seqs * p.num_kv_heads);
   if (geometry_ok) {
-    // Lanes per physical page: the largest power of two <= 32 dividing logical_per_page.
+    // Lanes per physical page: the largest power of two <= 32 dividing logical_per_page; parts
+    // per logical page: a power of two dividing head_dim's vectors, at most 32 / lanes threads
+    // per page, until a part has at most four vectors.
     const int32_t lpp = sm.logical_per_page;
     int32_t lanes = 1;
     while (lanes < 32 && lpp % (lanes * 2) == 0) lanes *= 2;
     const int32_t per = lpp / lanes;
-    const int32_t pages_per_block = kBoundsThreads / lanes;
     LS_RETURN_IF_ERROR(dispatch_float(p.q_dtype, "page_select", [&]<typename Tq>() {
       return dispatch_float(sm.dtype, "page_select", [&]<typename Tm>() {
-        const dim3 grid((z.max_pages + pages_per_block - 1) / pages_per_block, items);
         const size_t smem = static_cast<size_t>(z.group) * p.head_dim * sizeof(float);
         const bool vec =
             p.head_dim % kVecElems<Tm> == 0 && aligned16(sm.kmin) && aligned16(sm.kmax);
+        int32_t parts = 1;
+        if (vec) {
+          const int32_t vecs = p.head_dim / kVecElems<Tm>;
+          while (lanes * parts * 2 <= 32 && vecs % (parts * 2) == 0 && vecs / parts > 4) {
+            parts *= 2;
+          }
+        }
+        const int32_t pages_per_block = kBoundsThreads / (lanes * parts);
+        const dim3 grid((z.max_pages + pages_per_block - 1) / pages_per_block, items);
         if (vec) {
           bounds_kernel<Tq, Tm, true>
-              <<<grid, kBoundsThreads, smem, stream>>>(p, pmax, z.max_pages, lanes, per);
+              <<<grid, kBoundsThreads, smem, stream>>>(p, pmax, z.max_pages, lanes, per, parts);
         } else {
           bounds_kernel<Tq, Tm, false>
-              <<<grid, kBoundsThreads, smem, stream>>>(p, pmax, z.max_pages, lanes, per);
+              <<<grid, kBoundsThreads, smem, stream>>>(p, pmax, z.max_pages, lanes, per, parts);
         }
         return launch_status("page_select bounds");
       });

@@ -39,8 +39,9 @@ Status rope(void* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t ro
   }
   return dispatch_float(dtype, "rope", [&]<typename T>() {
     const int64_t total = tokens * heads * (rotary_dim / 2);
-    // 32-bit indices need i + gridDim * blockDim (< total + 2^19) to stay below 2^31.
-    if (total < (int64_t{1} << 30)) {
+    // 32-bit indices: the loop index (< total + 2^20) and every element offset
+    // (< tokens * heads * head_dim) stay below 2^31.
+    if (total < (int64_t{1} << 30) && tokens * heads * head_dim < (int64_t{1} << 30)) {
       rope_kernel<T, int32_t><<<grid_for(total, 256), 256, 0, stream>>>(
           static_cast<T*>(x), cos, sin, static_cast<int32_t>(tokens), static_cast<int>(heads),
           static_cast<int>(head_dim), static_cast<int>(rotary_dim / 2));

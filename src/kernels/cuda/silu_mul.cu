@@ -47,9 +47,10 @@ Status silu_mul(const void* gate_up, int64_t tokens, int64_t inter, DType dtype,
     const bool vec = inter % kVecElems<T> == 0 && aligned16(gate_up) && aligned16(out);
     const auto run = [&]<typename I>() {
       if (vec) {
-        silu_mul_kernel<T, true, I><<<grid_for(tokens * inter / kVecElems<T>, 256), 256, 0, stream>>>(
-            static_cast<const T*>(gate_up), static_cast<I>(tokens), static_cast<I>(inter),
-            static_cast<T*>(out));
+        silu_mul_kernel<T, true, I>
+            <<<grid_for(tokens * inter / kVecElems<T>, 256), 256, 0, stream>>>(
+                static_cast<const T*>(gate_up), static_cast<I>(tokens), static_cast<I>(inter),
+                static_cast<T*>(out));
       } else {
         silu_mul_kernel<T, false, I><<<grid_for(tokens * inter, 256), 256, 0, stream>>>(
             static_cast<const T*>(gate_up), static_cast<I>(tokens), static_cast<I>(inter),
