@@ -25,7 +25,7 @@ Status launch_prefill_wgmma(const AttentionParams& p, const PrefillTile* tiles,
                             const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                             cudaStream_t stream);
 
-// Its warp-specialised variant (experimental, opt-in).
+// Its warp-specialised variant (head_dim 128; kAuto's choice there).
 template <int kD, typename T, int kBN>
 Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tiles,
                                const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,

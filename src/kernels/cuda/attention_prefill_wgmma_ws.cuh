@@ -1,6 +1,6 @@
 #pragma once
 // Internal to kernels/cuda: the warp-specialised variant of the wgmma prefill kernel
-// (attention_prefill_wgmma.cuh), EXPERIMENTAL and opt-in (PrefillKernel::kWgmmaWs): it computes
+// (attention_prefill_wgmma.cuh), the default for head_dim 128 (PrefillKernel::kAuto / kWgmmaWs): it computes
 // the same thing with the same tiles, layouts, descriptors and math, but a producer warpgroup
 // does all the K/V copies and the two consumer warpgroups never wait for each other.
 //
