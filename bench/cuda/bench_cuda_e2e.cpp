@@ -132,6 +132,11 @@ Result<double> ttft(PolicyStack& st, int32_t tokens, int32_t chunk, std::mt19937
   return seconds_since(t0);
 }
 
+// Every step shape (reselecting or not) must be seen twice before it replays as a recorded graph
+// (the second sight records it): TPOT warms up past two selection intervals of 4, so the timed
+// steps are the steady state a long generation runs in.
+constexpr int kTpotWarmup = 10;
+
 struct Tpot {
   double median_ms = 0, mean_ms = 0;
 };
@@ -152,21 +157,17 @@ Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t chunk, int32_t steps
   std::vector<float> logits;
   std::vector<double> t;
   int32_t len = context;
-  // Every step shape (reselecting or not) must be seen twice before it replays as a recorded
-  // graph (the second sight records it): warm up past two selection intervals of 4, so the
-  // timed steps are the steady state a long generation runs in.
-  constexpr int kWarmup = 10;
-  for (int32_t i = 0; i < steps + kWarmup; ++i) {
+  for (int32_t i = 0; i < steps + kTpotWarmup; ++i) {
     LS_RETURN_IF_ERROR(st.kv->grow(slot, len + 1));
     StepInput in;
     in.tokens = {id(rng)};
     in.seqs.push_back({slot, 1, len + 1, false});
     in.logit_rows = {0};
-    const bool last = i + 1 == steps + kWarmup;
-    if (profile && i + 4 == steps + kWarmup) cudaProfilerStart();
+    const bool last = i + 1 == steps + kTpotWarmup;
+    if (profile && i + 4 == steps + kTpotWarmup) cudaProfilerStart();
     const auto t0 = std::chrono::steady_clock::now();
     LS_RETURN_IF_ERROR(st.runner->forward(in, logits));
-    if (i >= kWarmup) t.push_back(seconds_since(t0) * 1e3);
+    if (i >= kTpotWarmup) t.push_back(seconds_since(t0) * 1e3);
     if (profile && last) cudaProfilerStop();
     ++len;
   }
@@ -220,7 +221,7 @@ int run(int argc, char** argv) {
   const int32_t vocab = static_cast<int32_t>((*model)->config().vocab_size());
   int64_t max_len = 0;
   for (int64_t x : ttft_lens) max_len = std::max(max_len, x);
-  for (int64_t x : tpot_lens) max_len = std::max(max_len, x + steps + 8);
+  for (int64_t x : tpot_lens) max_len = std::max(max_len, x + steps + kTpotWarmup + 8);
   std::mt19937 rng(5);
 
   for (const std::string& name :
