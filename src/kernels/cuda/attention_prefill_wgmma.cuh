@@ -68,16 +68,144 @@ __device__ __forceinline__ uint32_t sw128_offset(int r, int c) {
   return static_cast<uint32_t>((c >> 3) * kRows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
+// The per-thread tile math both wgmma prefill kernels (this one and the warp-specialised one,
+// attention_prefill_wgmma_ws.cuh) run on a warpgroup's 64 query rows: issuing S = Q K_j^T and
+// O += P V_j, the masked online softmax of S, the rescale of O and the rounding of P into the A
+// fragments of P V. Layouts: the 128B-swizzled panels and descriptors described above.
+template <int kD, int kBN, typename T>
+struct WgmmaTileMath {
+  static constexpr int kQKSteps = kD / 16;  // k-steps of Q K^T
+  static constexpr int kPVSteps = kBN / 16;  // k-steps of P V
+  static constexpr int kSRegs = kBN / 2;     // S accumulator registers per thread
+  static constexpr int kORegs = kD / 2;      // O accumulator registers per thread
+
+  // This thread's two query rows (fragment rows g and g + 8) and its warp's row range.
+  struct Rows {
+    int64_t q_pos0, q_pos1, wq_min, wq_max;
+    float scale_log2;
+  };
+
+  // S = Q K^T of the key block at k_stage; the warpgroup's Q rows start at row wg_row0 of the
+  // kTileRows-row Q tile at q_tile.
+  template <int kTileRows>
+  static __device__ __forceinline__ void issue_s(float (&s)[kSRegs], uint32_t q_tile, int wg_row0,
+                                                 uint32_t k_stage) {
+#pragma unroll
+    for (int kk = 0; kk < kQKSteps; ++kk) {
+      const uint32_t qa = q_tile + (kk / 4) * (kTileRows * 128) + wg_row0 * 128 + (kk % 4) * 32;
+      const uint32_t ka = k_stage + (kk / 4) * (kBN * 128) + (kk % 4) * 32;
+      const uint64_t da = wgmma_desc_sw128(qa, 16, 1024), db = wgmma_desc_sw128(ka, 16, 1024);
+      if (kk == 0) {
+        wgmma_ss_init<kBN, T>(s, da, db);
+      } else {
+        wgmma_ss<kBN, T>(s, da, db);
+      }
+    }
+    wgmma_commit();
+  }
+
+  // O += P V of the block at v_stage: k-step kk covers keys 16 kk .. 16 kk + 15.
+  static __device__ __forceinline__ void issue_pv(float (&o)[kORegs],
+                                                  const uint32_t (&pf)[kPVSteps][4],
+                                                  uint32_t v_stage) {
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      wgmma_rs_tb<kD, T>(o, pf[kk], wgmma_desc_sw128(v_stage + kk * 2048, kBN * 128, 1024));
+    }
+    wgmma_commit();
+  }
+
+  // Masks S (key positions bpos; unless every key is visible to all of this warp's queries) and
+  // runs the online softmax on it in place (two rows per thread; a row spans the 4 lanes of a
+  // quad). Sets the rescale factors of the two rows' earlier O.
+  static __device__ __forceinline__ void softmax(float (&s)[kSRegs], const int32_t* bpos,
+                                                 const HeadView& hv, int lane, const Rows& r,
+                                                 float& m0, float& m1, float& l0, float& l1,
+                                                 float& alpha0, float& alpha1) {
+    bool every_k = true;
+#pragma unroll
+    for (int i = 0; i < kBN / 32; ++i) {
+      const int32_t k = bpos[lane + 32 * i];
+      every_k = every_k && (k >= 0 && k <= r.wq_min &&
+                            (!hv.streaming || k < hv.sink_tokens || r.wq_max - k < hv.local));
+    }
+    if (!__all_sync(0xffffffffu, every_k)) {
+#pragma unroll
+      for (int jj = 0; jj < kBN / 8; ++jj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int32_t k = bpos[jj * 8 + 2 * (lane % 4) + e];
+          if (!key_visible(hv, r.q_pos0, k)) s[4 * jj + e] = -INFINITY;
+          if (!key_visible(hv, r.q_pos1, k)) s[4 * jj + 2 + e] = -INFINITY;
+        }
+      }
+    }
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int jj = 0; jj < kBN / 8; ++jj) {
+      mx0 = fmaxf(mx0, fmaxf(s[4 * jj], s[4 * jj + 1]));
+      mx1 = fmaxf(mx1, fmaxf(s[4 * jj + 2], s[4 * jj + 3]));
+    }
+#pragma unroll
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+    }
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * r.scale_log2;
+    const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * r.scale_log2;
+    alpha0 = fast_exp2(m0 * r.scale_log2 - base0);  // m0 = -inf -> 0
+    alpha1 = fast_exp2(m1 * r.scale_log2 - base1);
+    m0 = mn0;
+    m1 = mn1;
+    float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+    for (int jj = 0; jj < kBN / 8; ++jj) {
+      s[4 * jj + 0] = fast_exp2(fmaf(s[4 * jj + 0], r.scale_log2, -base0));
+      s[4 * jj + 1] = fast_exp2(fmaf(s[4 * jj + 1], r.scale_log2, -base0));
+      s[4 * jj + 2] = fast_exp2(fmaf(s[4 * jj + 2], r.scale_log2, -base1));
+      s[4 * jj + 3] = fast_exp2(fmaf(s[4 * jj + 3], r.scale_log2, -base1));
+      rs0 += s[4 * jj + 0] + s[4 * jj + 1];
+      rs1 += s[4 * jj + 2] + s[4 * jj + 3];
+    }
+    l0 = l0 * alpha0 + rs0;
+    l1 = l1 * alpha1 + rs1;
+  }
+
+  // O *= alpha (per row): brings O to the running max of the last softmax.
+  static __device__ __forceinline__ void rescale(float (&o)[kORegs], float alpha0, float alpha1) {
+#pragma unroll
+    for (int i = 0; i < kD / 8; ++i) {
+      o[4 * i + 0] *= alpha0;
+      o[4 * i + 1] *= alpha0;
+      o[4 * i + 2] *= alpha1;
+      o[4 * i + 3] *= alpha1;
+    }
+  }
+
+  // Rounds P to T as the A fragments of P V: k-step kk covers S column tiles 2 kk (a[0], a[1])
+  // and 2 kk + 1 (a[2], a[3]).
+  static __device__ __forceinline__ void pack(uint32_t (&pf)[kPVSteps][4],
+                                              const float (&s)[kSRegs]) {
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+      pf[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+      pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+      pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  }
+};
+
 template <int kD, typename T, int kBN>
 __global__ void __launch_bounds__(256, 1)
     prefill_wgmma_kernel(const AttentionParams p, const PrefillTile* tiles,
                          const int32_t* num_tiles, int32_t listed_cap) {
   using Shape = WgmmaPrefillShape<kD, kBN>;
   constexpr int kChunks = Shape::kChunks;
-  constexpr int kQKSteps = kD / 16;   // k-steps of Q K^T
-  constexpr int kPVSteps = kBN / 16;  // k-steps of P V
-  constexpr int kSRegs = kBN / 2;     // S accumulator registers per thread
-  constexpr int kORegs = kD / 2;      // O accumulator registers per thread
+  constexpr int kPVSteps = WgmmaTileMath<kD, kBN, T>::kPVSteps;
+  constexpr int kSRegs = WgmmaTileMath<kD, kBN, T>::kSRegs;
+  constexpr int kORegs = WgmmaTileMath<kD, kBN, T>::kORegs;
 
   const int tile_index = static_cast<int>(blockIdx.y);
   if (tile_index >= *num_tiles) return;
@@ -198,105 +326,17 @@ __global__ void __launch_bounds__(256, 1)
     if (j + 1 < num_blocks) issue_k(j + 1);
     cp_async_commit();
   };
+  using Math = WgmmaTileMath<kD, kBN, T>;
+  const typename Math::Rows rows{q_pos0, q_pos1, wq_min, wq_max, scale_log2};
   auto issue_s = [&](int32_t j) {
-    const uint32_t k_stage = sK_addr + (j & 1) * Shape::kKVBytes;
-#pragma unroll
-    for (int kk = 0; kk < kQKSteps; ++kk) {
-      const uint32_t qa = sQ_addr + (kk / 4) * (Shape::kBM * 128) + wg_row0 * 128 + (kk % 4) * 32;
-      const uint32_t ka = k_stage + (kk / 4) * (kBN * 128) + (kk % 4) * 32;
-      const uint64_t da = wgmma_desc_sw128(qa, 16, 1024), db = wgmma_desc_sw128(ka, 16, 1024);
-      if (kk == 0) {
-        wgmma_ss_init<kBN, T>(s, da, db);
-      } else {
-        wgmma_ss<kBN, T>(s, da, db);
-      }
-    }
-    wgmma_commit();
+    Math::template issue_s<Shape::kBM>(s, sQ_addr, wg_row0, sK_addr + (j & 1) * Shape::kKVBytes);
   };
-  // O += P V for block j: k-step kk covers keys 16 kk .. 16 kk + 15.
-  auto issue_pv = [&](int32_t j) {
-    const uint32_t v_stage = sV_addr + (j & 1) * Shape::kKVBytes;
-#pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) {
-      wgmma_rs_tb<kD, T>(o, pf[kk], wgmma_desc_sw128(v_stage + kk * 2048, kBN * 128, 1024));
-    }
-    wgmma_commit();
-  };
-  // Masks S_j (unless every key is visible to all of this warp's queries) and runs the online
-  // softmax on it in place (two rows per thread; a row spans the 4 lanes of a quad). Returns the
-  // rescale factors of the two rows' earlier O.
+  auto issue_pv = [&](int32_t j) { Math::issue_pv(o, pf, sV_addr + (j & 1) * Shape::kKVBytes); };
   auto softmax = [&](int32_t j, float& alpha0, float& alpha1) {
-    const int32_t* bpos = kpos + (j & 1) * kBN;
-    bool every_k = true;
-#pragma unroll
-    for (int i = 0; i < kBN / 32; ++i) {
-      const int32_t k = bpos[lane + 32 * i];
-      every_k = every_k && (k >= 0 && k <= wq_min &&
-                            (!hv.streaming || k < hv.sink_tokens || wq_max - k < hv.local));
-    }
-    if (!__all_sync(0xffffffffu, every_k)) {
-#pragma unroll
-      for (int jj = 0; jj < kBN / 8; ++jj) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int32_t k = bpos[jj * 8 + 2 * (lane % 4) + e];
-          if (!key_visible(hv, q_pos0, k)) s[4 * jj + e] = -INFINITY;
-          if (!key_visible(hv, q_pos1, k)) s[4 * jj + 2 + e] = -INFINITY;
-        }
-      }
-    }
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int jj = 0; jj < kBN / 8; ++jj) {
-      mx0 = fmaxf(mx0, fmaxf(s[4 * jj], s[4 * jj + 1]));
-      mx1 = fmaxf(mx1, fmaxf(s[4 * jj + 2], s[4 * jj + 3]));
-    }
-#pragma unroll
-    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
-    }
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * scale_log2;
-    const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * scale_log2;
-    alpha0 = fast_exp2(m0 * scale_log2 - base0);  // m0 = -inf -> 0
-    alpha1 = fast_exp2(m1 * scale_log2 - base1);
-    m0 = mn0;
-    m1 = mn1;
-    float rs0 = 0.0f, rs1 = 0.0f;
-#pragma unroll
-    for (int jj = 0; jj < kBN / 8; ++jj) {
-      s[4 * jj + 0] = fast_exp2(fmaf(s[4 * jj + 0], scale_log2, -base0));
-      s[4 * jj + 1] = fast_exp2(fmaf(s[4 * jj + 1], scale_log2, -base0));
-      s[4 * jj + 2] = fast_exp2(fmaf(s[4 * jj + 2], scale_log2, -base1));
-      s[4 * jj + 3] = fast_exp2(fmaf(s[4 * jj + 3], scale_log2, -base1));
-      rs0 += s[4 * jj + 0] + s[4 * jj + 1];
-      rs1 += s[4 * jj + 2] + s[4 * jj + 3];
-    }
-    l0 = l0 * alpha0 + rs0;
-    l1 = l1 * alpha1 + rs1;
+    Math::softmax(s, kpos + (j & 1) * kBN, hv, lane, rows, m0, m1, l0, l1, alpha0, alpha1);
   };
-  // O *= alpha (per row): brings O to the running max of the last softmax.
-  auto rescale = [&](float alpha0, float alpha1) {
-#pragma unroll
-    for (int i = 0; i < kD / 8; ++i) {
-      o[4 * i + 0] *= alpha0;
-      o[4 * i + 1] *= alpha0;
-      o[4 * i + 2] *= alpha1;
-      o[4 * i + 3] *= alpha1;
-    }
-  };
-  // Rounds P_j to T as the A fragments of P V: k-step kk covers S column tiles 2 kk (a[0], a[1])
-  // and 2 kk + 1 (a[2], a[3]).
-  auto pack = [&]() {
-#pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) {
-      pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-      pf[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-      pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-      pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-  };
+  auto rescale = [&](float alpha0, float alpha1) { Math::rescale(o, alpha0, alpha1); };
+  auto pack = [&]() { Math::pack(pf, s); };
 
   // Every block is computed by both warpgroups (a block no query of a warpgroup sees is fully
   // masked, which leaves its O, m and l unchanged), so the wgmma sequence is the same in every

@@ -74,10 +74,9 @@ __global__ void __launch_bounds__(384, 1)
   using Base = WgmmaPrefillShape<kD, kBN>;
   using Shape = WgmmaWsShape<kD, kBN>;
   constexpr int kChunks = Base::kChunks;
-  constexpr int kQKSteps = kD / 16;
-  constexpr int kPVSteps = kBN / 16;
-  constexpr int kSRegs = kBN / 2;
-  constexpr int kORegs = kD / 2;
+  constexpr int kPVSteps = WgmmaTileMath<kD, kBN, T>::kPVSteps;
+  constexpr int kSRegs = WgmmaTileMath<kD, kBN, T>::kSRegs;
+  constexpr int kORegs = WgmmaTileMath<kD, kBN, T>::kORegs;
   constexpr int kProducerRowThreads = 128 / kBN;  // producer threads per K/V row (1 or 2)
 
   const int tile_index = static_cast<int>(blockIdx.y);
@@ -218,98 +217,17 @@ __global__ void __launch_bounds__(384, 1)
     mbar_wait(full_v(j & 1), static_cast<uint32_t>((j >> 1) & 1));
     fence_proxy_async();
   };
+  using Math = WgmmaTileMath<kD, kBN, T>;
+  const typename Math::Rows rows{q_pos0, q_pos1, wq_min, wq_max, scale_log2};
   auto issue_s = [&](int32_t j) {
-    const uint32_t k_stage = sK_addr + (j & 1) * Base::kKVBytes;
-#pragma unroll
-    for (int kk = 0; kk < kQKSteps; ++kk) {
-      const uint32_t qa = sQ_addr + (kk / 4) * (Base::kBM * 128) + wg_row0 * 128 + (kk % 4) * 32;
-      const uint32_t ka = k_stage + (kk / 4) * (kBN * 128) + (kk % 4) * 32;
-      const uint64_t da = wgmma_desc_sw128(qa, 16, 1024), db = wgmma_desc_sw128(ka, 16, 1024);
-      if (kk == 0) {
-        wgmma_ss_init<kBN, T>(s, da, db);
-      } else {
-        wgmma_ss<kBN, T>(s, da, db);
-      }
-    }
-    wgmma_commit();
+    Math::template issue_s<Base::kBM>(s, sQ_addr, wg_row0, sK_addr + (j & 1) * Base::kKVBytes);
   };
-  auto issue_pv = [&](int32_t j) {
-    const uint32_t v_stage = sV_addr + (j & 1) * Base::kKVBytes;
-#pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) {
-      wgmma_rs_tb<kD, T>(o, pf[kk], wgmma_desc_sw128(v_stage + kk * 2048, kBN * 128, 1024));
-    }
-    wgmma_commit();
-  };
+  auto issue_pv = [&](int32_t j) { Math::issue_pv(o, pf, sV_addr + (j & 1) * Base::kKVBytes); };
   auto softmax = [&](int32_t j, float& alpha0, float& alpha1) {
-    const int32_t* bpos = kpos + (j & 1) * kBN;
-    bool every_k = true;
-#pragma unroll
-    for (int i = 0; i < kBN / 32; ++i) {
-      const int32_t k = bpos[lane + 32 * i];
-      every_k = every_k && (k >= 0 && k <= wq_min &&
-                            (!hv.streaming || k < hv.sink_tokens || wq_max - k < hv.local));
-    }
-    if (!__all_sync(0xffffffffu, every_k)) {
-#pragma unroll
-      for (int jj = 0; jj < kBN / 8; ++jj) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int32_t k = bpos[jj * 8 + 2 * (lane % 4) + e];
-          if (!key_visible(hv, q_pos0, k)) s[4 * jj + e] = -INFINITY;
-          if (!key_visible(hv, q_pos1, k)) s[4 * jj + 2 + e] = -INFINITY;
-        }
-      }
-    }
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int jj = 0; jj < kBN / 8; ++jj) {
-      mx0 = fmaxf(mx0, fmaxf(s[4 * jj], s[4 * jj + 1]));
-      mx1 = fmaxf(mx1, fmaxf(s[4 * jj + 2], s[4 * jj + 3]));
-    }
-#pragma unroll
-    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
-    }
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * scale_log2;
-    const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * scale_log2;
-    alpha0 = fast_exp2(m0 * scale_log2 - base0);
-    alpha1 = fast_exp2(m1 * scale_log2 - base1);
-    m0 = mn0;
-    m1 = mn1;
-    float rs0 = 0.0f, rs1 = 0.0f;
-#pragma unroll
-    for (int jj = 0; jj < kBN / 8; ++jj) {
-      s[4 * jj + 0] = fast_exp2(fmaf(s[4 * jj + 0], scale_log2, -base0));
-      s[4 * jj + 1] = fast_exp2(fmaf(s[4 * jj + 1], scale_log2, -base0));
-      s[4 * jj + 2] = fast_exp2(fmaf(s[4 * jj + 2], scale_log2, -base1));
-      s[4 * jj + 3] = fast_exp2(fmaf(s[4 * jj + 3], scale_log2, -base1));
-      rs0 += s[4 * jj + 0] + s[4 * jj + 1];
-      rs1 += s[4 * jj + 2] + s[4 * jj + 3];
-    }
-    l0 = l0 * alpha0 + rs0;
-    l1 = l1 * alpha1 + rs1;
+    Math::softmax(s, kpos + (j & 1) * kBN, hv, lane, rows, m0, m1, l0, l1, alpha0, alpha1);
   };
-  auto rescale = [&](float alpha0, float alpha1) {
-#pragma unroll
-    for (int i = 0; i < kD / 8; ++i) {
-      o[4 * i + 0] *= alpha0;
-      o[4 * i + 1] *= alpha0;
-      o[4 * i + 2] *= alpha1;
-      o[4 * i + 3] *= alpha1;
-    }
-  };
-  auto pack = [&]() {
-#pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) {
-      pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-      pf[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-      pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-      pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-  };
+  auto rescale = [&](float alpha0, float alpha1) { Math::rescale(o, alpha0, alpha1); };
+  auto pack = [&]() { Math::pack(pf, s); };
 
   // The loop of prefill_wgmma_kernel, with the barriers replaced by the stage mbarriers.
   if (num_blocks > 0) {
