@@ -2,10 +2,13 @@
 // Shared set-up for the kernel benchmarks: one process-wide pool (all cores of this machine),
 // fast pseudo-random fills for large buffers, and a single-sequence paged KV layout.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -21,6 +24,27 @@ inline ThreadPool& bench_pool() {
   }());
   return pool;
 }
+
+// A 64-byte-aligned anonymous mapping with transparent huge pages asked for: weights as the CPU
+// backend holds them (its large allocations are such mappings), so TLB behaviour matches.
+class HugeBuffer {
+ public:
+  explicit HugeBuffer(int64_t bytes) : bytes_(std::max<int64_t>(bytes, 1)) {
+    void* p = mmap(nullptr, static_cast<size_t>(bytes_), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) std::abort();
+    madvise(p, static_cast<size_t>(bytes_), MADV_HUGEPAGE);
+    data_ = static_cast<uint8_t*>(p);
+  }
+  ~HugeBuffer() { munmap(data_, static_cast<size_t>(bytes_)); }
+  HugeBuffer(const HugeBuffer&) = delete;
+  HugeBuffer& operator=(const HugeBuffer&) = delete;
+  uint8_t* data() { return data_; }
+
+ private:
+  int64_t bytes_;
+  uint8_t* data_;
+};
 
 // xorshift fill in [-1, 1), stored as dtype.
 inline void fill_random(void* data, DType dtype, int64_t n, uint64_t seed) {

@@ -69,7 +69,8 @@ TEST(Matmul, SmallMKernelEveryIsaDtypeAndShape) {
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
       for (int64_t m : {1, 2, 3, 4, 5, 8, 13}) {
         for (auto [k, n] :
-             {std::pair<int64_t, int64_t>{16, 4}, {100, 7}, {64, 33}, {257, 130}, {512, 64}}) {
+             {std::pair<int64_t, int64_t>{16, 4}, {100, 7}, {64, 33}, {257, 130}, {512, 64},
+              {1411, 70}}) {
           SCOPED_TRACE(isa_label(isa) + " " + std::string(dtype_name(dt)) + " m=" +
                        std::to_string(m) + " k=" + std::to_string(k) + " n=" + std::to_string(n));
           const Problem p = make_problem(rng, m, k, n, dt, (m + k) % 2 == 0);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/dot_tile.h"
+#include "kernels/cpu/gemv.h"
 #include "kernels/cpu/simd.h"
 
 namespace ls::kernels::cpu {
@@ -147,7 +148,7 @@ void matmul_small_m(const float* x, int64_t m, int64_t k, const void* w, DType w
     simd::dispatch_float_dtype(w_dtype, [&]<DType kW>() {
       pool.parallel_for(num_blocks, grain_blocks, [&](int64_t b0, int64_t b1) {
         const int64_t c0 = b0 * 4, c1 = std::min(n, b1 * 4);
-        dot_tile<S, kW>(x, k, m, w, c0, k, c1 - c0, k, y + c0, n);
+        gemv_rows<S, kW>(x, m, k, w, c0, c1, y, n);
         add_bias_cols(bias, m, c0, c1, n, y);
       });
     });

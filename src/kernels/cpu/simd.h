@@ -23,6 +23,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <immintrin.h>
+#elif defined(__SSE__)
+#include <xmmintrin.h>  // _mm_prefetch
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
@@ -236,6 +238,18 @@ inline void prefetch_l2(const void* data, int64_t bytes) {
 #if defined(__SSE__)
   const char* p = static_cast<const char*>(data);
   for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
+// Asks for [data, data + bytes) with the non-temporal hint: into the nearest cache without
+// displacing what is reused (streamed weights of a decode GEMV, read once per token).
+inline void prefetch_nta(const void* data, int64_t bytes) {
+#if defined(__SSE__)
+  const char* p = static_cast<const char*>(data);
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_NTA);
 #else
   (void)data;
   (void)bytes;
