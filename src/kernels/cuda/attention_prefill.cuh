@@ -41,6 +41,19 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// Writes zeros to a tile's output rows for query head h (a tile whose head has no usable keys,
+// as kernels/cpu): 16 bytes per thread and step, kThreads threads.
+template <int kD, int kThreads, typename T>
+__device__ __forceinline__ void zero_tile_rows(T* out, const PrefillTile& tile, int32_t h,
+                                               int32_t num_q_heads, int tid) {
+  constexpr int kChunks = kD / 8;
+  for (int i = tid; i < tile.num_q * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    *reinterpret_cast<uint4*>(out + (static_cast<int64_t>(tile.token0 + r) * num_q_heads + h) * kD +
+                              c * 8) = make_uint4(0, 0, 0, 0);
+  }
+}
+
 template <int kD, int kWarps>
 struct PrefillShape {
   static constexpr int kThreads = 32 * kWarps;
@@ -93,12 +106,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps >= 8 ? 1 : 2)
   HeadView hv;
   const bool usable = resolve_head(p, tile.seq, g, q_first, q_last, hv);
   if (!usable) {  // zero rows, as kernels/cpu
-    for (int i = tid; i < tile.num_q * kChunks; i += Shape::kThreads) {
-      const int r = i / kChunks, c = i % kChunks;
-      *reinterpret_cast<uint4*>(
-          out_base + (static_cast<int64_t>(tile.token0 + r) * p.num_q_heads + h) * kD + c * 8) =
-          make_uint4(0, 0, 0, 0);
-    }
+    zero_tile_rows<kD, Shape::kThreads>(out_base, tile, h, p.num_q_heads, tid);
     return;
   }
   if (warp == 0) {

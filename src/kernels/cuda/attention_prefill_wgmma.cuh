@@ -236,12 +236,7 @@ __global__ void __launch_bounds__(256, 1)
   HeadView hv;
   const bool usable = resolve_head(p, tile.seq, g, q_first, q_last, hv);
   if (!usable) {  // zero rows, as kernels/cpu
-    for (int i = tid; i < tile.num_q * kChunks; i += Shape::kThreads) {
-      const int r = i / kChunks, c = i % kChunks;
-      *reinterpret_cast<uint4*>(
-          out_base + (static_cast<int64_t>(tile.token0 + r) * p.num_q_heads + h) * kD + c * 8) =
-          make_uint4(0, 0, 0, 0);
-    }
+    zero_tile_rows<kD, Shape::kThreads>(out_base, tile, h, p.num_q_heads, tid);
     return;
   }
   if (warp == 0) {
