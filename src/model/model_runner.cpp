@@ -258,7 +258,10 @@ Status ModelRunner::enqueue_recorded(int32_t num_tokens, int32_t num_seqs, bool 
       (void)backend_.take_error();  // the failed recording's; the plain run reports real ones
     }
   }
-  if (it->second >= 0) return backend_.replay(it->second);
+  if (it->second >= 0) {
+    ++replayed_steps_;
+    return backend_.replay(it->second);
+  }
   enqueue_step(num_tokens, num_seqs, any_select);
   return {};
 }

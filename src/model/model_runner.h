@@ -41,6 +41,8 @@ class ModelRunner final : public StepExecutor {
   Status forward(const StepInput& step, std::vector<float>& logits) override;
   int32_t vocab_size() const override { return static_cast<int32_t>(model_.config().vocab_size()); }
   const RunnerConfig& config() const { return config_; }
+  // Steps that ran by replaying a recording (see forward()).
+  int64_t replayed_steps() const { return replayed_steps_; }
 
  private:
   ModelRunner(const Model& model, const KvManager& kv, const KvPool& pool,
@@ -105,6 +107,7 @@ class ModelRunner final : public StepExecutor {
   using StepShape = std::tuple<int32_t, int32_t, int32_t, bool>;
   std::map<StepShape, int32_t> recorded_;
   int64_t recorded_epoch_ = 0;
+  int64_t replayed_steps_ = 0;
 };
 
 }  // namespace ls

@@ -265,6 +265,10 @@ TEST_P(CudaFixtureModel, RecordedDecodeStepsMatchPlainSteps) {
     EXPECT_EQ(differing, 0u) << model << " prompt " << prompt_len << ": " << differing << " of "
                              << lr.size() << " logits differ";
   }
+  // The comparison means something only if the recorded stack really replayed (2 x 40 steps,
+  // minus the first two sightings of each of the two shapes) and the plain one never did.
+  EXPECT_GE(recorded->runner->replayed_steps(), 60) << model;
+  EXPECT_EQ(plain->runner->replayed_steps(), 0) << model;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaFixtureModel,
