@@ -258,24 +258,46 @@ profile_section() {
   local NCU=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)}
   [ -n "$NCU" ] || { echo "profile: no ncu"; return 1; }
   local policy=${PROFILE_POLICY:-lserve} ctx=${PROFILE_CONTEXT:-131072}
-  if [ -f "$MODEL_DIR/model.safetensors.index.json" ]; then
+  # PROFILE_PARTS: which of step (per-kernel times of decode steps), decode (the decode attention
+  # kernel's limiters), select (page selection + lserve decode at batch 1 and 8, 128K) and prefill.
+  local parts=",${PROFILE_PARTS:-step,decode,prefill},"
+  if [[ "$parts" == *",step,"* ]] && [ -f "$MODEL_DIR/model.safetensors.index.json" ]; then
     "$NCU" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
       --log-file "$OUT/ncu_step.csv" "$BIN/bench_cuda_e2e" --model "$MODEL_DIR" --policies "$policy" \
       --ttft= --tpot "$ctx" --steps 4 --profile-step 1 >"$OUT/ncu_step.log" 2>&1 || tail -5 "$OUT/ncu_step.log"
     python3 scripts/ncu_summary.py "$OUT/ncu_step.csv" --steps 4 | tee "$OUT/ncu_step.md"
   fi
   local sec="--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section ComputeWorkloadAnalysis"
-  "$NCU" --clock-control none -k regex:decode_attention --launch-count 1 $sec "$BIN/bench_cuda_kernels" \
-    --sections decode --batches 8 --contexts 32768 --policies dense >"$OUT/ncu_decode_dense.txt" 2>&1
-  "$NCU" --clock-control none -k regex:decode_attention --launch-count 1 $sec "$BIN/bench_cuda_kernels" \
-    --sections decode --batches 8 --contexts 32768 --policies lserve >"$OUT/ncu_decode_lserve.txt" 2>&1
-  "$NCU" --clock-control none -k regex:prefill_attention --launch-count 1 $sec --section InstructionStats \
-    "$BIN/bench_cuda_kernels" --sections prefill --prefill-tokens 32768 --policies dense >"$OUT/ncu_prefill.txt" 2>&1
-  "$NCU" --clock-control none -k regex:prefill_wgmma --launch-count 1 $sec --section InstructionStats \
-    "$BIN/bench_cuda_kernels" --sections prefill --prefill-tokens 32768 --policies dense >"$OUT/ncu_prefill_wgmma.txt" 2>&1
-  for f in ncu_decode_dense ncu_decode_lserve ncu_prefill ncu_prefill_wgmma; do
+  local files=()
+  if [[ "$parts" == *",decode,"* ]]; then
+    "$NCU" --clock-control none -k regex:decode_attention --launch-count 1 $sec "$BIN/bench_cuda_kernels" \
+      --sections decode --batches 8 --contexts 32768 --policies dense >"$OUT/ncu_decode_dense.txt" 2>&1
+    "$NCU" --clock-control none -k regex:decode_attention --launch-count 1 $sec "$BIN/bench_cuda_kernels" \
+      --sections decode --batches 8 --contexts 32768 --policies lserve >"$OUT/ncu_decode_lserve.txt" 2>&1
+    files+=(ncu_decode_dense ncu_decode_lserve)
+  fi
+  if [[ "$parts" == *",select,"* ]]; then
+    # One eager call of each kernel per batch size (the first replica's select + attention).
+    for b in 1 8; do
+      : >"$OUT/ncu_select_b$b.txt"
+      for k in "bounds|choose" "decode_attention|decode_reduce"; do
+        "$NCU" --clock-control none -k "regex:$k" --launch-count 2 $sec \
+          "$BIN/bench_cuda_kernels" --sections decode --batches $b --contexts 131072 --policies lserve \
+          >>"$OUT/ncu_select_b$b.txt" 2>&1
+      done
+      files+=(ncu_select_b$b)
+    done
+  fi
+  if [[ "$parts" == *",prefill,"* ]]; then
+    "$NCU" --clock-control none -k regex:prefill_attention --launch-count 1 $sec --section InstructionStats \
+      "$BIN/bench_cuda_kernels" --sections prefill --prefill-tokens 32768 --policies dense >"$OUT/ncu_prefill.txt" 2>&1
+    "$NCU" --clock-control none -k regex:prefill_wgmma --launch-count 1 $sec --section InstructionStats \
+      "$BIN/bench_cuda_kernels" --sections prefill --prefill-tokens 32768 --policies dense >"$OUT/ncu_prefill_wgmma.txt" 2>&1
+    files+=(ncu_prefill ncu_prefill_wgmma)
+  fi
+  for f in "${files[@]}"; do
     echo "== $f"
-    grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Stall|Warp Cycles Per Issued|Issue Slots Busy|L2 Hit|L1/TEX Hit|Executed Ipc|Waves Per SM|Dynamic Shared" "$OUT/$f.txt" | head -40
+    grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Stall|Warp Cycles Per Issued|Issue Slots Busy|L2 Hit|L1/TEX Hit|Executed Ipc|Waves Per SM|Dynamic Shared|Grid Size" "$OUT/$f.txt" | head -${PROFILE_LINES:-40}
   done
 }
 export -f profile_section
