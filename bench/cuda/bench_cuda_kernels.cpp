@@ -12,9 +12,10 @@
 //    calls that rotate over several copies of the KV cache (more bytes than the L2 holds), and
 //    timed by replaying it. The page selection is timed eagerly (select_us, one call, host gaps
 //    included) and as a graph of 20 calls (select_graph_us). --decode-max-splits,
-//    --decode-l2-prefetch and --decode-whole-rows time each case under every combination of
-//    those AttentionOptions (max_splits 0: the default heuristic; 1: on for the others, the
-//    defaults).
+//    --decode-min-blocks, --decode-l2-prefetch, --decode-whole-rows and --decode-merge (splits
+//    merged in their thread-block cluster, or by the reduction kernel) time each case under every
+//    combination of those AttentionOptions (max_splits 0: the default heuristic; 1: on for the
+//    switches, the defaults).
 //  - linear layers at decode shapes (M = 1, 8, 32 rows; the Llama-3-8B weight shapes): the bytes
 //    of the weight read per call against the copy bandwidth, timed as a graph of calls that
 //    rotate over enough weight copies to defeat the L2.
@@ -29,7 +30,8 @@
 //        [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
-//        [--decode-l2-prefetch 1,0] [--decode-whole-rows 1,0]
+//        [--decode-l2-prefetch 1,0] [--decode-whole-rows 1,0] [--decode-merge 1,0]
+//        [--decode-min-blocks 2,4]
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -149,41 +151,42 @@ void bench_linear(Device& dev, JsonLines& out, const std::vector<int64_t>& ms_li
                           {"down", 4096, 14336},  {"lm_head", 128256, 4096}};
   for (int64_t m : ms_list) {
     for (const Shape& s : shapes) {
-     for (const bool use_gemv : {false, true}) {
-      if (use_gemv && m > kernels::cuda::kGemvMaxRows) continue;
-      dev.b->set_gemv(use_gemv);
-      const int64_t wbytes = s.n * s.k * 2;
-      const int64_t replicas = std::clamp<int64_t>((4 * dev.l2_bytes + wbytes - 1) / wbytes, 2, 64);
-      Buffer w = alloc(dev, wbytes * replicas);
-      Buffer x = alloc(dev, m * s.k * 2), y = alloc(dev, m * s.n * 2);
-      fill(dev, w.data(), s.n * s.k * replicas, 21, -0.05f, 0.05f);
-      fill(dev, x.data(), m * s.k, 22);
-      const TensorView xv(x.data(), DType::kBF16, {m, s.k}, ls::Device::kCuda);
-      const TensorView yv(y.data(), DType::kBF16, {m, s.n}, ls::Device::kCuda);
-      std::vector<LinearWeight> ws(static_cast<size_t>(replicas));
-      for (int64_t r = 0; r < replicas; ++r) {
-        ws[static_cast<size_t>(r)].w = TensorView(static_cast<char*>(w.data()) + r * wbytes,
-                                                  DType::kBF16, {s.n, s.k}, ls::Device::kCuda);
-      }
-      for (const LinearWeight& lw : ws) dev.b->linear(xv, lw, yv);  // plans, outside the capture
-      dev.b->synchronize();
-      double us = 0;
-      if (dev.b->begin_capture().ok()) {
-        for (const LinearWeight& lw : ws) dev.b->linear(xv, lw, yv);
-        auto graph = dev.b->end_capture();
-        if (graph.ok()) {
-          us = median_ms(*dev.b, 2, 7, [&] { (void)dev.b->replay(*graph); }) * 1e3 /
-               static_cast<double>(replicas);
+      for (const bool use_gemv : {false, true}) {
+        if (use_gemv && m > kernels::cuda::kGemvMaxRows) continue;
+        dev.b->set_gemv(use_gemv);
+        const int64_t wbytes = s.n * s.k * 2;
+        const int64_t replicas =
+            std::clamp<int64_t>((4 * dev.l2_bytes + wbytes - 1) / wbytes, 2, 64);
+        Buffer w = alloc(dev, wbytes * replicas);
+        Buffer x = alloc(dev, m * s.k * 2), y = alloc(dev, m * s.n * 2);
+        fill(dev, w.data(), s.n * s.k * replicas, 21, -0.05f, 0.05f);
+        fill(dev, x.data(), m * s.k, 22);
+        const TensorView xv(x.data(), DType::kBF16, {m, s.k}, ls::Device::kCuda);
+        const TensorView yv(y.data(), DType::kBF16, {m, s.n}, ls::Device::kCuda);
+        std::vector<LinearWeight> ws(static_cast<size_t>(replicas));
+        for (int64_t r = 0; r < replicas; ++r) {
+          ws[static_cast<size_t>(r)].w = TensorView(static_cast<char*>(w.data()) + r * wbytes,
+                                                    DType::kBF16, {s.n, s.k}, ls::Device::kCuda);
         }
+        for (const LinearWeight& lw : ws) dev.b->linear(xv, lw, yv);  // plans, outside the capture
+        dev.b->synchronize();
+        double us = 0;
+        if (dev.b->begin_capture().ok()) {
+          for (const LinearWeight& lw : ws) dev.b->linear(xv, lw, yv);
+          auto graph = dev.b->end_capture();
+          if (graph.ok()) {
+            us = median_ms(*dev.b, 2, 7, [&] { (void)dev.b->replay(*graph); }) * 1e3 /
+                 static_cast<double>(replicas);
+          }
+        }
+        const Status err = dev.b->take_error();
+        const double bytes = static_cast<double>(wbytes + 2 * m * (s.k + s.n));
+        const double gbps = us > 0 ? bytes / (us * 1e-6) / 1e9 : 0.0;
+        out.write(fmt::format(
+            R"({{"bench": "linear", "impl": "{}", "name": "{}", "m": {}, "n": {}, "k": {}, "us": {:.2f}, "gbps": {:.0f}, "copy_fraction": {:.3f}, "ok": {}}})",
+            use_gemv ? "gemv" : "cublaslt", s.name, m, s.n, s.k, us, gbps,
+            copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, err.ok() && us > 0 ? "true" : "false"));
       }
-      const Status err = dev.b->take_error();
-      const double bytes = static_cast<double>(wbytes + 2 * m * (s.k + s.n));
-      const double gbps = us > 0 ? bytes / (us * 1e-6) / 1e9 : 0.0;
-      out.write(fmt::format(
-          R"({{"bench": "linear", "impl": "{}", "name": "{}", "m": {}, "n": {}, "k": {}, "us": {:.2f}, "gbps": {:.0f}, "copy_fraction": {:.3f}, "ok": {}}})",
-          use_gemv ? "gemv" : "cublaslt", s.name, m, s.n, s.k, us, gbps,
-          copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, err.ok() && us > 0 ? "true" : "false"));
-     }
     }
   }
   dev.b->set_gemv(true);
@@ -349,8 +352,10 @@ struct DecodePools {
 // Decode-kernel options one decode case is timed under.
 struct DecodeVariant {
   int max_splits = 0;  // 0: the default heuristic
+  int min_blocks = 2;  // AttentionOptions::min_blocks_per_split
   bool l2_prefetch = true;
   bool whole_rows = true;
+  bool merge_in_kernel = true;
 };
 
 void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batches,
@@ -511,8 +516,10 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
         for (const DecodeVariant& variant : variants) {
           kernels::cuda::AttentionOptions opt;
           opt.max_splits = variant.max_splits;
+          opt.min_blocks_per_split = variant.min_blocks;
           opt.decode_l2_prefetch = variant.l2_prefetch;
           opt.decode_whole_row_copies = variant.whole_rows;
+          opt.decode_cluster_merge = variant.merge_in_kernel;
           dev.b->set_attention_options(opt);
           // Eager once per replica (sizes the scratch), then one graph of many rotating calls.
           for (const auto& p : params) dev.b->attention(p);
@@ -534,11 +541,12 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
           const double gbps =
               ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
           out.write(fmt::format(
-              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "l2_prefetch": {}, "whole_rows": {}, "ok": {}}})",
+              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "whole_rows": {}, "cluster_merge": {}, "ok": {}}})",
               lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
               copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
-              replicas, variant.max_splits, variant.l2_prefetch ? "true" : "false",
-              variant.whole_rows ? "true" : "false", err.ok() && ms > 0 ? "true" : "false"));
+              replicas, variant.max_splits, variant.min_blocks,
+              variant.l2_prefetch ? "true" : "false", variant.whole_rows ? "true" : "false",
+              variant.merge_in_kernel ? "true" : "false", err.ok() && ms > 0 ? "true" : "false"));
         }
       }
     }
@@ -703,10 +711,16 @@ int run(int argc, char** argv) {
   if (has("decode")) {
     const double copy_bps = copy_bandwidth(*dev.b, int64_t{1} << 30);
     std::vector<DecodeVariant> variants;
+    const auto min_blocks = parse_list(arg(argc, argv, "--decode-min-blocks", "2"));
     for (const int64_t splits : parse_list(arg(argc, argv, "--decode-max-splits", "0"))) {
-      for (const int64_t pf : parse_list(arg(argc, argv, "--decode-l2-prefetch", "1"))) {
-        for (const int64_t wr : parse_list(arg(argc, argv, "--decode-whole-rows", "1"))) {
-          variants.push_back({static_cast<int>(splits), pf != 0, wr != 0});
+      for (const int64_t mb : min_blocks) {
+        for (const int64_t pf : parse_list(arg(argc, argv, "--decode-l2-prefetch", "1"))) {
+          for (const int64_t wr : parse_list(arg(argc, argv, "--decode-whole-rows", "1"))) {
+            for (const int64_t mg : parse_list(arg(argc, argv, "--decode-merge", "1"))) {
+              variants.push_back(
+                  {static_cast<int>(splits), static_cast<int>(mb), pf != 0, wr != 0, mg != 0});
+            }
+          }
         }
       }
     }
