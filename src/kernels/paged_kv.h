@@ -138,8 +138,8 @@ struct KvAppendParams {
   int32_t streaming_blocks_stride = 0;
   int32_t num_sink_pages = 0;
   const int32_t* ring_pages = nullptr;  // [num_seqs]
-  PageSummaries summaries;  // index request, kept per retrieval head-page (retrieval's
-                            //   heads_per_block and page_tokens); kmin == nullptr: none
+  PageSummaries summaries;              // index request, kept per retrieval head-page (retrieval's
+                                        //   heads_per_block and page_tokens); kmin == nullptr: none
 };
 
 // Fold this step's keys into the per-logical-page key min/max of retrieval heads (the "index"

@@ -278,8 +278,8 @@ TEST(CudaPagedOps, KvAppendWithIndexRequestEqualsCpuAppendThenSummaries) {
         kernels::cpu::kv_append(append_params(c, nullptr), cpu_pool());
         kernels::cpu::page_summary_update(summary_params(c, nullptr), cpu_pool());
         gpu()->kv_append(indexed_append_params(c, &dev));
-        const std::string label = std::string(sh.name) + ", keys " + dtype_label(src) +
-                                  ", summaries " + dtype_label(sum);
+        const std::string label =
+            std::string(sh.name) + ", keys " + dtype_label(src) + ", summaries " + dtype_label(sum);
         EXPECT_EQ(dev.rk.download(), c.rk.bytes) << "retrieval K, " << label;
         EXPECT_EQ(dev.rv.download(), c.rv.bytes) << "retrieval V, " << label;
         EXPECT_EQ(dev.sk.download(), c.sk.bytes) << "streaming K, " << label;

@@ -102,10 +102,10 @@ __device__ __forceinline__ void append_item(const KvAppendParams& p, int filter,
     }
     return;
   }
-  copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.k) + src_row,
-                         static_cast<Td*>(pool.k) + dst_row, p.head_dim, lane);
-  copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.v) + src_row,
-                         static_cast<Td*>(pool.v) + dst_row, p.head_dim, lane);
+  copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.k) + src_row, static_cast<Td*>(pool.k) + dst_row,
+                         p.head_dim, lane);
+  copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.v) + src_row, static_cast<Td*>(pool.v) + dst_row,
+                         p.head_dim, lane);
 }
 
 // Blocks [0, append_blocks) append; with Tm non-void (the summary element type) the blocks past
@@ -140,7 +140,8 @@ Status launch_typed(const KvAppendParams& p, const SummaryUpdateParams& su, int 
                     cudaStream_t stream) {
   const int64_t warps = static_cast<int64_t>(p.num_tokens) * p.num_kv_heads;
   const unsigned append_blocks = grid_for(warps, kWarpsPerBlock);
-  const unsigned blocks = append_blocks + (std::is_void_v<Tm> ? 0 : grid_for(warps, kWarpsPerBlock));
+  const unsigned blocks =
+      append_blocks + (std::is_void_v<Tm> ? 0 : grid_for(warps, kWarpsPerBlock));
   const bool r_aligned = aligned16(p.retrieval.k) && aligned16(p.retrieval.v);
   const bool s_aligned = aligned16(p.streaming.k) && aligned16(p.streaming.v);
   const bool vec = std::is_same_v<Ts, Td> && p.head_dim % kVecElems<Ts> == 0 && aligned16(p.k) &&
@@ -194,8 +195,7 @@ Status kv_append(const KvAppendParams& p, cudaStream_t stream) {
   }
   if (!has_r && !has_s && !index) return {};
   const int filter = has_r && has_s ? kBothPools : (has_s ? kStreamingOnly : kRetrievalOnly);
-  return launch(p, has_s && !has_r ? p.streaming.dtype : p.retrieval.dtype, filter, index,
-                stream);
+  return launch(p, has_s && !has_r ? p.streaming.dtype : p.retrieval.dtype, filter, index, stream);
 }
 
 }  // namespace ls::kernels::cuda
