@@ -22,7 +22,8 @@
 //  - small per-layer ops at decode and prefill sizes (section "small", Llama-3-8B shapes): rmsnorm
 //    and add_rmsnorm (hidden 4096), rope of q (32 heads) and of k (8 heads), silu_mul (inter
 //    14336), kv_append and page_summary_update (8 kv heads, pages of 64, logical pages of 16, 32K
-//    context), for T tokens: T <= 32 are T decode sequences of one token, larger T one prefill
+//    context) and kv_append_index, the two in one launch (what a selecting policy's layer runs),
+//    for T tokens: T <= 32 are T decode sequences of one token, larger T one prefill
 //    chunk. Each op is captured as a graph of many calls; "us" is the replay time per call, so
 //    it is what a captured decode step pays per launch of that op.
 // Usage: bench_cuda_kernels [--out FILE] [--sections copy,gemm,linear,prefill,decode,small]
@@ -651,6 +652,8 @@ void bench_small(Device& dev, JsonLines& out, const std::vector<int64_t>& token_
     su.summaries.dtype = DType::kBF16;
     su.summaries.logical_page_tokens = kLogical;
     su.summaries.logical_per_page = kPage / kLogical;
+    kernels::KvAppendParams ap_index = ap;
+    ap_index.summaries = su.summaries;
 
     struct Op {
       const char* name;
@@ -664,6 +667,7 @@ void bench_small(Device& dev, JsonLines& out, const std::vector<int64_t>& token_
         {"silu_mul", [&] { dev.b->silu_mul(guv, av); }},
         {"kv_append", [&] { dev.b->kv_append(ap); }},
         {"page_summary", [&] { dev.b->page_summary_update(su); }},
+        {"kv_append_index", [&] { dev.b->kv_append(ap_index); }},
     };
     for (const Op& op : ops) {
       const double us = graph_us(dev, kCalls, op.fn);

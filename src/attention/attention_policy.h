@@ -7,6 +7,9 @@
 //  - each layer, on the device, how page summaries are kept (index) and which pages each
 //    (sequence, kv head) visits (select), written into the plan the attention kernel consumes
 //    (fill_attention).
+// Index rides on the KV append: a policy that keeps summaries places its index request in the
+// append's params (fill_append), so one launch per layer writes the new K/V rows and folds their
+// keys into the summaries. There is no separate index call, so no summary is updated twice.
 // Policies are injected, never branched on: adding one adds files (policies/) and a line in
 // policy_registry.cpp.
 
@@ -33,7 +36,6 @@ struct LayerAttentionContext {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   const void* q = nullptr;  // [num_tokens, num_q_heads, head_dim] act dtype, post-RoPE
-  const void* k = nullptr;  // [num_tokens, num_kv_heads, head_dim] act dtype, post-RoPE
   DType act_dtype = DType::kF32;
   const int32_t* q_indptr = nullptr;          // [num_seqs + 1]
   const int32_t* kv_lens = nullptr;           // [num_seqs]
@@ -60,14 +62,16 @@ class AttentionPolicy {
   // Host, once per step, before the forward: fills `plan` for `seqs`.
   virtual void plan_step(std::span<const StepSequence> seqs, StepAttentionPlan& plan) = 0;
 
-  // Device, per layer, after this step's K/V were appended.
-  virtual void index(Backend& backend, const LayerAttentionContext& ctx) = 0;
+  // Device, per layer, after this step's K/V were appended (and indexed).
   virtual void select(Backend& backend, const LayerAttentionContext& ctx) = 0;
 
   // Writes this layer's head modes/slots and selection store into the kernel params.
   virtual void fill_attention(int32_t layer, kernels::AttentionParams& params) const = 0;
-  // Same for the KV append (head modes/slots only).
-  virtual void fill_append(int32_t layer, kernels::KvAppendParams& params) const = 0;
+  // Writes this layer's head modes/slots into the KV append's params and, for a policy that
+  // keeps page summaries, its index request: `summaries` (the KV memory's, all layers share the
+  // head-page indexing) become params.summaries. Left null, the append indexes nothing.
+  virtual void fill_append(int32_t layer, const kernels::PageSummaries& summaries,
+                           kernels::KvAppendParams& params) const = 0;
 };
 
 // Facts about the model a policy needs to lay out its heads.

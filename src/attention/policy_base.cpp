@@ -53,7 +53,8 @@ void PolicyBase::fill_attention(int32_t layer, kernels::AttentionParams& params)
   params.num_sink_pages = geometry_.num_sink_pages();
 }
 
-void PolicyBase::fill_append(int32_t layer, kernels::KvAppendParams& params) const {
+void PolicyBase::fill_append(int32_t layer, const kernels::PageSummaries& /*summaries*/,
+                             kernels::KvAppendParams& params) const {
   params.head_mode = head_modes(layer);
   params.head_slot = head_slots(layer);
   params.num_sink_pages = geometry_.num_sink_pages();

@@ -16,10 +16,11 @@ class PolicyBase : public AttentionPolicy {
   const KvGeometry& kv_geometry() const override { return geometry_; }
   Status bind(Backend& backend, int32_t max_seqs) override;
   void plan_step(std::span<const StepSequence> seqs, StepAttentionPlan& plan) override;
-  void index(Backend&, const LayerAttentionContext&) override {}
   void select(Backend&, const LayerAttentionContext&) override {}
   void fill_attention(int32_t layer, kernels::AttentionParams& params) const override;
-  void fill_append(int32_t layer, kernels::KvAppendParams& params) const override;
+  // Head modes/slots only: no index request.
+  void fill_append(int32_t layer, const kernels::PageSummaries& summaries,
+                   kernels::KvAppendParams& params) const override;
 
  protected:
   // modes[l * H + h]: how head h of layer l attends; it must agree with geometry.roles

@@ -59,26 +59,6 @@ int32_t* SelectingPolicy::layer_num_selected(int32_t layer) const {
          static_cast<ptrdiff_t>(layer) * max_seqs_ * geometry_.num_kv_heads;
 }
 
-void SelectingPolicy::index(Backend& backend, const LayerAttentionContext& ctx) {
-  kernels::SummaryUpdateParams p;
-  p.k = ctx.k;
-  p.src_dtype = ctx.act_dtype;
-  p.num_tokens = ctx.num_tokens;
-  p.num_kv_heads = ctx.num_kv_heads;
-  p.head_dim = ctx.head_dim;
-  p.num_seqs = ctx.num_seqs;
-  p.q_indptr = ctx.q_indptr;
-  p.kv_lens = ctx.kv_lens;
-  p.head_mode = head_modes(ctx.layer);
-  p.head_slot = head_slots(ctx.layer);
-  p.page_tokens = geometry_.page_tokens;
-  p.heads_per_block = geometry_.roles.num_retrieval();
-  p.retrieval_blocks = ctx.retrieval_blocks;
-  p.retrieval_blocks_stride = ctx.retrieval_blocks_stride;
-  p.summaries = ctx.summaries;
-  backend.page_summary_update(p);
-}
-
 void SelectingPolicy::select(Backend& backend, const LayerAttentionContext& ctx) {
   kernels::PageSelectParams p;
   p.q = ctx.q;
@@ -109,6 +89,12 @@ void SelectingPolicy::fill_attention(int32_t layer, kernels::AttentionParams& pa
   params.selected = layer_selected(layer);
   params.num_selected = layer_num_selected(layer);
   params.max_selected = max_selected();
+}
+
+void SelectingPolicy::fill_append(int32_t layer, const kernels::PageSummaries& summaries,
+                                  kernels::KvAppendParams& params) const {
+  PolicyBase::fill_append(layer, summaries, params);
+  params.summaries = summaries;
 }
 
 }  // namespace ls

@@ -1,7 +1,8 @@
 #pragma once
 // Policies whose retrieval heads choose pages per query (Quest, LServe): they keep key min/max
-// summaries per logical page (index), score pages with the Quest bound and keep the top-K under a
-// token budget (select), and reuse a selection for `select_interval` decode steps.
+// summaries per logical page (index, requested from the KV append in fill_append), score pages
+// with the Quest bound and keep the top-K under a token budget (select), and reuse a selection
+// for `select_interval` decode steps.
 //
 // Selection is per kv head, shared by its query group, so each page is read once per group.
 // The group's score of a logical page is max over its query heads h of
@@ -22,9 +23,11 @@ class SelectingPolicy : public PolicyBase {
  public:
   Status bind(Backend& backend, int32_t max_seqs) override;
   void plan_step(std::span<const StepSequence> seqs, StepAttentionPlan& plan) override;
-  void index(Backend& backend, const LayerAttentionContext& ctx) override;
   void select(Backend& backend, const LayerAttentionContext& ctx) override;
   void fill_attention(int32_t layer, kernels::AttentionParams& params) const override;
+  // Head modes/slots plus the index request (params.summaries = summaries).
+  void fill_append(int32_t layer, const kernels::PageSummaries& summaries,
+                   kernels::KvAppendParams& params) const override;
 
   int32_t token_budget() const { return token_budget_; }
   int32_t budget_pages() const;

@@ -153,6 +153,7 @@ class Backend {
   virtual void convert(const TensorView& src, const TensorView& dst) = 0;
 
   // Paged KV and attention (plain-data params, see kernels/paged_kv.h).
+  // With params.summaries set, kv_append also serves the index request (the GPU in one launch).
   virtual void kv_append(const kernels::KvAppendParams& params) = 0;
   virtual void page_summary_update(const kernels::SummaryUpdateParams& params) = 0;
   virtual void page_select(const kernels::PageSelectParams& params) = 0;

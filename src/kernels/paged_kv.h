@@ -114,6 +114,10 @@ struct AttentionParams {
 
 // Append this step's keys/values into the pools (streaming heads into their ring).
 // Token i of sequence s goes to absolute position kv_lens[s] - q_len + i.
+// Optional index request: with summaries.kmin set, the same call also folds this step's keys
+// into the retrieval heads' page summaries, with the result of page_summary_update on
+// summary_update_of(params) (below). The attention policy places it (fill_append), so a layer
+// appends and indexes in one launch; with kmin null the append touches no summary.
 struct KvAppendParams {
   const void* k = nullptr;  // [num_tokens, num_kv_heads, head_dim] src_dtype (post-RoPE)
   const void* v = nullptr;  // [num_tokens, num_kv_heads, head_dim] src_dtype
@@ -134,6 +138,8 @@ struct KvAppendParams {
   int32_t streaming_blocks_stride = 0;
   int32_t num_sink_pages = 0;
   const int32_t* ring_pages = nullptr;  // [num_seqs]
+  PageSummaries summaries;              // index request, kept per retrieval head-page (retrieval's
+                                        //   heads_per_block and page_tokens); kmin == nullptr: none
 };
 
 // Fold this step's keys into the per-logical-page key min/max of retrieval heads (the "index"
@@ -156,6 +162,28 @@ struct SummaryUpdateParams {
   int32_t retrieval_blocks_stride = 0;
   PageSummaries summaries;
 };
+
+// The summary update an append's index request stands for: the append's keys, batch, heads and
+// retrieval block table, on the retrieval pool's geometry. Kernels that fuse the two run this.
+inline SummaryUpdateParams summary_update_of(const KvAppendParams& a) {
+  SummaryUpdateParams p;
+  p.k = a.k;
+  p.src_dtype = a.src_dtype;
+  p.num_tokens = a.num_tokens;
+  p.num_kv_heads = a.num_kv_heads;
+  p.head_dim = a.head_dim;
+  p.num_seqs = a.num_seqs;
+  p.q_indptr = a.q_indptr;
+  p.kv_lens = a.kv_lens;
+  p.head_mode = a.head_mode;
+  p.head_slot = a.head_slot;
+  p.page_tokens = a.retrieval.page_tokens;
+  p.heads_per_block = a.retrieval.heads_per_block;
+  p.retrieval_blocks = a.retrieval_blocks;
+  p.retrieval_blocks_stride = a.retrieval_blocks_stride;
+  p.summaries = a.summaries;
+  return p;
+}
 
 // Quest / LServe page scoring and top-K for kSelected heads of one layer (decode: one query
 // token per sequence). For each (sequence, kv head) with head_mode == kSelected:

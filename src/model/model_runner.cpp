@@ -350,8 +350,8 @@ void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs,
   ap.streaming_blocks = meta_i32(layout_.streaming_blocks);
   ap.streaming_blocks_stride = streaming_stride_;
   ap.ring_pages = meta_i32(layout_.ring_pages);
-  policy_.fill_append(layer, ap);
-  backend_.kv_append(ap);
+  policy_.fill_append(layer, pool_.summaries(), ap);
+  backend_.kv_append(ap);  // and the policy's index, if it placed one
 
   LayerAttentionContext ctx;
   ctx.layer = layer;
@@ -361,7 +361,6 @@ void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs,
   ctx.num_kv_heads = static_cast<int32_t>(kv_heads);
   ctx.head_dim = static_cast<int32_t>(head_dim);
   ctx.q = q.data;
-  ctx.k = k.data;
   ctx.act_dtype = act;
   ctx.q_indptr = ap.q_indptr;
   ctx.kv_lens = ap.kv_lens;
@@ -371,7 +370,6 @@ void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs,
   ctx.select_rows = meta_i32(layout_.select_rows);
   ctx.retrieval = pool_.retrieval();
   ctx.summaries = pool_.summaries();
-  policy_.index(backend_, ctx);
   if (any_select) policy_.select(backend_, ctx);
 
   kernels::AttentionParams p;

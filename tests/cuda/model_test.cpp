@@ -3,7 +3,8 @@
 // and transformers' float32 logits, for prompts of 1, 64 and 4097 tokens prefilled in chunks;
 // greedy continuations equal to transformers' wherever its top-2 margin is clear of the measured
 // bf16 error; and lserve with streaming heads (sinks + local windows in prefill and decode) equal
-// to the CPU backend's lserve within the same tolerance.
+// to the CPU backend's lserve within the same tolerance, its page summaries (written by the
+// append's index request) included.
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -29,6 +30,9 @@ using Json = nlohmann::json;
 constexpr double kOneTokenTol = 2e-2;
 constexpr double kLogitTol = 0.15;
 constexpr int32_t kChunk = 512;
+// Page summaries are min/max of post-RoPE keys, bf16 against f32: within the keys' rounding and
+// upstream bf16 error, far from the 1.0 of summaries never written.
+constexpr double kSummaryTol = 0.1;
 
 std::filesystem::path fixture_dir(const std::string& name) {
   return std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/models" / name;
@@ -136,6 +140,23 @@ std::vector<int32_t> decode(ModelStack& st, const std::vector<int32_t>& prompt, 
   return out;
 }
 
+// Key min and max summaries of a stack's first `blocks` retrieval blocks (every layer's retrieval
+// heads), widened to f32: kmin, then kmax.
+std::vector<float> summaries_f32(ModelStack& st, int64_t blocks) {
+  const kernels::PageSummaries sm = st.pool->summaries();
+  const int64_t n = blocks * st.pool->retrieval().heads_per_block * sm.logical_per_page *
+                    st.policy->kv_geometry().head_dim;
+  std::vector<uint8_t> raw(static_cast<size_t>(dtype_nbytes(sm.dtype, n)));
+  std::vector<float> out(static_cast<size_t>(2 * n));
+  st.backend->synchronize();
+  for (int half = 0; half < 2; ++half) {
+    st.backend->copy_bytes(raw.data(), half == 0 ? sm.kmin : sm.kmax,
+                           static_cast<int64_t>(raw.size()));
+    convert_to_f32(sm.dtype, raw.data(), out.data() + half * n, n);
+  }
+  return out;
+}
+
 struct LogitError {
   double worst_rel = 0;  // max over positions of max_v |a - b| / max_v |b|
   double worst_abs = 0;  // max |a - b|
@@ -228,9 +249,24 @@ TEST_P(CudaFixtureModel, LserveStreamingHeadsMatchCpu) {
   decode(*cuda, prompt, 32, forced, lg);
   decode(*cpu, prompt, 32, forced, lc);
   const LogitError dec = compare(lg, lc, vocab);
+  // Both stacks ran the same sequences through the same (deterministic) block allocator, so their
+  // summaries sit at the same head-pages: the bf16 ones within rounding of the f32 ones. Summaries
+  // the GPU never wrote would stay zero (relative error 1).
+  const int64_t page = cuda->policy->kv_geometry().page_tokens;
+  const int64_t blocks = std::min<int64_t>((static_cast<int64_t>(ids.size()) + page - 1) / page,
+                                           cuda->pool->retrieval().num_blocks);
+  const std::vector<float> sg = summaries_f32(*cuda, blocks), sc = summaries_f32(*cpu, blocks);
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < sc.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(sg[i]) - sc[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(sc[i])));
+  }
   std::cout << "[ model    ] " << model << " lserve: prefill worst rel " << prefill.worst_rel
-            << ", decode worst rel " << dec.worst_rel << "\n";
+            << ", decode worst rel " << dec.worst_rel << ", summaries worst rel "
+            << diff / std::max(scale, 1e-30) << "\n";
   EXPECT_LE(dec.worst_rel, kLogitTol) << model;
+  EXPECT_GT(scale, 0.0) << model << ": no summary written on the CPU";
+  EXPECT_LE(diff, kSummaryTol * scale) << model;
 }
 
 // Decode steps replayed from recorded CUDA graphs give the same logits, bit for bit, as the same

@@ -1,6 +1,7 @@
 // The paged-KV ops on the GPU against kernels/cpu on identical inputs: kv_append (retrieval and
 // streaming heads, a ring that wraps inside one call, dtype conversion) and page_summary_update
-// (chunked prefill then decode, partial logical pages) must leave byte-identical pools;
+// (chunked prefill then decode, partial logical pages) must leave byte-identical pools, and so
+// must kv_append carrying an index request (one launch) against the two CPU ops;
 // page_select must choose exactly the CPU's pages on integer data (every bound exact, many ties)
 // and pages optimal up to rounding on continuous data.
 
@@ -24,7 +25,7 @@ using kernels::HeadMode;
 // and the device.
 struct AppendCase {
   int32_t d = 64, pt = 16, lpt = 16, nsp = 1;
-  DType pool_dt = DType::kBF16, src_dt = DType::kBF16;
+  DType pool_dt = DType::kBF16, src_dt = DType::kBF16, sum_dt = DType::kBF16;
   std::vector<int32_t> mode = {0, 1, 2, 1};  // HeadMode per kv head
   std::vector<int32_t> slot;
   int32_t hpb_r = 0, hpb_s = 0, nb_r = 0, nb_s = 0, stride_r = 0, stride_s = 0;
@@ -38,11 +39,14 @@ struct AppendCase {
 
 AppendCase make_append_case(std::mt19937& rng, int32_t d, int32_t pt, DType src_dt,
                             std::vector<int32_t> q_lens, std::vector<int32_t> kv_lens,
-                            std::vector<int32_t> ring) {
+                            std::vector<int32_t> ring, DType sum_dt = DType::kBF16,
+                            int32_t lpt = 16) {
   AppendCase c;
   c.d = d;
   c.pt = pt;
+  c.lpt = std::min(lpt, pt);
   c.src_dt = src_dt;
+  c.sum_dt = sum_dt;
   c.q_lens = std::move(q_lens);
   c.kv_lens = std::move(kv_lens);
   c.ring = std::move(ring);
@@ -86,8 +90,8 @@ AppendCase make_append_case(std::mt19937& rng, int32_t d, int32_t pt, DType src_
   c.sk = random_array(rng, int64_t{c.nb_s} * c.hpb_s * pt * d, c.pool_dt, -9, 9);
   c.sv = random_array(rng, int64_t{c.nb_s} * c.hpb_s * pt * d, c.pool_dt, -9, 9);
   const int64_t sum_n = int64_t{c.nb_r} * c.hpb_r * (pt / c.lpt) * d;
-  c.kmin = random_array(rng, sum_n, c.pool_dt, -9, 9);
-  c.kmax = random_array(rng, sum_n, c.pool_dt, -9, 9);
+  c.kmin = random_array(rng, sum_n, c.sum_dt, -9, 9);
+  c.kmax = random_array(rng, sum_n, c.sum_dt, -9, 9);
   return c;
 }
 
@@ -172,9 +176,16 @@ kernels::SummaryUpdateParams summary_params(AppendCase& c, const DeviceAppend* d
   p.retrieval_blocks_stride = c.stride_r;
   p.summaries.kmin = dev ? dev->kmin.data() : c.kmin.data();
   p.summaries.kmax = dev ? dev->kmax.data() : c.kmax.data();
-  p.summaries.dtype = c.pool_dt;
+  p.summaries.dtype = c.sum_dt;
   p.summaries.logical_page_tokens = c.lpt;
   p.summaries.logical_per_page = c.pt / c.lpt;
+  return p;
+}
+
+// The append with the index request a selecting policy places: summary_params' summaries.
+kernels::KvAppendParams indexed_append_params(AppendCase& c, const DeviceAppend* dev) {
+  kernels::KvAppendParams p = append_params(c, dev);
+  p.summaries = summary_params(c, dev).summaries;
   return p;
 }
 
@@ -231,6 +242,86 @@ TEST(CudaPagedOps, SummariesStayExactAcrossChunksAndDecodeSteps) {
     EXPECT_EQ(dev.kmin.download(), c.kmin.bytes) << "kmin after kv_len " << kv_len;
     EXPECT_EQ(dev.kmax.download(), c.kmax.bytes) << "kmax after kv_len " << kv_len;
   }
+}
+
+// The append with an index request, one launch on the GPU, against kernels/cpu's append then
+// summary update: decode batches (runs of one token into partly filled logical pages, a token that
+// starts a logical page, one that starts a physical page) and prefill batches (runs across
+// logical and physical pages, a ring that wraps inside the call, a chunk starting mid page), keys
+// bf16 (16-byte copies) and f16 (converted into the bf16 pool), summaries f32 and bf16.
+TEST(CudaPagedOps, KvAppendWithIndexRequestEqualsCpuAppendThenSummaries) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(27);
+  struct Shape {
+    const char* name;
+    int32_t pt, lpt;
+    std::vector<int32_t> q_lens, kv_lens, ring;
+  };
+  const std::vector<Shape> shapes = {
+      {"decode 1 seq", 64, 16, {1}, {4101}, {5}},
+      {"decode batch",
+       64,
+       16,
+       {1, 1, 1, 1, 1},
+       {300, 17, 64 * 3 + 1, 16 * 5 + 1, 5},
+       {5, 5, 5, 5, 5}},
+      {"decode flat pages", 16, 16, {1, 1, 1}, {33, 40, 7}, {4, 4, 4}},
+      {"prefill", 64, 16, {40, 64 * 6, 7, 130}, {40, 64 * 9 + 5, 3 * 64 + 9, 130}, {4, 3, 6, 5}},
+      {"prefill flat pages", 16, 16, {100, 1, 37}, {100, 250, 16 * 4 + 3}, {3, 4, 5}},
+  };
+  for (const Shape& sh : shapes) {
+    for (DType src : {DType::kBF16, DType::kF16}) {
+      for (DType sum : {DType::kF32, DType::kBF16}) {
+        AppendCase c =
+            make_append_case(rng, 128, sh.pt, src, sh.q_lens, sh.kv_lens, sh.ring, sum, sh.lpt);
+        DeviceAppend dev(c);
+        kernels::cpu::kv_append(append_params(c, nullptr), cpu_pool());
+        kernels::cpu::page_summary_update(summary_params(c, nullptr), cpu_pool());
+        gpu()->kv_append(indexed_append_params(c, &dev));
+        const std::string label =
+            std::string(sh.name) + ", keys " + dtype_label(src) + ", summaries " + dtype_label(sum);
+        EXPECT_EQ(dev.rk.download(), c.rk.bytes) << "retrieval K, " << label;
+        EXPECT_EQ(dev.rv.download(), c.rv.bytes) << "retrieval V, " << label;
+        EXPECT_EQ(dev.sk.download(), c.sk.bytes) << "streaming K, " << label;
+        EXPECT_EQ(dev.sv.download(), c.sv.bytes) << "streaming V, " << label;
+        EXPECT_EQ(dev.kmin.download(), c.kmin.bytes) << "kmin, " << label;
+        EXPECT_EQ(dev.kmax.download(), c.kmax.bytes) << "kmax, " << label;
+      }
+    }
+  }
+  EXPECT_TRUE(gpu()->take_error().ok());
+}
+
+// One sequence grows over several fused calls, prefill chunks then decode steps, as a layer sees
+// it: the summaries stay equal to the CPU's two ops after every call, including the partly filled
+// logical pages continued by the next call.
+TEST(CudaPagedOps, KvAppendWithIndexRequestStaysExactAcrossSteps) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(28);
+  const int32_t pt = 64, d = 128;
+  std::vector<std::pair<int32_t, int32_t>> steps = {{37, 37}, {1, 38}, {7, 45}, {65, 110}};
+  for (int32_t len = 111; len <= 130; ++len) steps.emplace_back(1, len);  // crosses 112 and 128
+  AppendCase c = make_append_case(rng, d, pt, DType::kBF16, {37}, {130}, {3}, DType::kF32);
+  DeviceAppend dev(c);
+  for (auto [q_len, kv_len] : steps) {
+    c.q_lens = {q_len};
+    c.kv_lens = {kv_len};
+    c.q_indptr = {0, q_len};
+    c.k = random_array(rng, int64_t{q_len} * c.num_kv() * d, DType::kBF16, -2, 2);
+    c.v = random_array(rng, int64_t{q_len} * c.num_kv() * d, DType::kBF16, -2, 2);
+    dev.k = DeviceArray::of(c.k);
+    dev.v = DeviceArray::of(c.v);
+    dev.q_indptr = DeviceArray::of(c.q_indptr);
+    dev.kv_lens = DeviceArray::of(c.kv_lens);
+    kernels::cpu::kv_append(append_params(c, nullptr), cpu_pool());
+    kernels::cpu::page_summary_update(summary_params(c, nullptr), cpu_pool());
+    gpu()->kv_append(indexed_append_params(c, &dev));
+    EXPECT_EQ(dev.rk.download(), c.rk.bytes) << "retrieval K after kv_len " << kv_len;
+    EXPECT_EQ(dev.sk.download(), c.sk.bytes) << "streaming K after kv_len " << kv_len;
+    EXPECT_EQ(dev.kmin.download(), c.kmin.bytes) << "kmin after kv_len " << kv_len;
+    EXPECT_EQ(dev.kmax.download(), c.kmax.bytes) << "kmax after kv_len " << kv_len;
+  }
+  EXPECT_TRUE(gpu()->take_error().ok());
 }
 
 // ---- page_select ----

@@ -1,7 +1,8 @@
 // kv_append and page_summary_update over several calls (prefill chunks, then decode steps) for
 // a batch of sequences: the pools must equal, byte for byte, a naive mirror that writes every
 // token in order through the block tables (the streaming ring included), and the summaries
-// must equal the naive min/max of the tokens each logical page holds after every call.
+// must equal the naive min/max of the tokens each logical page holds after every call. An
+// append carrying an index request must leave pools and summaries exactly as the two calls.
 
 #include <gtest/gtest.h>
 
@@ -265,6 +266,104 @@ TEST(PageSummary, MinMaxExactAfterEveryCallAndNeverReadsStaleMemory) {
           for (float x : f)
             ASSERT_TRUE(std::isnan(x)) << "row " << row << " written but holds no token";
         }
+      }
+    }
+  }
+}
+
+// The append's params for one step of `w` (pools `k`/`v` of each kind passed in, so two copies
+// of the world's memory can be driven by the same step).
+KvAppendParams step_params(AppendWorld& w, StepInput& in, std::vector<uint8_t>& rk,
+                           std::vector<uint8_t>& rv, std::vector<uint8_t>& sk,
+                           std::vector<uint8_t>& sv) {
+  KvAppendParams p;
+  p.k = in.k.data();
+  p.v = in.v.data();
+  p.src_dtype = w.src_dtype;
+  p.num_tokens = in.q_indptr.back();
+  p.num_kv_heads = w.num_kv;
+  p.head_dim = w.d;
+  p.num_seqs = w.num_seqs;
+  p.q_indptr = in.q_indptr.data();
+  p.kv_lens = in.kv_lens.data();
+  p.head_mode = w.mode.data();
+  p.head_slot = w.slot.data();
+  p.retrieval = w.pool(rk, rv, w.r_blocks);
+  p.retrieval_blocks = w.r_table.data();
+  p.retrieval_blocks_stride = w.r_stride;
+  p.streaming = w.pool(sk, sv, w.s_blocks);
+  p.streaming_blocks = w.s_table.data();
+  p.streaming_blocks_stride = w.s_stride;
+  p.num_sink_pages = w.nsink;
+  p.ring_pages = w.ring.data();
+  return p;
+}
+
+TEST(KvAppend, IndexRequestEqualsAppendThenSummaryUpdate) {
+  std::mt19937 rng(43);
+  for (DType src : {DType::kBF16, DType::kF16}) {
+    for (DType sum_dtype : {DType::kF32, DType::kBF16}) {
+      for (auto [pt, lpt] : {std::pair{16, 16}, {64, 16}}) {
+        SCOPED_TRACE(std::string(dtype_name(src)) + " summaries " +
+                     std::string(dtype_name(sum_dtype)) + " pt=" + std::to_string(pt) +
+                     " lpt=" + std::to_string(lpt));
+        // Prefill chunks across logical and physical pages, then decode tokens into partly
+        // filled logical pages and onto fresh ones.
+        const std::vector<std::vector<int32_t>> steps = {
+            {2 * pt + 3, 1, 9}, {5, 1, pt + 7}, {1, 1, 1}, {lpt - 1, 1, 1}, {1, 1, 2}};
+        std::vector<int32_t> totals(3, 0);
+        for (const auto& st : steps) {
+          for (size_t s = 0; s < 3; ++s) totals[s] += st[s];
+        }
+        AppendWorld w = make_world(rng, src, DType::kBF16, pt, totals);
+        const int32_t lpp = pt / lpt;
+        const int64_t rows = int64_t{w.r_blocks} * w.hpb * lpp;
+        std::vector<uint8_t> kmin(static_cast<size_t>(dtype_nbytes(sum_dtype, rows * w.d))),
+            kmax(kmin.size());
+        poison(kmin.data(), sum_dtype, rows * w.d);
+        poison(kmax.data(), sum_dtype, rows * w.d);
+        // The two-call path works on copies of every array.
+        std::vector<uint8_t> rk = w.r_k, rv = w.r_v, sk = w.s_k, sv = w.s_v, kmin2 = kmin,
+                             kmax2 = kmax;
+        for (const auto& q_lens : steps) {
+          StepInput in = make_step(w, q_lens);
+          KvAppendParams fused = step_params(w, in, w.r_k, w.r_v, w.s_k, w.s_v);
+          fused.summaries = PageSummaries{kmin.data(), kmax.data(), sum_dtype, lpt, lpp};
+          cpu::kv_append(fused, pool2());
+
+          cpu::kv_append(step_params(w, in, rk, rv, sk, sv), pool2());
+          SummaryUpdateParams su;  // spelled out, as the policies did before the fusion
+          su.k = in.k.data();
+          su.src_dtype = src;
+          su.num_tokens = in.q_indptr.back();
+          su.num_kv_heads = w.num_kv;
+          su.head_dim = w.d;
+          su.num_seqs = w.num_seqs;
+          su.q_indptr = in.q_indptr.data();
+          su.kv_lens = in.kv_lens.data();
+          su.head_mode = w.mode.data();
+          su.head_slot = w.slot.data();
+          su.page_tokens = pt;
+          su.heads_per_block = w.hpb;
+          su.retrieval_blocks = w.r_table.data();
+          su.retrieval_blocks_stride = w.r_stride;
+          su.summaries = PageSummaries{kmin2.data(), kmax2.data(), sum_dtype, lpt, lpp};
+          cpu::page_summary_update(su, pool2());
+          for (int32_t s = 0; s < w.num_seqs; ++s) w.appended[s] += q_lens[s];
+
+          // Byte for byte, NaN poison included.
+          ASSERT_EQ(w.r_k, rk);
+          ASSERT_EQ(w.r_v, rv);
+          ASSERT_EQ(w.s_k, sk);
+          ASSERT_EQ(w.s_v, sv);
+          ASSERT_EQ(kmin, kmin2);
+          ASSERT_EQ(kmax, kmax2);
+          ASSERT_EQ(w.r_k, w.m_r_k);  // and the append itself is still right
+        }
+        // Summaries were really written (not both left poisoned).
+        std::vector<float> f(static_cast<size_t>(rows * w.d));
+        convert_to_f32(sum_dtype, kmin.data(), f.data(), rows * w.d);
+        EXPECT_TRUE(std::any_of(f.begin(), f.end(), [](float x) { return !std::isnan(x); }));
       }
     }
   }

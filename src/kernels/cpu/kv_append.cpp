@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kernels/cpu/page_summary.h"
 #include "kernels/cpu/simd.h"
 
 namespace ls::kernels::cpu {
@@ -80,6 +81,7 @@ void kv_append(const KvAppendParams& p, ThreadPool& pool) {
       }
     }
   });
+  if (p.summaries.kmin) page_summary_update(summary_update_of(p), pool);
 }
 
 }  // namespace ls::kernels::cpu

@@ -5,12 +5,18 @@
 // The loads that depend only on the (token, kv head) item (head mode and slot, and with 16-byte
 // vectors the source K / V row, up to kCachedVecs vectors per lane) are issued first, so at
 // decode sizes their latency overlaps the dependent chain (batch position, then block table).
+// An index request (KvAppendParams::summaries) adds as many blocks again past the append's,
+// whose warps run the page-summary update of page_summary.cuh over the same items: one launch
+// per layer instead of two, and the two halves overlap instead of paying two latency chains in
+// sequence. The summary warps read the source keys, not the pools, so they need no ordering with
+// the append's writes. Without a request the kernel is the plain append (no summary code).
 
 #include <type_traits>
 
 #include "kernels/cuda/batch_index.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/dispatch.cuh"
+#include "kernels/cuda/page_summary.cuh"
 #include "kernels/cuda/paged_ops.h"
 
 namespace ls::kernels::cuda {
@@ -33,98 +39,136 @@ __device__ __forceinline__ void copy_row(const Ts* src, Td* dst, int d, int lane
   }
 }
 
+// Item = token * num_kv_heads + kv head; one warp, `lane` its lane.
 template <typename Ts, typename Td, bool kVec>
+__device__ __forceinline__ void append_item(const KvAppendParams& p, int filter, int64_t item,
+                                            int lane) {
+  const int32_t t = static_cast<int32_t>(item / p.num_kv_heads);
+  const int32_t g = static_cast<int32_t>(item % p.num_kv_heads);
+  const int32_t mode = p.head_mode[g];
+  const int32_t slot = p.head_slot[g];
+  const int64_t src_row = (static_cast<int64_t>(t) * p.num_kv_heads + g) * p.head_dim;
+  constexpr int kV = kVecElems<Ts>;
+  const bool cached = kVec && p.head_dim <= 32 * kV * kCachedVecs;
+  uint4 kbuf[kCachedVecs], vbuf[kCachedVecs];
+  if (cached) {
+#pragma unroll
+    for (int c = 0; c < kCachedVecs; ++c) {
+      const int e = (lane + 32 * c) * kV;
+      if (e < p.head_dim) {
+        kbuf[c] = *reinterpret_cast<const uint4*>(static_cast<const Ts*>(p.k) + src_row + e);
+        vbuf[c] = *reinterpret_cast<const uint4*>(static_cast<const Ts*>(p.v) + src_row + e);
+      }
+    }
+  }
+  const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, t);
+  if (tp.seq < 0) return;
+  const int32_t s = tp.seq;
+  const bool streaming = mode == static_cast<int32_t>(HeadMode::kStreaming);
+  if (filter != kBothPools && streaming != (filter == kStreamingOnly)) return;
+  const PagedKvPool& pool = streaming ? p.streaming : p.retrieval;
+  if (pool.page_tokens <= 0 || pool.head_dim != p.head_dim || !pool.k || !pool.v) return;
+  if (slot < 0 || slot >= pool.heads_per_block) return;
+  const int32_t pt = pool.page_tokens;
+  const int64_t pos = tp.position;
+  const int64_t page = pos / pt;
+  int64_t table_index = page;
+  const int32_t* table = p.retrieval_blocks;
+  int32_t stride = p.retrieval_blocks_stride;
+  if (streaming) {
+    const int32_t ring = p.ring_pages[s];
+    if (ring <= 0) return;
+    // The same ring row is written again later in this call: skip the dead write.
+    if (page >= p.num_sink_pages && pos + static_cast<int64_t>(ring) * pt < p.kv_lens[s]) return;
+    table_index = ring_table_index(static_cast<int32_t>(page), p.num_sink_pages, ring);
+    table = p.streaming_blocks;
+    stride = p.streaming_blocks_stride;
+  }
+  if (table_index < 0 || table_index >= stride) return;
+  const int32_t block = table[static_cast<int64_t>(s) * stride + table_index];
+  if (block < 0 || block >= pool.num_blocks) return;
+  const int64_t head_page = static_cast<int64_t>(block) * pool.heads_per_block + slot;
+  const int64_t dst_row = (head_page * pt + pos % pt) * p.head_dim;
+  if (cached) {
+    Td* dk = static_cast<Td*>(pool.k) + dst_row;
+    Td* dv = static_cast<Td*>(pool.v) + dst_row;
+#pragma unroll
+    for (int c = 0; c < kCachedVecs; ++c) {
+      const int e = (lane + 32 * c) * kV;
+      if (e < p.head_dim) {
+        *reinterpret_cast<uint4*>(dk + e) = kbuf[c];
+        *reinterpret_cast<uint4*>(dv + e) = vbuf[c];
+      }
+    }
+    return;
+  }
+  copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.k) + src_row, static_cast<Td*>(pool.k) + dst_row,
+                         p.head_dim, lane);
+  copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.v) + src_row, static_cast<Td*>(pool.v) + dst_row,
+                         p.head_dim, lane);
+}
+
+// Blocks [0, append_blocks) append; with Tm non-void (the summary element type) the blocks past
+// them update the summaries `su` of the same items. Both halves grid-stride over all items.
+template <typename Ts, typename Td, bool kVec, typename Tm>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    kv_append_kernel(const KvAppendParams p, int filter) {
+    kv_append_kernel(const KvAppendParams p, const SummaryUpdateParams su, int filter,
+                     unsigned append_blocks) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t num_items = static_cast<int64_t>(p.num_tokens) * p.num_kv_heads;
-  for (int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-       item < num_items; item += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
-    const int32_t t = static_cast<int32_t>(item / p.num_kv_heads);
-    const int32_t g = static_cast<int32_t>(item % p.num_kv_heads);
-    const int32_t mode = p.head_mode[g];
-    const int32_t slot = p.head_slot[g];
-    const int64_t src_row = (static_cast<int64_t>(t) * p.num_kv_heads + g) * p.head_dim;
-    constexpr int kV = kVecElems<Ts>;
-    const bool cached = kVec && p.head_dim <= 32 * kV * kCachedVecs;
-    uint4 kbuf[kCachedVecs], vbuf[kCachedVecs];
-    if (cached) {
-#pragma unroll
-      for (int c = 0; c < kCachedVecs; ++c) {
-        const int e = (lane + 32 * c) * kV;
-        if (e < p.head_dim) {
-          kbuf[c] = *reinterpret_cast<const uint4*>(static_cast<const Ts*>(p.k) + src_row + e);
-          vbuf[c] = *reinterpret_cast<const uint4*>(static_cast<const Ts*>(p.v) + src_row + e);
-        }
+  const int64_t warps_per_block = blockDim.x / 32;
+  if constexpr (!std::is_void_v<Tm>) {
+    if (blockIdx.x >= append_blocks) {
+      const int64_t stride = (gridDim.x - append_blocks) * warps_per_block;
+      for (int64_t item = (blockIdx.x - append_blocks) * warps_per_block + threadIdx.x / 32;
+           item < num_items; item += stride) {
+        page_summary_item<Ts, Tm>(su, item, lane);
       }
+      return;
     }
-    const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, t);
-    if (tp.seq < 0) continue;
-    const int32_t s = tp.seq;
-    const bool streaming = mode == static_cast<int32_t>(HeadMode::kStreaming);
-    if (filter != kBothPools && streaming != (filter == kStreamingOnly)) continue;
-    const PagedKvPool& pool = streaming ? p.streaming : p.retrieval;
-    if (pool.page_tokens <= 0 || pool.head_dim != p.head_dim || !pool.k || !pool.v) continue;
-    if (slot < 0 || slot >= pool.heads_per_block) continue;
-    const int32_t pt = pool.page_tokens;
-    const int64_t pos = tp.position;
-    const int64_t page = pos / pt;
-    int64_t table_index = page;
-    const int32_t* table = p.retrieval_blocks;
-    int32_t stride = p.retrieval_blocks_stride;
-    if (streaming) {
-      const int32_t ring = p.ring_pages[s];
-      if (ring <= 0) continue;
-      // The same ring row is written again later in this call: skip the dead write.
-      if (page >= p.num_sink_pages && pos + static_cast<int64_t>(ring) * pt < p.kv_lens[s]) {
-        continue;
-      }
-      table_index = ring_table_index(static_cast<int32_t>(page), p.num_sink_pages, ring);
-      table = p.streaming_blocks;
-      stride = p.streaming_blocks_stride;
-    }
-    if (table_index < 0 || table_index >= stride) continue;
-    const int32_t block = table[static_cast<int64_t>(s) * stride + table_index];
-    if (block < 0 || block >= pool.num_blocks) continue;
-    const int64_t head_page = static_cast<int64_t>(block) * pool.heads_per_block + slot;
-    const int64_t dst_row = (head_page * pt + pos % pt) * p.head_dim;
-    if (cached) {
-      Td* dk = static_cast<Td*>(pool.k) + dst_row;
-      Td* dv = static_cast<Td*>(pool.v) + dst_row;
-#pragma unroll
-      for (int c = 0; c < kCachedVecs; ++c) {
-        const int e = (lane + 32 * c) * kV;
-        if (e < p.head_dim) {
-          *reinterpret_cast<uint4*>(dk + e) = kbuf[c];
-          *reinterpret_cast<uint4*>(dv + e) = vbuf[c];
-        }
-      }
-      continue;
-    }
-    copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.k) + src_row,
-                           static_cast<Td*>(pool.k) + dst_row, p.head_dim, lane);
-    copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.v) + src_row,
-                           static_cast<Td*>(pool.v) + dst_row, p.head_dim, lane);
+  }
+  const int64_t stride = append_blocks * warps_per_block;
+  for (int64_t item = blockIdx.x * warps_per_block + threadIdx.x / 32; item < num_items;
+       item += stride) {
+    append_item<Ts, Td, kVec>(p, filter, item, lane);
   }
 }
 
-Status launch(const KvAppendParams& p, DType pool_dtype, int filter, cudaStream_t stream) {
+// Launches the append of one pool dtype (Td), with the summary half when Tm is non-void.
+template <typename Ts, typename Td, typename Tm>
+Status launch_typed(const KvAppendParams& p, const SummaryUpdateParams& su, int filter,
+                    cudaStream_t stream) {
+  const int64_t warps = static_cast<int64_t>(p.num_tokens) * p.num_kv_heads;
+  const unsigned append_blocks = grid_for(warps, kWarpsPerBlock);
+  const unsigned blocks =
+      append_blocks + (std::is_void_v<Tm> ? 0 : grid_for(warps, kWarpsPerBlock));
+  const bool r_aligned = aligned16(p.retrieval.k) && aligned16(p.retrieval.v);
+  const bool s_aligned = aligned16(p.streaming.k) && aligned16(p.streaming.v);
+  const bool vec = std::is_same_v<Ts, Td> && p.head_dim % kVecElems<Ts> == 0 && aligned16(p.k) &&
+                   aligned16(p.v) && (filter == kStreamingOnly || r_aligned) &&
+                   (filter == kRetrievalOnly || s_aligned);
+  if constexpr (std::is_same_v<Ts, Td>) {  // 16-byte copies need no conversion
+    if (vec) {
+      kv_append_kernel<Ts, Td, true, Tm>
+          <<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p, su, filter, append_blocks);
+      return launch_status("kv_append");
+    }
+  }
+  kv_append_kernel<Ts, Td, false, Tm>
+      <<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p, su, filter, append_blocks);
+  return launch_status("kv_append");
+}
+
+// `index`: also serve the append's index request (validated by the caller).
+Status launch(const KvAppendParams& p, DType pool_dtype, int filter, bool index,
+              cudaStream_t stream) {
   return dispatch_float(p.src_dtype, "kv_append", [&]<typename Ts>() {
     return dispatch_float(pool_dtype, "kv_append", [&]<typename Td>() {
-      const int64_t warps = static_cast<int64_t>(p.num_tokens) * p.num_kv_heads;
-      const unsigned blocks = grid_for(warps, kWarpsPerBlock);
-      const bool r_aligned = aligned16(p.retrieval.k) && aligned16(p.retrieval.v);
-      const bool s_aligned = aligned16(p.streaming.k) && aligned16(p.streaming.v);
-      const bool vec = std::is_same_v<Ts, Td> && p.head_dim % kVecElems<Ts> == 0 &&
-                       aligned16(p.k) && aligned16(p.v) &&
-                       (filter == kStreamingOnly || r_aligned) &&
-                       (filter == kRetrievalOnly || s_aligned);
-      if (vec) {
-        kv_append_kernel<Ts, Td, true><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p, filter);
-      } else {
-        kv_append_kernel<Ts, Td, false><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p, filter);
-      }
-      return launch_status("kv_append");
+      if (!index) return launch_typed<Ts, Td, void>(p, SummaryUpdateParams{}, filter, stream);
+      const SummaryUpdateParams su = summary_update_of(p);
+      return dispatch_float(su.summaries.dtype, "kv_append", [&]<typename Tm>() {
+        return launch_typed<Ts, Td, Tm>(p, su, filter, stream);
+      });
     });
   });
 }
@@ -140,12 +184,18 @@ Status kv_append(const KvAppendParams& p, cudaStream_t stream) {
   if ((has_r && !p.retrieval_blocks) || (has_s && (!p.streaming_blocks || !p.ring_pages))) {
     return invalid_argument("kv_append: a pool without its block table (or rings)");
   }
-  if (has_r && has_s && p.retrieval.dtype == p.streaming.dtype) {
-    return launch(p, p.retrieval.dtype, kBothPools, stream);
+  bool index = false;
+  if (p.summaries.kmin) {
+    LS_ASSIGN_OR_RETURN(index, summary_update_wanted(summary_update_of(p), "kv_append"));
   }
-  if (has_r) LS_RETURN_IF_ERROR(launch(p, p.retrieval.dtype, kRetrievalOnly, stream));
-  if (has_s) LS_RETURN_IF_ERROR(launch(p, p.streaming.dtype, kStreamingOnly, stream));
-  return {};
+  if (has_r && has_s && p.retrieval.dtype != p.streaming.dtype) {
+    // One launch per pool dtype; the summary half rides on the first.
+    LS_RETURN_IF_ERROR(launch(p, p.retrieval.dtype, kRetrievalOnly, index, stream));
+    return launch(p, p.streaming.dtype, kStreamingOnly, false, stream);
+  }
+  if (!has_r && !has_s && !index) return {};
+  const int filter = has_r && has_s ? kBothPools : (has_s ? kStreamingOnly : kRetrievalOnly);
+  return launch(p, has_s && !has_r ? p.streaming.dtype : p.retrieval.dtype, filter, index, stream);
 }
 
 }  // namespace ls::kernels::cuda
