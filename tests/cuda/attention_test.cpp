@@ -220,11 +220,9 @@ TEST(CudaAttention, DecodeBatchesWithSelectionAndRings) {
   }
 }
 
-// Many splits: batch 1 with up to 64 splits of one 64-key block (contexts not a multiple of the
-// page or of the split), and batch 64 with the default split heuristic and with forced 64 splits,
-// every head mode; outputs are poisoned before each run. The splits merge in their cluster (0
-// splits: 16 at batch 1; 13: a non-portable cluster size, not a power of two) or in the
-// reduction kernel (64 splits, which a cluster cannot hold).
+// Many splits merged by the reduction kernel: batch 1 with up to 64 splits of one 64-key block
+// (contexts not a multiple of the page or of the split), and batch 64 with the default split
+// heuristic and with forced 64 splits, every head mode; outputs are poisoned before each run.
 TEST(CudaAttention, DecodeManySplitsAtBatch1And64) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(40);
@@ -235,7 +233,6 @@ TEST(CudaAttention, DecodeManySplitsAtBatch1And64) {
       o.min_blocks_per_split = 1;
       o.decode_l2_prefetch = splits != 13;   // a hint: results must not depend on it
       o.decode_whole_row_copies = pt == 64;  // both copy layouts
-      o.decode_cluster_merge = splits != 64;
       ScopedAttentionOptions scoped(o);
       ScenarioConfig cfg;
       cfg.head_dim = 128;

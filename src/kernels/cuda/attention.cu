@@ -62,8 +62,6 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
     const int64_t slots = 2 * int64_t{kDecodeBlocksPerSm} * std::max(1, num_sms);
     L.max_splits = static_cast<int32_t>(std::clamp<int64_t>(slots / base, 1, kMaxSplits));
   }
-  // A cluster holds every split of a block row.
-  if (o.decode_cluster_merge) L.max_splits = std::min(L.max_splits, kDecodeMaxCluster);
   int32_t listed = std::max(p.num_sink_pages, 1);
   if (p.selected && p.num_selected && p.selected_rows) listed = std::max(listed, p.max_selected);
   L.listed_cap = (listed + 31) / 32 * 32;
@@ -264,27 +262,20 @@ Status run_prefill(const AttentionParams& p, const Layout& L, const PrefillTile*
   }
 }
 
-// Launches the decode kernel; with `cluster_merge` asked for, the splits of a block row merge in
-// their cluster when clusters of max_splits blocks fit the GPU (a.cluster_merge says whether
-// they did: if not, the caller runs the reduction kernel).
 template <typename T>
-Status run_decode(const AttentionParams& p, const Layout& L, bool cluster_merge, DecodeArgs& a,
+Status run_decode(const AttentionParams& p, const Layout& L, const DecodeArgs& a,
                   cudaStream_t stream) {
-  const auto typed = [&]<int kD>() -> Status {
-    a.cluster_merge = cluster_merge && decode_cluster_fits<kD, T>(L.max_splits) ? 1 : 0;
-    return launch_decode<kD, T>(p, a, L.items, L.max_splits, stream);
-  };
   switch (p.head_dim) {
     case 16:
-      return typed.template operator()<16>();
+      return launch_decode<16, T>(p, a, L.items, L.max_splits, stream);
     case 32:
-      return typed.template operator()<32>();
+      return launch_decode<32, T>(p, a, L.items, L.max_splits, stream);
     case 64:
-      return typed.template operator()<64>();
+      return launch_decode<64, T>(p, a, L.items, L.max_splits, stream);
     case 96:
-      return typed.template operator()<96>();
+      return launch_decode<96, T>(p, a, L.items, L.max_splits, stream);
     case 128:
-      return typed.template operator()<128>();
+      return launch_decode<128, T>(p, a, L.items, L.max_splits, stream);
     default:
       return invalid_argument("attention: head_dim {} is not supported", p.head_dim);
   }
@@ -321,8 +312,8 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
   a.num_splits = reinterpret_cast<int32_t*>(ws + L.num_splits);
   a.partial_ml = reinterpret_cast<float2*>(ws + L.partial_ml);
   a.partial_o = reinterpret_cast<float*>(ws + L.partial_o);
-  LS_RETURN_IF_ERROR(run_decode<T>(p, L, o.decode_cluster_merge, a, stream));
-  if (L.max_splits > 1 && !a.cluster_merge) {
+  LS_RETURN_IF_ERROR(run_decode<T>(p, L, a, stream));
+  if (L.max_splits > 1) {
     const dim3 grid(static_cast<unsigned>(L.items), static_cast<unsigned>(p.num_q_heads));
     decode_reduce_kernel<T><<<grid, kReduceThreads, 0, stream>>>(p, a, L.max_splits);
     LS_RETURN_IF_ERROR(launch_status("decode_reduce_kernel"));

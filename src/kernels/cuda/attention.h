@@ -5,9 +5,8 @@
 //
 // Routing, decided from host-known sizes only (so a call never synchronises and can be captured
 // in a CUDA graph):
-//  - num_tokens == num_seqs (a decode step): the split-K decode kernel serves every token; the
-//    splits of a (token, kv head) merge in their thread-block cluster (or, with
-//    decode_cluster_merge off, in a reduction kernel);
+//  - num_tokens == num_seqs (a decode step): the split-K decode kernel serves every token, then
+//    a reduction kernel merges the splits;
 //  - otherwise: a one-block plan kernel lists 16*warps-row query tiles of the sequences with
 //    q_len >= 2 (longest positions first), the prefill kernel runs them, and the decode kernel
 //    serves the sequences with q_len == 1.
@@ -55,10 +54,6 @@ struct AttentionOptions {
   // offsets passed by shuffles; off: each thread pair copies its own row, 32 bytes of 16 rows per
   // instruction (the layout before 2026-11-21).
   bool decode_whole_row_copies = true;
-  // Decode splits merge inside their thread-block cluster (distributed shared memory; at most
-  // 16 splits, so max_splits is clamped to 16) instead of in a separate reduction kernel; the
-  // reduction kernel still runs where clusters of that size do not fit the GPU.
-  bool decode_cluster_merge = true;
   // Run every sequence (q_len 1 included) through the prefill kernel; for tests and benchmarks.
   bool prefill_only = false;
 };

@@ -12,12 +12,8 @@
 // each of
 // the 4 warps takes 16 of every 64 keys with its own online softmax (mma.sync with the query
 // rows padded to 16), and the warps merge through shared memory at the end. With one split the
-// block writes the output; with several, either the splits (one thread-block cluster) combine
-// their unnormalised partials (o, m, l) through distributed shared memory, each block writing a
-// slice of the rows (cluster_merge), or each writes its partial to global memory and
-// attention.cu's reduction kernel combines them.
-
-#include <cooperative_groups.h>
+// block writes the output; with several it writes an unnormalised partial (o, m, l) that
+// attention.cu's reduction kernel combines.
 
 #include <cstdint>
 
@@ -35,11 +31,8 @@ struct DecodeArgs {
   int32_t min_blocks_per_split = 2;
   int32_t head_chunks = 1;  // ceil(group / 16)
   int32_t listed_cap = 32;
-  int32_t l2_prefetch = 1;       // 1: prefetch each block's rows into L2 one block before its copy
-  int32_t whole_row_copies = 1;  // 1: a copy instruction covers whole rows (see issue())
-  // 1: launched in clusters of gridDim.z blocks (every split of a block row in one cluster): the
-  // splits merge through distributed shared memory and the block row needs no reduction kernel.
-  int32_t cluster_merge = 0;
+  int32_t l2_prefetch = 1;        // 1: prefetch each block's rows into L2 one block before its copy
+  int32_t whole_row_copies = 1;   // 1: a copy instruction covers whole rows (see issue())
   int32_t* num_splits = nullptr;  // [items, kv_heads * head_chunks] splits used (0: not served)
   float* partial_o = nullptr;     // [items, q_heads, max_splits, head_dim]
   float2* partial_ml = nullptr;   // [items, q_heads, max_splits] (row max of raw scores, sum)
@@ -48,8 +41,7 @@ struct DecodeArgs {
 inline constexpr int kDecodeWarps = 4;
 inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
 inline constexpr int kDecodeStages = 3;
-inline constexpr int kDecodeRows = 16;        // query heads per block
-inline constexpr int kDecodeMaxCluster = 16;  // splits a cluster merge covers (non-portable > 8)
+inline constexpr int kDecodeRows = 16;  // query heads per block
 
 template <int kD>
 struct DecodeShape {
@@ -151,56 +143,6 @@ __device__ __forceinline__ KeyRow resolve_row(const HeadView& hv, const PendingR
   return kr;
 }
 
-// The cluster merge of one block row (the `splits` blocks of ranks 0 .. splits - 1 hold
-// partials; idle ranks' rows have m = -inf). `part_o` [kDecodeRows][kD] f32 and `part_ml`
-// [kDecodeRows] (raw score max, sum) are this block's partial in shared memory, at the same
-// offsets in every block of the cluster; `ml_all` [kDecodeRows][kDecodeMaxCluster] is local
-// scratch. Block `rank` writes the outputs idx = rank, rank + C, ... (interleaved so every block
-// gets a share) of the nh x kD row elements: o = sum_z w_z o_z / sum_z w_z l_z with
-// w_z = exp2((m_z - max m) * scale * log2 e), as the reduction kernel computes it.
-template <int kD, typename T>
-__device__ void cluster_merge_splits(const float* part_o, const float2* part_ml, float2* ml_all,
-                                     int32_t splits, int32_t nh, float scale_log2, T* out_rows) {
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int tid = static_cast<int>(threadIdx.x);
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int csize = static_cast<int>(cluster.num_blocks());
-  cluster.sync();  // every block's partial is written (release / acquire at cluster scope)
-  for (int i = tid; i < nh * splits; i += kDecodeThreads) {
-    const int r = i / splits, z = i % splits;
-    ml_all[r * kDecodeMaxCluster + z] = cluster.map_shared_rank(part_ml, z)[r];
-  }
-  __syncthreads();
-  for (int idx = rank + csize * tid; idx < nh * kD; idx += csize * kDecodeThreads) {
-    const int r = idx / kD, d = idx % kD;
-    const float2* ml = ml_all + r * kDecodeMaxCluster;
-    float mstar = -INFINITY;
-    for (int z = 0; z < splits; ++z) mstar = fmaxf(mstar, ml[z].x);
-    // Every remote load first (all in flight at once), then the sums. A split that saw no
-    // visible key has m = -inf and weight 0; all -inf: the row is 0.
-    float v[kDecodeMaxCluster];
-#pragma unroll
-    for (int z = 0; z < kDecodeMaxCluster; ++z) {
-      v[z] = z < splits && ml[z].x != -INFINITY ? cluster.map_shared_rank(part_o, z)[r * kD + d]
-                                                : 0.0f;
-    }
-    float acc = 0.0f, lsum = 0.0f;
-    if (mstar != -INFINITY) {
-#pragma unroll
-      for (int z = 0; z < kDecodeMaxCluster; ++z) {
-        if (z < splits && ml[z].x != -INFINITY) {
-          const float w = exp2f((ml[z].x - mstar) * scale_log2);
-          acc = fmaf(w, v[z], acc);
-          lsum = fmaf(w, ml[z].y, lsum);
-        }
-      }
-    }
-    out_rows[static_cast<int64_t>(r) * kD + d] = from_f32<T>(lsum > 0.0f ? acc / lsum : 0.0f);
-  }
-  cluster.sync();  // no block leaves (freeing its shared memory) while another still reads it
-}
-
 template <int kD, typename T>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
     decode_attention_kernel(const AttentionParams p, const DecodeArgs a) {
@@ -270,20 +212,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       min((num_rows + kKeyBlock - 1) / kKeyBlock, static_cast<int64_t>(INT32_MAX / kKeyBlock - 1)));
   const int32_t want = (nb + a.min_blocks_per_split - 1) / a.min_blocks_per_split;
   const int32_t splits = nb == 0 ? 1 : max(1, min(max_splits, want));
-  // The cluster path's smem (the stages are free once the main loop is done): this block's
-  // partial in the V stages, the warps' states in the K stages.
-  float* part_o = reinterpret_cast<float*>(sV);                            // [kDecodeRows][kD]
-  float2* part_ml = reinterpret_cast<float2*>(part_o + kDecodeRows * kD);  // [kDecodeRows]
-  float2* ml_all = part_ml + kDecodeRows;  // [kDecodeRows][kDecodeMaxCluster]
-  const bool cluster_merge = a.cluster_merge != 0 && splits > 1;
-  if (z >= splits) {
-    // An idle rank of a merging cluster still takes part: its rows carry no weight.
-    if (!cluster_merge) return;
-    if (tid < kDecodeRows) part_ml[tid] = make_float2(-INFINITY, 0.0f);
-    cluster_merge_splits<kD, T>(part_o, part_ml, ml_all, splits, nh, p.scale * 1.4426950408889634f,
-                                out_rows);
-    return;
-  }
+  if (z >= splits) return;
   if (nb == 0) {  // no visible key: the row is 0
     write_zeros();
     return;
@@ -524,17 +453,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
     if (splits == 1) {
       out_rows[static_cast<int64_t>(r) * kD + d] = from_f32<T>(lsum > 0.0f ? acc / lsum : 0.0f);
-    } else if (cluster_merge) {
-      part_o[r * kD + d] = acc;
-      if (d == 0) part_ml[r] = make_float2(mstar, lsum);
     } else {
       const int64_t slot = partial_base + static_cast<int64_t>(r) * max_splits;
       a.partial_o[slot * kD + d] = acc;
       if (d == 0) a.partial_ml[slot] = make_float2(mstar, lsum);
     }
-  }
-  if (cluster_merge) {
-    cluster_merge_splits<kD, T>(part_o, part_ml, ml_all, splits, nh, scale_log2, out_rows);
   }
 }
 
