@@ -11,10 +11,9 @@
 // divided by the measured device-to-device copy bandwidth.
 // Usage: bench_cuda_e2e --model DIR [--out FILE] [--policies dense,streaming,lserve]
 //        [--ttft 8192,32768,131072] [--tpot 32768,131072] [--chunk 16384] [--steps 16]
-//        [--profile-step 1] [--record 0|1] [--gemv 0|1] [--decode-merge 0|1]
+//        [--profile-step 1] [--record 0|1] [--gemv 0|1]
 // --record 0 runs decode steps op by op (no CUDA graphs); --gemv 0 sends decode-sized linear
-// layers to cuBLASLt instead of the gemv kernel; --decode-merge 0 merges the decode attention's
-// splits with the separate reduction kernel instead of in their thread-block clusters.
+// layers to cuBLASLt instead of the gemv kernel.
 
 #include <cuda_profiler_api.h>
 
@@ -143,10 +142,9 @@ struct Tpot {
 };
 
 // Decode steps at a context of `context` tokens already (randomly) in the cache.
-// profile: the last 4 steps (one reselection with lserve) run between cudaProfilerStart/Stop (for
-// ncu --profile-from-start off).
-Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t chunk, int32_t steps, std::mt19937& rng,
-                  int32_t vocab, bool profile) {
+// profile: the last 4 steps (one reselection with lserve) run between cudaProfilerStart/Stop (for ncu --profile-from-start off).
+Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t chunk, int32_t steps,
+                  std::mt19937& rng, int32_t vocab, bool profile) {
   std::uniform_int_distribution<int32_t> id(0, vocab - 1);
   LS_ASSIGN_OR_RETURN(const int32_t slot, st.kv->add_sequence());
   const SequenceGuard guard(*st.kv, slot);
@@ -181,7 +179,6 @@ Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t chunk, int32_t steps
 }
 
 bool b_gemv = true;
-bool b_merge = true;
 
 int run(int argc, char** argv) {
   const std::string model_dir = arg(argc, argv, "--model", "");
@@ -198,7 +195,6 @@ int run(int argc, char** argv) {
   const bool profile = arg(argc, argv, "--profile-step", "0") == "1";
   const bool record = arg(argc, argv, "--record", "1") == "1";  // decode steps as CUDA graphs
   b_gemv = arg(argc, argv, "--gemv", "1") == "1";
-  b_merge = arg(argc, argv, "--decode-merge", "1") == "1";
 
   auto backend = CudaBackend::create(0);
   if (!backend.ok()) {
@@ -207,9 +203,6 @@ int run(int argc, char** argv) {
   }
   CudaBackend& b = **backend;
   b.set_gemv(b_gemv);
-  kernels::cuda::AttentionOptions attention_options;
-  attention_options.decode_cluster_merge = b_merge;
-  b.set_attention_options(attention_options);
   const double copy_bps = copy_bandwidth(b, int64_t{2} << 30);
   const auto t_load = std::chrono::steady_clock::now();
   auto model = Model::load(model_dir, b);
@@ -271,9 +264,8 @@ int run(int argc, char** argv) {
         continue;
       }
       out.write(fmt::format(
-          R"({{"bench": "tpot", "policy": "{}", "context": {}, "median_ms": {:.3f}, "mean_ms": {:.3f}, "floor_ms": {:.3f}, "vs_floor": {:.2f}, "recorded": {}, "gemv": {}, "decode_merge": {}}})",
-          name, C, r->median_ms, r->mean_ms, floor_ms, r->mean_ms / floor_ms, record, b_gemv,
-          b_merge));
+          R"({{"bench": "tpot", "policy": "{}", "context": {}, "median_ms": {:.3f}, "mean_ms": {:.3f}, "floor_ms": {:.3f}, "vs_floor": {:.2f}, "recorded": {}, "gemv": {}}})",
+          name, C, r->median_ms, r->mean_ms, floor_ms, r->mean_ms / floor_ms, record, b_gemv));
     }
   }
   return 0;

@@ -12,8 +12,7 @@
 //    calls that rotate over several copies of the KV cache (more bytes than the L2 holds), and
 //    timed by replaying it. The page selection is timed eagerly (select_us, one call, host gaps
 //    included) and as a graph of 20 calls (select_graph_us). --decode-max-splits,
-//    --decode-min-blocks, --decode-l2-prefetch, --decode-whole-rows and --decode-merge (splits
-//    merged in their thread-block cluster, or by the reduction kernel) time each case under every
+//    --decode-min-blocks, --decode-l2-prefetch and --decode-whole-rows time each case under every
 //    combination of those AttentionOptions (max_splits 0: the default heuristic; 1: on for the
 //    switches, the defaults).
 //  - linear layers at decode shapes (M = 1, 8, 32 rows; the Llama-3-8B weight shapes): the bytes
@@ -31,7 +30,7 @@
 //        [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
-//        [--decode-l2-prefetch 1,0] [--decode-whole-rows 1,0] [--decode-merge 1,0]
+//        [--decode-l2-prefetch 1,0] [--decode-whole-rows 1,0]
 //        [--decode-min-blocks 2,4]
 
 #include <cuda_runtime_api.h>
@@ -356,7 +355,6 @@ struct DecodeVariant {
   int min_blocks = 2;  // AttentionOptions::min_blocks_per_split
   bool l2_prefetch = true;
   bool whole_rows = true;
-  bool merge_in_kernel = true;
 };
 
 void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batches,
@@ -520,7 +518,6 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
           opt.min_blocks_per_split = variant.min_blocks;
           opt.decode_l2_prefetch = variant.l2_prefetch;
           opt.decode_whole_row_copies = variant.whole_rows;
-          opt.decode_cluster_merge = variant.merge_in_kernel;
           dev.b->set_attention_options(opt);
           // Eager once per replica (sizes the scratch), then one graph of many rotating calls.
           for (const auto& p : params) dev.b->attention(p);
@@ -542,12 +539,12 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
           const double gbps =
               ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
           out.write(fmt::format(
-              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "whole_rows": {}, "cluster_merge": {}, "ok": {}}})",
+              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "whole_rows": {}, "ok": {}}})",
               lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
               copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
               replicas, variant.max_splits, variant.min_blocks,
               variant.l2_prefetch ? "true" : "false", variant.whole_rows ? "true" : "false",
-              variant.merge_in_kernel ? "true" : "false", err.ok() && ms > 0 ? "true" : "false"));
+              err.ok() && ms > 0 ? "true" : "false"));
         }
       }
     }
@@ -720,10 +717,7 @@ int run(int argc, char** argv) {
       for (const int64_t mb : min_blocks) {
         for (const int64_t pf : parse_list(arg(argc, argv, "--decode-l2-prefetch", "1"))) {
           for (const int64_t wr : parse_list(arg(argc, argv, "--decode-whole-rows", "1"))) {
-            for (const int64_t mg : parse_list(arg(argc, argv, "--decode-merge", "1"))) {
-              variants.push_back(
-                  {static_cast<int>(splits), static_cast<int>(mb), pf != 0, wr != 0, mg != 0});
-            }
+            variants.push_back({static_cast<int>(splits), static_cast<int>(mb), pf != 0, wr != 0});
           }
         }
       }
