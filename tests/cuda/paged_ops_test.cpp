@@ -543,7 +543,8 @@ TEST(CudaPageSelect, EqualsCpuExactlyOnIntegerDataWithTies) {
 // Long contexts (thousands of pages: many bounds blocks per item, several chunks of the choose
 // block, scores beyond the shared-memory cap) on integer data with many exact ties, batch 1 and
 // a batch of uneven lengths, logical pages per physical page 4 (lanes per page), 3 and 1 (one
-// lane, several logical pages), 64 (32 lanes of 2), and the Llama-3-8B budget of 64 pages.
+// lane, several logical pages), 64 (32 lanes of 2), and the Llama-3-8B budget of 64 pages; odd
+// groups and page counts.
 TEST(CudaPageSelect, EqualsCpuExactlyOnLongContextsWithTies) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(25);
@@ -558,6 +559,10 @@ TEST(CudaPageSelect, EqualsCpuExactlyOnLongContextsWithTies) {
       {64, 4, 16, 16, 64, {16 * 5000 + 3}},
       {32, 1, 64, 1, 8, {64 * 300 + 63, 64 * 9}},
       {128, 4, 16, 16, 64, {16 * 14000 + 5}},  // 14001 pages: scores in the workspace
+      // group 3 (a partial pass of 4 heads), head_dim 256 (two rounds of loads per thread), page
+      // counts off the multiples of 4 (the choose kernel's float4 reads of the bounds)
+      {256, 3, 64, 16, 64, {64 * 2049 + 1, 64 * 4097 + 5, 64 * 66 + 2}},
+      {64, 8, 64, 16, 64, {64 * 3001 + 9}},  // group 8: eight heads per pass
   };
   for (const Config& cf : configs) {
     const SelectCase c =

@@ -4,19 +4,30 @@
 //     bound_h(lp) = sum_d max(q_h[d] kmax[lp][d], q_h[d] kmin[lp][d]); the lanes of a physical page
 //     max-reduce them into pmax[item][h][page] = max over the page's logical pages (holding
 //     tokens) of bound_h. Many blocks per (sequence, kv head), so at batch 1 a long context is
-//     still read by every SM.
+//     still read by every SM; about two blocks per resident slot in all, each looping over pages,
+//     so every block's fixed start (metadata, query, first table entries: one round trip each,
+//     the first summaries prefetched meanwhile) is paid once and a batch is one or two waves.
+//     Registers are kept to 8 blocks of 128 threads per SM (heads per pass templated).
 //  2. choose_kernel: one block per (sequence, kv head): best_h = max_page pmax[h][page] (the max
 //     over all logical pages), the group score of each physical page
-//     max_h (pmax[h][page] - best_h), then the top (k - 1) pages among all but the last by an
-//     exact radix select on the scores (ties: the lower page first, as the CPU comparator), the
-//     last page appended, ascending.
+//     max_h (pmax[h][page] - best_h) as an order-preserving u32 key, then the top (k - 1) pages
+//     among all but the last by an exact radix select on the keys (8-bit digits from the top,
+//     one barrier per pass, stopping once the threshold's bin is taken whole; ties: the lower
+//     page first, as the CPU comparator) and one block-wide prefix sum that places every chosen
+//     page, the last page appended, ascending.
+// Both kernels are programmatic dependent launches: each starts while the previous kernel drains
+// and waits (griddepcontrol.wait) before touching what that kernel may write or read.
 // Reducing over the logical pages before subtracting best_h gives exactly the CPU's
 // max_lp (bound_h(lp) - best_h): f32 subtraction of a constant is monotone, NaN bounds are
 // ignored by both maxes (fmaxf / std::max with -inf first), and every NaN difference (inf - inf)
 // ranks -inf in both. Zero scores are canonicalised to +0 so -0 and +0 tie as they do under the
 // CPU's float comparison; NaN scores rank last (-inf).
 
+#include <bit>
 #include <cfloat>
+#include <cstdlib>
+#include <string_view>
+#include <utility>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/dispatch.cuh"
@@ -27,16 +38,16 @@ namespace ls::kernels::cuda {
 namespace {
 
 constexpr int kBoundsThreads = 128;
-constexpr int kHeadsPerPass = 8;  // query heads whose bounds a thread accumulates at once
-constexpr int kChooseThreads = 1024;
+constexpr int kBoundsVecs = 2;  // 16-byte vectors of each summary a bounds thread loads at once
+constexpr int kChooseThreads = 512;
 constexpr int kChooseWarps = kChooseThreads / 32;
 constexpr int kMaxGroup = 64;
 constexpr int kMaxHeadDim = 256;
-constexpr int kSmemScoresMax =
-    11 * 1024;  // pages whose scores choose_kernel keeps in shared memory
-                // (with its static arrays, under the 48 KB default)
-static_assert(kChooseWarps == 32, "choose_kernel reduces the warps' values with one warp");
-static_assert(kChooseThreads >= 256, "choose_kernel scans the 256 radix bins one per thread");
+// Pages whose keys choose_kernel keeps in shared memory (with its static arrays, under the 48 KB
+// default).
+constexpr int kSmemKeysMax = 10 * 1024;
+static_assert(kChooseWarps <= 32, "choose_kernel reduces the warps' values with one warp");
+static_assert(kChooseThreads >= 256, "choose_kernel clears the 256 radix bins one per thread");
 
 // What both kernels need to agree on for one (sequence, kv head) item.
 struct ItemInfo {
@@ -44,160 +55,231 @@ struct ItemInfo {
   int32_t row = -1;
   int32_t num_pages = 0;
   int32_t num_logical = 0;
+  int32_t slot = 0;
+  int64_t q_token = 0;  // the query row that scores the item
 };
 
+// Every load is issued before any result is used (all indices are in range; no early return), so
+// the metadata costs one round trip. Only `row` means anything when row < 0.
 __device__ inline ItemInfo item_info(const PageSelectParams& p, bool geometry_ok, int32_t s,
                                      int32_t g) {
+  const int32_t row = p.out_rows[s], kv_len = p.kv_lens[s], mode = p.head_mode[g];
+  const int32_t slot = p.head_slot[g], q_begin = p.q_indptr[s], q_end = p.q_indptr[s + 1];
   ItemInfo it;
-  it.row = p.out_rows[s];
-  if (it.row < 0) return it;
-  const int32_t kv_len = p.kv_lens[s];
+  it.row = row;
   it.num_pages = kv_len > 0 && p.page_tokens > 0 ? (kv_len - 1) / p.page_tokens + 1 : 0;
-  const int32_t slot = p.head_slot[g];
-  it.selected = p.head_mode[g] == static_cast<int32_t>(HeadMode::kSelected) && geometry_ok &&
+  it.selected = row >= 0 && mode == static_cast<int32_t>(HeadMode::kSelected) && geometry_ok &&
                 it.num_pages > 0 && it.num_pages <= p.retrieval_blocks_stride && slot >= 0 &&
-                slot < p.heads_per_block && p.q_indptr[s + 1] > p.q_indptr[s];
+                slot < p.heads_per_block && q_end > q_begin;
   if (it.selected) it.num_logical = (kv_len - 1) / p.summaries.logical_page_tokens + 1;
+  it.slot = slot;
+  it.q_token = q_end - 1;
   return it;
 }
 
-// Adds sum_{e in [e0, e0 + n)} max(q_h[e] kx[e], q_h[e] kn[e]) to acc[h] for heads h0 .. h0 + nh.
-template <int kN>
-__device__ __forceinline__ void bound_terms(const float* q_smem, int d, int h0, int nh, int e0,
-                                            const float (&kx)[kN], const float (&kn)[kN],
-                                            float (&acc)[kHeadsPerPass]) {
+// Programmatic dependent launch: a kernel may start while the previous one in the stream drains
+// and waits here before touching memory that kernel may use; launch_dependents lets the next one
+// start early (it still waits for this whole grid).
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
+}
+
+// Element i of a 16-byte vector of kVecElems<T> elements (as loaded) as f32.
+template <typename T>
+__device__ __forceinline__ float vec_elem(const uint4& raw, int i) {
+  return to_f32(reinterpret_cast<const T*>(&raw)[i]);
+}
+
+// Element i of the query rows as f32 (q_dtype is a float type: the launcher checks).
+__device__ __forceinline__ float q_at(const void* q, DType dt, int64_t i) {
+  switch (dt) {
+    case DType::kBF16:
+      return to_f32(static_cast<const __nv_bfloat16*>(q)[i]);
+    case DType::kF16:
+      return to_f32(static_cast<const __half*>(q)[i]);
+    default:
+      return static_cast<const float*>(q)[i];
+  }
+}
+
+// Adds sum_{e in [e0, e0 + V)} max(q_h[e] kx[e], q_h[e] kn[e]) to acc[hh] for the heads
+// h0 + hh, hh < nh, from one 16-byte vector of each summary (q rows: 16-byte aligned in q_smem,
+// e0 a multiple of V).
+template <typename Tm, int kHeads>
+__device__ __forceinline__ void vec_bound_terms(const float* q_smem, int d, int h0, int nh, int e0,
+                                                const uint4& rx, const uint4& rn,
+                                                float (&acc)[kHeads]) {
 #pragma unroll
-  for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+  for (int hh = 0; hh < kHeads; ++hh) {
     if (hh < nh) {
-      const float* qh = q_smem + (h0 + hh) * d + e0;
 #pragma unroll
-      for (int j = 0; j < kN; ++j) acc[hh] += fmaxf(qh[j] * kx[j], qh[j] * kn[j]);
+      for (int j4 = 0; j4 < kVecElems<Tm>; j4 += 4) {
+        const float4 qv = *reinterpret_cast<const float4*>(q_smem + (h0 + hh) * d + e0 + j4);
+        const float qs[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float kx = vec_elem<Tm>(rx, j4 + j), kn = vec_elem<Tm>(rn, j4 + j);
+          acc[hh] += fmaxf(qs[j] * kx, qs[j] * kn);
+        }
+      }
     }
   }
 }
 
-// Grid: (ceil(max_pages / pages_per_block), items). Threads come in groups of parts * lanes per
-// physical page (both powers of two, their product dividing 32): the `parts` threads of a
-// logical page each sum every parts-th vector of head_dim (so a thread has at most four vectors
-// of each array to load: one round trip), and the `lanes` groups of a physical page take its
-// logical pages i * per .. i * per + per - 1 (lanes * per == logical_per_page). Partial sums meet
-// by xor shuffles over the parts, page maxima over the lanes. kVec: 16-byte loads of the
-// summaries (head_dim a multiple of the vector, both arrays 16-byte aligned); else scalar loads
-// (parts == 1).
-template <typename Tq, typename Tm, bool kVec>
-__global__ void __launch_bounds__(kBoundsThreads)
-    bounds_kernel(const PageSelectParams p, float* pmax, int32_t max_pages, int32_t lanes,
-                  int32_t per, int32_t parts) {
-  extern __shared__ float q_smem[];  // [group, head_dim] f32
+// Grid: (blocks per item, items); a block takes pages_per_block physical pages at a time, then
+// the grid's next ones (grid stride), so the item's metadata and query are loaded once per block
+// and the next block-table entry while the current page computes. Threads come in groups of
+// parts * lanes per physical page (both powers of two, their product dividing 32): the `parts`
+// threads of a logical page each sum every parts-th vector of head_dim (so a thread has at most
+// kBoundsVecs vectors of each array to load: one round trip), and the `lanes` groups of a physical
+// page take its logical pages i * per .. i * per + per - 1 (lanes * per == logical_per_page).
+// Partial sums meet by xor shuffles over the parts, page maxima over the lanes. kHeads: the query
+// heads whose bounds a thread accumulates at once (the group rounded up to a power of two, at most
+// 8: registers, hence blocks per SM, follow it). kVec: 16-byte loads of the summaries (head_dim a
+// multiple of the vector, both arrays 16-byte aligned); else scalar loads (parts == 1).
+template <typename Tm, int kHeads, bool kVec>
+__global__ void __launch_bounds__(kBoundsThreads, kHeads <= 4 ? 8 : 6)
+    bounds_kernel(const PageSelectParams p, float* pmax, int32_t max_pages_ws, int lanes_log2,
+                  int32_t per, int parts_log2) {
+  extern __shared__ float4 q_smem4[];  // [group, head_dim] f32
+  float* q_smem = reinterpret_cast<float*>(q_smem4);
+  pdl_wait();  // pmax may be the previous kernel's scratch; q its output
   const int32_t item = static_cast<int32_t>(blockIdx.y);
   const int32_t s = item / p.num_kv_heads, g = item % p.num_kv_heads;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int parts = 1 << parts_log2, page_log2 = lanes_log2 + parts_log2;
+  const int32_t per_page = 1 << page_log2;  // threads per physical page
+  const int32_t pages_per_block = kBoundsThreads >> page_log2;
+  const int32_t grid_pages = static_cast<int32_t>(gridDim.x) * pages_per_block;
+  const int32_t part = tid & (parts - 1);
+  const int32_t lane_lp = (tid >> parts_log2) & ((1 << lanes_log2) - 1);
+  int32_t page0 = static_cast<int32_t>(blockIdx.x) * pages_per_block;
+  int32_t page = page0 + (tid >> page_log2);  // this thread's physical page
+  // Its block-table entry, loaded together with the item's metadata (one round trip; `page` is
+  // inside the table row even when past the item's pages).
+  const int32_t* table = p.retrieval_blocks + static_cast<int64_t>(s) * p.retrieval_blocks_stride;
+  int32_t block = page < p.retrieval_blocks_stride ? table[page] : -1;
   const ItemInfo it = item_info(p, true, s, g);
-  const int32_t per_page = lanes * parts;  // threads per physical page
-  const int32_t pages_per_block = kBoundsThreads / per_page;
-  const int32_t page0 = static_cast<int32_t>(blockIdx.x) * pages_per_block;
   if (!it.selected || page0 >= it.num_pages) return;  // uniform over the block
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int d = p.head_dim;
-  const int64_t token = p.q_indptr[s + 1] - 1;
-  const Tq* q =
-      static_cast<const Tq*>(p.q) + (token * p.num_q_heads + static_cast<int64_t>(g) * group) * d;
-  const int tid = static_cast<int>(threadIdx.x);
-  const int32_t part = tid % parts;
-  const int32_t lane_lp = (tid / parts) % lanes;
-  const int32_t page = page0 + tid / per_page;
   const int32_t lpp = p.summaries.logical_per_page;
-  const int32_t slot = p.head_slot[g];
-  // This thread's physical page (its block-table entry is read before the barrier, so the
-  // table load overlaps the query load).
-  int32_t block = -1;
-  if (page < it.num_pages) {
-    block = p.retrieval_blocks[static_cast<int64_t>(s) * p.retrieval_blocks_stride + page];
+  const auto row_of = [&](int32_t blk, int32_t lp_in_page) {
+    return ((static_cast<int64_t>(blk) * p.heads_per_block + it.slot) * lpp + lp_in_page) * d;
+  };
+  // The first page's summaries start towards L2 while the query is staged (its load and the
+  // summaries' both wait on the metadata round trip).
+  if (page < it.num_pages && block >= 0) {
+    const int64_t row_bytes = static_cast<int64_t>(d) * sizeof(Tm);
+    for (int32_t k = 0; k < per; ++k) {
+      const int32_t lp_in_page = lane_lp * per + k;
+      if (page * lpp + lp_in_page >= it.num_logical) break;
+      const int64_t row = row_of(block, lp_in_page);
+      for (int64_t off = int64_t{part} * 128; off < row_bytes; off += int64_t{parts} * 128) {
+        prefetch_l2(static_cast<const char*>(p.summaries.kmax) + row * sizeof(Tm) + off);
+        prefetch_l2(static_cast<const char*>(p.summaries.kmin) + row * sizeof(Tm) + off);
+      }
+    }
   }
-  for (int i = tid; i < group * d; i += kBoundsThreads) q_smem[i] = to_f32(q[i]);
+  const int64_t q_row = (it.q_token * p.num_q_heads + static_cast<int64_t>(g) * group) * d;
+  for (int i = tid; i < group * d; i += kBoundsThreads) q_smem[i] = q_at(p.q, p.q_dtype, q_row + i);
   __syncthreads();
 
   constexpr int V = kVec ? kVecElems<Tm> : 1;
-  float* out = pmax + static_cast<int64_t>(item) * group * max_pages;
-  for (int h0 = 0; h0 < group; h0 += kHeadsPerPass) {
-    const int nh = min(kHeadsPerPass, group - h0);
-    float best[kHeadsPerPass];
+  float* out = pmax + static_cast<int64_t>(item) * group * max_pages_ws;
+  for (; page0 < it.num_pages; page0 += grid_pages, page += grid_pages) {  // uniform
+    const int32_t next_page = page + grid_pages;
+    const int32_t next_block = next_page < it.num_pages ? table[next_page] : -1;
+    for (int h0 = 0; h0 < group; h0 += kHeads) {
+      const int nh = min(kHeads, group - h0);
+      float best[kHeads];
 #pragma unroll
-    for (int hh = 0; hh < kHeadsPerPass; ++hh) best[hh] = -INFINITY;
-    for (int32_t k = 0; k < per; ++k) {  // uniform trip count: every lane reaches the shuffles
-      const int32_t lp_in_page = lane_lp * per + k;
-      const int32_t lp = page * lpp + lp_in_page;
-      // Holds a token and has a block (else the CPU's bound is -inf: no score). The same for
-      // every part of the logical page.
-      const bool scored = page < it.num_pages && lp < it.num_logical && block >= 0;
-      float acc[kHeadsPerPass];
+      for (int hh = 0; hh < kHeads; ++hh) best[hh] = -INFINITY;
+      for (int32_t k = 0; k < per; ++k) {  // uniform trip count: every lane reaches the shuffles
+        const int32_t lp_in_page = lane_lp * per + k;
+        const int32_t lp = page * lpp + lp_in_page;
+        // Holds a token and has a block (else the CPU's bound is -inf: no score). The same for
+        // every part of the logical page.
+        const bool scored = page < it.num_pages && lp < it.num_logical && block >= 0;
+        float acc[kHeads];
 #pragma unroll
-      for (int hh = 0; hh < kHeadsPerPass; ++hh) acc[hh] = 0.0f;
-      if (scored) {
-        const int64_t row =
-            ((static_cast<int64_t>(block) * p.heads_per_block + slot) * lpp + lp_in_page) * d;
-        const Tm* kmax = static_cast<const Tm*>(p.summaries.kmax) + row;
-        const Tm* kmin = static_cast<const Tm*>(p.summaries.kmin) + row;
-        if constexpr (kVec) {
-          // Part `part` takes vectors part, part + parts, ... (interleaved, so the parts read
-          // different shared-memory banks of q), kUnroll of each array in flight per step.
-          constexpr int kUnroll = 4;
-          const int nvec = d / V;
-          for (int v0 = part; v0 < nvec; v0 += kUnroll * parts) {
-            float kx[kUnroll][V], kn[kUnroll][V];
+        for (int hh = 0; hh < kHeads; ++hh) acc[hh] = 0.0f;
+        if (scored) {
+          const int64_t row = row_of(block, lp_in_page);
+          const Tm* kmax = static_cast<const Tm*>(p.summaries.kmax) + row;
+          const Tm* kmin = static_cast<const Tm*>(p.summaries.kmin) + row;
+          if constexpr (kVec) {
+            // Part `part` takes vectors part, part + parts, ... (interleaved, so the parts read
+            // different shared-memory banks of q), kBoundsVecs of each array in flight per
+            // step, kept as loaded until used.
+            constexpr int kUnroll = kBoundsVecs;
+            const int nvec = d / V;
+#pragma unroll 1
+            for (int v0 = part; v0 < nvec; v0 += kUnroll * parts) {
+              uint4 rx[kUnroll], rn[kUnroll];
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-              const int v = v0 + u * parts;
-              if (v < nvec) {
-                load_vec(kmax + v * V, kx[u]);
-                load_vec(kmin + v * V, kn[u]);
+              for (int u = 0; u < kUnroll; ++u) {
+                const int v = v0 + u * parts;
+                if (v < nvec) {
+                  rx[u] = *reinterpret_cast<const uint4*>(kmax + v * V);
+                  rn[u] = *reinterpret_cast<const uint4*>(kmin + v * V);
+                }
+              }
+#pragma unroll
+              for (int u = 0; u < kUnroll; ++u) {
+                const int v = v0 + u * parts;
+                if (v < nvec)
+                  vec_bound_terms<Tm, kHeads>(q_smem, d, h0, nh, v * V, rx[u], rn[u], acc);
               }
             }
+          } else {
+            for (int e = 0; e < d; ++e) {  // parts == 1
+              const float kx = to_f32(kmax[e]), kn = to_f32(kmin[e]);
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-              const int v = v0 + u * parts;
-              if (v < nvec) bound_terms(q_smem, d, h0, nh, v * V, kx[u], kn[u], acc);
-            }
-          }
-        } else {
-          for (int e = 0; e < d; ++e) {  // parts == 1
-            const float kx = to_f32(kmax[e]), kn = to_f32(kmin[e]);
-#pragma unroll
-            for (int hh = 0; hh < kHeadsPerPass; ++hh) {
-              if (hh < nh) {
-                const float qv = q_smem[(h0 + hh) * d + e];
-                acc[hh] += fmaxf(qv * kx, qv * kn);
+              for (int hh = 0; hh < kHeads; ++hh) {
+                if (hh < nh) {
+                  const float qv = q_smem[(h0 + hh) * d + e];
+                  acc[hh] += fmaxf(qv * kx, qv * kn);
+                }
               }
             }
           }
         }
-      }
-      // Sum over the parts of the logical page (aligned groups of `parts` threads; the scalar
-      // path has one part).
-      for (int o = 1; kVec && o < parts; o <<= 1) {
+        // Sum over the parts of the logical page (aligned groups of `parts` threads; the scalar
+        // path has one part).
+        for (int o = 1; kVec && o < parts; o <<= 1) {
 #pragma unroll
-        for (int hh = 0; hh < kHeadsPerPass; ++hh) {
-          acc[hh] += __shfl_xor_sync(0xffffffffu, acc[hh], o);
+          for (int hh = 0; hh < kHeads; ++hh) acc[hh] += __shfl_xor_sync(0xffffffffu, acc[hh], o);
+        }
+        if (scored) {
+#pragma unroll
+          for (int hh = 0; hh < kHeads; ++hh) best[hh] = fmaxf(best[hh], acc[hh]);
         }
       }
-      if (scored) {
+      // Max over the lanes of one physical page (aligned groups of parts * lanes threads).
+      for (int o = parts; o < per_page; o <<= 1) {
 #pragma unroll
-        for (int hh = 0; hh < kHeadsPerPass; ++hh) best[hh] = fmaxf(best[hh], acc[hh]);
+        for (int hh = 0; hh < kHeads; ++hh) {
+          best[hh] = fmaxf(best[hh], __shfl_xor_sync(0xffffffffu, best[hh], o));
+        }
+      }
+      if (page < it.num_pages && (tid & (per_page - 1)) == 0) {
+#pragma unroll
+        for (int hh = 0; hh < kHeads; ++hh) {
+          if (hh < nh) out[static_cast<int64_t>(h0 + hh) * max_pages_ws + page] = best[hh];
+        }
       }
     }
-    // Max over the lanes of one physical page (aligned groups of parts * lanes threads).
-    for (int o = parts; o < per_page; o <<= 1) {
-#pragma unroll
-      for (int hh = 0; hh < kHeadsPerPass; ++hh) {
-        best[hh] = fmaxf(best[hh], __shfl_xor_sync(0xffffffffu, best[hh], o));
-      }
-    }
-    if (page < it.num_pages && tid % per_page == 0) {
-#pragma unroll
-      for (int hh = 0; hh < kHeadsPerPass; ++hh) {
-        if (hh < nh) out[static_cast<int64_t>(h0 + hh) * max_pages + page] = best[hh];
-      }
-    }
+    block = next_block;
   }
+  pdl_launch_dependents();  // choose_kernel may start; it waits for this grid to finish
 }
 
 // Monotone map of a float to an unsigned key: a > b (as floats, no NaN) iff key(a) > key(b).
@@ -206,42 +288,37 @@ __device__ __forceinline__ uint32_t order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// Exclusive prefix count of `flag` over the block (thread order) and the block's total.
-__device__ inline int block_exclusive_count(bool flag, int* warp_totals, int& total) {
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const unsigned ballot = __ballot_sync(0xffffffffu, flag);
-  const int in_warp = __popc(ballot & ((1u << lane) - 1u));
-  __syncthreads();  // warp_totals may still be read by the previous call
-  if (lane == 0) warp_totals[warp] = __popc(ballot);
-  __syncthreads();
-  int before = 0;
-  total = 0;
-#pragma unroll 8
-  for (int w = 0; w < kChooseWarps; ++w) {
-    const int c = warp_totals[w];
-    if (w < warp) before += c;
-    total += c;
+// Inclusive prefix sum over the warp's lanes.
+__device__ __forceinline__ int warp_inclusive_sum(int x) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int up = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += up;
   }
-  return before + in_warp;
+  return x;
 }
 
-// Dynamic shared memory: [max_pages] f32 page scores when they fit (scores_in_smem), else none
-// (the scores live in the workspace).
+// Dynamic shared memory: [max_pages_ws] u32 page keys when they fit (keys_in_smem), else none
+// (the keys live in the workspace, key_ws [items, max_pages_ws]).
 __global__ void __launch_bounds__(kChooseThreads)
-    choose_kernel(const PageSelectParams p, bool geometry_ok, const float* pmax, float* page_score,
-                  int32_t max_pages_ws, bool scores_in_smem) {
-  extern __shared__ float ps_smem[];
+    choose_kernel(const PageSelectParams p, bool geometry_ok, const float* pmax, uint32_t* key_ws,
+                  int32_t max_pages_ws, bool keys_in_smem) {
+  extern __shared__ uint32_t key_smem[];
+  __shared__ float red[kMaxGroup][kChooseWarps];
   __shared__ float best[kMaxGroup];
-  __shared__ float red[kHeadsPerPass][kChooseWarps];
-  __shared__ unsigned hist[256];
-  __shared__ int scan[8];
-  __shared__ uint32_t s_prefix;
-  __shared__ int s_remaining;
-  __shared__ int warp_totals[kChooseWarps];
+  __shared__ alignas(16) unsigned hist[3][256];
+  __shared__ int warp_counts[2][kChooseWarps];
 
   const int32_t item = static_cast<int32_t>(blockIdx.x);
   const int32_t s = item / p.num_kv_heads, g = item % p.num_kv_heads;
-  const ItemInfo it = item_info(p, geometry_ok, s, g);
+  // With geometry_ok, bounds_kernel ran just before and every block of it had passed its own
+  // wait when this grid started (launch_dependents follows it), so the metadata, which it does
+  // not write, is read before waiting; otherwise the previous kernel is the caller's.
+  ItemInfo it;
+  if (geometry_ok) it = item_info(p, geometry_ok, s, g);
+  pdl_wait();
+  if (!geometry_ok) it = item_info(p, geometry_ok, s, g);
   if (it.row < 0) return;
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32, warp = tid / 32;
@@ -261,51 +338,78 @@ __global__ void __launch_bounds__(kChooseThreads)
 
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int32_t P = it.num_pages;
-  const float* b = pmax + static_cast<int64_t>(item) * group * max_pages_ws;  // [group][max_pages]
-  // best_h = max over pages of pmax[h][page] (= max over the logical pages holding tokens),
-  // kHeadsPerPass heads per pass so their loads are in flight together.
-  for (int h0 = 0; h0 < group; h0 += kHeadsPerPass) {
-    float m[kHeadsPerPass];
+  // [group][max_pages_ws], max_pages_ws a multiple of 4 and the item 16-byte aligned: a thread
+  // takes four consecutive pages per float4 (entries at pages >= P are not written this call).
+  const float* b = pmax + static_cast<int64_t>(item) * group * max_pages_ws;
+  const auto quad = [&](int32_t h, int32_t j) {
+    return *reinterpret_cast<const float4*>(b + static_cast<int64_t>(h) * max_pages_ws + j);
+  };
+  // best_h = max over pages of pmax[h][page] (= max over the logical pages holding tokens):
+  // per-warp maxima of every head, then one warp per head. Eight heads' loads in flight at once.
+  for (int h0 = 0; h0 < group; h0 += 8) {
+    float m[8];
 #pragma unroll
-    for (int hh = 0; hh < kHeadsPerPass; ++hh) m[hh] = -INFINITY;
-    for (int32_t j = tid; j < P; j += kChooseThreads) {
+    for (int hh = 0; hh < 8; ++hh) m[hh] = -INFINITY;
+    for (int32_t j = 4 * tid; j < P; j += 4 * kChooseThreads) {
+      float4 v[8];
 #pragma unroll
-      for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+      for (int hh = 0; hh < 8; ++hh) {
+        if (h0 + hh < group) v[hh] = quad(h0 + hh, j);
+      }
+#pragma unroll
+      for (int hh = 0; hh < 8; ++hh) {
         if (h0 + hh < group) {
-          m[hh] = fmaxf(m[hh], b[static_cast<int64_t>(h0 + hh) * max_pages_ws + j]);
+          m[hh] = fmaxf(m[hh], v[hh].x);
+          if (j + 1 < P) m[hh] = fmaxf(m[hh], v[hh].y);
+          if (j + 2 < P) m[hh] = fmaxf(m[hh], v[hh].z);
+          if (j + 3 < P) m[hh] = fmaxf(m[hh], v[hh].w);
         }
       }
     }
 #pragma unroll
-    for (int hh = 0; hh < kHeadsPerPass; ++hh) {
-      m[hh] = warp_max(m[hh]);
-      if (lane == 0) red[hh][warp] = m[hh];
+    for (int hh = 0; hh < 8; ++hh) {
+      if (h0 + hh < group) {
+        const float mm = warp_max(m[hh]);
+        if (lane == 0) red[h0 + hh][warp] = mm;
+      }
     }
-    __syncthreads();
-    if (warp < kHeadsPerPass && h0 + warp < group) {
-      const float mm = warp_max(red[warp][lane]);  // kChooseWarps == 32
-      if (lane == 0) best[h0 + warp] = mm;
-    }
-    // The next pass's red writes happen after this barrier; best[] is read after the last one.
-    __syncthreads();
   }
+  if (tid < 256) hist[0][tid] = 0;  // the first radix pass's (see below)
+  __syncthreads();
+  for (int h = warp; h < group; h += kChooseWarps) {
+    const float mm = warp_max(lane < kChooseWarps ? red[h][lane] : -INFINITY);
+    if (lane == 0) best[h] = mm;
+  }
+  __syncthreads();
 
-  float* ps = scores_in_smem ? ps_smem : page_score + static_cast<int64_t>(item) * max_pages_ws;
-  for (int32_t j = tid; j < P; j += kChooseThreads) {
-    float score_j = -INFINITY;
+  // Page scores max_h (pmax[h][page] - best_h) as order keys (pmax again: L1 hits).
+  uint32_t* keys = keys_in_smem ? key_smem : key_ws + static_cast<int64_t>(item) * max_pages_ws;
+  for (int32_t j = 4 * tid; j < P; j += 4 * kChooseThreads) {
+    float sc[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
     for (int h = 0; h < group; ++h) {
-      float sc = b[static_cast<int64_t>(h) * max_pages_ws + j] - best[h];
-      if (sc != sc) sc = -INFINITY;  // NaN ranks last
-      score_j = fmaxf(score_j, sc);
+      const float4 v = quad(h, j);
+      const float vs[4] = {v.x, v.y, v.z, v.w};
+      const float bh = best[h];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float d = vs[i] - bh;
+        if (d != d) d = -INFINITY;  // NaN ranks last
+        sc[i] = fmaxf(sc[i], d);
+      }
     }
-    score_j += 0.0f;  // -0 -> +0
-    ps[j] = score_j;
-    if (scores_out && j < p.max_pages) scores_out[j] = score_j;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (j + i < P) {
+        const float score = sc[i] + 0.0f;  // -0 -> +0
+        keys[j + i] = order_key(score);
+        if (scores_out && j + i < p.max_pages) scores_out[j + i] = score;
+      }
+    }
   }
   if (scores_out) {
     for (int32_t i = P + tid; i < p.max_pages; i += kChooseThreads) scores_out[i] = -INFINITY;
   }
-  __syncthreads();  // page scores visible to the whole block
+  __syncthreads();  // keys visible to the whole block
 
   int32_t count = 0;
   if (P <= p.budget_pages) {
@@ -320,71 +424,101 @@ __global__ void __launch_bounds__(kChooseThreads)
     // every candidate is chosen. A separate sel[i] = i loop here was miscompiled by CUDA 13.0's
     // ptxas on sm_90a: it ran for items that took the radix path and wrote past the item.)
     if (take > 0) {
-      // Radix select, 8 bits per pass from the top: the key T of the take-th largest score and
-      // how many scores equal to T are still needed after all scores above T. Histogram adds are
-      // aggregated per warp over lanes with the same digit (scores share their top bits, so
-      // per-lane shared atomics would serialise on a few bins); the digit holding the take-th
-      // largest is found by a parallel suffix scan of the 256 bins.
+      // Radix select, 8 bits per pass from the top, on the candidates' keys: the top bits
+      // `prefix` (under `mask`) of the take-th largest key and how many keys with those top bits
+      // are still needed after all keys above them (`remaining`). A pass stops the select early
+      // when the digit's bin holds exactly `remaining` keys: all of them are chosen. Histogram
+      // adds are aggregated per warp over lanes with the same digit (scores share their top bits,
+      // so per-lane shared atomics would serialise on a few bins). Every warp then reads the
+      // whole histogram and finds the digit itself (the same one), so a pass has one barrier:
+      // pass i counts into hist[i % 3] and clears hist[(i + 1) % 3], last read by pass i - 2's
+      // search, which every warp finished before pass i - 1's barrier.
       uint32_t prefix = 0, mask = 0;
       int remaining = take;
-      for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = tid; i < 256; i += kChooseThreads) hist[i] = 0;
-        __syncthreads();
+      for (int pass = 0; pass < 4; ++pass) {
+        const int shift = 24 - 8 * pass;
+        unsigned* h = hist[pass % 3];
+        if (tid < 256) hist[(pass + 1) % 3][tid] = 0;
         for (int32_t c0 = 0; c0 < candidates; c0 += kChooseThreads) {  // uniform trip count
           const int32_t j = c0 + tid;
-          const uint32_t key = j < candidates ? order_key(ps[j]) : 0u;
+          const uint32_t key = j < candidates ? keys[j] : 0u;
           const bool counted = j < candidates && (key & mask) == prefix;
-          const uint32_t digit = counted ? (key >> shift) & 255u : 256u;
-          const unsigned peers = __match_any_sync(0xffffffffu, digit);
-          if (counted && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+          if (__any_sync(0xffffffffu, counted)) {
+            const uint32_t digit = counted ? (key >> shift) & 255u : 256u;
+            const unsigned peers = __match_any_sync(0xffffffffu, digit);
+            if (counted && lane == __ffs(peers) - 1) atomicAdd(&h[digit], __popc(peers));
+          }
         }
         __syncthreads();
-        if (tid < 256) {
-          // Thread t holds digit 255 - t: an inclusive scan in thread order counts the keys
-          // (matching the prefix) whose digit is >= 255 - t.
-          const int c = static_cast<int>(hist[255 - tid]);
-          int incl = c;
+        // Lane l holds the bins of digits 255 - 8l down to 248 - 8l; the lane whose range holds
+        // the remaining-th largest key (counting from digit 255) finds its digit.
+        const uint4 hi = reinterpret_cast<const uint4*>(h)[63 - 2 * lane];
+        const uint4 lo = reinterpret_cast<const uint4*>(h)[62 - 2 * lane];
+        const int c[8] = {static_cast<int>(hi.w), static_cast<int>(hi.z), static_cast<int>(hi.y),
+                          static_cast<int>(hi.x), static_cast<int>(lo.w), static_cast<int>(lo.z),
+                          static_cast<int>(lo.y), static_cast<int>(lo.x)};
+        int lane_total = 0;
 #pragma unroll
-          for (int o = 1; o < 32; o <<= 1) {
-            const int up = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o) incl += up;
-          }
-          if (lane == 31) scan[warp] = incl;
-          __syncwarp();
-          // Barrier among the first 256 threads only (8 warps) is not available without named
-          // barriers; use bar.sync 1, 256.
-          asm volatile("bar.sync 1, 256;" ::: "memory");
-          for (int w = 0; w < warp; ++w) incl += scan[w];
-          const int excl = incl - c;
-          if (excl < remaining && incl >= remaining) {  // exactly one thread
-            s_prefix = prefix | (static_cast<uint32_t>(255 - tid) << shift);
-            s_remaining = remaining - excl;
+        for (int i = 0; i < 8; ++i) lane_total += c[i];
+        const int incl = warp_inclusive_sum(lane_total);
+        const int excl = incl - lane_total;
+        const bool here = excl < remaining && remaining <= incl;  // exactly one lane
+        int digit = 0, above = 0, in_bin = 0;
+        if (here) {
+          int run = excl;
+          bool found = false;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            if (!found && run + c[i] >= remaining) {
+              found = true;
+              digit = 255 - 8 * lane - i;
+              above = run;
+              in_bin = c[i];
+            }
+            run += c[i];
           }
         }
-        __syncthreads();
-        prefix = s_prefix;
-        remaining = s_remaining;
+        const int src = __ffs(__ballot_sync(0xffffffffu, here)) - 1;
+        digit = __shfl_sync(0xffffffffu, digit, src);
+        above = __shfl_sync(0xffffffffu, above, src);
+        in_bin = __shfl_sync(0xffffffffu, in_bin, src);
+        prefix |= static_cast<uint32_t>(digit) << shift;
         mask |= 255u << shift;
-        // s_prefix / s_remaining / hist / scan are rewritten only after the next pass's first
-        // barrier, which every thread reaches after reading them here.
+        remaining -= above;
+        if (in_bin == remaining) break;  // uniform: every warp computed the same
       }
-      const uint32_t threshold = prefix;
-      const int need_ties = remaining;
-      // Chosen pages in index order: every score above the threshold and the first need_ties
-      // scores equal to it.
-      int tie_base = 0, out_base = 0;
-      for (int32_t c0 = 0; c0 < candidates; c0 += kChooseThreads) {
-        const int32_t j = c0 + tid;
-        const uint32_t key = j < candidates ? order_key(ps[j]) : 0u;
-        const bool is_tie = j < candidates && key == threshold;
-        const bool is_greater = j < candidates && key > threshold;
-        int ties_total = 0, chosen_total = 0;
-        const int tie_rank = tie_base + block_exclusive_count(is_tie, warp_totals, ties_total);
-        const bool chosen = is_greater || (is_tie && tie_rank < need_ties);
-        const int pos = out_base + block_exclusive_count(chosen, warp_totals, chosen_total);
-        if (chosen && pos < take) sel[pos] = j;
-        tie_base += ties_total;
-        out_base += chosen_total;
+      // Chosen pages in index order: every key whose top bits exceed the prefix and the first
+      // `remaining` equal to it. A thread takes a contiguous range of candidates; a chosen page's
+      // position is (greater keys before it) + min(equal keys before it, remaining), both
+      // counted by one block-wide prefix sum.
+      const int32_t span = (candidates + kChooseThreads - 1) / kChooseThreads;
+      const int32_t j0 = min(candidates, tid * span), j1 = min(candidates, j0 + span);
+      int gt = 0, eq = 0;
+      for (int32_t j = j0; j < j1; ++j) {
+        const uint32_t top = keys[j] & mask;
+        gt += top > prefix;
+        eq += top == prefix;
+      }
+      const int gt_incl = warp_inclusive_sum(gt), eq_incl = warp_inclusive_sum(eq);
+      if (lane == 31) {
+        warp_counts[0][warp] = gt_incl;
+        warp_counts[1][warp] = eq_incl;
+      }
+      __syncthreads();
+      int gt_before = gt_incl - gt, eq_before = eq_incl - eq;
+      for (int w = 0; w < warp; ++w) {
+        gt_before += warp_counts[0][w];
+        eq_before += warp_counts[1][w];
+      }
+      for (int32_t j = j0; j < j1; ++j) {
+        const uint32_t top = keys[j] & mask;
+        if (top > prefix) {
+          sel[gt_before + min(eq_before, remaining)] = j;
+          ++gt_before;
+        } else if (top == prefix) {
+          if (eq_before < remaining) sel[gt_before + eq_before] = j;
+          ++eq_before;
+        }
       }
     }
     count = take;
@@ -399,31 +533,50 @@ __global__ void __launch_bounds__(kChooseThreads)
 
 struct Sizes {
   int32_t group = 0;
-  int32_t max_pages = 0;
+  int32_t max_pages = 0;  // pages per item in the workspace: the table stride rounded up to 4
   int64_t pmax_floats = 0;
-  int64_t score_floats = 0;
+  int64_t key_words = 0;
 };
 
 Sizes sizes_for(const PageSelectParams& p) {
   Sizes z;
   z.group = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 0;
-  z.max_pages = std::max(1, p.retrieval_blocks_stride);
+  z.max_pages = (std::max(1, p.retrieval_blocks_stride) + 3) / 4 * 4;
   const int64_t items = static_cast<int64_t>(std::max(0, p.num_seqs)) * std::max(0, p.num_kv_heads);
   z.pmax_floats = items * z.group * z.max_pages;
-  z.score_floats = items * z.max_pages;
+  z.key_words = items * z.max_pages;
   return z;
+}
+
+// Launches kernel<<<grid, threads, smem, stream>>>(args...) as a programmatic dependent launch
+// (LONGSERVE_NO_PDL set: a plain one).
+template <typename... Params, typename... Args>
+Status launch_pdl(void (*kernel)(Params...), dim3 grid, int threads, size_t smem,
+                  cudaStream_t stream, std::string_view what, Args&&... args) {
+  static const bool pdl = std::getenv("LONGSERVE_NO_PDL") == nullptr;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cuda_status(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
 }
 
 }  // namespace
 
 int64_t page_select_workspace_bytes(const PageSelectParams& p) {
   const Sizes z = sizes_for(p);
-  return (z.pmax_floats + z.score_floats) * 4 + 256;
+  return (z.pmax_floats + z.key_words) * 4 + 256;
 }
 
-// Workspace: pmax [items, group, max_pages] f32, then page scores [items, max_pages] f32 (used
-// when they do not fit choose_kernel's shared memory). Every entry choose_kernel reads is written
-// by bounds_kernel earlier in the same call (pages < num_pages of selected items), so no state
+// Workspace: pmax [items, group, max_pages] f32, then page keys [items, max_pages] u32 (used when
+// they do not fit choose_kernel's shared memory). Every entry choose_kernel reads is written by
+// bounds_kernel earlier in the same call (pages < num_pages of selected items), so no state
 // carries over between calls.
 Status page_select(const PageSelectParams& p, void* workspace, int64_t workspace_bytes,
                    cudaStream_t stream) {
@@ -451,51 +604,60 @@ Status page_select(const PageSelectParams& p, void* workspace, int64_t workspace
     return invalid_argument("page_select: {} query heads of head_dim {} do not fit shared memory",
                             z.group, p.head_dim);
   }
-  if (workspace_bytes < page_select_workspace_bytes(p)) {
-    return invalid_argument("page_select: workspace of {} bytes, {} needed", workspace_bytes,
-                            page_select_workspace_bytes(p));
+  if (workspace_bytes < page_select_workspace_bytes(p) || !aligned16(workspace)) {
+    return invalid_argument("page_select: workspace of {} bytes (16-byte aligned), {} needed",
+                            workspace_bytes, page_select_workspace_bytes(p));
   }
   float* pmax = static_cast<float*>(workspace);
-  float* scores = pmax + z.pmax_floats;
-  const unsigned items = static_cast<unsigned>(p.num_seqs * p.num_kv_heads);
+  uint32_t* keys = reinterpret_cast<uint32_t*>(pmax + z.pmax_floats);
+  const int32_t items = p.num_seqs * p.num_kv_heads;
   if (geometry_ok) {
     // Lanes per physical page: the largest power of two <= 32 dividing logical_per_page; parts
     // per logical page: a power of two dividing head_dim's vectors, at most 32 / lanes threads
-    // per page, until a part has at most four vectors.
+    // per page, until a part has at most kBoundsVecs vectors.
     const int32_t lpp = sm.logical_per_page;
     int32_t lanes = 1;
     while (lanes < 32 && lpp % (lanes * 2) == 0) lanes *= 2;
     const int32_t per = lpp / lanes;
-    LS_RETURN_IF_ERROR(dispatch_float(p.q_dtype, "page_select", [&]<typename Tq>() {
-      return dispatch_float(sm.dtype, "page_select", [&]<typename Tm>() {
-        const size_t smem = static_cast<size_t>(z.group) * p.head_dim * sizeof(float);
-        const bool vec =
-            p.head_dim % kVecElems<Tm> == 0 && aligned16(sm.kmin) && aligned16(sm.kmax);
-        int32_t parts = 1;
-        if (vec) {
-          const int32_t vecs = p.head_dim / kVecElems<Tm>;
-          while (lanes * parts * 2 <= 32 && vecs % (parts * 2) == 0 && vecs / parts > 4) {
-            parts *= 2;
-          }
+    LS_RETURN_IF_ERROR(dispatch_float(sm.dtype, "page_select", [&]<typename Tm>() {
+      const size_t smem = static_cast<size_t>(z.group) * p.head_dim * sizeof(float);
+      const bool vec = p.head_dim % kVecElems<Tm> == 0 && aligned16(sm.kmin) && aligned16(sm.kmax);
+      int32_t parts = 1;
+      if (vec) {
+        const int32_t vecs = p.head_dim / kVecElems<Tm>;
+        while (lanes * parts * 2 <= 32 && vecs % (parts * 2) == 0 && vecs / parts > kBoundsVecs) {
+          parts *= 2;
         }
-        const int32_t pages_per_block = kBoundsThreads / (lanes * parts);
-        const dim3 grid((z.max_pages + pages_per_block - 1) / pages_per_block, items);
+      }
+      // Enough blocks to fill the GPU twice over (about 8 resident per SM) when every item is
+      // selected; more pages than that loop in each block.
+      const int32_t pages_per_block = kBoundsThreads / (lanes * parts);
+      const int64_t want = (p.retrieval_blocks_stride + pages_per_block - 1) / pages_per_block;
+      const int64_t cap = (int64_t{132} * 16 + items - 1) / items;
+      const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(want, cap))),
+                      static_cast<unsigned>(items));
+      const auto log2 = [](int32_t pow2) { return std::countr_zero(static_cast<uint32_t>(pow2)); };
+      const auto launch = [&]<int kHeads>() {
         if (vec) {
-          bounds_kernel<Tq, Tm, true>
-              <<<grid, kBoundsThreads, smem, stream>>>(p, pmax, z.max_pages, lanes, per, parts);
-        } else {
-          bounds_kernel<Tq, Tm, false>
-              <<<grid, kBoundsThreads, smem, stream>>>(p, pmax, z.max_pages, lanes, per, parts);
+          return launch_pdl(bounds_kernel<Tm, kHeads, true>, grid, kBoundsThreads, smem, stream,
+                            "page_select bounds", p, pmax, z.max_pages, log2(lanes), per,
+                            log2(parts));
         }
-        return launch_status("page_select bounds");
-      });
+        return launch_pdl(bounds_kernel<Tm, kHeads, false>, grid, kBoundsThreads, smem, stream,
+                          "page_select bounds", p, pmax, z.max_pages, log2(lanes), per,
+                          log2(parts));
+      };
+      if (z.group <= 1) return launch.template operator()<1>();
+      if (z.group <= 2) return launch.template operator()<2>();
+      if (z.group <= 4) return launch.template operator()<4>();
+      return launch.template operator()<8>();
     }));
   }
-  const bool scores_in_smem = z.max_pages <= kSmemScoresMax;
-  const size_t choose_smem = scores_in_smem ? static_cast<size_t>(z.max_pages) * 4 : 0;
-  choose_kernel<<<items, kChooseThreads, choose_smem, stream>>>(p, geometry_ok, pmax, scores,
-                                                                z.max_pages, scores_in_smem);
-  return launch_status("page_select choose");
+  const bool keys_in_smem = z.max_pages <= kSmemKeysMax;
+  const size_t choose_smem = keys_in_smem ? static_cast<size_t>(z.max_pages) * 4 : 0;
+  return launch_pdl(choose_kernel, dim3(static_cast<unsigned>(items)), kChooseThreads, choose_smem,
+                    stream, "page_select choose", p, geometry_ok, pmax, keys, z.max_pages,
+                    keys_in_smem);
 }
 
 }  // namespace ls::kernels::cuda
