@@ -19,6 +19,9 @@ UNITS = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3,
 
 def short(name: str) -> str:
     name = re.sub(r"^void\s+", "", name)
+    # Anonymous namespaces print as "<unnamed>::" or "(anonymous namespace)::": not a template
+    # argument list to drop with the kernel's name.
+    name = re.sub(r"(<unnamed>|\(anonymous namespace\))::", "", name)
     out, depth = [], 0
     for ch in name:  # drop template arguments and the parameter list
         if ch in "<(":
