@@ -189,6 +189,16 @@ kernels::KvAppendParams indexed_append_params(AppendCase& c, const DeviceAppend*
   return p;
 }
 
+// The GPU's pools and summaries equal the CPU's byte for byte.
+void expect_same_arrays(const DeviceAppend& dev, const AppendCase& c, const std::string& label) {
+  EXPECT_EQ(dev.rk.download(), c.rk.bytes) << "retrieval K, " << label;
+  EXPECT_EQ(dev.rv.download(), c.rv.bytes) << "retrieval V, " << label;
+  EXPECT_EQ(dev.sk.download(), c.sk.bytes) << "streaming K, " << label;
+  EXPECT_EQ(dev.sv.download(), c.sv.bytes) << "streaming V, " << label;
+  EXPECT_EQ(dev.kmin.download(), c.kmin.bytes) << "kmin, " << label;
+  EXPECT_EQ(dev.kmax.download(), c.kmax.bytes) << "kmax, " << label;
+}
+
 TEST(CudaPagedOps, KvAppendAndSummariesEqualCpuBytewise) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(21);
@@ -206,12 +216,7 @@ TEST(CudaPagedOps, KvAppendAndSummariesEqualCpuBytewise) {
         gpu()->page_summary_update(summary_params(c, &dev));
         const std::string label =
             "d " + std::to_string(d) + " page " + std::to_string(pt) + " src " + dtype_label(src);
-        EXPECT_EQ(dev.rk.download(), c.rk.bytes) << "retrieval K, " << label;
-        EXPECT_EQ(dev.rv.download(), c.rv.bytes) << "retrieval V, " << label;
-        EXPECT_EQ(dev.sk.download(), c.sk.bytes) << "streaming K, " << label;
-        EXPECT_EQ(dev.sv.download(), c.sv.bytes) << "streaming V, " << label;
-        EXPECT_EQ(dev.kmin.download(), c.kmin.bytes) << "kmin, " << label;
-        EXPECT_EQ(dev.kmax.download(), c.kmax.bytes) << "kmax, " << label;
+        expect_same_arrays(dev, c, label);
       }
     }
   }
@@ -280,12 +285,7 @@ TEST(CudaPagedOps, KvAppendWithIndexRequestEqualsCpuAppendThenSummaries) {
         gpu()->kv_append(indexed_append_params(c, &dev));
         const std::string label =
             std::string(sh.name) + ", keys " + dtype_label(src) + ", summaries " + dtype_label(sum);
-        EXPECT_EQ(dev.rk.download(), c.rk.bytes) << "retrieval K, " << label;
-        EXPECT_EQ(dev.rv.download(), c.rv.bytes) << "retrieval V, " << label;
-        EXPECT_EQ(dev.sk.download(), c.sk.bytes) << "streaming K, " << label;
-        EXPECT_EQ(dev.sv.download(), c.sv.bytes) << "streaming V, " << label;
-        EXPECT_EQ(dev.kmin.download(), c.kmin.bytes) << "kmin, " << label;
-        EXPECT_EQ(dev.kmax.download(), c.kmax.bytes) << "kmax, " << label;
+        expect_same_arrays(dev, c, label);
       }
     }
   }

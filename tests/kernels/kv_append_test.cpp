@@ -186,6 +186,29 @@ TEST(KvAppend, PoolsMatchNaiveMirrorAfterChunksAndDecodeSteps) {
   }
 }
 
+// The summary update of one step, spelled out field by field (not through summary_update_of, the
+// mapping the fused append uses, so the fused test checks that mapping too).
+SummaryUpdateParams summary_params(AppendWorld& w, StepInput& in, DType src, int32_t pt,
+                                   const PageSummaries& summaries) {
+  SummaryUpdateParams p;
+  p.k = in.k.data();
+  p.src_dtype = src;
+  p.num_tokens = in.q_indptr.back();
+  p.num_kv_heads = w.num_kv;
+  p.head_dim = w.d;
+  p.num_seqs = w.num_seqs;
+  p.q_indptr = in.q_indptr.data();
+  p.kv_lens = in.kv_lens.data();
+  p.head_mode = w.mode.data();
+  p.head_slot = w.slot.data();
+  p.page_tokens = pt;
+  p.heads_per_block = w.hpb;
+  p.retrieval_blocks = w.r_table.data();
+  p.retrieval_blocks_stride = w.r_stride;
+  p.summaries = summaries;
+  return p;
+}
+
 TEST(PageSummary, MinMaxExactAfterEveryCallAndNeverReadsStaleMemory) {
   std::mt19937 rng(42);
   for (DType sum_dtype : {DType::kF32, DType::kBF16}) {
@@ -207,23 +230,10 @@ TEST(PageSummary, MinMaxExactAfterEveryCallAndNeverReadsStaleMemory) {
       poison(kmax.data(), sum_dtype, rows * w.d);
       for (const auto& q_lens : steps) {
         StepInput in = make_step(w, q_lens);
-        SummaryUpdateParams p;
-        p.k = in.k.data();
-        p.src_dtype = DType::kF32;
-        p.num_tokens = in.q_indptr.back();
-        p.num_kv_heads = w.num_kv;
-        p.head_dim = w.d;
-        p.num_seqs = w.num_seqs;
-        p.q_indptr = in.q_indptr.data();
-        p.kv_lens = in.kv_lens.data();
-        p.head_mode = w.mode.data();
-        p.head_slot = w.slot.data();
-        p.page_tokens = pt;
-        p.heads_per_block = w.hpb;
-        p.retrieval_blocks = w.r_table.data();
-        p.retrieval_blocks_stride = w.r_stride;
-        p.summaries = PageSummaries{kmin.data(), kmax.data(), sum_dtype, lpt, lpp};
-        cpu::page_summary_update(p, pool2());
+        cpu::page_summary_update(
+            summary_params(w, in, DType::kF32, pt,
+                           PageSummaries{kmin.data(), kmax.data(), sum_dtype, lpt, lpp}),
+            pool2());
         for (int32_t s = 0; s < w.num_seqs; ++s) w.appended[s] += q_lens[s];
 
         // Every logical page holding tokens of a retrieval head: exact min/max of its tokens.
@@ -332,23 +342,10 @@ TEST(KvAppend, IndexRequestEqualsAppendThenSummaryUpdate) {
           cpu::kv_append(fused, pool2());
 
           cpu::kv_append(step_params(w, in, rk, rv, sk, sv), pool2());
-          SummaryUpdateParams su;  // spelled out, as the policies did before the fusion
-          su.k = in.k.data();
-          su.src_dtype = src;
-          su.num_tokens = in.q_indptr.back();
-          su.num_kv_heads = w.num_kv;
-          su.head_dim = w.d;
-          su.num_seqs = w.num_seqs;
-          su.q_indptr = in.q_indptr.data();
-          su.kv_lens = in.kv_lens.data();
-          su.head_mode = w.mode.data();
-          su.head_slot = w.slot.data();
-          su.page_tokens = pt;
-          su.heads_per_block = w.hpb;
-          su.retrieval_blocks = w.r_table.data();
-          su.retrieval_blocks_stride = w.r_stride;
-          su.summaries = PageSummaries{kmin2.data(), kmax2.data(), sum_dtype, lpt, lpp};
-          cpu::page_summary_update(su, pool2());
+          cpu::page_summary_update(
+              summary_params(w, in, src, pt,
+                             PageSummaries{kmin2.data(), kmax2.data(), sum_dtype, lpt, lpp}),
+              pool2());
           for (int32_t s = 0; s < w.num_seqs; ++s) w.appended[s] += q_lens[s];
 
           // Byte for byte, NaN poison included.

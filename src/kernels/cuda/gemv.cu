@@ -6,12 +6,12 @@
 // stores. No shared memory, no second launch. Launched as a programmatic dependent launch (the
 // first weight loads overlap the previous kernel's tail); LONGSERVE_NO_PDL=1 turns that off.
 
-#include <cstdlib>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/dispatch.cuh"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/pdl_launch.cuh"
 
 namespace ls::kernels::cuda {
 
@@ -140,19 +140,9 @@ Status launch(const void* x, const void* w, const float* bias, void* out, int64_
   const int64_t blocks = (pairs + kWarps - 1) / kWarps;
   // Programmatic dependent launch: the kernel may start while the previous one drains; it
   // waits (griddepcontrol.wait) before reading anything that kernel wrote.
-  static const bool pdl = std::getenv("LONGSERVE_NO_PDL") == nullptr;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(32 * kWarps);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return cuda_status(cudaLaunchKernelEx(&cfg, gemv_kernel<T, M, kSilu>, static_cast<const T*>(x),
-                                        static_cast<const T*>(w), bias, static_cast<T*>(out), n, k),
-                     kSilu ? "gemv_silu_mul" : "gemv");
+  return launch_pdl(gemv_kernel<T, M, kSilu>, dim3(static_cast<unsigned>(blocks)), 32 * kWarps, 0,
+                    stream, kSilu ? "gemv_silu_mul" : "gemv", static_cast<const T*>(x),
+                    static_cast<const T*>(w), bias, static_cast<T*>(out), n, k);
 }
 
 template <bool kSilu>

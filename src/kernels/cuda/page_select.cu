@@ -23,15 +23,14 @@
 // ranks -inf in both. Zero scores are canonicalised to +0 so -0 and +0 tie as they do under the
 // CPU's float comparison; NaN scores rank last (-inf).
 
+#include <algorithm>
 #include <bit>
 #include <cfloat>
-#include <cstdlib>
-#include <string_view>
-#include <utility>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/dispatch.cuh"
 #include "kernels/cuda/paged_ops.h"
+#include "kernels/cuda/pdl_launch.cuh"
 
 namespace ls::kernels::cuda {
 
@@ -548,24 +547,6 @@ Sizes sizes_for(const PageSelectParams& p) {
   return z;
 }
 
-// Launches kernel<<<grid, threads, smem, stream>>>(args...) as a programmatic dependent launch
-// (LONGSERVE_NO_PDL set: a plain one).
-template <typename... Params, typename... Args>
-Status launch_pdl(void (*kernel)(Params...), dim3 grid, int threads, size_t smem,
-                  cudaStream_t stream, std::string_view what, Args&&... args) {
-  static const bool pdl = std::getenv("LONGSERVE_NO_PDL") == nullptr;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return cuda_status(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
-}
 
 }  // namespace
 
