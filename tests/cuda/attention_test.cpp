@@ -365,9 +365,7 @@ TEST(CudaAttention, RowsWithNoVisibleKeyAreZero) {
 
 // Prompts ending at and around every tile and key-block edge (1, 17, 64, 127, 128, 129, 300),
 // a chunk that starts mid-page and a decode token, in one batch, on every page size.
-TEST(CudaAttention, PrefillKernelsAtTileAndBlockEdges) {
-  LS_REQUIRE_CUDA();
-  std::mt19937 rng(39);
+void check_tile_and_block_edges(std::mt19937& rng, const std::vector<PrefillVariant>& variants) {
   const std::pair<int32_t, int32_t> group_pages[] = {{1, 16}, {8, 32}, {4, 64}, {4, 128}};
   for (DType dt : {DType::kBF16, DType::kF16}) {
     for (const auto& [group, pt] : group_pages) {
@@ -386,35 +384,43 @@ TEST(CudaAttention, PrefillKernelsAtTileAndBlockEdges) {
       seqs.push_back({.kv_len = 1000, .q_len = 200, .local_tokens = 150});
       seqs.push_back({.kv_len = 333, .q_len = 1, .local_tokens = 64});
       AttentionScenario sc(rng, cfg, seqs);
-      check_variants(sc, describe(cfg), prefill_variants());
+      check_variants(sc, describe(cfg), variants);
     }
   }
+}
+
+TEST(CudaAttention, PrefillKernelsAtTileAndBlockEdges) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(39);
+  check_tile_and_block_edges(rng, prefill_variants());
 }
 
 // Long prompts (several waves of tiles, thousands of key blocks) on both kernels: a 4100-token
 // prompt and a 1500-token chunk after 2600 cached tokens, with streaming heads whose window is
 // longer than a tile and selected heads without a selection.
+void check_long_prefill(std::mt19937& rng, DType dt, const std::vector<PrefillVariant>& variants) {
+  ScenarioConfig cfg;
+  cfg.head_dim = 128;
+  cfg.group = 4;
+  cfg.page_tokens = 64;
+  cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected};
+  cfg.num_sink_pages = 1;
+  cfg.sink_tokens = 64;
+  cfg.dtype = dt;
+  std::vector<SeqSpec> seqs = {{.kv_len = 4100, .q_len = 4100, .local_tokens = 1000},
+                               {.kv_len = 4100,
+                                .q_len = 1500,
+                                .local_tokens = 300,
+                                .selected_row = 0,
+                                .selected = {{}, {}, {1, 5, 9, 20}}}};
+  AttentionScenario sc(rng, cfg, seqs);
+  check_variants(sc, describe(cfg) + " long", variants);
+}
+
 TEST(CudaAttention, LongPrefillOnBothKernels) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(40);
-  for (DType dt : {DType::kBF16, DType::kF16}) {
-    ScenarioConfig cfg;
-    cfg.head_dim = 128;
-    cfg.group = 4;
-    cfg.page_tokens = 64;
-    cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected};
-    cfg.num_sink_pages = 1;
-    cfg.sink_tokens = 64;
-    cfg.dtype = dt;
-    std::vector<SeqSpec> seqs = {{.kv_len = 4100, .q_len = 4100, .local_tokens = 1000},
-                                 {.kv_len = 4100,
-                                  .q_len = 1500,
-                                  .local_tokens = 300,
-                                  .selected_row = 0,
-                                  .selected = {{}, {}, {1, 5, 9, 20}}}};
-    AttentionScenario sc(rng, cfg, seqs);
-    check_variants(sc, describe(cfg) + " long", prefill_variants());
-  }
+  for (DType dt : {DType::kBF16, DType::kF16}) check_long_prefill(rng, dt, prefill_variants());
 }
 
 // Forcing the wgmma kernel on a head_dim it does not cover is an error, not a silent fallback.
@@ -442,50 +448,13 @@ std::vector<PrefillVariant> warp_specialized(kernels::cuda::AttentionOptions o =
 TEST(CudaAttentionWarpSpecialized, PrefillAtTileAndBlockEdges) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(42);
-  const std::pair<int32_t, int32_t> group_pages[] = {{1, 16}, {8, 32}, {4, 64}, {4, 128}};
-  for (DType dt : {DType::kBF16, DType::kF16}) {
-    for (const auto& [group, pt] : group_pages) {
-      ScenarioConfig cfg;
-      cfg.head_dim = 128;
-      cfg.group = group;
-      cfg.page_tokens = pt;
-      cfg.modes = {HeadMode::kCausal, HeadMode::kSelected, HeadMode::kStreaming};
-      cfg.num_sink_pages = 1;
-      cfg.sink_tokens = std::min(pt, 20);
-      cfg.dtype = dt;
-      std::vector<SeqSpec> seqs;
-      for (int32_t len : {1, 17, 64, 127, 128, 129, 300}) {
-        seqs.push_back({.kv_len = len, .q_len = len, .local_tokens = 100});
-      }
-      seqs.push_back({.kv_len = 1000, .q_len = 200, .local_tokens = 150});
-      seqs.push_back({.kv_len = 333, .q_len = 1, .local_tokens = 64});
-      AttentionScenario sc(rng, cfg, seqs);
-      check_variants(sc, describe(cfg), warp_specialized());
-    }
-  }
+  check_tile_and_block_edges(rng, warp_specialized());
 }
 
 TEST(CudaAttentionWarpSpecialized, LongPrefillAndMixedBatches) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(43);
-  {
-    ScenarioConfig cfg;
-    cfg.head_dim = 128;
-    cfg.group = 4;
-    cfg.page_tokens = 64;
-    cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected};
-    cfg.num_sink_pages = 1;
-    cfg.sink_tokens = 64;
-    cfg.dtype = DType::kBF16;
-    std::vector<SeqSpec> seqs = {{.kv_len = 4100, .q_len = 4100, .local_tokens = 1000},
-                                 {.kv_len = 4100,
-                                  .q_len = 1500,
-                                  .local_tokens = 300,
-                                  .selected_row = 0,
-                                  .selected = {{}, {}, {1, 5, 9, 20}}}};
-    AttentionScenario sc(rng, cfg, seqs);
-    check_variants(sc, describe(cfg) + " long", warp_specialized());
-  }
+  check_long_prefill(rng, DType::kBF16, warp_specialized());
   for (bool prefill_only : {false, true}) {
     kernels::cuda::AttentionOptions base;
     base.prefill_only = prefill_only;

@@ -450,15 +450,21 @@ struct DeviceSelect {
 };
 
 // The CPU reference (on_gpu false) or the GPU selection of `c`, outputs initialised to sentinels.
-SelectOutputs run_select(const SelectCase& c, bool on_gpu) {
-  const int32_t seqs = static_cast<int32_t>(c.kv_lens.size());
+// Outputs of `c`'s shape filled with sentinels (no selector writes these values).
+SelectOutputs sentinel_outputs(const SelectCase& c) {
+  const auto seqs = static_cast<int64_t>(c.kv_lens.size());
   SelectOutputs o;
   o.selected.assign(static_cast<size_t>(c.num_rows * c.num_kv * c.max_selected), 12345);
   o.num_selected.assign(static_cast<size_t>(c.num_rows * c.num_kv), 777);
   o.scores.assign(static_cast<size_t>(seqs * c.num_kv * c.max_pages), 99.0f);
+  return o;
+}
+
+// The sizes of `c` in PageSelectParams (arrays left for the caller to point at).
+kernels::PageSelectParams select_sizes(const SelectCase& c) {
   kernels::PageSelectParams p;
   p.q_dtype = c.dt;
-  p.num_seqs = seqs;
+  p.num_seqs = static_cast<int32_t>(c.kv_lens.size());
   p.num_q_heads = c.num_kv * c.group;
   p.num_kv_heads = c.num_kv;
   p.head_dim = c.d;
@@ -471,6 +477,12 @@ SelectOutputs run_select(const SelectCase& c, bool on_gpu) {
   p.budget_pages = c.budget;
   p.max_selected = c.max_selected;
   p.max_pages = c.max_pages;
+  return p;
+}
+
+SelectOutputs run_select(const SelectCase& c, bool on_gpu) {
+  SelectOutputs o = sentinel_outputs(c);
+  kernels::PageSelectParams p = select_sizes(c);
   if (!on_gpu) {
     p.q = c.q.data();
     p.q_indptr = c.q_indptr.data();
@@ -509,8 +521,9 @@ std::string selection_diff(const SelectCase& c, const SelectOutputs& got,
         return t + "]";
       };
       const std::string a = list(got), b = list(want);
-      if (a != b) msg += "row " + std::to_string(r) + " head " + std::to_string(g) + ": gpu " + a +
-                         " cpu " + b + "\n";
+      if (a != b)
+        msg += "row " + std::to_string(r) + " head " + std::to_string(g) + ": gpu " + a + " cpu " +
+               b + "\n";
     }
   }
   return msg;
@@ -586,27 +599,8 @@ TEST(CudaPageSelect, CapturedSelectionReplaysToTheCpuResult) {
   const SelectCase c =
       make_select_case(rng, 128, 4, 64, 16, 64, true, {131072, 64 * 70 + 3, 20000, 64 * 64});
   const SelectOutputs want = run_select(c, false);
-  const int32_t seqs = static_cast<int32_t>(c.kv_lens.size());
-  SelectOutputs init;
-  init.selected.assign(static_cast<size_t>(c.num_rows * c.num_kv * c.max_selected), 12345);
-  init.num_selected.assign(static_cast<size_t>(c.num_rows * c.num_kv), 777);
-  init.scores.assign(static_cast<size_t>(seqs * c.num_kv * c.max_pages), 99.0f);
-  kernels::PageSelectParams base;
-  base.q_dtype = c.dt;
-  base.num_seqs = seqs;
-  base.num_q_heads = c.num_kv * c.group;
-  base.num_kv_heads = c.num_kv;
-  base.head_dim = c.d;
-  base.page_tokens = c.pt;
-  base.retrieval_blocks_stride = c.stride;
-  base.heads_per_block = c.hpb;
-  base.summaries.dtype = c.dt;
-  base.summaries.logical_page_tokens = c.lpt;
-  base.summaries.logical_per_page = c.pt / c.lpt;
-  base.budget_pages = c.budget;
-  base.max_selected = c.max_selected;
-  base.max_pages = c.max_pages;
-  DeviceSelect dev(c, init, base);
+  const SelectOutputs init = sentinel_outputs(c);
+  DeviceSelect dev(c, init, select_sizes(c));
   gpu()->page_select(dev.p);  // eager: sizes the scratch
   ASSERT_TRUE(gpu()->begin_capture().ok());
   gpu()->page_select(dev.p);
