@@ -44,39 +44,56 @@ EngineStats AsyncEngine::stats() const {
   return stats_;
 }
 
+void AsyncEngine::publish() {
+  EngineStats s = core_->stats();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_ = s;
+  }
+  std::vector<std::pair<std::shared_ptr<OutputSink>, RequestOutput>> outputs;
+  outputs.swap(pending_);
+  for (const auto& [sink, out] : outputs) (*sink)(out);
+}
+
 void AsyncEngine::loop() {
   while (true) {
     std::vector<std::pair<GenerateRequest, OutputSink>> inbox;
     std::vector<std::string> aborts;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || core_->has_work(); });
+      cv_.wait(lock,
+               [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || core_->has_work(); });
       if (stop_) break;
       inbox.swap(inbox_);
       aborts.swap(aborts_);
     }
     for (auto& [request, sink] : inbox) {
-      OutputSink keep = sink;
-      Status st = core_->add_request(std::move(request), std::move(sink));
+      auto shared = std::make_shared<OutputSink>(std::move(sink));
+      Status st = core_->add_request(std::move(request), [this, shared](const RequestOutput& out) {
+        pending_.emplace_back(shared, out);
+      });
       if (!st.ok()) {  // e.g. a duplicate id: the request ends at once with the error
         RequestOutput out;
         out.finished = true;
         out.finish_reason = FinishReason::kError;
         out.error = st.message();
-        keep(out);
+        pending_.emplace_back(shared, std::move(out));
       }
     }
     for (const std::string& id : aborts) core_->abort(id);
     Status st = core_->step();
     if (!st.ok()) LS_LOG_WARN("engine step: {}", st.to_string());
-    EngineStats s = core_->stats();
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_ = s;
+    publish();
   }
   // Shutdown: everything running ends as aborted, and so does every choice still queued.
   core_->abort_all();
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [request, sink] : inbox_) {
+  publish();
+  std::vector<std::pair<GenerateRequest, OutputSink>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // submit() refuses new work once stop_ is set
+    queued.swap(inbox_);
+  }
+  for (auto& [request, sink] : queued) {
     for (int32_t i = 0; i < std::max(1, request.n); ++i) {
       RequestOutput out;
       out.index = i;
@@ -86,7 +103,6 @@ void AsyncEngine::loop() {
       sink(out);
     }
   }
-  inbox_.clear();
 }
 
 }  // namespace ls

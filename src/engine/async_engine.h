@@ -1,7 +1,9 @@
 #pragma once
 // AsyncEngine: the thread-safe Engine (engine_api.h) over an EngineCore. One engine thread owns
 // the core and loops: take new requests and aborts from the inbox, run a step, repeat; it sleeps
-// when there is no work. Outputs reach sinks on that thread.
+// when there is no work. Outputs reach sinks on that thread, after the step that made them has
+// updated stats(): a client that has seen its last token and then reads the metrics sees its
+// tokens counted and its KV pages freed.
 
 #include <condition_variable>
 #include <memory>
@@ -32,6 +34,9 @@ class AsyncEngine final : public Engine {
 
  private:
   void loop();
+  // Publishes the core's stats, then hands the outputs collected since the last call to their
+  // sinks (engine thread only).
+  void publish();
 
   std::unique_ptr<EngineCore> core_;
   mutable std::mutex mu_;
@@ -39,6 +44,9 @@ class AsyncEngine final : public Engine {
   std::vector<std::pair<GenerateRequest, OutputSink>> inbox_;
   std::vector<std::string> aborts_;
   EngineStats stats_;  // snapshot after each step
+  // Outputs the core emitted during this loop iteration, delivered by publish(). Engine thread
+  // only: no lock.
+  std::vector<std::pair<std::shared_ptr<OutputSink>, RequestOutput>> pending_;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -4,19 +4,20 @@
 // that disconnects mid-stream leaving no KV pages in use.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <netinet/in.h>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
-#include <sys/socket.h>
 #include <thread>
 #include <vector>
 
@@ -34,19 +35,6 @@ const std::string kNeedle =
     "bright-lantern is 4829137. Peter washed the letter because it was gray. Every simple book "
     "cleaned that window around the barn.\nWhat is the special magic number for bright-lantern "
     "mentioned in the provided text?\nAnswer: The special magic number for bright-lantern is";
-
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // Runs a command and returns its stdout.
 std::string run_capture(const std::vector<std::string>& args) {
@@ -68,16 +56,35 @@ std::string run_capture(const std::vector<std::string>& args) {
 
 class RealServer : public ::testing::Test {
  protected:
+  // The server binds any free port itself (--port 0) and logs it; a port picked here and handed
+  // over could be taken by another test's socket in between.
   static void SetUpTestSuite() {
-    port_ = free_port();
+    char log_path[] = "/tmp/longserve-real-server-XXXXXX";
+    const int log_fd = mkstemp(log_path);
+    ASSERT_GE(log_fd, 0);
+    log_path_ = log_path;
     pid_ = fork();
     if (pid_ == 0) {
-      const std::string port = std::to_string(port_);
-      execl(kBinary.c_str(), kBinary.c_str(), "serve", "--port", port.c_str(), "--max-model-len",
-            "4096", "--max-num-seqs", "64", "--max-num-batched-tokens", "2048", "--threads", "2",
+      dup2(log_fd, STDERR_FILENO);
+      dup2(log_fd, STDOUT_FILENO);
+      execl(kBinary.c_str(), kBinary.c_str(), "serve", "--port", "0", "--max-model-len", "4096",
+            "--max-num-seqs", "64", "--max-num-batched-tokens", "2048", "--threads", "2",
             static_cast<char*>(nullptr));
       _exit(127);
     }
+    close(log_fd);
+    const std::string marker = "on http://127.0.0.1:";
+    for (int i = 0; i < 600 && port_ == 0; ++i) {
+      std::ifstream log(log_path_);
+      const std::string text((std::istreambuf_iterator<char>(log)),
+                             std::istreambuf_iterator<char>());
+      if (const size_t at = text.find(marker); at != std::string::npos) {
+        port_ = std::atoi(text.c_str() + at + marker.size());
+      } else {
+        std::this_thread::sleep_for(100ms);
+      }
+    }
+    ASSERT_GT(port_, 0) << "the server did not log its port";
     httplib::Client c("127.0.0.1", port_);
     for (int i = 0; i < 600; ++i) {
       if (auto res = c.Get("/health"); res && res->status == 200) return;
@@ -91,6 +98,7 @@ class RealServer : public ::testing::Test {
       int status = 0;
       waitpid(pid_, &status, 0);
     }
+    if (!log_path_.empty()) std::remove(log_path_.c_str());
   }
 
   static httplib::Client client(int timeout_s = 120) {
@@ -120,20 +128,20 @@ class RealServer : public ::testing::Test {
 
   static inline pid_t pid_ = -1;
   static inline int port_ = 0;
+  static inline std::string log_path_;
 };
 
 TEST_F(RealServer, GreedyCompletionEqualsGenerateAndAnswersTheNeedle) {
-  const Json r = post("/v1/completions", {{"model", "tiny-longctx"},
-                                          {"prompt", kNeedle},
-                                          {"max_tokens", 8},
-                                          {"temperature", 0}});
+  const Json r =
+      post("/v1/completions",
+           {{"model", "tiny-longctx"}, {"prompt", kNeedle}, {"max_tokens", 8}, {"temperature", 0}});
   ASSERT_TRUE(r.contains("choices")) << r.dump();
   const std::string text = r["choices"][0]["text"];
   EXPECT_EQ(text, " 4829137");
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
-  const std::string generated = run_capture({kBinary, "generate", "--prompt", kNeedle,
-                                             "--max-tokens", "8", "--quiet", "--max-model-len",
-                                             "4096"});
+  const std::string generated =
+      run_capture({kBinary, "generate", "--prompt", kNeedle, "--max-tokens", "8", "--quiet",
+                   "--max-model-len", "4096"});
   EXPECT_EQ(generated, text + "\n");  // generate ends its output with a newline
   EXPECT_EQ(r["usage"]["completion_tokens"].get<int>() + r["usage"]["prompt_tokens"].get<int>(),
             r["usage"]["total_tokens"].get<int>());
@@ -141,12 +149,10 @@ TEST_F(RealServer, GreedyCompletionEqualsGenerateAndAnswersTheNeedle) {
 
 TEST_F(RealServer, StreamingChatIsWellFramed) {
   auto c = client();
-  Json body = {{"model", "tiny-longctx"},
-               {"messages", {{{"role", "user"}, {"content", "Hello there"}}}},
-               {"max_tokens", 6},
-               {"temperature", 0},
-               {"stream", true},
-               {"stream_options", {{"include_usage", true}}}};
+  Json body = {
+      {"model", "tiny-longctx"}, {"messages", {{{"role", "user"}, {"content", "Hello there"}}}},
+      {"max_tokens", 6},         {"temperature", 0},
+      {"stream", true},          {"stream_options", {{"include_usage", true}}}};
   auto res = c.Post("/v1/chat/completions", body.dump(), "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200);
@@ -205,7 +211,9 @@ TEST_F(RealServer, SixtyFourConcurrentStreamsCompleteWithCorrectUsage) {
   EXPECT_EQ(ok.load(), 64);
   const double gen_after = metric("vllm:generation_tokens_total" + labels());
   EXPECT_GE(gen_after - gen_before, 64 * 12);
-  EXPECT_GE(metric("vllm:request_success_total{model_name=\"tiny-longctx\",engine=\"0\",finished_reason=\"length\"}"), 64);
+  EXPECT_GE(metric("vllm:request_success_total{model_name=\"tiny-longctx\",engine=\"0\",finished_"
+                   "reason=\"length\"}"),
+            64);
 }
 
 TEST_F(RealServer, BadRequestsGetTheRightStatusAndTheServerKeepsServing) {
@@ -214,7 +222,8 @@ TEST_F(RealServer, BadRequestsGetTheRightStatusAndTheServerKeepsServing) {
   ASSERT_TRUE(bad_json);
   EXPECT_EQ(bad_json->status, 400);
   int status = 0;
-  Json r = post("/v1/completions", {{"model", "tiny-longctx"}, {"prompt", "hi"}, {"max_tokens", "ten"}}, &status);
+  Json r = post("/v1/completions",
+                {{"model", "tiny-longctx"}, {"prompt", "hi"}, {"max_tokens", "ten"}}, &status);
   EXPECT_EQ(status, 400);
   EXPECT_TRUE(r.contains("error"));
   r = post("/v1/completions", {{"model", "no-such-model"}, {"prompt", "hi"}}, &status);
@@ -223,10 +232,14 @@ TEST_F(RealServer, BadRequestsGetTheRightStatusAndTheServerKeepsServing) {
   for (int i = 0; i < 3000; ++i) long_prompt += " the river";
   r = post("/v1/completions", {{"model", "tiny-longctx"}, {"prompt", long_prompt}}, &status);
   EXPECT_EQ(status, 400);
-  EXPECT_EQ(r["error"]["message"].get<std::string>().rfind("This model's maximum context length is 4096 tokens.", 0), 0u)
+  EXPECT_EQ(r["error"]["message"].get<std::string>().rfind(
+                "This model's maximum context length is 4096 tokens.", 0),
+            0u)
       << r.dump();
   // Still serving.
-  r = post("/v1/completions", {{"model", "tiny-longctx"}, {"prompt", kNeedle}, {"max_tokens", 8}, {"temperature", 0}}, &status);
+  r = post("/v1/completions",
+           {{"model", "tiny-longctx"}, {"prompt", kNeedle}, {"max_tokens", 8}, {"temperature", 0}},
+           &status);
   EXPECT_EQ(status, 200);
   EXPECT_EQ(r["choices"][0]["text"], " 4829137");
 }
@@ -236,7 +249,7 @@ TEST_F(RealServer, ClientDisconnectMidStreamFreesItsKvPages) {
   {
     auto c = client();
     Json body = {{"model", "tiny-longctx"}, {"prompt", kNeedle}, {"max_tokens", 3000},
-                 {"ignore_eos", true}, {"temperature", 0}, {"stream", true}};
+                 {"ignore_eos", true},      {"temperature", 0},  {"stream", true}};
     httplib::Request req;
     req.method = "POST";
     req.path = "/v1/completions";
