@@ -110,6 +110,12 @@ struct AttentionParams {
   const int32_t* selected = nullptr;       // [num_rows, num_kv_heads, max_selected]
   const int32_t* num_selected = nullptr;   // [num_rows, num_kv_heads]
   int32_t max_selected = 0;
+  // Whether the work enqueued just before this call may still be writing `selected` /
+  // `num_selected` (the page selector ran on this stream this step). false lets the GPU decode
+  // kernel read the selection, the block tables and the first pages' addresses while the
+  // previous kernel drains (a programmatic dependent launch); everything else is step metadata
+  // no kernel writes. The CPU backend runs in order and ignores it.
+  bool selection_just_written = true;
 };
 
 // Append this step's keys/values into the pools (streaming heads into their ring).

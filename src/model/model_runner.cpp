@@ -393,6 +393,7 @@ void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs,
   p.ring_pages = ap.ring_pages;
   p.local_tokens = meta_i32(layout_.local_tokens);
   p.selected_rows = ctx.selected_rows;
+  p.selection_just_written = any_select;  // else no kernel of this step writes the selection
   policy_.fill_attention(layer, p);
   backend_.attention(p);
 

@@ -39,6 +39,9 @@ struct ScenarioConfig {
   int32_t num_sink_pages = 1;
   int32_t sink_tokens = 16;
   DType dtype = DType::kBF16;
+  // AttentionParams::selection_just_written: false lets the decode kernel read the selection
+  // (uploaded before the call here) before its programmatic-launch wait; results must not change.
+  bool selection_just_written = true;
 };
 
 class AttentionScenario {
@@ -301,6 +304,7 @@ class AttentionScenario {
     p.selected = selected;
     p.num_selected = num_selected;
     p.max_selected = max_selected_;
+    p.selection_just_written = cfg_.selection_just_written;
     return p;
   }
 

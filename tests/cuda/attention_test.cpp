@@ -190,6 +190,7 @@ TEST(CudaAttention, DecodeBatchesWithSelectionAndRings) {
           cfg.modes = {HeadMode::kSelected, HeadMode::kStreaming, HeadMode::kCausal};
           cfg.sink_tokens = pt;
           cfg.dtype = group == 4 ? DType::kF16 : DType::kBF16;
+          cfg.selection_just_written = splits != 7;  // both sides of the decode kernel's wait
           const int32_t pages = 2000 / pt + 1;
           std::vector<SeqSpec> seqs = {
               {.kv_len = 1, .q_len = 1, .local_tokens = 48},
@@ -241,6 +242,7 @@ TEST(CudaAttention, DecodeManySplitsAtBatch1And64) {
       cfg.modes = {HeadMode::kCausal, HeadMode::kSelected, HeadMode::kStreaming};
       cfg.sink_tokens = pt;
       cfg.dtype = splits == 13 ? DType::kF16 : DType::kBF16;
+      cfg.selection_just_written = splits == 0;
       const int32_t len = 64 * 64 + 37;  // 65 key blocks: 64 splits, one of two blocks
       const int32_t pages = (len + pt - 1) / pt;
       std::vector<int32_t> sel;

@@ -126,7 +126,8 @@ __global__ void plan_prefill_kernel(const int32_t* q_indptr, const int32_t* kv_l
 // One block per (item, query head), parallel over the splits: thread z < ns reads split z's
 // (m, l), the block reduces max m and sum w l, then warp w sums splits w, w + kReduceWarps, ...
 // with lanes over head_dim in float4s (every load of a warp independent, so the latency is a few
-// round trips, not one per split), and the warps' sums meet in shared memory.
+// round trips, not one per split), and the warps' sums meet in shared memory. A programmatic
+// dependent launch: its blocks are placed while the decode kernel's last blocks finish.
 constexpr int kReduceWarps = 8;
 constexpr int kReduceThreads = 32 * kReduceWarps;
 static_assert(kMaxSplits <= kReduceThreads, "one thread per split reads the (m, l) pairs");
@@ -142,6 +143,8 @@ __global__ void __launch_bounds__(kReduceThreads)
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int32_t g = h / group, chunk = (h % group) / kDecodeRows;
+  pdl_wait();  // everything below is the decode kernel's output
+  pdl_launch_dependents();
   const int32_t ns =
       min(a.num_splits[(static_cast<int64_t>(item) * p.num_kv_heads + g) * a.head_chunks + chunk],
           max_splits);
@@ -150,6 +153,12 @@ __global__ void __launch_bounds__(kReduceThreads)
   const int64_t base = (static_cast<int64_t>(item) * p.num_q_heads + h) * max_splits;
   const float scale_log2 = p.scale * 1.4426950408889634f;
 
+  const int32_t d4 = p.head_dim / 4;  // head_dim % 16 == 0 (attention.h)
+  const float4* po = reinterpret_cast<const float4*>(a.partial_o + base * p.head_dim);
+  // Each warp's first split row (lane c < d4 holds float4 c) loads together with the (m, l)
+  // pairs: one round trip for both, not one after the other.
+  float4 first = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (warp < ns && lane < d4) first = po[static_cast<int64_t>(warp) * d4 + lane];
   float2 ml = make_float2(-INFINITY, 0.0f);
   if (tid < ns) ml = a.partial_ml[base + tid];
   float m = warp_max(ml.x);
@@ -170,15 +179,13 @@ __global__ void __launch_bounds__(kReduceThreads)
 #pragma unroll
   for (int w = 0; w < kReduceWarps; ++w) lsum += red_l[w];
 
-  const int32_t d4 = p.head_dim / 4;  // head_dim % 16 == 0 (attention.h)
-  const float4* po = reinterpret_cast<const float4*>(a.partial_o + base * p.head_dim);
   for (int32_t c = lane; c < d4; c += 32) {
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 4
     for (int32_t z = warp; z < ns; z += kReduceWarps) {
       const float w = w_s[z];
       if (w == 0.0f) continue;  // never multiply an unwritten / empty partial
-      const float4 v = po[static_cast<int64_t>(z) * d4 + c];
+      const float4 v = z == warp && c == lane ? first : po[static_cast<int64_t>(z) * d4 + c];
       acc.x = fmaf(w, v.x, acc.x);
       acc.y = fmaf(w, v.y, acc.y);
       acc.z = fmaf(w, v.z, acc.z);
@@ -304,7 +311,8 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
   if (!L.run_decode || L.items == 0) return {};
   DecodeArgs a;
   a.items_are_tokens = L.decode_all ? 1 : 0;
-  a.min_blocks_per_split = std::max(1, o.min_blocks_per_split);
+  a.min_blocks_per_split = o.min_blocks_per_split > 0 ? o.min_blocks_per_split
+                                                      : std::max(2, 16 / std::max(1, L.max_splits));
   a.head_chunks = L.head_chunks;
   a.listed_cap = L.listed_cap;
   a.l2_prefetch = o.decode_l2_prefetch ? 1 : 0;
@@ -315,8 +323,8 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
   LS_RETURN_IF_ERROR(run_decode<T>(p, L, a, stream));
   if (L.max_splits > 1) {
     const dim3 grid(static_cast<unsigned>(L.items), static_cast<unsigned>(p.num_q_heads));
-    decode_reduce_kernel<T><<<grid, kReduceThreads, 0, stream>>>(p, a, L.max_splits);
-    LS_RETURN_IF_ERROR(launch_status("decode_reduce_kernel"));
+    LS_RETURN_IF_ERROR(launch_pdl(decode_reduce_kernel<T>, grid, kReduceThreads, 0, stream,
+                                  "decode_reduce_kernel", p, a, L.max_splits));
   }
   return {};
 }

@@ -12,6 +12,7 @@
 #include "kernels/cuda/attention_prefill_wgmma.cuh"
 #include "kernels/cuda/attention_prefill_wgmma_ws.cuh"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/pdl_launch.cuh"
 
 namespace ls::kernels::cuda {
 
@@ -109,9 +110,9 @@ Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t i
   const dim3 grid(static_cast<unsigned>(items),
                   static_cast<unsigned>(p.num_kv_heads * args.head_chunks),
                   static_cast<unsigned>(max_splits));
-  decode_attention_kernel<kD, T>
-      <<<grid, kDecodeThreads, Shape::template smem_bytes<T>(args.listed_cap), stream>>>(p, args);
-  return launch_status("decode_attention_kernel");
+  return launch_pdl(decode_attention_kernel<kD, T>, grid, kDecodeThreads,
+                    static_cast<size_t>(Shape::template smem_bytes<T>(args.listed_cap)), stream,
+                    "decode_attention_kernel", p, args);
 }
 
 #define LS_INSTANTIATE_PREFILL(D, W)                                                               \

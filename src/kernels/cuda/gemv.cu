@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(32 * kWarps) gemv_kernel(const T* __restrict__
       b[u] = __ldcs(w1 + v + 32 * u);
     }
   }
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  pdl_wait();
   while (have) {
     const int64_t vn = v + 32 * kUnroll;
     const bool next = vn + 32 * (kUnroll - 1) < vecs;

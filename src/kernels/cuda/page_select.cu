@@ -76,16 +76,6 @@ __device__ inline ItemInfo item_info(const PageSelectParams& p, bool geometry_ok
   return it;
 }
 
-// Programmatic dependent launch: a kernel may start while the previous one in the stream drains
-// and waits here before touching memory that kernel may use; launch_dependents lets the next one
-// start early (it still waits for this whole grid).
-__device__ __forceinline__ void pdl_wait() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-__device__ __forceinline__ void pdl_launch_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
 __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }

@@ -33,4 +33,18 @@ Status launch_pdl(void (*kernel)(Params...), dim3 grid, int threads, size_t smem
   return cuda_status(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
 }
 
+#ifdef __CUDACC__
+// In a kernel launched with launch_pdl: blocks until every earlier kernel on the stream has
+// finished and its writes are visible (a no-op in a plain launch).
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+// Lets the next kernel, if launched with launch_pdl, start once every block of this grid has
+// called it or exited (it still waits for this whole grid). Call it only after pdl_wait(), so
+// that a kernel starting early never runs beside any kernel but its immediate predecessor.
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+#endif
+
 }  // namespace ls::kernels::cuda
