@@ -117,6 +117,21 @@ struct DeviceAppend {
         table_s(DeviceArray::of(c.table_s)) {}
 };
 
+// Makes the next step of a one-sequence case its input: q_len new random bf16 tokens (K and V)
+// ending at kv_len, on the host and on the device.
+void next_step(std::mt19937& rng, AppendCase& c, DeviceAppend& dev, int32_t q_len, int32_t kv_len) {
+  c.q_lens = {q_len};
+  c.kv_lens = {kv_len};
+  c.q_indptr = {0, q_len};
+  const int64_t n = int64_t{q_len} * c.num_kv() * c.d;
+  c.k = random_array(rng, n, DType::kBF16, -2, 2);
+  c.v = random_array(rng, n, DType::kBF16, -2, 2);
+  dev.k = DeviceArray::of(c.k);
+  dev.v = DeviceArray::of(c.v);
+  dev.q_indptr = DeviceArray::of(c.q_indptr);
+  dev.kv_lens = DeviceArray::of(c.kv_lens);
+}
+
 kernels::PagedKvPool pool_view(void* k, void* v, DType dt, int32_t blocks, int32_t hpb, int32_t pt,
                                int32_t d) {
   kernels::PagedKvPool p;
@@ -233,15 +248,7 @@ TEST(CudaPagedOps, SummariesStayExactAcrossChunksAndDecodeSteps) {
   AppendCase c = make_append_case(rng, d, pt, DType::kBF16, {37}, {110}, {3});
   DeviceAppend dev(c);
   for (auto [q_len, kv_len] : steps) {
-    c.q_lens = {q_len};
-    c.kv_lens = {kv_len};
-    c.q_indptr = {0, q_len};
-    c.k = random_array(rng, int64_t{q_len} * c.num_kv() * d, DType::kBF16, -2, 2);
-    DeviceArray dk = DeviceArray::of(c.k), dq = DeviceArray::of(c.q_indptr),
-                dl = DeviceArray::of(c.kv_lens);
-    dev.k = std::move(dk);
-    dev.q_indptr = std::move(dq);
-    dev.kv_lens = std::move(dl);
+    next_step(rng, c, dev, q_len, kv_len);
     kernels::cpu::page_summary_update(summary_params(c, nullptr), cpu_pool());
     gpu()->page_summary_update(summary_params(c, &dev));
     EXPECT_EQ(dev.kmin.download(), c.kmin.bytes) << "kmin after kv_len " << kv_len;
@@ -304,15 +311,7 @@ TEST(CudaPagedOps, KvAppendWithIndexRequestStaysExactAcrossSteps) {
   AppendCase c = make_append_case(rng, d, pt, DType::kBF16, {37}, {130}, {3}, DType::kF32);
   DeviceAppend dev(c);
   for (auto [q_len, kv_len] : steps) {
-    c.q_lens = {q_len};
-    c.kv_lens = {kv_len};
-    c.q_indptr = {0, q_len};
-    c.k = random_array(rng, int64_t{q_len} * c.num_kv() * d, DType::kBF16, -2, 2);
-    c.v = random_array(rng, int64_t{q_len} * c.num_kv() * d, DType::kBF16, -2, 2);
-    dev.k = DeviceArray::of(c.k);
-    dev.v = DeviceArray::of(c.v);
-    dev.q_indptr = DeviceArray::of(c.q_indptr);
-    dev.kv_lens = DeviceArray::of(c.kv_lens);
+    next_step(rng, c, dev, q_len, kv_len);
     kernels::cpu::kv_append(append_params(c, nullptr), cpu_pool());
     kernels::cpu::page_summary_update(summary_params(c, nullptr), cpu_pool());
     gpu()->kv_append(indexed_append_params(c, &dev));

@@ -135,6 +135,34 @@ StepInput make_step(AppendWorld& w, const std::vector<int32_t>& q_lens) {
   return in;
 }
 
+// The append's params for one step of `w` (pools `k`/`v` of each kind passed in, so two copies
+// of the world's memory can be driven by the same step).
+KvAppendParams step_params(AppendWorld& w, StepInput& in, std::vector<uint8_t>& rk,
+                           std::vector<uint8_t>& rv, std::vector<uint8_t>& sk,
+                           std::vector<uint8_t>& sv) {
+  KvAppendParams p;
+  p.k = in.k.data();
+  p.v = in.v.data();
+  p.src_dtype = w.src_dtype;
+  p.num_tokens = in.q_indptr.back();
+  p.num_kv_heads = w.num_kv;
+  p.head_dim = w.d;
+  p.num_seqs = w.num_seqs;
+  p.q_indptr = in.q_indptr.data();
+  p.kv_lens = in.kv_lens.data();
+  p.head_mode = w.mode.data();
+  p.head_slot = w.slot.data();
+  p.retrieval = w.pool(rk, rv, w.r_blocks);
+  p.retrieval_blocks = w.r_table.data();
+  p.retrieval_blocks_stride = w.r_stride;
+  p.streaming = w.pool(sk, sv, w.s_blocks);
+  p.streaming_blocks = w.s_table.data();
+  p.streaming_blocks_stride = w.s_stride;
+  p.num_sink_pages = w.nsink;
+  p.ring_pages = w.ring.data();
+  return p;
+}
+
 TEST(KvAppend, PoolsMatchNaiveMirrorAfterChunksAndDecodeSteps) {
   std::mt19937 rng(41);
   for (auto [src, dst] : {std::pair{DType::kF32, DType::kF32},
@@ -154,27 +182,7 @@ TEST(KvAppend, PoolsMatchNaiveMirrorAfterChunksAndDecodeSteps) {
       AppendWorld w = make_world(rng, src, dst, pt, totals);
       for (const auto& q_lens : steps) {
         StepInput in = make_step(w, q_lens);
-        KvAppendParams p;
-        p.k = in.k.data();
-        p.v = in.v.data();
-        p.src_dtype = src;
-        p.num_tokens = in.q_indptr.back();
-        p.num_kv_heads = w.num_kv;
-        p.head_dim = w.d;
-        p.num_seqs = w.num_seqs;
-        p.q_indptr = in.q_indptr.data();
-        p.kv_lens = in.kv_lens.data();
-        p.head_mode = w.mode.data();
-        p.head_slot = w.slot.data();
-        p.retrieval = w.pool(w.r_k, w.r_v, w.r_blocks);
-        p.retrieval_blocks = w.r_table.data();
-        p.retrieval_blocks_stride = w.r_stride;
-        p.streaming = w.pool(w.s_k, w.s_v, w.s_blocks);
-        p.streaming_blocks = w.s_table.data();
-        p.streaming_blocks_stride = w.s_stride;
-        p.num_sink_pages = w.nsink;
-        p.ring_pages = w.ring.data();
-        cpu::kv_append(p, pool2());
+        cpu::kv_append(step_params(w, in, w.r_k, w.r_v, w.s_k, w.s_v), pool2());
         for (int32_t s = 0; s < w.num_seqs; ++s) w.appended[s] += q_lens[s];
         // Byte-for-byte (NaN poison included): nothing written outside the mirror's writes.
         ASSERT_EQ(w.r_k, w.m_r_k);
@@ -279,34 +287,6 @@ TEST(PageSummary, MinMaxExactAfterEveryCallAndNeverReadsStaleMemory) {
       }
     }
   }
-}
-
-// The append's params for one step of `w` (pools `k`/`v` of each kind passed in, so two copies
-// of the world's memory can be driven by the same step).
-KvAppendParams step_params(AppendWorld& w, StepInput& in, std::vector<uint8_t>& rk,
-                           std::vector<uint8_t>& rv, std::vector<uint8_t>& sk,
-                           std::vector<uint8_t>& sv) {
-  KvAppendParams p;
-  p.k = in.k.data();
-  p.v = in.v.data();
-  p.src_dtype = w.src_dtype;
-  p.num_tokens = in.q_indptr.back();
-  p.num_kv_heads = w.num_kv;
-  p.head_dim = w.d;
-  p.num_seqs = w.num_seqs;
-  p.q_indptr = in.q_indptr.data();
-  p.kv_lens = in.kv_lens.data();
-  p.head_mode = w.mode.data();
-  p.head_slot = w.slot.data();
-  p.retrieval = w.pool(rk, rv, w.r_blocks);
-  p.retrieval_blocks = w.r_table.data();
-  p.retrieval_blocks_stride = w.r_stride;
-  p.streaming = w.pool(sk, sv, w.s_blocks);
-  p.streaming_blocks = w.s_table.data();
-  p.streaming_blocks_stride = w.s_stride;
-  p.num_sink_pages = w.nsink;
-  p.ring_pages = w.ring.data();
-  return p;
 }
 
 TEST(KvAppend, IndexRequestEqualsAppendThenSummaryUpdate) {
