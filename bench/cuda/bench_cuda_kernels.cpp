@@ -12,9 +12,12 @@
 //    calls that rotate over several copies of the KV cache (more bytes than the L2 holds), and
 //    timed by replaying it. The page selection is timed eagerly (select_us, one call, host gaps
 //    included) and as a graph of 20 calls (select_graph_us). --decode-max-splits,
-//    --decode-min-blocks, --decode-l2-prefetch and --decode-whole-rows time each case under every
-//    combination of those AttentionOptions (max_splits and min_blocks 0: the default heuristics;
-//    1: on for the switches, the defaults).
+//    --decode-min-blocks, --decode-l2-prefetch, --decode-whole-rows and
+//    --decode-prewait-prefetch time each case under every combination of those AttentionOptions
+//    (max_splits and min_blocks 0, prewait_prefetch -1: the defaults; 1: on for the switches,
+//    the defaults).
+//    --decode-trace FILE writes every case's per-block timestamps (decode and reduction kernels,
+//    the last of a graph of calls) to FILE as a table.
 //  - linear layers at decode shapes (M = 1, 8, 32 rows; the Llama-3-8B weight shapes): the bytes
 //    of the weight read per call against the copy bandwidth, timed as a graph of calls that
 //    rotate over enough weight copies to defeat the L2.
@@ -30,8 +33,8 @@
 //        [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
-//        [--decode-l2-prefetch 1,0] [--decode-whole-rows 1,0]
-//        [--decode-min-blocks 0,2,8]
+//        [--decode-l2-prefetch 1,0] [--decode-whole-rows 1,0] [--decode-prewait-prefetch 0,2,4]
+//        [--decode-min-blocks 0,2,8] [--decode-trace FILE]
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -358,11 +361,57 @@ struct DecodeVariant {
   int min_blocks = 0;  // AttentionOptions::min_blocks_per_split (0: its heuristic)
   bool l2_prefetch = true;
   bool whole_rows = true;
+  int prewait_prefetch = -1;  // -1: AttentionOptions' default
 };
+
+// With --decode-trace: replays `calls` rotating decode calls once more with per-block timestamps
+// on (every call writes the same records, so the last call's remain) and appends them to `trace`,
+// one tab-separated line per block, times in ns from the call's first block start.
+void write_decode_trace(Device& dev, std::FILE* trace, const std::string& label,
+                        const std::vector<kernels::AttentionParams>& params, int64_t calls,
+                        kernels::cuda::AttentionOptions opt) {
+  const int64_t n = kernels::cuda::decode_trace_records(params[0], dev.b->num_sms(), opt);
+  if (n <= 0) return;
+  using Record = kernels::cuda::DecodeTraceRecord;
+  Buffer buf = alloc(dev, n * static_cast<int64_t>(sizeof(Record)));
+  die_on(cudaMemset(buf.data(), 0, static_cast<size_t>(buf.bytes())), "cudaMemset");
+  opt.decode_trace = static_cast<Record*>(buf.data());
+  dev.b->set_attention_options(opt);
+  for (const auto& p : params) dev.b->attention(p);  // sizes the scratch
+  dev.b->synchronize();
+  if (dev.b->begin_capture().ok()) {
+    for (int64_t i = 0; i < calls; ++i)
+      dev.b->attention(params[static_cast<size_t>(i) % params.size()]);
+    auto graph = dev.b->end_capture();
+    if (graph.ok()) {
+      (void)dev.b->replay(*graph);
+      dev.b->synchronize();
+    }
+    dev.b->drop_graphs();
+  }
+  dev.b->set_attention_options({});
+  std::vector<Record> rec(static_cast<size_t>(n));
+  die_on(
+      cudaMemcpy(rec.data(), buf.data(), static_cast<size_t>(buf.bytes()), cudaMemcpyDeviceToHost),
+      "cudaMemcpy trace");
+  uint64_t t0 = UINT64_MAX;
+  for (const Record& r : rec) {
+    if (r.start != 0) t0 = std::min(t0, r.start);
+  }
+  const auto rel = [&](uint64_t t) { return t == 0 ? int64_t{-1} : static_cast<int64_t>(t - t0); };
+  for (size_t i = 0; i < rec.size(); ++i) {
+    const Record& r = rec[i];
+    std::fprintf(trace, "%s\t%zu\t%d\t%d\t%d\t%d\t%lld\t%lld\t%lld\t%lld\t%lld\n", label.c_str(), i,
+                 r.kernel, r.split, r.smid, r.iterations, static_cast<long long>(rel(r.start)),
+                 static_cast<long long>(rel(r.waited)), static_cast<long long>(rel(r.first_data)),
+                 static_cast<long long>(rel(r.loop_end)), static_cast<long long>(rel(r.end)));
+  }
+  std::fflush(trace);
+}
 
 void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batches,
                   const std::vector<int64_t>& contexts, double copy_bps,
-                  const std::vector<DecodeVariant>& variants) {
+                  const std::vector<DecodeVariant>& variants, std::FILE* trace) {
   int64_t max_tokens = 0;
   for (int64_t b : batches) {
     for (int64_t c : contexts) max_tokens = std::max(max_tokens, b * c);
@@ -524,6 +573,7 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
           opt.min_blocks_per_split = variant.min_blocks;
           opt.decode_l2_prefetch = variant.l2_prefetch;
           opt.decode_whole_row_copies = variant.whole_rows;
+          if (variant.prewait_prefetch >= 0) opt.decode_prewait_prefetch = variant.prewait_prefetch;
           dev.b->set_attention_options(opt);
           // Eager once per replica (sizes the scratch), then one graph of many rotating calls.
           for (const auto& p : params) dev.b->attention(p);
@@ -541,16 +591,23 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
             dev.b->drop_graphs();
           }
           dev.b->set_attention_options({});
+          if (trace != nullptr) {
+            write_decode_trace(
+                dev, trace,
+                fmt::format("{}\t{}\t{}\t{}\t{}\t{}", lserve ? "lserve" : "dense", B, C,
+                            variant.max_splits, variant.min_blocks, opt.decode_prewait_prefetch),
+                params, calls, opt);
+          }
           const Status err = dev.b->take_error();
           const double gbps =
               ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
           out.write(fmt::format(
-              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "whole_rows": {}, "ok": {}}})",
+              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "whole_rows": {}, "prewait_prefetch": {}, "ok": {}}})",
               lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
               copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
               replicas, variant.max_splits, variant.min_blocks,
               variant.l2_prefetch ? "true" : "false", variant.whole_rows ? "true" : "false",
-              err.ok() && ms > 0 ? "true" : "false"));
+              opt.decode_prewait_prefetch, err.ok() && ms > 0 ? "true" : "false"));
         }
       }
     }
@@ -722,14 +779,27 @@ int run(int argc, char** argv) {
       for (const int64_t mb : min_blocks) {
         for (const int64_t pf : parse_list(arg(argc, argv, "--decode-l2-prefetch", "1"))) {
           for (const int64_t wr : parse_list(arg(argc, argv, "--decode-whole-rows", "1"))) {
-            variants.push_back({static_cast<int>(splits), static_cast<int>(mb), pf != 0, wr != 0});
+            for (const int64_t pw :
+                 parse_list(arg(argc, argv, "--decode-prewait-prefetch", "-1"))) {
+              variants.push_back({static_cast<int>(splits), static_cast<int>(mb), pf != 0, wr != 0,
+                                  static_cast<int>(pw)});
+            }
           }
         }
       }
     }
+    const std::string trace_path = arg(argc, argv, "--decode-trace", "");
+    std::FILE* trace = trace_path.empty() ? nullptr : std::fopen(trace_path.c_str(), "w");
+    if (trace != nullptr) {
+      std::fprintf(
+          trace,
+          "policy\tbatch\tcontext\tmax_splits\tmin_blocks\tprewait\trecord\tkernel\tsplit\tsmid\t"
+          "iterations\tstart\twaited\tfirst_data\tloop_end\tend\n");
+    }
     bench_decode(dev, out, parse_list(arg(argc, argv, "--batches", "1,8,32")),
                  parse_list(arg(argc, argv, "--contexts", "8192,16384,32768,65536,131072,262144")),
-                 copy_bps, variants);
+                 copy_bps, variants, trace);
+    if (trace != nullptr) std::fclose(trace);
   }
   return 0;
 }

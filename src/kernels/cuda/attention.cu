@@ -143,24 +143,40 @@ __global__ void __launch_bounds__(kReduceThreads)
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int32_t g = h / group, chunk = (h % group) / kDecodeRows;
+  DecodeTraceRecord tr;  // filled only with a.trace (profiling)
+  if (a.trace != nullptr) tr.start = trace_now();
+  const int32_t token = a.items_are_tokens ? item : p.q_indptr[item];  // step metadata
   pdl_wait();  // everything below is the decode kernel's output
   pdl_launch_dependents();
-  const int32_t ns =
-      min(a.num_splits[(static_cast<int64_t>(item) * p.num_kv_heads + g) * a.head_chunks + chunk],
-          max_splits);
-  if (ns <= 1) return;  // uniform over the block
-  const int32_t token = a.items_are_tokens ? item : p.q_indptr[item];
+  if (a.trace != nullptr) tr.waited = trace_now();
+  auto record = [&]() {
+    if (a.trace == nullptr || tid != 0) return;
+    tr.end = trace_now();
+    tr.smid = trace_smid();
+    tr.kernel = 1;
+    const int64_t decode_blocks =
+        static_cast<int64_t>(gridDim.x) * p.num_kv_heads * a.head_chunks * max_splits;
+    a.trace[decode_blocks + static_cast<int64_t>(h) * gridDim.x + item] = tr;
+  };
   const int64_t base = (static_cast<int64_t>(item) * p.num_q_heads + h) * max_splits;
-  const float scale_log2 = p.scale * 1.4426950408889634f;
-
   const int32_t d4 = p.head_dim / 4;  // head_dim % 16 == 0 (attention.h)
   const float4* po = reinterpret_cast<const float4*>(a.partial_o + base * p.head_dim);
-  // Each warp's first split row (lane c < d4 holds float4 c) loads together with the (m, l)
-  // pairs: one round trip for both, not one after the other.
+  // The split count, each warp's first split row (lane c < d4 holds float4 c) and the (m, l)
+  // pairs load together: one round trip, not three. Slots at or past the count may hold stale
+  // values; they are dropped below (weight 0, never read into a sum).
+  const int32_t ns_raw =
+      a.num_splits[(static_cast<int64_t>(item) * p.num_kv_heads + g) * a.head_chunks + chunk];
   float4 first = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (warp < ns && lane < d4) first = po[static_cast<int64_t>(warp) * d4 + lane];
+  if (warp < max_splits && lane < d4) first = po[static_cast<int64_t>(warp) * d4 + lane];
   float2 ml = make_float2(-INFINITY, 0.0f);
-  if (tid < ns) ml = a.partial_ml[base + tid];
+  if (tid < max_splits) ml = a.partial_ml[base + tid];
+  const int32_t ns = min(ns_raw, max_splits);
+  if (ns <= 1) {  // uniform over the block
+    record();
+    return;
+  }
+  if (tid >= ns) ml = make_float2(-INFINITY, 0.0f);
+  const float scale_log2 = p.scale * 1.4426950408889634f;
   float m = warp_max(ml.x);
   if (lane == 0) red_m[warp] = m;
   __syncthreads();
@@ -211,6 +227,7 @@ __global__ void __launch_bounds__(kReduceThreads)
     out[4 * c + 2] = from_f32<T>(any ? acc.z / lsum : 0.0f);
     out[4 * c + 3] = from_f32<T>(any ? acc.w / lsum : 0.0f);
   }
+  record();
 }
 
 template <typename T>
@@ -317,6 +334,8 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
   a.listed_cap = L.listed_cap;
   a.l2_prefetch = o.decode_l2_prefetch ? 1 : 0;
   a.whole_row_copies = o.decode_whole_row_copies ? 1 : 0;
+  a.prewait_prefetch = o.decode_prewait_prefetch;
+  a.trace = o.decode_trace;
   a.num_splits = reinterpret_cast<int32_t*>(ws + L.num_splits);
   a.partial_ml = reinterpret_cast<float2*>(ws + L.partial_ml);
   a.partial_o = reinterpret_cast<float*>(ws + L.partial_o);
@@ -334,6 +353,15 @@ bool pool_matches(const PagedKvPool& pool, const AttentionParams& p) {
 }
 
 }  // namespace
+
+int64_t decode_trace_records(const AttentionParams& p, int num_sms,
+                             const AttentionOptions& options) {
+  if (p.num_seqs <= 0 || p.num_tokens <= 0 || p.num_kv_heads <= 0) return 0;
+  const Layout L = layout_for(p, num_sms, options);
+  if (!L.run_decode) return 0;
+  const int64_t decode = int64_t{L.items} * p.num_kv_heads * L.head_chunks * L.max_splits;
+  return decode + (L.max_splits > 1 ? int64_t{L.items} * p.num_q_heads : 0);
+}
 
 int64_t attention_workspace_bytes(const AttentionParams& p, int num_sms,
                                   const AttentionOptions& options) {

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "kernels/cuda/decode_trace.h"
 #include "kernels/paged_kv.h"
 
 namespace ls::kernels::cuda {
@@ -56,9 +57,22 @@ struct AttentionOptions {
   // offsets passed by shuffles; off: each thread pair copies its own row, 32 bytes of 16 rows per
   // instruction (the layout before 2026-11-21).
   bool decode_whole_row_copies = true;
+  // 64-key blocks (0..4) whose rows a decode block prefetches into L2 before waiting for the
+  // previous kernel (with decode_l2_prefetch). 1 measured best on an H100 (lserve batch 8 at 128K
+  // 38.4 -> 37.4 us per call against 4, batch 1 11.9 -> 11.2, dense batch 8 at 8K 104 -> 101):
+  // every block asking for four blocks at once made each block's first one arrive last.
+  int decode_prewait_prefetch = 1;
   // Run every sequence (q_len 1 included) through the prefill kernel; for tests and benchmarks.
   bool prefill_only = false;
+  // Profiling: per-block timestamps of the decode kernels (decode_trace_records entries, see
+  // decode_trace.h). Null in every normal call.
+  DecodeTraceRecord* decode_trace = nullptr;
 };
+
+// Entries decode_trace needs for a call with these sizes: the decode blocks, then the reduction
+// blocks (0 when the call runs no decode kernel).
+int64_t decode_trace_records(const AttentionParams& p, int num_sms,
+                             const AttentionOptions& options = {});
 
 // Device scratch bytes paged_attention needs for a call with these host-known sizes.
 int64_t attention_workspace_bytes(const AttentionParams& p, int num_sms,

@@ -21,6 +21,7 @@
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/attention_span.cuh"
 #include "kernels/cuda/batch_index.cuh"
+#include "kernels/cuda/decode_trace.h"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl_launch.cuh"
@@ -35,9 +36,11 @@ struct DecodeArgs {
   int32_t listed_cap = 32;
   int32_t l2_prefetch = 1;        // 1: prefetch each block's rows into L2 one block before its copy
   int32_t whole_row_copies = 1;   // 1: a copy instruction covers whole rows (see issue())
+  int32_t prewait_prefetch = 1;   // blocks prefetched into L2 before the wait (at most 4)
   int32_t* num_splits = nullptr;  // [items, kv_heads * head_chunks] splits used (0: not served)
   float* partial_o = nullptr;     // [items, q_heads, max_splits, head_dim]
   float2* partial_ml = nullptr;   // [items, q_heads, max_splits] (row max of raw scores, sum)
+  DecodeTraceRecord* trace = nullptr;  // [decode blocks + reduce blocks] profiling; null: off
 };
 
 inline constexpr int kDecodeWarps = 4;
@@ -170,14 +173,27 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // A programmatic dependent launch: the block may start while the previous kernel drains.
   // Step metadata (lengths, head scalars, block tables), which no kernel of the step writes,
   // is read before waiting for it; so is the selection unless p.selection_just_written, and the
-  // first blocks' rows are prefetched into L2 (a hint, harmless if that kernel writes them). Q,
-  // the K/V copies and every write come after the wait.
+  // first a.prewait_prefetch blocks' rows are prefetched into L2 (a hint, harmless if that kernel
+  // writes them). Q, the K/V copies and every write come after the wait.
   bool waited = false;
+  DecodeTraceRecord tr;  // filled only with a.trace (profiling)
+  if (a.trace != nullptr) {
+    tr.start = trace_now();
+    tr.split = z;
+  }
   auto wait_previous = [&]() {
     if (waited) return;
     pdl_wait();
     pdl_launch_dependents();  // the reduction kernel (or the next op) waits for this whole grid
     waited = true;
+    if (a.trace != nullptr) tr.waited = trace_now();
+  };
+  auto record = [&](int32_t iterations) {
+    if (a.trace == nullptr || tid != 0) return;
+    tr.end = trace_now();
+    tr.smid = trace_smid();
+    tr.iterations = iterations;
+    a.trace[(static_cast<int64_t>(z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = tr;
   };
   // Every scalar of the common case (item i is sequence i's only query) in one round trip:
   // the batch position, the head's scalars and the selection row; other batches reload them
@@ -189,6 +205,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   if (!it.served) {
     wait_previous();
     if (z == 0 && tid == 0) *num_splits_out = 0;
+    record(-1);
     return;
   }
   if (it.seq >= 0 && it.seq != item) {
@@ -204,6 +221,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   HeadView hv;
   if (it.seq < 0 || !resolve_head(p, it.seq, g, it.position, it.position, hs, hv)) {
     if (z == 0) write_zeros();
+    record(-1);
     return;
   }
 
@@ -231,9 +249,13 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       min((num_rows + kKeyBlock - 1) / kKeyBlock, static_cast<int64_t>(INT32_MAX / kKeyBlock - 1)));
   const int32_t want = (nb + a.min_blocks_per_split - 1) / a.min_blocks_per_split;
   const int32_t splits = nb == 0 ? 1 : max(1, min(max_splits, want));
-  if (z >= splits) return;
+  if (z >= splits) {
+    record(-1);
+    return;
+  }
   if (nb == 0) {  // no visible key: the row is 0
     write_zeros();
+    record(-1);
     return;
   }
   const int32_t b_begin = static_cast<int32_t>(static_cast<int64_t>(nb) * z / splits);
@@ -314,7 +336,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   if (!waited && l2_prefetch) {  // still overlapping the previous kernel: warm L2 for the copies
 #pragma unroll
     for (int s = 0; s <= kDecodeStages; ++s) {
-      if (s < n) prefetch_rows(first[s]);
+      if (s < n && s < a.prewait_prefetch) prefetch_rows(first[s]);
     }
   }
   wait_previous();
@@ -348,6 +370,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     cp_async_wait<kDecodeStages - 2>();
     __syncthreads();  // block i landed; every warp is done with block i - 1's stage
     if (i == 0) {
+      if (a.trace != nullptr) tr.first_data = trace_now();
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
         ldmatrix_x4(qf[kk], sQ + (lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
@@ -433,6 +456,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       mma_16816<T>(o[2 * dn + 1], pf, vf[2], vf[3]);
     }
   }
+  if (a.trace != nullptr) tr.loop_end = trace_now();
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the stages: reuse them for the merge
 
@@ -485,6 +509,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       if (d == 0) a.partial_ml[slot] = make_float2(mstar, lsum);
     }
   }
+  record(n);
 }
 
 }  // namespace ls::kernels::cuda
