@@ -364,6 +364,25 @@ struct DecodeVariant {
   int prewait_prefetch = -1;  // -1: AttentionOptions' default
 };
 
+// Runs `on_graph(graph)` on a CUDA graph of `calls` decode calls rotating over `params`, under
+// options `opt` (each params run eagerly once first, which sizes the scratch); nothing if the
+// capture fails. The backend's options are back to the defaults afterwards.
+template <class Fn>
+void with_decode_graph(Device& dev, const std::vector<kernels::AttentionParams>& params,
+                       int64_t calls, const kernels::cuda::AttentionOptions& opt, Fn&& on_graph) {
+  dev.b->set_attention_options(opt);
+  for (const auto& p : params) dev.b->attention(p);
+  dev.b->synchronize();
+  if (dev.b->begin_capture().ok()) {
+    for (int64_t i = 0; i < calls; ++i)
+      dev.b->attention(params[static_cast<size_t>(i) % params.size()]);
+    auto graph = dev.b->end_capture();
+    if (graph.ok()) on_graph(*graph);
+    dev.b->drop_graphs();
+  }
+  dev.b->set_attention_options({});
+}
+
 // With --decode-trace: replays `calls` rotating decode calls once more with per-block timestamps
 // on (every call writes the same records, so the last call's remain) and appends them to `trace`,
 // one tab-separated line per block, times in ns from the call's first block start.
@@ -376,20 +395,10 @@ void write_decode_trace(Device& dev, std::FILE* trace, const std::string& label,
   Buffer buf = alloc(dev, n * static_cast<int64_t>(sizeof(Record)));
   die_on(cudaMemset(buf.data(), 0, static_cast<size_t>(buf.bytes())), "cudaMemset");
   opt.decode_trace = static_cast<Record*>(buf.data());
-  dev.b->set_attention_options(opt);
-  for (const auto& p : params) dev.b->attention(p);  // sizes the scratch
-  dev.b->synchronize();
-  if (dev.b->begin_capture().ok()) {
-    for (int64_t i = 0; i < calls; ++i)
-      dev.b->attention(params[static_cast<size_t>(i) % params.size()]);
-    auto graph = dev.b->end_capture();
-    if (graph.ok()) {
-      (void)dev.b->replay(*graph);
-      dev.b->synchronize();
-    }
-    dev.b->drop_graphs();
-  }
-  dev.b->set_attention_options({});
+  with_decode_graph(dev, params, calls, opt, [&](int32_t graph) {
+    (void)dev.b->replay(graph);
+    dev.b->synchronize();
+  });
   std::vector<Record> rec(static_cast<size_t>(n));
   die_on(
       cudaMemcpy(rec.data(), buf.data(), static_cast<size_t>(buf.bytes()), cudaMemcpyDeviceToHost),
@@ -574,23 +583,13 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
           opt.decode_l2_prefetch = variant.l2_prefetch;
           opt.decode_whole_row_copies = variant.whole_rows;
           if (variant.prewait_prefetch >= 0) opt.decode_prewait_prefetch = variant.prewait_prefetch;
-          dev.b->set_attention_options(opt);
-          // Eager once per replica (sizes the scratch), then one graph of many rotating calls.
-          for (const auto& p : params) dev.b->attention(p);
-          dev.b->synchronize();
+          // One graph of many calls rotating over the replicas.
           const int64_t calls = std::max<int64_t>(20, replicas);
           double ms = -1;
-          if (dev.b->begin_capture().ok()) {
-            for (int64_t i = 0; i < calls; ++i)
-              dev.b->attention(params[static_cast<size_t>(i % replicas)]);
-            auto graph = dev.b->end_capture();
-            if (graph.ok()) {
-              ms = median_ms(*dev.b, 1, 5, [&] { (void)dev.b->replay(*graph); }) /
-                   static_cast<double>(calls);
-            }
-            dev.b->drop_graphs();
-          }
-          dev.b->set_attention_options({});
+          with_decode_graph(dev, params, calls, opt, [&](int32_t graph) {
+            ms = median_ms(*dev.b, 1, 5, [&] { (void)dev.b->replay(graph); }) /
+                 static_cast<double>(calls);
+          });
           if (trace != nullptr) {
             write_decode_trace(
                 dev, trace,
