@@ -13,9 +13,11 @@
 //    timed by replaying it. The page selection is timed eagerly (select_us, one call, host gaps
 //    included) and as a graph of 20 calls (select_graph_us). --decode-max-splits,
 //    --decode-min-blocks, --decode-l2-prefetch, --decode-whole-rows and
-//    --decode-prewait-prefetch time each case under every combination of those AttentionOptions
-//    (max_splits and min_blocks 0, prewait_prefetch -1: the defaults; 1: on for the switches,
-//    the defaults).
+//    --decode-prewait-prefetch, --decode-ticketed and --decode-chunk-blocks time each case under
+//    every combination of those AttentionOptions (max_splits and min_blocks 0, prewait_prefetch
+//    and ticketed -1: the defaults; 1: on for the switches, the defaults); --decode-rounds R
+//    times the combinations R times in turn (one row each), so variants compare on alternating
+//    runs.
 //    --decode-trace FILE writes every case's per-block timestamps (decode and reduction kernels,
 //    the last of a graph of calls) to FILE as a table.
 //  - linear layers at decode shapes (M = 1, 8, 32 rows; the Llama-3-8B weight shapes): the bytes
@@ -34,7 +36,8 @@
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
 //        [--decode-l2-prefetch 1,0] [--decode-whole-rows 1,0] [--decode-prewait-prefetch 0,2,4]
-//        [--decode-min-blocks 0,2,8] [--decode-trace FILE]
+//        [--decode-min-blocks 0,2,8] [--decode-ticketed -1,0,1] [--decode-chunk-blocks 1,2]
+//        [--decode-rounds 3] [--decode-trace FILE]
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -362,6 +365,8 @@ struct DecodeVariant {
   bool l2_prefetch = true;
   bool whole_rows = true;
   int prewait_prefetch = -1;  // -1: AttentionOptions' default
+  int ticketed = -1;          // AttentionOptions::decode_ticketed_splits
+  int chunk_blocks = 1;
 };
 
 // Runs `on_graph(graph)` on a CUDA graph of `calls` decode calls rotating over `params`, under
@@ -420,7 +425,7 @@ void write_decode_trace(Device& dev, std::FILE* trace, const std::string& label,
 
 void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batches,
                   const std::vector<int64_t>& contexts, double copy_bps,
-                  const std::vector<DecodeVariant>& variants, std::FILE* trace) {
+                  const std::vector<DecodeVariant>& variants, int64_t rounds, std::FILE* trace) {
   int64_t max_tokens = 0;
   for (int64_t b : batches) {
     for (int64_t c : contexts) max_tokens = std::max(max_tokens, b * c);
@@ -576,37 +581,44 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
           }
           params.push_back(p);
         }
-        for (const DecodeVariant& variant : variants) {
-          kernels::cuda::AttentionOptions opt;
-          opt.max_splits = variant.max_splits;
-          opt.min_blocks_per_split = variant.min_blocks;
-          opt.decode_l2_prefetch = variant.l2_prefetch;
-          opt.decode_whole_row_copies = variant.whole_rows;
-          if (variant.prewait_prefetch >= 0) opt.decode_prewait_prefetch = variant.prewait_prefetch;
-          // One graph of many calls rotating over the replicas.
-          const int64_t calls = std::max<int64_t>(20, replicas);
-          double ms = -1;
-          with_decode_graph(dev, params, calls, opt, [&](int32_t graph) {
-            ms = median_ms(*dev.b, 1, 5, [&] { (void)dev.b->replay(graph); }) /
-                 static_cast<double>(calls);
-          });
-          if (trace != nullptr) {
-            write_decode_trace(
-                dev, trace,
-                fmt::format("{}\t{}\t{}\t{}\t{}\t{}", lserve ? "lserve" : "dense", B, C,
-                            variant.max_splits, variant.min_blocks, opt.decode_prewait_prefetch),
-                params, calls, opt);
+        for (int64_t round = 0; round < rounds; ++round) {
+          for (const DecodeVariant& variant : variants) {
+            kernels::cuda::AttentionOptions opt;
+            opt.decode_ticketed_splits = variant.ticketed;
+            opt.decode_chunk_blocks = variant.chunk_blocks;
+            opt.max_splits = variant.max_splits;
+            opt.min_blocks_per_split = variant.min_blocks;
+            opt.decode_l2_prefetch = variant.l2_prefetch;
+            opt.decode_whole_row_copies = variant.whole_rows;
+            if (variant.prewait_prefetch >= 0)
+              opt.decode_prewait_prefetch = variant.prewait_prefetch;
+            // One graph of many calls rotating over the replicas.
+            const int64_t calls = std::max<int64_t>(20, replicas);
+            double ms = -1;
+            with_decode_graph(dev, params, calls, opt, [&](int32_t graph) {
+              ms = median_ms(*dev.b, 1, 5, [&] { (void)dev.b->replay(graph); }) /
+                   static_cast<double>(calls);
+            });
+            if (trace != nullptr && round == 0) {
+              write_decode_trace(
+                  dev, trace,
+                  fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}", lserve ? "lserve" : "dense", B, C,
+                              variant.max_splits, variant.min_blocks, opt.decode_prewait_prefetch,
+                              variant.ticketed, variant.chunk_blocks),
+                  params, calls, opt);
+            }
+            const Status err = dev.b->take_error();
+            const double gbps =
+                ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
+            out.write(fmt::format(
+                R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "whole_rows": {}, "prewait_prefetch": {}, "ticketed": {}, "chunk_blocks": {}, "round": {}, "ok": {}}})",
+                lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
+                copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
+                replicas, variant.max_splits, variant.min_blocks,
+                variant.l2_prefetch ? "true" : "false", variant.whole_rows ? "true" : "false",
+                opt.decode_prewait_prefetch, variant.ticketed, variant.chunk_blocks, round,
+                err.ok() && ms > 0 ? "true" : "false"));
           }
-          const Status err = dev.b->take_error();
-          const double gbps =
-              ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
-          out.write(fmt::format(
-              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "whole_rows": {}, "prewait_prefetch": {}, "ok": {}}})",
-              lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
-              copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
-              replicas, variant.max_splits, variant.min_blocks,
-              variant.l2_prefetch ? "true" : "false", variant.whole_rows ? "true" : "false",
-              opt.decode_prewait_prefetch, err.ok() && ms > 0 ? "true" : "false"));
         }
       }
     }
@@ -780,8 +792,13 @@ int run(int argc, char** argv) {
           for (const int64_t wr : parse_list(arg(argc, argv, "--decode-whole-rows", "1"))) {
             for (const int64_t pw :
                  parse_list(arg(argc, argv, "--decode-prewait-prefetch", "-1"))) {
-              variants.push_back({static_cast<int>(splits), static_cast<int>(mb), pf != 0, wr != 0,
-                                  static_cast<int>(pw)});
+              for (const int64_t tk : parse_list(arg(argc, argv, "--decode-ticketed", "-1"))) {
+                for (const int64_t cb : parse_list(arg(argc, argv, "--decode-chunk-blocks", "1"))) {
+                  variants.push_back({static_cast<int>(splits), static_cast<int>(mb), pf != 0,
+                                      wr != 0, static_cast<int>(pw), static_cast<int>(tk),
+                                      static_cast<int>(cb)});
+                }
+              }
             }
           }
         }
@@ -792,12 +809,15 @@ int run(int argc, char** argv) {
     if (trace != nullptr) {
       std::fprintf(
           trace,
-          "policy\tbatch\tcontext\tmax_splits\tmin_blocks\tprewait\trecord\tkernel\tsplit\tsmid\t"
+          "policy\tbatch\tcontext\tmax_splits\tmin_blocks\tprewait\tticketed\tchunk_blocks\t"
+          "record\tkernel\tsplit\tsmid\t"
           "iterations\tstart\twaited\tfirst_data\tloop_end\tend\n");
     }
     bench_decode(dev, out, parse_list(arg(argc, argv, "--batches", "1,8,32")),
                  parse_list(arg(argc, argv, "--contexts", "8192,16384,32768,65536,131072,262144")),
-                 copy_bps, variants, trace);
+                 copy_bps, variants,
+                 std::max<int64_t>(1, parse_list(arg(argc, argv, "--decode-rounds", "1"))[0]),
+                 trace);
     if (trace != nullptr) std::fclose(trace);
   }
   return 0;

@@ -182,6 +182,9 @@ TEST(CudaAttention, DecodeBatchesWithSelectionAndRings) {
           kernels::cuda::AttentionOptions o;
           o.max_splits = splits;
           o.min_blocks_per_split = 1;
+          // Fixed and ticketed splits (chunks of 1 and 2 blocks), across the shapes.
+          o.decode_ticketed_splits = group == 4 ? 0 : 1;
+          o.decode_chunk_blocks = d == 96 ? 2 : 1;
           ScopedAttentionOptions scoped(o);
           ScenarioConfig cfg;
           cfg.head_dim = d;
@@ -214,7 +217,8 @@ TEST(CudaAttention, DecodeBatchesWithSelectionAndRings) {
                .selected = {{2, 2, 7, 3, 9, 4000}}},
               {.kv_len = 64 * 9 + 3, .q_len = 1, .local_tokens = 200}};
           AttentionScenario sc(rng, cfg, seqs);
-          check_scenario(sc, describe(cfg) + " splits " + std::to_string(splits));
+          check_scenario(sc, describe(cfg) + " splits " + std::to_string(splits) + " ticketed " +
+                                 std::to_string(o.decode_ticketed_splits));
         }
       }
     }
@@ -223,53 +227,58 @@ TEST(CudaAttention, DecodeBatchesWithSelectionAndRings) {
 
 // Many splits merged by the reduction kernel: batch 1 with up to 64 splits of one 64-key block
 // (contexts not a multiple of the page or of the split), and batch 64 with the default split
-// heuristic and with forced 64 splits, every head mode; outputs are poisoned before each run.
+// heuristic and with forced 64 splits, every head mode, fixed and ticketed splits; outputs are
+// poisoned before each run.
 TEST(CudaAttention, DecodeManySplitsAtBatch1And64) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(40);
   for (int32_t pt : {16, 64}) {
     for (int splits : {0, 13, 64}) {
-      kernels::cuda::AttentionOptions o;
-      o.max_splits = splits;
-      o.min_blocks_per_split = 1;
-      o.decode_l2_prefetch = splits != 13;               // a hint: results must not depend on it
-      o.decode_whole_row_copies = pt == 64;              // both copy layouts
-      o.decode_prewait_prefetch = splits == 64 ? 4 : 1;  // how much is warmed early
-      ScopedAttentionOptions scoped(o);
-      ScenarioConfig cfg;
-      cfg.head_dim = 128;
-      cfg.group = 4;
-      cfg.page_tokens = pt;
-      cfg.modes = {HeadMode::kCausal, HeadMode::kSelected, HeadMode::kStreaming};
-      cfg.sink_tokens = pt;
-      cfg.dtype = splits == 13 ? DType::kF16 : DType::kBF16;
-      cfg.selection_just_written = splits == 0;
-      const int32_t len = 64 * 64 + 37;  // 65 key blocks: 64 splits, one of two blocks
-      const int32_t pages = (len + pt - 1) / pt;
-      std::vector<int32_t> sel;
-      for (int32_t j = 0; j < pages - 2; j += 2) sel.push_back(j);  // every other page
-      std::vector<SeqSpec> one = {{.kv_len = len,
-                                   .q_len = 1,
-                                   .local_tokens = 1000,
-                                   .selected_row = 0,
-                                   .selected = {{}, sel}}};
-      AttentionScenario sc1(rng, cfg, one);
-      check_scenario(sc1,
-                     "batch 1 page " + std::to_string(pt) + " splits " + std::to_string(splits));
+      for (int ticketed : {0, 1}) {
+        kernels::cuda::AttentionOptions o;
+        o.decode_ticketed_splits = ticketed;
+        o.decode_chunk_blocks = pt == 16 ? 1 : 3;
+        o.max_splits = splits;
+        o.min_blocks_per_split = 1;
+        o.decode_l2_prefetch = splits != 13;               // a hint: results must not depend on it
+        o.decode_whole_row_copies = pt == 64;              // both copy layouts
+        o.decode_prewait_prefetch = splits == 64 ? 4 : 1;  // how much is warmed early
+        ScopedAttentionOptions scoped(o);
+        ScenarioConfig cfg;
+        cfg.head_dim = 128;
+        cfg.group = 4;
+        cfg.page_tokens = pt;
+        cfg.modes = {HeadMode::kCausal, HeadMode::kSelected, HeadMode::kStreaming};
+        cfg.sink_tokens = pt;
+        cfg.dtype = splits == 13 ? DType::kF16 : DType::kBF16;
+        cfg.selection_just_written = splits == 0;
+        const int32_t len = 64 * 64 + 37;  // 65 key blocks: 64 splits, one of two blocks
+        const int32_t pages = (len + pt - 1) / pt;
+        std::vector<int32_t> sel;
+        for (int32_t j = 0; j < pages - 2; j += 2) sel.push_back(j);  // every other page
+        std::vector<SeqSpec> one = {{.kv_len = len,
+                                     .q_len = 1,
+                                     .local_tokens = 1000,
+                                     .selected_row = 0,
+                                     .selected = {{}, sel}}};
+        AttentionScenario sc1(rng, cfg, one);
+        const std::string label = " page " + std::to_string(pt) + " splits " +
+                                  std::to_string(splits) + " ticketed " + std::to_string(ticketed);
+        check_scenario(sc1, "batch 1" + label);
 
-      std::vector<SeqSpec> many;
-      std::uniform_int_distribution<int32_t> lens(1, 2600);
-      for (int32_t i = 0; i < 64; ++i) {
-        SeqSpec q{.kv_len = i == 0 ? 1 : lens(rng), .q_len = 1, .local_tokens = 300};
-        if (i % 3 == 1) {
-          q.selected_row = i;
-          q.selected = {{}, {0, 2, 5, 11, 40}};
+        std::vector<SeqSpec> many;
+        std::uniform_int_distribution<int32_t> lens(1, 2600);
+        for (int32_t i = 0; i < 64; ++i) {
+          SeqSpec q{.kv_len = i == 0 ? 1 : lens(rng), .q_len = 1, .local_tokens = 300};
+          if (i % 3 == 1) {
+            q.selected_row = i;
+            q.selected = {{}, {0, 2, 5, 11, 40}};
+          }
+          many.push_back(q);
         }
-        many.push_back(q);
+        AttentionScenario sc64(rng, cfg, many);
+        check_scenario(sc64, "batch 64" + label);
       }
-      AttentionScenario sc64(rng, cfg, many);
-      check_scenario(sc64,
-                     "batch 64 page " + std::to_string(pt) + " splits " + std::to_string(splits));
     }
   }
 }

@@ -32,7 +32,9 @@ struct Layout {
   int32_t head_chunks = 1;
   int32_t max_splits = 1;
   int32_t listed_cap = 32;
-  int64_t tiles = 0, num_tiles = 0, num_splits = 0, partial_ml = 0, partial_o = 0, bytes = 0;
+  bool ticketed = false;  // the decode splits draw their rows' later blocks by ticket
+  int64_t tiles = 0, num_tiles = 0, num_splits = 0, row_tickets = 0, partial_ml = 0, partial_o = 0,
+          bytes = 0;
 };
 
 bool wgmma_covers(const AttentionParams& p) {
@@ -62,6 +64,11 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
     const int64_t slots = 2 * int64_t{kDecodeBlocksPerSm} * std::max(1, num_sms);
     L.max_splits = static_cast<int32_t>(std::clamp<int64_t>(slots / base, 1, kMaxSplits));
   }
+  const int64_t decode_rows = int64_t{L.items} * p.num_kv_heads * L.head_chunks;
+  const bool selecting = p.selected && p.num_selected && p.selected_rows;
+  L.ticketed = L.run_decode && L.max_splits > 1 &&
+               (o.decode_ticketed_splits > 0 ||
+                (o.decode_ticketed_splits < 0 && selecting && decode_rows >= 64));
   int32_t listed = std::max(p.num_sink_pages, 1);
   if (p.selected && p.num_selected && p.selected_rows) listed = std::max(listed, p.max_selected);
   L.listed_cap = (listed + 31) / 32 * 32;
@@ -73,7 +80,9 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
   off = align_up(off + 4);
   const int64_t rows = L.run_decode ? int64_t{L.items} * p.num_q_heads * L.max_splits : 0;
   L.num_splits = off;
-  off = align_up(off + 4 * int64_t{L.items} * p.num_kv_heads * L.head_chunks);
+  off = align_up(off + 4 * decode_rows);
+  L.row_tickets = off;
+  off = align_up(off + (L.ticketed ? 4 * decode_rows : 0));
   L.partial_ml = off;
   off = align_up(off + 8 * rows);
   L.partial_o = off;
@@ -119,6 +128,20 @@ __global__ void plan_prefill_kernel(const int32_t* q_indptr, const int32_t* kv_l
     base += __shfl_sync(0xffffffffu, incl, 31);
   }
   if (lane == 0) *num_tiles = min(base, max_tiles);
+}
+
+// Clears the decode kernel's per-row ticket counters (ticketed splits). A programmatic dependent
+// launch that lets the decode kernel start at once, before its own wait (the exception
+// pdl_launch.cuh allows): the decode kernel reads nothing before its wait that a kernel of the
+// step writes, and its wait covers this kernel, which waits for everything before it (an earlier
+// user of the workspace) before it writes.
+__global__ void __launch_bounds__(256) decode_prologue_kernel(int32_t* row_tickets, int64_t rows) {
+  pdl_launch_dependents();
+  pdl_wait();
+  for (int64_t i = threadIdx.x + static_cast<int64_t>(blockIdx.x) * blockDim.x; i < rows;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    row_tickets[i] = 0;
+  }
 }
 
 // Combines a token's decode splits: o = sum_z w_z o_z / sum_z w_z l_z with
@@ -337,6 +360,14 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
   a.prewait_prefetch = o.decode_prewait_prefetch;
   a.trace = o.decode_trace;
   a.num_splits = reinterpret_cast<int32_t*>(ws + L.num_splits);
+  if (L.ticketed) {
+    a.row_tickets = reinterpret_cast<int32_t*>(ws + L.row_tickets);
+    a.chunk_blocks = std::max(1, o.decode_chunk_blocks);
+    const int64_t rows = int64_t{L.items} * p.num_kv_heads * L.head_chunks;
+    const int blocks = static_cast<int>(std::min<int64_t>((rows + 255) / 256, 64));
+    LS_RETURN_IF_ERROR(launch_pdl(decode_prologue_kernel, dim3(static_cast<unsigned>(blocks)), 256,
+                                  0, stream, "decode_prologue_kernel", a.row_tickets, rows));
+  }
   a.partial_ml = reinterpret_cast<float2*>(ws + L.partial_ml);
   a.partial_o = reinterpret_cast<float*>(ws + L.partial_o);
   LS_RETURN_IF_ERROR(run_decode<T>(p, L, a, stream));

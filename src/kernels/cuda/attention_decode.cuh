@@ -9,12 +9,13 @@
 // dimensions and decode steps can be captured in a CUDA graph. Blocks stream K and V through a
 // kStages-deep cp.async pipeline (16-byte copies, two blocks in flight per stage ring, the
 // block-table entries fetched two blocks ahead and the rows prefetched into L2 one block ahead);
-// each of
-// the 4 warps takes 16 of every 64 keys with its own online softmax (mma.sync with the query
-// rows padded to 16), and the warps merge through shared memory at the end. With one split the
-// block writes the output; with several it writes an unnormalised partial (o, m, l) that
-// attention.cu's reduction kernel combines. Both are programmatic dependent launches: the block's
-// step metadata loads while the previous kernel drains (see pdl_launch.cuh).
+// each of the 4 warps takes 16 of every 64 keys with its own online softmax (mma.sync with the
+// query rows padded to 16), and the warps merge through shared memory at the end. A split's key
+// blocks are a fixed share of the row, or (ticketed splits) a few fixed blocks and then chunks
+// drawn from a per-row ticket counter. With one split the block writes the output; with several
+// it writes an unnormalised partial (o, m, l) that attention.cu's reduction kernel combines. Both
+// are programmatic dependent launches: the block's step metadata loads while the previous kernel
+// drains (see pdl_launch.cuh).
 
 #include <cstdint>
 
@@ -37,6 +38,10 @@ struct DecodeArgs {
   int32_t l2_prefetch = 1;        // 1: prefetch each block's rows into L2 one block before its copy
   int32_t whole_row_copies = 1;   // 1: a copy instruction covers whole rows (see issue())
   int32_t prewait_prefetch = 1;   // blocks prefetched into L2 before the wait (at most 4)
+  // Ticketed splits (see the kernel): per-row ticket counters, zero when the kernel starts
+  // (attention.cu's decode_prologue_kernel clears them); null: every split takes a fixed share.
+  int32_t* row_tickets = nullptr;  // [items, kv_heads * head_chunks]
+  int32_t chunk_blocks = 1;        // 64-key blocks per ticket
   int32_t* num_splits = nullptr;  // [items, kv_heads * head_chunks] splits used (0: not served)
   float* partial_o = nullptr;     // [items, q_heads, max_splits, head_dim]
   float2* partial_ml = nullptr;   // [items, q_heads, max_splits] (row max of raw scores, sum)
@@ -233,6 +238,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   int32_t* listed = kpos + kDecodeStages * kKeyBlock;
   __shared__ Span span_s;
   __shared__ float ml_s[kDecodeWarps][kDecodeRows][2];
+  constexpr int kTicketRing = 8;
+  __shared__ int32_t tickets_s[kTicketRing];  // ticketed splits: ticket k in slot k % kTicketRing
 
   if (p.selection_just_written && hv.mode == static_cast<int32_t>(HeadMode::kSelected)) {
     wait_previous();
@@ -247,7 +254,17 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const int64_t num_rows = static_cast<int64_t>(sp.num_pages()) * hv.page_tokens;
   const int32_t nb = static_cast<int32_t>(
       min((num_rows + kKeyBlock - 1) / kKeyBlock, static_cast<int64_t>(INT32_MAX / kKeyBlock - 1)));
-  const int32_t want = (nb + a.min_blocks_per_split - 1) / a.min_blocks_per_split;
+  // Ticketed splits: split z first takes the kFixed blocks [z kFixed, (z + 1) kFixed) (known
+  // before the wait, so their rows are fetched and prefetched early); the row's remaining blocks,
+  // from splits * kFixed on, go out chunk_blocks at a time to whichever split of the row asks
+  // first (an atomic ticket per chunk), so a split whose loads are served slowly takes fewer
+  // blocks instead of finishing last. Otherwise split z takes the fixed share
+  // [nb z / splits, nb (z + 1) / splits).
+  const bool ticketed = a.row_tickets != nullptr;
+  constexpr int32_t kFixed = kDecodeStages + 1;  // the blocks fetched before the loop (first[])
+  const int32_t min_blocks =
+      ticketed ? max(a.min_blocks_per_split, kFixed) : a.min_blocks_per_split;
+  const int32_t want = (nb + min_blocks - 1) / min_blocks;
   const int32_t splits = nb == 0 ? 1 : max(1, min(max_splits, want));
   if (z >= splits) {
     record(-1);
@@ -258,9 +275,32 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     record(-1);
     return;
   }
-  const int32_t b_begin = static_cast<int32_t>(static_cast<int64_t>(nb) * z / splits);
-  const int32_t b_end = static_cast<int32_t>(static_cast<int64_t>(nb) * (z + 1) / splits);
-  const int32_t n = b_end - b_begin;
+  const int32_t b_begin =
+      ticketed ? z * kFixed : static_cast<int32_t>(static_cast<int64_t>(nb) * z / splits);
+  const int32_t b_end = ticketed
+                            ? min(nb, b_begin + kFixed)
+                            : static_cast<int32_t>(static_cast<int64_t>(nb) * (z + 1) / splits);
+  const int32_t n = b_end - b_begin;  // the split's fixed blocks
+  // Only a split whose fixed blocks all lie in the row takes tickets (otherwise the row ends
+  // within them). Ticket t is the chunk [tickets_begin + t cb, + cb) of the row; a ticket at or
+  // past the row's end ends the split (the tickets a split draws only grow).
+  const bool takes_tickets = ticketed && n == kFixed;
+  const int32_t tickets_begin = splits * kFixed;
+  const int32_t cb = max(1, a.chunk_blocks);
+  int32_t* ticket_counter =
+      ticketed
+          ? a.row_tickets + static_cast<int64_t>(item) * p.num_kv_heads * a.head_chunks + blockIdx.y
+          : nullptr;
+  // The row block of the split's v-th block, -1 past its end. Ticket k serves v in
+  // [kFixed + k cb, kFixed + (k + 1) cb); tickets_s holds it from iteration k cb on.
+  auto block_of = [&](int32_t v) -> int32_t {
+    if (v < n) return b_begin + v;
+    if (!takes_tickets) return -1;
+    const int32_t k = (v - kFixed) / cb;
+    const int64_t b =
+        tickets_begin + static_cast<int64_t>(tickets_s[k % kTicketRing]) * cb + (v - kFixed) % cb;
+    return b < nb ? static_cast<int32_t>(b) : -1;
+  };
   // Each thread pair resolves one row of K and V per block. The row's block-table entry is
   // fetched two iterations before its copies are issued (fetch_row's load is first used by
   // resolve_row in a later iteration), so the table lookup's latency overlaps blocks of compute
@@ -341,6 +381,14 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   }
   wait_previous();
   if (z == 0 && tid == 0) *num_splits_out = splits;
+  // Thread 0 draws ticket k one iteration before its first use (the row fetch of block
+  // kFixed + k cb, at iteration k cb) and publishes it at the top of the next iteration, so the
+  // atomic's round trip overlaps a block of compute. Ticket 0 is drawn here.
+  int32_t ticket_reg = 0, ticket_k = -1;
+  if (takes_tickets && tid == 0) {
+    ticket_reg = atomicAdd(ticket_counter, 1);
+    ticket_k = 0;
+  }
   // Q rows (heads h0 .. h0 + nh - 1 of the token), rows past nh zero: 8 threads per row.
   {
     const int r = tid / 8;
@@ -366,9 +414,19 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   const int key0 = warp * 16;  // this warp's 16 keys of each block
 
-  for (int32_t i = 0; i < n; ++i) {
+  int32_t i = 0;
+  for (;; ++i) {
+    if (ticket_k >= 0) {  // thread 0: publish the ticket drawn last iteration
+      tickets_s[ticket_k % kTicketRing] = ticket_reg;
+      ticket_k = -1;
+    }
     cp_async_wait<kDecodeStages - 2>();
     __syncthreads();  // block i landed; every warp is done with block i - 1's stage
+    if (block_of(i) < 0) break;  // the same in every thread (tickets_s is published)
+    if (takes_tickets && tid == 0 && (i + 1) % cb == 0) {
+      ticket_reg = atomicAdd(ticket_counter, 1);
+      ticket_k = (i + 1) / cb;
+    }
     if (i == 0) {
       if (a.trace != nullptr) tr.first_data = trace_now();
 #pragma unroll
@@ -377,11 +435,12 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       }
     }
     const int nxt = i + kDecodeStages - 1;
-    if (nxt < n) issue(nxt % kDecodeStages, q0);
+    if (block_of(nxt) >= 0) issue(nxt % kDecodeStages, q0);
     cp_async_commit();
-    if (l2_prefetch && nxt + 1 < n) prefetch_rows(q1);
+    if (l2_prefetch && block_of(nxt + 1) >= 0) prefetch_rows(q1);
     q0 = q1;
-    if (nxt + 2 < n) q1 = fetch_row(hv, sp, listed, (b_begin + nxt + 2) * kKeyBlock + my_row);
+    const int32_t bf = block_of(nxt + 2);
+    q1 = bf >= 0 ? fetch_row(hv, sp, listed, bf * kKeyBlock + my_row) : PendingRow{};
 
     const int stage = i % kDecodeStages;
     const int32_t* kp = kpos + stage * kKeyBlock + key0;
@@ -509,7 +568,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       if (d == 0) a.partial_ml[slot] = make_float2(mstar, lsum);
     }
   }
-  record(n);
+  record(i);
 }
 
 }  // namespace ls::kernels::cuda

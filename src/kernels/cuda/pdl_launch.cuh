@@ -2,8 +2,9 @@
 // Internal to kernels/cuda: launching a kernel as a programmatic dependent launch (PDL), so it may
 // start while the previous kernel on the stream drains. The kernel must execute
 // `griddepcontrol.wait` before it reads anything an earlier kernel wrote (and trigger its own
-// dependents, if at all, only after that wait). LONGSERVE_NO_PDL set in the environment: plain
-// launches (for A/B timing and for ruling PDL out when something looks wrong).
+// dependents, if at all, only after that wait; attention.cu's decode_prologue_kernel is the one
+// documented exception). LONGSERVE_NO_PDL set in the environment: plain launches (for A/B
+// timing and for ruling PDL out when something looks wrong).
 
 #include <cuda_runtime_api.h>
 
