@@ -16,7 +16,8 @@ Writes:
   above, one file each).
 
 The C++ tests (tests/chat_template/) render the same inputs and compare byte for byte. Deterministic:
-no case depends on the clock (Llama 3.2 gets a fixed ``date_string``).
+no case depends on the clock (every Llama 3.2 case passes a ``date_string``, PINNED_DATE unless the
+case sets its own).
 """
 
 from __future__ import annotations
@@ -655,6 +656,11 @@ INVALID = {
 }
 
 
+# Llama 3.2's "Today Date" for the cases that give no date_string of their own (the template
+# would otherwise call strftime_now(), and the fixtures would expire at midnight).
+PINNED_DATE = "21 Nov 2026"
+
+
 def conversation_cases():
     """(template, case name, messages, extra context) for every conversation a template takes."""
     cases = []
@@ -703,6 +709,8 @@ def render_conversations():
     for name, conv_name, messages, extra in conversation_cases():
         for add_generation_prompt in (False, True):
             context = dict(SPECIAL_TOKENS[name], **extra)
+            if name == "llama3_2":  # its default date comes from strftime_now(): pin it
+                context.setdefault("date_string", PINNED_DATE)
             kwargs = dict(context)
             tools = kwargs.pop("tools", None)
             case = {"template": name, "name": conv_name, "messages": messages,
