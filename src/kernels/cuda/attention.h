@@ -62,15 +62,17 @@ struct AttentionOptions {
   // 38.4 -> 37.4 us per call against 4, batch 1 11.9 -> 11.2, dense batch 8 at 8K 104 -> 101):
   // every block asking for four blocks at once made each block's first one arrive last.
   int decode_prewait_prefetch = 1;
-  // Ticketed decode splits: after its first few 64-key blocks, each split of a row draws the
+  // Ticketed decode splits: after its first four 64-key blocks, each split of a row draws the
   // row's remaining blocks decode_chunk_blocks at a time from a ticket counter the row's splits
   // share, so splits whose loads are served slowly take fewer blocks instead of finishing last
-  // (a one-block kernel clears the counters first). 1: on; 0: every split takes a fixed share of
-  // its row; -1: on for calls with page selections and at least 64 (token, kv head) rows
-  // (H100, one process: lserve batch 8 at 128K 39.1 us per call against 39.7, batch 32 117.2
-  // against 118.8; batch 1, off by this rule, 16.5 against 11.4; dense batch 8 at 8K 109 against
-  // 105, off without selections; docs/cuda.md, sixth round).
-  int decode_ticketed_splits = -1;
+  // (a small kernel clears the counters first). Which split reads which block then depends on
+  // timing, so the output's rounding differs from run to run (not bit-reproducible): hence off
+  // by default. 1: on; 0: every split takes a fixed share of its row; -1: on for calls with page
+  // selections and at least 64 (token, kv head) rows. H100, one process: lserve batch 8 at 128K
+  // 38.3 us per call against 39.7, batch 32 117.1 against 119.7; batch 1 15.5 against 11.3,
+  // dense batch 8 at 8K 106.7 against 104.5 (so -1 leaves both off); H200 (prototype) lserve
+  // batch 8 33.1 against 36.6. docs/cuda.md, sixth round.
+  int decode_ticketed_splits = 0;
   int decode_chunk_blocks = 1;
   // Run every sequence (q_len 1 included) through the prefill kernel; for tests and benchmarks.
   bool prefill_only = false;

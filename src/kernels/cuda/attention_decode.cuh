@@ -240,6 +240,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   __shared__ float ml_s[kDecodeWarps][kDecodeRows][2];
   constexpr int kTicketRing = 8;
   __shared__ int32_t tickets_s[kTicketRing];  // ticketed splits: ticket k in slot k % kTicketRing
+  __shared__ int32_t last_ticket_s;           // the first ticket past the row's end (none: max)
 
   if (p.selection_just_written && hv.mode == static_cast<int32_t>(HeadMode::kSelected)) {
     wait_previous();
@@ -297,6 +298,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if (v < n) return b_begin + v;
     if (!takes_tickets) return -1;
     const int32_t k = (v - kFixed) / cb;
+    if (k > last_ticket_s) return -1;  // never drawn: the split ends at ticket last_ticket_s
     const int64_t b =
         tickets_begin + static_cast<int64_t>(tickets_s[k % kTicketRing]) * cb + (v - kFixed) % cb;
     return b < nb ? static_cast<int32_t>(b) : -1;
@@ -385,9 +387,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // kFixed + k cb, at iteration k cb) and publishes it at the top of the next iteration, so the
   // atomic's round trip overlaps a block of compute. Ticket 0 is drawn here.
   int32_t ticket_reg = 0, ticket_k = -1;
+  bool out_of_row = false;  // thread 0: a drawn ticket lies past the row's end; draw no more
   if (takes_tickets && tid == 0) {
     ticket_reg = atomicAdd(ticket_counter, 1);
     ticket_k = 0;
+    last_ticket_s = INT32_MAX;
   }
   // Q rows (heads h0 .. h0 + nh - 1 of the token), rows past nh zero: 8 threads per row.
   {
@@ -418,12 +422,16 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   for (;; ++i) {
     if (ticket_k >= 0) {  // thread 0: publish the ticket drawn last iteration
       tickets_s[ticket_k % kTicketRing] = ticket_reg;
+      if (tickets_begin + static_cast<int64_t>(ticket_reg) * cb >= nb) {
+        out_of_row = true;
+        last_ticket_s = ticket_k;
+      }
       ticket_k = -1;
     }
     cp_async_wait<kDecodeStages - 2>();
     __syncthreads();  // block i landed; every warp is done with block i - 1's stage
     if (block_of(i) < 0) break;  // the same in every thread (tickets_s is published)
-    if (takes_tickets && tid == 0 && (i + 1) % cb == 0) {
+    if (takes_tickets && tid == 0 && !out_of_row && (i + 1) % cb == 0) {
       ticket_reg = atomicAdd(ticket_counter, 1);
       ticket_k = (i + 1) / cb;
     }

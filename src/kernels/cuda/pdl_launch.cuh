@@ -42,7 +42,9 @@ __device__ __forceinline__ void pdl_wait() {
 }
 // Lets the next kernel, if launched with launch_pdl, start once every block of this grid has
 // called it or exited (it still waits for this whole grid). Call it only after pdl_wait(), so
-// that a kernel starting early never runs beside any kernel but its immediate predecessor.
+// that a kernel starting early never runs beside any kernel but its immediate predecessor (the
+// exception, attention.cu's decode_prologue_kernel, lets the decode kernel overlap the kernel
+// before it, which is what the decode kernel overlapped without it).
 __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
