@@ -30,6 +30,7 @@ struct Layout {
   int32_t max_tiles = 0;
   int32_t items = 0;  // decode grid.x
   int32_t head_chunks = 1;
+  int64_t decode_rows = 0;  // (item, kv head, head chunk) rows: num_splits and row_tickets entries
   int32_t max_splits = 1;
   int32_t listed_cap = 32;
   bool ticketed = false;  // the decode splits draw their rows' later blocks by ticket
@@ -64,11 +65,11 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
     const int64_t slots = 2 * int64_t{kDecodeBlocksPerSm} * std::max(1, num_sms);
     L.max_splits = static_cast<int32_t>(std::clamp<int64_t>(slots / base, 1, kMaxSplits));
   }
-  const int64_t decode_rows = int64_t{L.items} * p.num_kv_heads * L.head_chunks;
+  L.decode_rows = int64_t{L.items} * p.num_kv_heads * L.head_chunks;
   const bool selecting = p.selected && p.num_selected && p.selected_rows;
   L.ticketed = L.run_decode && L.max_splits > 1 &&
                (o.decode_ticketed_splits > 0 ||
-                (o.decode_ticketed_splits < 0 && selecting && decode_rows >= 64));
+                (o.decode_ticketed_splits < 0 && selecting && L.decode_rows >= 64));
   int32_t listed = std::max(p.num_sink_pages, 1);
   if (p.selected && p.num_selected && p.selected_rows) listed = std::max(listed, p.max_selected);
   L.listed_cap = (listed + 31) / 32 * 32;
@@ -80,9 +81,9 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
   off = align_up(off + 4);
   const int64_t rows = L.run_decode ? int64_t{L.items} * p.num_q_heads * L.max_splits : 0;
   L.num_splits = off;
-  off = align_up(off + 4 * decode_rows);
+  off = align_up(off + 4 * L.decode_rows);
   L.row_tickets = off;
-  off = align_up(off + (L.ticketed ? 4 * decode_rows : 0));
+  off = align_up(off + (L.ticketed ? 4 * L.decode_rows : 0));
   L.partial_ml = off;
   off = align_up(off + 8 * rows);
   L.partial_o = off;
@@ -363,10 +364,10 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
   if (L.ticketed) {
     a.row_tickets = reinterpret_cast<int32_t*>(ws + L.row_tickets);
     a.chunk_blocks = std::max(1, o.decode_chunk_blocks);
-    const int64_t rows = int64_t{L.items} * p.num_kv_heads * L.head_chunks;
-    const int blocks = static_cast<int>(std::min<int64_t>((rows + 255) / 256, 64));
+    const int blocks = static_cast<int>(std::min<int64_t>((L.decode_rows + 255) / 256, 64));
     LS_RETURN_IF_ERROR(launch_pdl(decode_prologue_kernel, dim3(static_cast<unsigned>(blocks)), 256,
-                                  0, stream, "decode_prologue_kernel", a.row_tickets, rows));
+                                  0, stream, "decode_prologue_kernel", a.row_tickets,
+                                  L.decode_rows));
   }
   a.partial_ml = reinterpret_cast<float2*>(ws + L.partial_ml);
   a.partial_o = reinterpret_cast<float*>(ws + L.partial_o);
@@ -390,7 +391,7 @@ int64_t decode_trace_records(const AttentionParams& p, int num_sms,
   if (p.num_seqs <= 0 || p.num_tokens <= 0 || p.num_kv_heads <= 0) return 0;
   const Layout L = layout_for(p, num_sms, options);
   if (!L.run_decode) return 0;
-  const int64_t decode = int64_t{L.items} * p.num_kv_heads * L.head_chunks * L.max_splits;
+  const int64_t decode = L.decode_rows * L.max_splits;
   return decode + (L.max_splits > 1 ? int64_t{L.items} * p.num_q_heads : 0);
 }
 
