@@ -12,12 +12,12 @@
 //    calls that rotate over several copies of the KV cache (more bytes than the L2 holds), and
 //    timed by replaying it. The page selection is timed eagerly (select_us, one call, host gaps
 //    included) and as a graph of 20 calls (select_graph_us). --decode-max-splits,
-//    --decode-min-blocks, --decode-l2-prefetch, --decode-whole-rows,
-//    --decode-prewait-prefetch, --decode-prewait-copies, --decode-ticketed,
-//    --decode-chunk-blocks and --decode-merge time each case under every combination of those
-//    AttentionOptions (max_splits and min_blocks 0, prewait_prefetch, prewait_copies, ticketed and
-//    merge -1: the defaults; 1: on for the switches, the defaults); --decode-rounds R times the
-//    combinations R times in turn (one row each), so variants compare on alternating runs.
+//    --decode-min-blocks, --decode-l2-prefetch, --decode-whole-rows and
+//    --decode-prewait-prefetch, --decode-ticketed and --decode-chunk-blocks time each case under
+//    every combination of those AttentionOptions (max_splits and min_blocks 0, prewait_prefetch
+//    and ticketed -1: the defaults; 1: on for the switches, the defaults); --decode-rounds R
+//    times the combinations R times in turn (one row each), so variants compare on alternating
+//    runs.
 //    --decode-trace FILE writes every case's per-block timestamps (decode and reduction kernels,
 //    the last of a graph of calls) to FILE as a table.
 //  - linear layers at decode shapes (M = 1, 8, 32 rows; the Llama-3-8B weight shapes): the bytes
@@ -37,8 +37,7 @@
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
 //        [--decode-l2-prefetch 1,0] [--decode-whole-rows 1,0] [--decode-prewait-prefetch 0,2,4]
 //        [--decode-min-blocks 0,2,8] [--decode-ticketed -1,0,1] [--decode-chunk-blocks 1,2]
-//        [--decode-prewait-copies -1,0,2,3] [--decode-merge -1,0,1] [--decode-rounds 3]
-//        [--decode-trace FILE]
+//        [--decode-rounds 3] [--decode-trace FILE]
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -368,8 +367,6 @@ struct DecodeVariant {
   int prewait_prefetch = -1;  // -1: AttentionOptions' default
   int ticketed = -1;          // AttentionOptions::decode_ticketed_splits
   int chunk_blocks = 1;
-  int prewait_copies = -1;  // -1: AttentionOptions' default; else blocks (0, 2, 3)
-  int merge = -1;           // AttentionOptions::decode_merge_splits
 };
 
 // Runs `on_graph(graph)` on a CUDA graph of `calls` decode calls rotating over `params`, under
@@ -589,8 +586,6 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
             kernels::cuda::AttentionOptions opt;
             opt.decode_ticketed_splits = variant.ticketed;
             opt.decode_chunk_blocks = variant.chunk_blocks;
-            if (variant.prewait_copies >= 0) opt.decode_prewait_copies = variant.prewait_copies;
-            opt.decode_merge_splits = variant.merge;
             opt.max_splits = variant.max_splits;
             opt.min_blocks_per_split = variant.min_blocks;
             opt.decode_l2_prefetch = variant.l2_prefetch;
@@ -607,23 +602,21 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
             if (trace != nullptr && round == 0) {
               write_decode_trace(
                   dev, trace,
-                  fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}", lserve ? "lserve" : "dense",
-                              B, C, variant.max_splits, variant.min_blocks,
-                              opt.decode_prewait_prefetch, variant.ticketed, variant.chunk_blocks,
-                              opt.decode_prewait_copies, variant.merge),
+                  fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}", lserve ? "lserve" : "dense", B, C,
+                              variant.max_splits, variant.min_blocks, opt.decode_prewait_prefetch,
+                              variant.ticketed, variant.chunk_blocks),
                   params, calls, opt);
             }
             const Status err = dev.b->take_error();
             const double gbps =
                 ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
             out.write(fmt::format(
-                R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "whole_rows": {}, "prewait_prefetch": {}, "ticketed": {}, "chunk_blocks": {}, "prewait_copies": {}, "merge": {}, "round": {}, "ok": {}}})",
+                R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "whole_rows": {}, "prewait_prefetch": {}, "ticketed": {}, "chunk_blocks": {}, "round": {}, "ok": {}}})",
                 lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
                 copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
                 replicas, variant.max_splits, variant.min_blocks,
                 variant.l2_prefetch ? "true" : "false", variant.whole_rows ? "true" : "false",
-                opt.decode_prewait_prefetch, variant.ticketed, variant.chunk_blocks,
-                opt.decode_prewait_copies, variant.merge, round,
+                opt.decode_prewait_prefetch, variant.ticketed, variant.chunk_blocks, round,
                 err.ok() && ms > 0 ? "true" : "false"));
           }
         }
@@ -801,15 +794,9 @@ int run(int argc, char** argv) {
                  parse_list(arg(argc, argv, "--decode-prewait-prefetch", "-1"))) {
               for (const int64_t tk : parse_list(arg(argc, argv, "--decode-ticketed", "-1"))) {
                 for (const int64_t cb : parse_list(arg(argc, argv, "--decode-chunk-blocks", "1"))) {
-                  for (const int64_t pc :
-                       parse_list(arg(argc, argv, "--decode-prewait-copies", "-1"))) {
-                    for (const int64_t mg : parse_list(arg(argc, argv, "--decode-merge", "-1"))) {
-                      variants.push_back({static_cast<int>(splits), static_cast<int>(mb), pf != 0,
-                                          wr != 0, static_cast<int>(pw), static_cast<int>(tk),
-                                          static_cast<int>(cb), static_cast<int>(pc),
-                                          static_cast<int>(mg)});
-                    }
-                  }
+                  variants.push_back({static_cast<int>(splits), static_cast<int>(mb), pf != 0,
+                                      wr != 0, static_cast<int>(pw), static_cast<int>(tk),
+                                      static_cast<int>(cb)});
                 }
               }
             }
@@ -823,7 +810,6 @@ int run(int argc, char** argv) {
       std::fprintf(
           trace,
           "policy\tbatch\tcontext\tmax_splits\tmin_blocks\tprewait\tticketed\tchunk_blocks\t"
-          "prewait_copies\tmerge\t"
           "record\tkernel\tsplit\tsmid\t"
           "iterations\tstart\twaited\tfirst_data\tloop_end\tend\n");
     }

@@ -243,16 +243,6 @@ class AttentionScenario {
     return out;
   }
 
-  // Device address of the K (value: V) row of position `pos` of sequence s, kv head g (after
-  // device_params), and the bytes of a row.
-  void* device_row(bool value, int32_t s, int32_t g, int32_t pos) const {
-    const size_t pool = is_streaming(g) ? (value ? 4 : 3) : (value ? 2 : 1);
-    return static_cast<char*>(dev_[pool].data()) + pool_row(s, g, pos) * row_bytes();
-  }
-  int64_t row_bytes() const { return dtype_nbytes(cfg_.dtype, cfg_.head_dim); }
-  int32_t num_kv_heads() const { return num_kv_; }
-  const std::vector<SeqSpec>& seqs() const { return seqs_; }
-
   // New random queries, on the host and (if uploaded) on the device, in place: the device
   // pointers stay the same (what a captured graph needs).
   void refresh_queries(std::mt19937& rng) {
@@ -318,12 +308,13 @@ class AttentionScenario {
     return p;
   }
 
-  // The row of position `pos` of sequence s, kv head g, in its pool (streaming or retrieval).
-  int64_t pool_row(int32_t s, int32_t g, int32_t pos) const {
-    const int32_t pt = cfg_.page_tokens;
-    const bool streaming = is_streaming(g);
+  void write_token(int32_t s, int32_t g, int32_t pos) {
+    const int32_t pt = cfg_.page_tokens, d = cfg_.head_dim;
+    const bool streaming = cfg_.modes[static_cast<size_t>(g)] == kernels::HeadMode::kStreaming;
     const int32_t page = pos / pt;
     int32_t block;
+    HostArray& K = streaming ? s_k_ : r_k_;
+    HostArray& V = streaming ? s_v_ : r_v_;
     const int32_t hpb = streaming ? hpb_s_ : hpb_r_;
     if (streaming) {
       const int32_t idx =
@@ -332,18 +323,7 @@ class AttentionScenario {
     } else {
       block = r_table_[static_cast<size_t>(s) * r_stride_ + page];
     }
-    return (int64_t{block} * hpb + slot_[static_cast<size_t>(g)]) * pt + pos % pt;
-  }
-  bool is_streaming(int32_t g) const {
-    return cfg_.modes[static_cast<size_t>(g)] == kernels::HeadMode::kStreaming;
-  }
-
-  void write_token(int32_t s, int32_t g, int32_t pos) {
-    const int32_t d = cfg_.head_dim;
-    const bool streaming = is_streaming(g);
-    HostArray& K = streaming ? s_k_ : r_k_;
-    HostArray& V = streaming ? s_v_ : r_v_;
-    const int64_t row = pool_row(s, g, pos);
+    const int64_t row = (int64_t{block} * hpb + slot_[static_cast<size_t>(g)]) * pt + pos % pt;
     const HostArray& src_k = keys_[static_cast<size_t>(s) * num_kv_ + g];
     const HostArray& src_v = values_[static_cast<size_t>(s) * num_kv_ + g];
     for (int32_t e = 0; e < d; ++e) {

@@ -182,13 +182,9 @@ TEST(CudaAttention, DecodeBatchesWithSelectionAndRings) {
           kernels::cuda::AttentionOptions o;
           o.max_splits = splits;
           o.min_blocks_per_split = 1;
-          // Fixed and ticketed splits (chunks of 1 and 2 blocks), splits merged by the
-          // reduction kernel, in the kernel, or as chosen (7 splits: in the kernel; the default
-          // for these 18 rows, 29: the reduction), first copies before the wait or after.
+          // Fixed and ticketed splits (chunks of 1 and 2 blocks), across the shapes.
           o.decode_ticketed_splits = group == 4 ? 0 : 1;
           o.decode_chunk_blocks = d == 96 ? 2 : 1;
-          o.decode_merge_splits = group == 1 ? 0 : group == 4 ? 1 : -1;
-          o.decode_prewait_copies = pt == 64 ? (d == 96 ? 3 : 2) : 0;
           ScopedAttentionOptions scoped(o);
           ScenarioConfig cfg;
           cfg.head_dim = d;
@@ -222,18 +218,17 @@ TEST(CudaAttention, DecodeBatchesWithSelectionAndRings) {
               {.kv_len = 64 * 9 + 3, .q_len = 1, .local_tokens = 200}};
           AttentionScenario sc(rng, cfg, seqs);
           check_scenario(sc, describe(cfg) + " splits " + std::to_string(splits) + " ticketed " +
-                                 std::to_string(o.decode_ticketed_splits) + " merge " +
-                                 std::to_string(o.decode_merge_splits));
+                                 std::to_string(o.decode_ticketed_splits));
         }
       }
     }
   }
 }
 
-// Many splits merged by the reduction kernel or in the kernel: batch 1 with up to 64 splits of one
-// 64-key block (contexts not a multiple of the page or of the split), and batch 64 with the
-// default split heuristic and with forced 64 splits, every head mode, fixed and ticketed splits,
-// first copies before or after the wait; outputs are poisoned before each run.
+// Many splits merged by the reduction kernel: batch 1 with up to 64 splits of one 64-key block
+// (contexts not a multiple of the page or of the split), and batch 64 with the default split
+// heuristic and with forced 64 splits, every head mode, fixed and ticketed splits; outputs are
+// poisoned before each run.
 TEST(CudaAttention, DecodeManySplitsAtBatch1And64) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(40);
@@ -248,8 +243,6 @@ TEST(CudaAttention, DecodeManySplitsAtBatch1And64) {
         o.decode_l2_prefetch = splits != 13;               // a hint: results must not depend on it
         o.decode_whole_row_copies = pt == 64;              // both copy layouts
         o.decode_prewait_prefetch = splits == 64 ? 4 : 1;  // how much is warmed early
-        o.decode_prewait_copies = splits == 0 ? 0 : (ticketed ? 3 : 2);
-        o.decode_merge_splits = splits == 13 ? 0 : 1;  // 64 splits merged in the kernel too
         ScopedAttentionOptions scoped(o);
         ScenarioConfig cfg;
         cfg.head_dim = 128;
@@ -270,8 +263,7 @@ TEST(CudaAttention, DecodeManySplitsAtBatch1And64) {
                                      .selected = {{}, sel}}};
         AttentionScenario sc1(rng, cfg, one);
         const std::string label = " page " + std::to_string(pt) + " splits " +
-                                  std::to_string(splits) + " ticketed " + std::to_string(ticketed) +
-                                  " merge " + std::to_string(o.decode_merge_splits);
+                                  std::to_string(splits) + " ticketed " + std::to_string(ticketed);
         check_scenario(sc1, "batch 1" + label);
 
         std::vector<SeqSpec> many;
@@ -288,40 +280,6 @@ TEST(CudaAttention, DecodeManySplitsAtBatch1And64) {
         check_scenario(sc64, "batch 64" + label);
       }
     }
-  }
-}
-
-// An lserve-shaped decode batch under the default grid: selected heads' long rows beside
-// streaming heads' short ones, so the split count comes from one wave of the long rows and the
-// short rows stay whole (attention.cu, layout_for); splits merged in the kernel and by the
-// reduction kernel.
-TEST(CudaAttention, DecodeLserveBatchWithTheDefaultGrid) {
-  LS_REQUIRE_CUDA();
-  std::mt19937 rng(45);
-  for (int merge : {-1, 0}) {
-    kernels::cuda::AttentionOptions o;
-    o.decode_merge_splits = merge;
-    ScopedAttentionOptions scoped(o);
-    ScenarioConfig cfg;
-    cfg.head_dim = 128;
-    cfg.group = 4;
-    cfg.page_tokens = 64;
-    cfg.modes = {HeadMode::kSelected, HeadMode::kStreaming, HeadMode::kSelected,
-                 HeadMode::kStreaming};
-    cfg.sink_tokens = 64;
-    cfg.selection_just_written = merge == 0;
-    std::vector<SeqSpec> seqs;
-    std::uniform_int_distribution<int32_t> lens(2500, 5000);
-    for (int32_t i = 0; i < 8; ++i) {
-      SeqSpec q{.kv_len = lens(rng), .q_len = 1, .local_tokens = 256, .selected_row = i};
-      const int32_t pages = (q.kv_len + 63) / 64;
-      std::vector<int32_t> sel;
-      for (int32_t j = i % 3; j < pages - 1 && sel.size() < 32; j += 1 + (j % 2)) sel.push_back(j);
-      q.selected = {sel, {}, sel, {}};
-      seqs.push_back(q);
-    }
-    AttentionScenario sc(rng, cfg, seqs);
-    check_scenario(sc, "lserve batch 8, merge " + std::to_string(merge));
   }
 }
 

@@ -112,7 +112,6 @@ CudaBackend::~CudaBackend() {
   }
   if (staging_) cudaFreeHost(staging_);
   if (workspace_) cudaFree(workspace_);
-  if (counters_) cudaFree(counters_);
   if (lt_workspace_) cudaFree(lt_workspace_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -313,33 +312,6 @@ Status CudaBackend::reserve_workspace(int64_t bytes) {
 Result<void*> CudaBackend::workspace(int64_t bytes) {
   LS_RETURN_IF_ERROR(reserve_workspace(bytes));
   return workspace_;
-}
-
-Result<kernels::cuda::AttentionCounters> CudaBackend::attention_counters(int64_t entries) {
-  if (entries > counter_entries_) {
-    if (capturing_) {
-      return failed_precondition(
-          "attention counters must grow from {} to {} entries inside a capture; run the step "
-          "once uncaptured first",
-          counter_entries_, entries);
-    }
-    const int64_t n = std::max<int64_t>(entries + entries / 2, 4096);
-    if (counters_) {
-      LS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-      LS_CUDA_RETURN_IF_ERROR(cudaFree(counters_));
-      counters_ = nullptr;
-      counter_entries_ = 0;
-    }
-    void* mem = nullptr;
-    LS_CUDA_RETURN_IF_ERROR(cudaMalloc(&mem, static_cast<size_t>(n) * sizeof(int32_t)));
-    counters_ = static_cast<int32_t*>(mem);
-    // Zero once; every attention call leaves them zero (kernels/cuda/attention.h).
-    LS_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(counters_, 0, static_cast<size_t>(n) * sizeof(int32_t), stream_));
-    counter_entries_ = n;
-    ++workspace_epoch_;  // graphs recorded with the old array are stale
-  }
-  return kernels::cuda::AttentionCounters{counters_, counter_entries_};
 }
 
 // ---- graphs ----

@@ -127,8 +127,6 @@ class CudaBackend final : public Backend {
   void report(const Status& status, const char* op);
   void check_sticky(const char* op);
   Result<void*> workspace(int64_t bytes);
-  // The attention kernels' persistent counters, grown (zeroed) to at least `entries`.
-  Result<kernels::cuda::AttentionCounters> attention_counters(int64_t entries);
   void copy_from_pageable(void* dst, const void* src, int64_t bytes);
   void copy_to_pageable(void* dst, const void* src, int64_t bytes);
 
@@ -140,9 +138,7 @@ class CudaBackend final : public Backend {
   void* lt_workspace_ = nullptr;
   void* workspace_ = nullptr;
   int64_t workspace_bytes_ = 0;
-  int64_t workspace_epoch_ = 0;  // bumped when the workspace or the counters move
-  int32_t* counters_ = nullptr;  // [counter_entries_], zero between attention calls
-  int64_t counter_entries_ = 0;
+  int64_t workspace_epoch_ = 0;  // bumped when the workspace moves
   // Pinned staging for pageable copies: two chunks, each with an event marking its last use.
   void* staging_ = nullptr;
   int64_t staging_chunk_bytes_ = 0;

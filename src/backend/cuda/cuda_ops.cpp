@@ -258,14 +258,7 @@ void CudaBackend::attention(const kernels::AttentionParams& params) {
     report(ws.status(), "attention");
     return;
   }
-  Result<kc::AttentionCounters> counters =
-      attention_counters(kc::attention_counter_entries(params, num_sms_, attention_options_));
-  if (!counters.ok()) {
-    report(counters.status(), "attention");
-    return;
-  }
-  report(kc::paged_attention(params, *ws, workspace_bytes_, *counters, num_sms_, stream_,
-                             attention_options_),
+  report(kc::paged_attention(params, *ws, workspace_bytes_, num_sms_, stream_, attention_options_),
          "attention");
 }
 

@@ -11,8 +11,7 @@ namespace ls::kernels::cuda {
 
 namespace {
 
-constexpr int kMaxSplits = kMaxDecodeSplits;
-constexpr int kMergeMaxSplits = 16;    // decode_merge_splits -1: merge in the kernel up to this
+constexpr int kMaxSplits = 64;
 constexpr int kMaxHeadDim = 128;       // largest supported head_dim (attention.h)
 constexpr int kDecodeBlocksPerSm = 2;  // decode blocks resident per SM (registers, shared memory)
 constexpr int64_t kAlign = 256;
@@ -31,15 +30,12 @@ struct Layout {
   int32_t max_tiles = 0;
   int32_t items = 0;  // decode grid.x
   int32_t head_chunks = 1;
-  int64_t decode_rows = 0;  // (item, kv head, head chunk) rows: num_splits and counter entries
+  int64_t decode_rows = 0;  // (item, kv head, head chunk) rows: num_splits and row_tickets entries
   int32_t max_splits = 1;
-  int32_t min_blocks = 2;            // DecodeArgs::min_blocks_per_split
-  int32_t min_blocks_streaming = 2;  // DecodeArgs::min_blocks_streaming
   int32_t listed_cap = 32;
   bool ticketed = false;  // the decode splits draw their rows' later blocks by ticket
-  bool merge = false;     // the last split of a row merges it (no reduction kernel)
-  int64_t counter_entries = 0;  // AttentionCounters: [decode_rows] tickets, then [decode_rows] done
-  int64_t tiles = 0, num_tiles = 0, num_splits = 0, partial_ml = 0, partial_o = 0, bytes = 0;
+  int64_t tiles = 0, num_tiles = 0, num_splits = 0, row_tickets = 0, partial_ml = 0, partial_o = 0,
+          bytes = 0;
 };
 
 bool wgmma_covers(const AttentionParams& p) {
@@ -71,40 +67,9 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
   }
   L.decode_rows = int64_t{L.items} * p.num_kv_heads * L.head_chunks;
   const bool selecting = p.selected && p.num_selected && p.selected_rows;
-  L.min_blocks = o.min_blocks_per_split > 0 ? o.min_blocks_per_split
-                                            : std::max(2, 16 / std::max(1, L.max_splits));
-  L.min_blocks_streaming = L.min_blocks;
-  // Page selections with streaming heads beside them (lserve): the selected heads' rows are
-  // long (about max_selected pages) and the streaming heads' short (sinks + window), and a decode
-  // step is done when its last block is. So, unless options fix the splits: the long rows take
-  // as many splits as fit in one wave beside one block per short row (when that is at least 4
-  // and fewer than the two-wave count), and a short row's split gets at least as many 64-key
-  // blocks as a long row's. H100, lserve batch 8 at 128K (32 long rows of 64 blocks, 32 short of
-  // 6): 7 splits and whole short rows (256 blocks) 34.5-34.8 us per call, against 35.5 for 8
-  // splits and short rows in 3 (320 blocks, 56 in a second wave) and 37.6 for 8 splits and
-  // whole short rows (288 blocks: 24 long ones in a second wave); batch 16 60.4 against 63.5.
-  const int32_t streaming_heads =
-      p.streaming.k ? std::clamp(p.streaming.heads_per_block, 0, p.num_kv_heads) : 0;
-  if (o.max_splits <= 0 && o.min_blocks_per_split <= 0 && selecting && p.max_selected > 0 &&
-      streaming_heads > 0 && streaming_heads < p.num_kv_heads) {
-    const int64_t short_rows = int64_t{L.items} * L.head_chunks * streaming_heads;
-    const int64_t long_rows = L.decode_rows - short_rows;
-    const int64_t one_wave =
-        (int64_t{kDecodeBlocksPerSm} * std::max(1, num_sms) - short_rows) / long_rows;
-    if (one_wave >= 4 && one_wave < L.max_splits) L.max_splits = static_cast<int32_t>(one_wave);
-    const int64_t long_blocks =
-        (int64_t{p.max_selected} * std::max(1, p.retrieval.page_tokens) + kKeyBlock - 1) /
-        kKeyBlock;
-    L.min_blocks_streaming = static_cast<int32_t>(std::clamp<int64_t>(
-        (long_blocks + L.max_splits - 1) / L.max_splits, L.min_blocks, int64_t{1} << 20));
-  }
   L.ticketed = L.run_decode && L.max_splits > 1 &&
                (o.decode_ticketed_splits > 0 ||
                 (o.decode_ticketed_splits < 0 && selecting && L.decode_rows >= 64));
-  L.merge =
-      L.run_decode && L.max_splits > 1 &&
-      (o.decode_merge_splits > 0 || (o.decode_merge_splits < 0 && L.max_splits <= kMergeMaxSplits));
-  L.counter_entries = L.decode_rows * ((L.ticketed ? 1 : 0) + (L.merge ? 1 : 0));
   int32_t listed = std::max(p.num_sink_pages, 1);
   if (p.selected && p.num_selected && p.selected_rows) listed = std::max(listed, p.max_selected);
   L.listed_cap = (listed + 31) / 32 * 32;
@@ -117,6 +82,8 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
   const int64_t rows = L.run_decode ? int64_t{L.items} * p.num_q_heads * L.max_splits : 0;
   L.num_splits = off;
   off = align_up(off + 4 * L.decode_rows);
+  L.row_tickets = off;
+  off = align_up(off + (L.ticketed ? 4 * L.decode_rows : 0));
   L.partial_ml = off;
   off = align_up(off + 8 * rows);
   L.partial_o = off;
@@ -164,17 +131,27 @@ __global__ void plan_prefill_kernel(const int32_t* q_indptr, const int32_t* kv_l
   if (lane == 0) *num_tiles = min(base, max_tiles);
 }
 
+// Clears the decode kernel's per-row ticket counters (ticketed splits). A programmatic dependent
+// launch that lets the decode kernel start at once, before its own wait (the exception
+// pdl_launch.cuh allows): the decode kernel reads nothing before its wait that a kernel of the
+// step writes, and its wait covers this kernel, which waits for everything before it (an earlier
+// user of the workspace) before it writes.
+__global__ void __launch_bounds__(256) decode_prologue_kernel(int32_t* row_tickets, int64_t rows) {
+  pdl_launch_dependents();
+  pdl_wait();
+  for (int64_t i = threadIdx.x + static_cast<int64_t>(blockIdx.x) * blockDim.x; i < rows;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    row_tickets[i] = 0;
+  }
+}
+
 // Combines a token's decode splits: o = sum_z w_z o_z / sum_z w_z l_z with
 // w_z = exp2((m_z - max m) * scale * log2 e). Rows served by one split were written directly.
 // One block per (item, query head), parallel over the splits: thread z < ns reads split z's
 // (m, l), the block reduces max m and sum w l, then warp w sums splits w, w + kReduceWarps, ...
 // with lanes over head_dim in float4s (every load of a warp independent, so the latency is a few
-// round trips, not one per split), and the warps' sums meet in shared memory. With ticketed
-// splits, the block of each row's first query head zeroes the row's ticket counter (the decode
-// kernel is done with it). A programmatic dependent launch: its blocks are placed while the
-// decode kernel's last blocks finish, and it lets the next kernel start before its own wait (the
-// exception pdl_launch.cuh allows), so that kernel's blocks take the SMs the decode kernel's
-// slowest splits leave.
+// round trips, not one per split), and the warps' sums meet in shared memory. A programmatic
+// dependent launch: its blocks are placed while the decode kernel's last blocks finish.
 constexpr int kReduceWarps = 8;
 constexpr int kReduceThreads = 32 * kReduceWarps;
 static_assert(kMaxSplits <= kReduceThreads, "one thread per split reads the (m, l) pairs");
@@ -192,9 +169,9 @@ __global__ void __launch_bounds__(kReduceThreads)
   const int32_t g = h / group, chunk = (h % group) / kDecodeRows;
   DecodeTraceRecord tr;  // filled only with a.trace (profiling)
   if (a.trace != nullptr) tr.start = trace_now();
-  pdl_launch_dependents();
   const int32_t token = a.items_are_tokens ? item : p.q_indptr[item];  // step metadata
   pdl_wait();  // everything below is the decode kernel's output
+  pdl_launch_dependents();
   if (a.trace != nullptr) tr.waited = trace_now();
   auto record = [&]() {
     if (a.trace == nullptr || tid != 0) return;
@@ -211,11 +188,8 @@ __global__ void __launch_bounds__(kReduceThreads)
   // The split count, each warp's first split row (lane c < d4 holds float4 c) and the (m, l)
   // pairs load together: one round trip, not three. Slots at or past the count may hold stale
   // values; they are dropped below (weight 0, never read into a sum).
-  const int64_t row = (static_cast<int64_t>(item) * p.num_kv_heads + g) * a.head_chunks + chunk;
-  const int32_t ns_raw = a.num_splits[row];
-  if (a.row_tickets != nullptr && tid == 0 && h == g * group + chunk * kDecodeRows) {
-    a.row_tickets[row] = 0;
-  }
+  const int32_t ns_raw =
+      a.num_splits[(static_cast<int64_t>(item) * p.num_kv_heads + g) * a.head_chunks + chunk];
   float4 first = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if (warp < max_splits && lane < d4) first = po[static_cast<int64_t>(warp) * d4 + lane];
   float2 ml = make_float2(-INFINITY, 0.0f);
@@ -356,7 +330,7 @@ Status run_decode(const AttentionParams& p, const Layout& L, const DecodeArgs& a
 }
 
 template <typename T>
-Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int32_t* counters, int warps,
+Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
                  cudaStream_t stream, const AttentionOptions& o) {
   auto* tiles = reinterpret_cast<PrefillTile*>(ws + L.tiles);
   auto* num_tiles = reinterpret_cast<int32_t*>(ws + L.num_tiles);
@@ -378,25 +352,27 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int32_t* c
   if (!L.run_decode || L.items == 0) return {};
   DecodeArgs a;
   a.items_are_tokens = L.decode_all ? 1 : 0;
-  a.min_blocks_per_split = L.min_blocks;
-  a.min_blocks_streaming = L.min_blocks_streaming;
+  a.min_blocks_per_split = o.min_blocks_per_split > 0 ? o.min_blocks_per_split
+                                                      : std::max(2, 16 / std::max(1, L.max_splits));
   a.head_chunks = L.head_chunks;
   a.listed_cap = L.listed_cap;
   a.l2_prefetch = o.decode_l2_prefetch ? 1 : 0;
   a.whole_row_copies = o.decode_whole_row_copies ? 1 : 0;
   a.prewait_prefetch = o.decode_prewait_prefetch;
-  a.prewait_copies = std::clamp(o.decode_prewait_copies, 0, kDecodeStages);
   a.trace = o.decode_trace;
   a.num_splits = reinterpret_cast<int32_t*>(ws + L.num_splits);
   if (L.ticketed) {
-    a.row_tickets = counters;
+    a.row_tickets = reinterpret_cast<int32_t*>(ws + L.row_tickets);
     a.chunk_blocks = std::max(1, o.decode_chunk_blocks);
+    const int blocks = static_cast<int>(std::min<int64_t>((L.decode_rows + 255) / 256, 64));
+    LS_RETURN_IF_ERROR(launch_pdl(decode_prologue_kernel, dim3(static_cast<unsigned>(blocks)), 256,
+                                  0, stream, "decode_prologue_kernel", a.row_tickets,
+                                  L.decode_rows));
   }
-  if (L.merge) a.row_done = counters + (L.ticketed ? L.decode_rows : 0);
   a.partial_ml = reinterpret_cast<float2*>(ws + L.partial_ml);
   a.partial_o = reinterpret_cast<float*>(ws + L.partial_o);
   LS_RETURN_IF_ERROR(run_decode<T>(p, L, a, stream));
-  if (L.max_splits > 1 && !L.merge) {
+  if (L.max_splits > 1) {
     const dim3 grid(static_cast<unsigned>(L.items), static_cast<unsigned>(p.num_q_heads));
     LS_RETURN_IF_ERROR(launch_pdl(decode_reduce_kernel<T>, grid, kReduceThreads, 0, stream,
                                   "decode_reduce_kernel", p, a, L.max_splits));
@@ -425,15 +401,8 @@ int64_t attention_workspace_bytes(const AttentionParams& p, int num_sms,
   return layout_for(p, num_sms, options).bytes;
 }
 
-int64_t attention_counter_entries(const AttentionParams& p, int num_sms,
-                                  const AttentionOptions& options) {
-  if (p.num_seqs <= 0 || p.num_tokens <= 0 || p.num_kv_heads <= 0) return 0;
-  return layout_for(p, num_sms, options).counter_entries;
-}
-
 Status paged_attention(const AttentionParams& p, void* workspace, int64_t workspace_bytes,
-                       AttentionCounters counters, int num_sms, cudaStream_t stream,
-                       const AttentionOptions& options) {
+                       int num_sms, cudaStream_t stream, const AttentionOptions& options) {
   if (p.num_seqs <= 0 || p.num_tokens <= 0 || p.num_q_heads <= 0 || p.num_kv_heads <= 0 ||
       p.head_dim <= 0) {
     return {};
@@ -474,16 +443,10 @@ Status paged_attention(const AttentionParams& p, void* workspace, int64_t worksp
     return invalid_argument("attention: workspace of {} bytes, {} needed", workspace_bytes,
                             L.bytes);
   }
-  if (L.counter_entries > 0 && (counters.entries < L.counter_entries || !counters.data)) {
-    return invalid_argument("attention: {} counter entries, {} needed", counters.entries,
-                            L.counter_entries);
-  }
   const int warps = L.bm / 16;
   char* ws = static_cast<char*>(workspace);
-  if (p.q_dtype == DType::kBF16) {
-    return run_typed<__nv_bfloat16>(p, L, ws, counters.data, warps, stream, options);
-  }
-  return run_typed<__half>(p, L, ws, counters.data, warps, stream, options);
+  if (p.q_dtype == DType::kBF16) return run_typed<__nv_bfloat16>(p, L, ws, warps, stream, options);
+  return run_typed<__half>(p, L, ws, warps, stream, options);
 }
 
 }  // namespace ls::kernels::cuda

@@ -5,9 +5,8 @@
 //
 // Routing, decided from host-known sizes only (so a call never synchronises and can be captured
 // in a CUDA graph):
-//  - num_tokens == num_seqs (a decode step): the split-K decode kernel serves every token; the
-//    last split of each (token, kv head) to finish merges the splits (or, with many splits, a
-//    reduction kernel does);
+//  - num_tokens == num_seqs (a decode step): the split-K decode kernel serves every token, then
+//    a reduction kernel merges the splits;
 //  - otherwise: a one-block plan kernel lists 16*warps-row query tiles of the sequences with
 //    q_len >= 2 (longest positions first), the prefill kernel runs them, and the decode kernel
 //    serves the sequences with q_len == 1.
@@ -59,43 +58,22 @@ struct AttentionOptions {
   // instruction (the layout before 2026-11-21).
   bool decode_whole_row_copies = true;
   // 64-key blocks (0..4) whose rows a decode block prefetches into L2 before waiting for the
-  // previous kernel (with decode_l2_prefetch), after those it copies then (prewait_copies). -1:
-  // none when it copies early, else 1. Without early copies 1 measured best on an H100 (lserve
-  // batch 8 at 128K 38.4 -> 37.4 us per call against 4, batch 1 11.9 -> 11.2, dense batch 8 at
-  // 8K 104 -> 101): every block asking for four blocks at once made each block's first one
-  // arrive last. With three early copies, prefetching the fourth block too: lserve batch 8
-  // 34.3 -> 35.2 us, batch 32 113.7 -> 116.0.
-  int decode_prewait_prefetch = -1;
+  // previous kernel (with decode_l2_prefetch). 1 measured best on an H100 (lserve batch 8 at 128K
+  // 38.4 -> 37.4 us per call against 4, batch 1 11.9 -> 11.2, dense batch 8 at 8K 104 -> 101):
+  // every block asking for four blocks at once made each block's first one arrive last.
+  int decode_prewait_prefetch = 1;
   // Ticketed decode splits: after its first four 64-key blocks, each split of a row draws the
   // row's remaining blocks decode_chunk_blocks at a time from a ticket counter the row's splits
-  // share (in AttentionCounters), so splits whose loads are served slowly take fewer blocks
-  // instead of finishing last. Which split reads which block then depends on
+  // share, so splits whose loads are served slowly take fewer blocks instead of finishing last
+  // (a small kernel clears the counters first). Which split reads which block then depends on
   // timing, so the output's rounding differs from run to run (not bit-reproducible): hence off
   // by default. 1: on; 0: every split takes a fixed share of its row; -1: on for calls with page
-  // selections and at least 64 (token, kv head) rows. H100, one process, session 6 (before the
-  // early copies and the merge): lserve batch 8 at 128K 38.3 us per call against 39.7, batch 32
-  // 117.1 against 119.7; H200 (prototype) batch 8 33.1 against 36.6. Session 7, with them:
-  // batch 8 35.6 against 39.2 in one slow process (other processes: 34.3-35.5 with fixed
-  // splits), batch 32 115.3 both ways, batch 1 13.0 against 10.3. docs/cuda.md.
+  // selections and at least 64 (token, kv head) rows. H100, one process: lserve batch 8 at 128K
+  // 38.3 us per call against 39.7, batch 32 117.1 against 119.7; batch 1 15.5 against 11.3,
+  // dense batch 8 at 8K 106.7 against 104.5 (so -1 leaves both off); H200 (prototype) lserve
+  // batch 8 33.1 against 36.6. docs/cuda.md, sixth round.
   int decode_ticketed_splits = 0;
   int decode_chunk_blocks = 1;
-  // Decode blocks start copying their first 64-key blocks (this many: 0, 2, or 3 = every stage
-  // of the pipeline) into shared memory before waiting for the previous kernel (programmatic
-  // dependent launch), except the rows a kernel of the step may still be writing (the query's
-  // own K/V row), which they copy after the wait. A sequence's decode token only (mixed batches
-  // with several queries of one sequence copy after the wait). H100, one process, with the merge
-  // below: 2 blocks against none, lserve batch 8 at 128K 38.5 -> 35.8 us per call, batch 32
-  // 120.7 -> 114.8, dense batch 8 at 8K 104.5 -> 101.5; 3 against 2 (no L2 prefetch before the
-  // wait), lserve batch 8 35.2 -> 34.3, batch 16 61.4 -> 60.5, batch 32 115.1 -> 113.7
-  // (docs/cuda.md, seventh round).
-  int decode_prewait_copies = 3;
-  // Who merges a decode row's splits: 1: its last split to finish (a per-row counter in the
-  // persistent AttentionCounters; no reduction kernel, so the next kernel's blocks can start
-  // while the slowest splits finish); 0: the reduction kernel; -1: the last split when there
-  // are at most 16 splits (batches of about 4 or more on an H100), else the reduction kernel,
-  // whose 8 warps per head read many splits faster (dense batch 1 at 8K, 64 splits: 30.3 us
-  // against 26.4 when the splits merged in the kernel).
-  int decode_merge_splits = -1;
   // Run every sequence (q_len 1 included) through the prefill kernel; for tests and benchmarks.
   bool prefill_only = false;
   // Profiling: per-block timestamps of the decode kernels (decode_trace_records entries, see
@@ -112,24 +90,9 @@ int64_t decode_trace_records(const AttentionParams& p, int num_sms,
 int64_t attention_workspace_bytes(const AttentionParams& p, int num_sms,
                                   const AttentionOptions& options = {});
 
-// Per-row counters the decode kernel keeps between calls (ticketed splits' tickets, the in-kernel
-// merge's finished-split counts): device memory, all zero before the first call, and every call
-// leaves them zero (a row's last user resets its entries), so no call has to clear them. One
-// array per stream of calls; it may be shared by calls of different sizes.
-struct AttentionCounters {
-  int32_t* data = nullptr;  // [entries]
-  int64_t entries = 0;
-};
-
-// Entries of AttentionCounters a call with these host-known sizes needs (0: none).
-int64_t attention_counter_entries(const AttentionParams& p, int num_sms,
-                                  const AttentionOptions& options = {});
-
 // Enqueues the attention of `p` on `stream`. `workspace` (device memory of at least
-// attention_workspace_bytes) is scratch, free again when the stream passes this call;
-// `counters` (at least attention_counter_entries) persist, see AttentionCounters.
+// attention_workspace_bytes) is scratch, free again when the stream passes this call.
 Status paged_attention(const AttentionParams& p, void* workspace, int64_t workspace_bytes,
-                       AttentionCounters counters, int num_sms, cudaStream_t stream,
-                       const AttentionOptions& options = {});
+                       int num_sms, cudaStream_t stream, const AttentionOptions& options = {});
 
 }  // namespace ls::kernels::cuda

@@ -13,10 +13,9 @@
 // query rows padded to 16), and the warps merge through shared memory at the end. A split's key
 // blocks are a fixed share of the row, or (ticketed splits) a few fixed blocks and then chunks
 // drawn from a per-row ticket counter. With one split the block writes the output; with several
-// it writes an unnormalised partial (o, m, l), and the row's last split to finish combines them
-// (a per-row counter) or attention.cu's reduction kernel does. A programmatic dependent launch:
-// while the previous kernel drains, the block loads its step metadata and starts copying its
-// first two key blocks (all but the rows that kernel may be writing; see pdl_launch.cuh).
+// it writes an unnormalised partial (o, m, l) that attention.cu's reduction kernel combines. Both
+// are programmatic dependent launches: the block's step metadata loads while the previous kernel
+// drains (see pdl_launch.cuh).
 
 #include <cstdint>
 
@@ -34,23 +33,15 @@ namespace ls::kernels::cuda {
 struct DecodeArgs {
   int32_t items_are_tokens = 1;  // 1: item i is token i; 0: item i is sequence i (if q_len == 1)
   int32_t min_blocks_per_split = 2;
-  int32_t min_blocks_streaming = 2;  // the same for streaming heads' rows (sinks + window)
   int32_t head_chunks = 1;  // ceil(group / 16)
   int32_t listed_cap = 32;
   int32_t l2_prefetch = 1;        // 1: prefetch each block's rows into L2 one block before its copy
   int32_t whole_row_copies = 1;   // 1: a copy instruction covers whole rows (see issue())
-  int32_t prewait_prefetch =
-      -1;                      // blocks prefetched into L2 before the wait (-1: 1 unless copying)
-  int32_t prewait_copies = 0;  // blocks (0, 2 or 3) whose K/V copies start before the wait
-  // Ticketed splits (see the kernel): per-row ticket counters (AttentionCounters), zero when the
-  // kernel starts; the row's last split (in-kernel merge) or the reduction kernel zeroes them
-  // again. Null: every split takes a fixed share.
+  int32_t prewait_prefetch = 1;   // blocks prefetched into L2 before the wait (at most 4)
+  // Ticketed splits (see the kernel): per-row ticket counters, zero when the kernel starts
+  // (attention.cu's decode_prologue_kernel clears them); null: every split takes a fixed share.
   int32_t* row_tickets = nullptr;  // [items, kv_heads * head_chunks]
   int32_t chunk_blocks = 1;        // 64-key blocks per ticket
-  // In-kernel merge: per-row counts of finished splits (AttentionCounters), zero when the kernel
-  // starts and left zero by the row's last split, which merges the row's partials; null: the
-  // reduction kernel merges.
-  int32_t* row_done = nullptr;    // [items, kv_heads * head_chunks]
   int32_t* num_splits = nullptr;  // [items, kv_heads * head_chunks] splits used (0: not served)
   float* partial_o = nullptr;     // [items, q_heads, max_splits, head_dim]
   float2* partial_ml = nullptr;   // [items, q_heads, max_splits] (row max of raw scores, sum)
@@ -61,8 +52,6 @@ inline constexpr int kDecodeWarps = 4;
 inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
 inline constexpr int kDecodeStages = 3;
 inline constexpr int kDecodeRows = 16;  // query heads per block
-inline constexpr int kMaxDecodeSplits = 64;
-inline constexpr int kMaxSplitsPerLane = kMaxDecodeSplits / 32;  // in-kernel merge: (m, l) per lane
 
 template <int kD>
 struct DecodeShape {
@@ -80,7 +69,6 @@ struct DecodeShape {
 // Where item `item` of a decode launch sits: its token row, sequence and query position.
 struct DecodeItem {
   bool served = false;  // false: another kernel (prefill) owns it
-  bool sole = false;    // the sequence's only query: its own row is the only one the step wrote
   int32_t seq = -1;     // -1: served, but the token's lengths are unusable (zero rows)
   int32_t token = 0;
   int64_t position = 0;
@@ -102,7 +90,6 @@ __device__ inline DecodeItem decode_item(const AttentionParams& p, int32_t items
       const int64_t first = static_cast<int64_t>(kv_len_item) - 1;
       it.seq = first >= 0 ? item : -1;
       it.position = first >= 0 ? first : 0;
-      it.sole = true;
       return it;
     }
     const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, item);
@@ -120,7 +107,6 @@ __device__ inline DecodeItem decode_item(const AttentionParams& p, int32_t items
   }
   it.position = static_cast<int64_t>(kv_len_item) - 1;
   it.seq = it.position >= 0 ? item : -1;
-  it.sole = true;
   return it;
 }
 
@@ -191,10 +177,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 
   // A programmatic dependent launch: the block may start while the previous kernel drains.
   // Step metadata (lengths, head scalars, block tables), which no kernel of the step writes,
-  // is read before waiting for it; so is the selection unless p.selection_just_written. The
-  // first a.prewait_copies key blocks are copied (but for the rows that kernel may write) and the
-  // next a.prewait_prefetch prefetched into L2 (a hint, harmless if that kernel writes them). Q,
-  // those rows and every write come after the wait.
+  // is read before waiting for it; so is the selection unless p.selection_just_written, and the
+  // first a.prewait_prefetch blocks' rows are prefetched into L2 (a hint, harmless if that kernel
+  // writes them). Q, the K/V copies and every write come after the wait.
   bool waited = false;
   DecodeTraceRecord tr;  // filled only with a.trace (profiling)
   if (a.trace != nullptr) {
@@ -256,7 +241,6 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   constexpr int kTicketRing = 8;
   __shared__ int32_t tickets_s[kTicketRing];  // ticketed splits: ticket k in slot k % kTicketRing
   __shared__ int32_t last_ticket_s;           // the first ticket past the row's end (none: max)
-  __shared__ int32_t merges_s;                // in-kernel merge: this split finished its row last
 
   if (p.selection_just_written && hv.mode == static_cast<int32_t>(HeadMode::kSelected)) {
     wait_previous();
@@ -279,8 +263,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // [nb z / splits, nb (z + 1) / splits).
   const bool ticketed = a.row_tickets != nullptr;
   constexpr int32_t kFixed = kDecodeStages + 1;  // the blocks fetched before the loop (first[])
-  const int32_t min_blocks_mode = hv.streaming ? a.min_blocks_streaming : a.min_blocks_per_split;
-  const int32_t min_blocks = ticketed ? max(min_blocks_mode, kFixed) : min_blocks_mode;
+  const int32_t min_blocks =
+      ticketed ? max(a.min_blocks_per_split, kFixed) : a.min_blocks_per_split;
   const int32_t want = (nb + min_blocks - 1) / min_blocks;
   const int32_t splits = nb == 0 ? 1 : max(1, min(max_splits, want));
   if (z >= splits) {
@@ -334,11 +318,27 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   constexpr int kCopyRows = 32 / kChunks >= 1 ? 32 / kChunks : 1;  // rows per copy instruction
   static_assert(kChunks <= 32, "a row's chunks fit one warp instruction");
   const bool whole_rows = a.whole_row_copies != 0;
-  // Copies issued before the wait (early; only for a sequence's sole query) skip the rows the
-  // step's previous kernel may still be writing (the query's own row: the K/V append), which the
-  // owning thread pair copies after the wait (copy_row); issue returns true for such a row.
-  const int64_t fresh_from = it.position;
-  auto copy_row = [&](int stage, const KeyRow& kr) {
+  auto issue = [&](int stage, const PendingRow& pr) {
+    const KeyRow kr = resolve_row(hv, pr, kD);
+    if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
+    if (whole_rows) {
+      const int64_t own_off = kr.position >= 0 ? kr.offset : -1;  // -1: zero-fill
+      const int sub = lane / kChunks, c = lane % kChunks;
+      T* dk0 = sK + stage * Shape::kSmemKV + (warp * 16) * kStride;
+      T* dv0 = sV + stage * Shape::kSmemKV + (warp * 16) * kStride;
+#pragma unroll
+      for (int r0 = 0; r0 < 16; r0 += kCopyRows) {
+        const int rr = r0 + sub;  // row of the warp's 16 that this lane copies
+        const int64_t off = __shfl_sync(0xffffffffu, own_off, 2 * (rr < 16 ? rr : 0));
+        if (sub < kCopyRows && rr < 16) {
+          const bool valid = off >= 0;
+          const int64_t src = (valid ? off : 0) + c * 8;
+          cp_async_16(dk0 + rr * kStride + c * 8, k_pool + src, valid);
+          cp_async_16(dv0 + rr * kStride + c * 8, v_pool + src, valid);
+        }
+      }
+      return;
+    }
     const bool valid = kr.position >= 0;
     const int64_t off = valid ? kr.offset : 0;
     T* dk = sK + stage * Shape::kSmemKV + my_row * kStride;
@@ -347,32 +347,6 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       cp_async_16(dk + c * 8, k_pool + off + c * 8, valid);
       cp_async_16(dv + c * 8, v_pool + off + c * 8, valid);
     }
-  };
-  auto issue = [&](int stage, const PendingRow& pr, bool early = false) -> bool {
-    const KeyRow kr = resolve_row(hv, pr, kD);
-    if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
-    const bool defer = early && kr.position >= 0 && kr.position >= fresh_from;
-    if (whole_rows) {
-      // -1: zero-fill; -2: deferred (copied after the wait by its owner)
-      const int64_t own_off = kr.position >= 0 ? (defer ? -2 : kr.offset) : -1;
-      const int sub = lane / kChunks, c = lane % kChunks;
-      T* dk0 = sK + stage * Shape::kSmemKV + (warp * 16) * kStride;
-      T* dv0 = sV + stage * Shape::kSmemKV + (warp * 16) * kStride;
-#pragma unroll
-      for (int r0 = 0; r0 < 16; r0 += kCopyRows) {
-        const int rr = r0 + sub;  // row of the warp's 16 that this lane copies
-        const int64_t off = __shfl_sync(0xffffffffu, own_off, 2 * (rr < 16 ? rr : 0));
-        if (sub < kCopyRows && rr < 16 && off != -2) {
-          const bool valid = off >= 0;
-          const int64_t src = (valid ? off : 0) + c * 8;
-          cp_async_16(dk0 + rr * kStride + c * 8, k_pool + src, valid);
-          cp_async_16(dv0 + rr * kStride + c * 8, v_pool + src, valid);
-        }
-      }
-      return defer;
-    }
-    if (!defer) copy_row(stage, kr);
-    return defer;
   };
   // With l2_prefetch, a block's rows are also prefetched into L2 one iteration before their
   // copies are issued (the pair's two threads split the row's lines), so the DRAM reads of three
@@ -401,23 +375,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   for (int s = 0; s <= kDecodeStages; ++s) {
     if (s < n) first[s] = fetch_row(hv, sp, listed, (b_begin + s) * kKeyBlock + my_row);
   }
-  // Still overlapping the previous kernel: start the first blocks' copies (prewait_copies: 2, or
-  // 3 = every stage, and then iteration 0 issues nothing) and warm L2 for the next ones.
-  const int early_blocks = !waited && it.sole ? min(a.prewait_copies, kDecodeStages) : 0;
-  const bool early_copies = early_blocks > 0;
-  bool deferred[kDecodeStages] = {};
-  if (early_copies) {
-#pragma unroll
-    for (int s = 0; s < kDecodeStages; ++s) {
-      if (s < n && s < early_blocks) deferred[s] = issue(s, first[s], true);
-    }
-  }
-  if (!waited && l2_prefetch) {
-    const int s0 = early_blocks;
-    const int pf = a.prewait_prefetch >= 0 ? a.prewait_prefetch : (early_copies ? 0 : 1);
+  if (!waited && l2_prefetch) {  // still overlapping the previous kernel: warm L2 for the copies
 #pragma unroll
     for (int s = 0; s <= kDecodeStages; ++s) {
-      if (s >= s0 && s < n && s < s0 + pf) prefetch_rows(first[s]);
+      if (s < n && s < a.prewait_prefetch) prefetch_rows(first[s]);
     }
   }
   wait_previous();
@@ -441,19 +402,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     for (int c = tid % 8; c < kChunks; c += 8)
       cp_async_16(sQ + r * kStride + c * 8, src + c * 8, valid);
   }
-  if (early_copies) {  // the rows the early copies skipped; then the first blocks in one group
 #pragma unroll
-    for (int s = 0; s < kDecodeStages; ++s) {
-      if (deferred[s]) copy_row(s, resolve_row(hv, first[s], kD));
-    }
+  for (int s = 0; s < kDecodeStages - 1; ++s) {
+    if (s < n) issue(s, first[s]);
     cp_async_commit();
-    cp_async_commit();  // (empty) the group count the loop expects
-  } else {
-#pragma unroll
-    for (int s = 0; s < kDecodeStages - 1; ++s) {
-      if (s < n) issue(s, first[s]);
-      cp_async_commit();
-    }
   }
   PendingRow q0 = first[kDecodeStages - 1];  // block 2 (valid if 2 < n)
   PendingRow q1 = first[kDecodeStages];      // block 3 (valid if 3 < n)
@@ -491,9 +443,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       }
     }
     const int nxt = i + kDecodeStages - 1;
-    if (block_of(nxt) >= 0 && !(i == 0 && early_blocks == kDecodeStages)) {
-      issue(nxt % kDecodeStages, q0);
-    }
+    if (block_of(nxt) >= 0) issue(nxt % kDecodeStages, q0);
     cp_async_commit();
     if (l2_prefetch && block_of(nxt + 1) >= 0) prefetch_rows(q1);
     q0 = q1;
@@ -625,81 +575,6 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       a.partial_o[slot * kD + d] = acc;
       if (d == 0) a.partial_ml[slot] = make_float2(mstar, lsum);
     }
-  }
-  if (splits > 1 && a.row_done != nullptr) {
-    // The row's last split to finish merges its splits' partials (the reduction kernel's
-    // arithmetic, splits in order, so the result does not depend on which split is last).
-    int32_t* done =
-        a.row_done + static_cast<int64_t>(item) * p.num_kv_heads * a.head_chunks + blockIdx.y;
-    __syncthreads();  // every thread's partials are written; thread 0's fence covers them all
-    if (tid == 0) {
-      __threadfence();
-      merges_s = atomicAdd(done, 1) == splits - 1 ? 1 : 0;
-    }
-    __syncthreads();
-    if (merges_s) {
-      __threadfence();
-      const int64_t row0 = (static_cast<int64_t>(item) * p.num_q_heads + h0) * max_splits;
-      float* w_s = reinterpret_cast<float*>(sV);       // [nh][max_splits] split weights
-      float* lsum_s = w_s + kDecodeRows * max_splits;  // [nh]
-      for (int r = warp; r < nh; r += kDecodeWarps) {  // a warp per query row
-        const int64_t base = row0 + static_cast<int64_t>(r) * max_splits;
-        float mz[kMaxSplitsPerLane], lz[kMaxSplitsPerLane];
-        float mstar = -INFINITY;
-#pragma unroll
-        for (int k = 0; k < kMaxSplitsPerLane; ++k) {
-          const int zz = lane + 32 * k;
-          float2 ml = make_float2(-INFINITY, 0.0f);
-          if (zz < splits) ml = __ldcg(a.partial_ml + base + zz);
-          mz[k] = ml.x;
-          lz[k] = ml.y;
-          mstar = fmaxf(mstar, ml.x);
-        }
-        mstar = warp_max(mstar);
-        float l = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kMaxSplitsPerLane; ++k) {
-          const int zz = lane + 32 * k;
-          const float w = (zz < splits && mz[k] != -INFINITY && mstar != -INFINITY)
-                              ? exp2f((mz[k] - mstar) * scale_log2)
-                              : 0.0f;
-          if (zz < splits) w_s[r * max_splits + zz] = w;
-          l += w * lz[k];
-        }
-        l = warp_sum(l);
-        if (lane == 0) lsum_s[r] = l;
-      }
-      __syncthreads();
-      constexpr int kD4 = kD / 4;
-      for (int idx = tid; idx < nh * kD4; idx += kDecodeThreads) {
-        const int r = idx / kD4, c = idx % kD4;
-        const float4* po = reinterpret_cast<const float4*>(a.partial_o) +
-                           (row0 + static_cast<int64_t>(r) * max_splits) * kD4 + c;
-        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-        for (int zz = 0; zz < splits; ++zz) {  // every slot below splits is this call's
-          const float w = w_s[r * max_splits + zz];
-          const float4 v = __ldcg(po + static_cast<int64_t>(zz) * kD4);
-          acc.x = fmaf(w, v.x, acc.x);
-          acc.y = fmaf(w, v.y, acc.y);
-          acc.z = fmaf(w, v.z, acc.z);
-          acc.w = fmaf(w, v.w, acc.w);
-        }
-        const float ls = lsum_s[r];
-        const bool any = ls > 0.0f;
-        T* o4 = out_rows + static_cast<int64_t>(r) * kD + 4 * c;
-        o4[0] = from_f32<T>(any ? acc.x / ls : 0.0f);
-        o4[1] = from_f32<T>(any ? acc.y / ls : 0.0f);
-        o4[2] = from_f32<T>(any ? acc.z / ls : 0.0f);
-        o4[3] = from_f32<T>(any ? acc.w / ls : 0.0f);
-      }
-      if (tid == 0) {  // every split of the row is done with the counters: zero for the next call
-        *done = 0;
-        if (ticket_counter != nullptr) *ticket_counter = 0;
-      }
-    }
-  } else if (a.row_done != nullptr && ticket_counter != nullptr && tid == 0) {
-    *ticket_counter = 0;  // a row of one split may have drawn tickets; it is its own last split
   }
   record(i);
 }

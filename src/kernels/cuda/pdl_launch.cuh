@@ -2,7 +2,7 @@
 // Internal to kernels/cuda: launching a kernel as a programmatic dependent launch (PDL), so it may
 // start while the previous kernel on the stream drains. The kernel must execute
 // `griddepcontrol.wait` before it reads anything an earlier kernel wrote (and trigger its own
-// dependents, if at all, only after that wait; attention.cu's decode_reduce_kernel is the one
+// dependents, if at all, only after that wait; attention.cu's decode_prologue_kernel is the one
 // documented exception). LONGSERVE_NO_PDL set in the environment: plain launches (for A/B
 // timing and for ruling PDL out when something looks wrong).
 
@@ -42,12 +42,9 @@ __device__ __forceinline__ void pdl_wait() {
 }
 // Lets the next kernel, if launched with launch_pdl, start once every block of this grid has
 // called it or exited (it still waits for this whole grid). Call it only after pdl_wait(), so
-// that a kernel starting early never runs beside any kernel but its immediate predecessor. The
-// exception, attention.cu's decode_reduce_kernel, triggers first so that the next kernel's
-// blocks take the SMs the decode kernel's slowest splits leave: that kernel then runs its part
-// before its wait beside the decode kernel too, which is safe because no kernel reads before its
-// wait anything the decode or reduction kernel writes (their outputs and scratch), and its wait
-// covers both (the reduction waits for the decode kernel).
+// that a kernel starting early never runs beside any kernel but its immediate predecessor (the
+// exception, attention.cu's decode_prologue_kernel, lets the decode kernel overlap the kernel
+// before it, which is what the decode kernel overlapped without it).
 __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
