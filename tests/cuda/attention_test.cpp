@@ -36,14 +36,6 @@ void check_scenario(AttentionScenario& sc, const std::string& label) {
   EXPECT_TRUE(close_to(got, sc.run_cpu(), 1.5 * tol, 3 * tol)) << "vs kernels/cpu: " << label;
 }
 
-class ScopedAttentionOptions {
- public:
-  explicit ScopedAttentionOptions(const kernels::cuda::AttentionOptions& o) {
-    gpu()->set_attention_options(o);
-  }
-  ~ScopedAttentionOptions() { gpu()->set_attention_options({}); }
-};
-
 // The prefill kernels every prefill case runs on: mma.sync (8 warps), wgmma with key blocks of
 // 64 and of 128 rows.
 struct PrefillVariant {

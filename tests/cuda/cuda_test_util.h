@@ -37,6 +37,17 @@ inline CudaBackend* gpu() {
   return backend.get();
 }
 
+// The shared backend's attention options for a scope, the defaults again after it.
+class ScopedAttentionOptions {
+ public:
+  explicit ScopedAttentionOptions(const kernels::cuda::AttentionOptions& o) {
+    gpu()->set_attention_options(o);
+  }
+  ~ScopedAttentionOptions() { gpu()->set_attention_options({}); }
+  ScopedAttentionOptions(const ScopedAttentionOptions&) = delete;
+  ScopedAttentionOptions& operator=(const ScopedAttentionOptions&) = delete;
+};
+
 inline ThreadPool& cpu_pool() {
   static ThreadPool pool(2);
   return pool;

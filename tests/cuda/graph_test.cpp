@@ -43,10 +43,7 @@ TEST(CudaGraphs, CapturedTicketedDecodeAttentionMatchesTheReference) {
   const kernels::AttentionParams p = sc.device_params(out.data());
   kernels::cuda::AttentionOptions o;
   o.decode_ticketed_splits = 1;
-  gpu()->set_attention_options(o);
-  struct DefaultOptionsAfter {
-    ~DefaultOptionsAfter() { gpu()->set_attention_options({}); }
-  } restore;
+  ScopedAttentionOptions scoped(o);
   gpu()->attention(p);  // eager: sizes the scratch
   ASSERT_TRUE(gpu()->begin_capture().ok());
   gpu()->attention(p);
