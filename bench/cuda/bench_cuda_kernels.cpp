@@ -12,10 +12,11 @@
 //    calls that rotate over several copies of the KV cache (more bytes than the L2 holds), and
 //    timed by replaying it. The page selection is timed eagerly (select_us, one call, host gaps
 //    included) and as a graph of 20 calls (select_graph_us). --decode-max-splits,
-//    --decode-min-blocks, --decode-l2-prefetch, --decode-whole-rows and
-//    --decode-prewait-prefetch, --decode-ticketed and --decode-chunk-blocks time each case under
-//    every combination of those AttentionOptions (max_splits and min_blocks 0, prewait_prefetch
-//    and ticketed -1: the defaults; 1: on for the switches, the defaults); --decode-rounds R
+//    --decode-min-blocks, --decode-l2-prefetch, --decode-prewait-prefetch, --decode-ticketed and
+//    --decode-chunk-blocks time each case under every combination of those AttentionOptions
+//    (max_splits and min_blocks 0 and prewait_prefetch -1: the heuristics and defaults; the
+//    switches default to AttentionOptions', so ticketed splits are off unless asked for, as in
+//    the engine); --decode-rounds R
 //    times the combinations R times in turn (one row each), so variants compare on alternating
 //    runs.
 //    --decode-trace FILE writes every case's per-block timestamps (decode and reduction kernels,
@@ -35,7 +36,7 @@
 //        [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
-//        [--decode-l2-prefetch 1,0] [--decode-whole-rows 1,0] [--decode-prewait-prefetch 0,2,4]
+//        [--decode-l2-prefetch 1,0] [--decode-prewait-prefetch 0,2,4]
 //        [--decode-min-blocks 0,2,8] [--decode-ticketed -1,0,1] [--decode-chunk-blocks 1,2]
 //        [--decode-rounds 3] [--decode-trace FILE]
 
@@ -363,9 +364,8 @@ struct DecodeVariant {
   int max_splits = 0;  // 0: the default heuristic
   int min_blocks = 0;  // AttentionOptions::min_blocks_per_split (0: its heuristic)
   bool l2_prefetch = true;
-  bool whole_rows = true;
   int prewait_prefetch = -1;  // -1: AttentionOptions' default
-  int ticketed = -1;          // AttentionOptions::decode_ticketed_splits
+  int ticketed = 0;           // AttentionOptions::decode_ticketed_splits
   int chunk_blocks = 1;
 };
 
@@ -589,7 +589,6 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
             opt.max_splits = variant.max_splits;
             opt.min_blocks_per_split = variant.min_blocks;
             opt.decode_l2_prefetch = variant.l2_prefetch;
-            opt.decode_whole_row_copies = variant.whole_rows;
             if (variant.prewait_prefetch >= 0)
               opt.decode_prewait_prefetch = variant.prewait_prefetch;
             // One graph of many calls rotating over the replicas.
@@ -611,12 +610,11 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
             const double gbps =
                 ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
             out.write(fmt::format(
-                R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "whole_rows": {}, "prewait_prefetch": {}, "ticketed": {}, "chunk_blocks": {}, "round": {}, "ok": {}}})",
+                R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "prewait_prefetch": {}, "ticketed": {}, "chunk_blocks": {}, "round": {}, "ok": {}}})",
                 lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
                 copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
                 replicas, variant.max_splits, variant.min_blocks,
-                variant.l2_prefetch ? "true" : "false", variant.whole_rows ? "true" : "false",
-                opt.decode_prewait_prefetch, variant.ticketed, variant.chunk_blocks, round,
+                variant.l2_prefetch ? "true" : "false", opt.decode_prewait_prefetch, variant.ticketed, variant.chunk_blocks, round,
                 err.ok() && ms > 0 ? "true" : "false"));
           }
         }
@@ -785,19 +783,19 @@ int run(int argc, char** argv) {
   }
   if (has("decode")) {
     std::vector<DecodeVariant> variants;
+    const int default_ticketed = kernels::cuda::AttentionOptions{}.decode_ticketed_splits;
     const auto min_blocks = parse_list(arg(argc, argv, "--decode-min-blocks", "0"));
     for (const int64_t splits : parse_list(arg(argc, argv, "--decode-max-splits", "0"))) {
       for (const int64_t mb : min_blocks) {
         for (const int64_t pf : parse_list(arg(argc, argv, "--decode-l2-prefetch", "1"))) {
-          for (const int64_t wr : parse_list(arg(argc, argv, "--decode-whole-rows", "1"))) {
-            for (const int64_t pw :
-                 parse_list(arg(argc, argv, "--decode-prewait-prefetch", "-1"))) {
-              for (const int64_t tk : parse_list(arg(argc, argv, "--decode-ticketed", "-1"))) {
-                for (const int64_t cb : parse_list(arg(argc, argv, "--decode-chunk-blocks", "1"))) {
-                  variants.push_back({static_cast<int>(splits), static_cast<int>(mb), pf != 0,
-                                      wr != 0, static_cast<int>(pw), static_cast<int>(tk),
-                                      static_cast<int>(cb)});
-                }
+          for (const int64_t pw :
+               parse_list(arg(argc, argv, "--decode-prewait-prefetch", "-1"))) {
+            for (const int64_t tk : parse_list(arg(argc, argv, "--decode-ticketed",
+                                                   std::to_string(default_ticketed)))) {
+              for (const int64_t cb : parse_list(arg(argc, argv, "--decode-chunk-blocks", "1"))) {
+                variants.push_back({static_cast<int>(splits), static_cast<int>(mb), pf != 0,
+                                    static_cast<int>(pw), static_cast<int>(tk),
+                                    static_cast<int>(cb)});
               }
             }
           }

@@ -233,7 +233,6 @@ TEST(CudaAttention, DecodeManySplitsAtBatch1And64) {
         o.max_splits = splits;
         o.min_blocks_per_split = 1;
         o.decode_l2_prefetch = splits != 13;               // a hint: results must not depend on it
-        o.decode_whole_row_copies = pt == 64;              // both copy layouts
         o.decode_prewait_prefetch = splits == 64 ? 4 : 1;  // how much is warmed early
         ScopedAttentionOptions scoped(o);
         ScenarioConfig cfg;

@@ -357,7 +357,6 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
   a.head_chunks = L.head_chunks;
   a.listed_cap = L.listed_cap;
   a.l2_prefetch = o.decode_l2_prefetch ? 1 : 0;
-  a.whole_row_copies = o.decode_whole_row_copies ? 1 : 0;
   a.prewait_prefetch = o.decode_prewait_prefetch;
   a.trace = o.decode_trace;
   a.num_splits = reinterpret_cast<int32_t*>(ws + L.num_splits);

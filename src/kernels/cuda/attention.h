@@ -53,10 +53,6 @@ struct AttentionOptions {
   // Decode blocks prefetch each 64-key block's K/V rows into L2 one block before copying them
   // (more DRAM reads in flight without more shared memory); off: the cp.async pipeline alone.
   bool decode_l2_prefetch = true;
-  // Decode K/V copies: one warp instruction covers whole rows (full 128-byte lines), the row
-  // offsets passed by shuffles; off: each thread pair copies its own row, 32 bytes of 16 rows per
-  // instruction (the layout before 2026-11-21).
-  bool decode_whole_row_copies = true;
   // 64-key blocks (0..4) whose rows a decode block prefetches into L2 before waiting for the
   // previous kernel (with decode_l2_prefetch). 1 measured best on an H100 (lserve batch 8 at 128K
   // 38.4 -> 37.4 us per call against 4, batch 1 11.9 -> 11.2, dense batch 8 at 8K 104 -> 101):
@@ -71,7 +67,9 @@ struct AttentionOptions {
   // selections and at least 64 (token, kv head) rows. H100, one process: lserve batch 8 at 128K
   // 38.3 us per call against 39.7, batch 32 117.1 against 119.7; batch 1 15.5 against 11.3,
   // dense batch 8 at 8K 106.7 against 104.5 (so -1 leaves both off); H200 (prototype) lserve
-  // batch 8 33.1 against 36.6. docs/cuda.md, sixth round.
+  // batch 8 33.1 against 36.6. docs/cuda.md, sixth round. Those fixed-split times predate the
+  // fixed-splits kernel losing the ticket code (its own instantiation since 2026-11-22), which
+  // made it about 2 us faster at lserve batch 8 (37.8 us at 128K): re-measure before turning on.
   int decode_ticketed_splits = 0;
   int decode_chunk_blocks = 1;
   // Run every sequence (q_len 1 included) through the prefill kernel; for tests and benchmarks.

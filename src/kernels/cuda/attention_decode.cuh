@@ -36,7 +36,6 @@ struct DecodeArgs {
   int32_t head_chunks = 1;  // ceil(group / 16)
   int32_t listed_cap = 32;
   int32_t l2_prefetch = 1;        // 1: prefetch each block's rows into L2 one block before its copy
-  int32_t whole_row_copies = 1;   // 1: a copy instruction covers whole rows (see issue())
   int32_t prewait_prefetch = 1;   // blocks prefetched into L2 before the wait (at most 4)
   // Ticketed splits (see the kernel): per-row ticket counters, zero when the kernel starts
   // (attention.cu's decode_prologue_kernel clears them); null: every split takes a fixed share.
@@ -153,7 +152,14 @@ __device__ __forceinline__ KeyRow resolve_row(const HeadView& hv, const PendingR
   return kr;
 }
 
-template <int kD, typename T>
+// kTicketed: the kernel of ticketed splits (a.row_tickets set; launch_decode picks it). A
+// compile-time switch because code a call never runs still slows the kernel: compiling the
+// ticket code out of the fixed-splits kernel (and dropping the per-pair copy path) took, on an
+// H100 with both binaries alternated in one run, lserve batch 8 at 128K from 39.7 to 37.8 us per
+// call (61 -> 65% of copy bandwidth), batch 32 119.5 -> 115.7, batch 1 11.7 -> 11.3, dense batch
+// 1 at 32K 62.1 -> 60.1, and whole Llama-3-8B-shaped decode steps (dense at 32K) 7.69 -> 7.59 ms.
+// (Session 7's early-copy path, present but off, had cost 13% the same way: docs/cuda.md.)
+template <int kD, typename T, bool kTicketed>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
     decode_attention_kernel(const AttentionParams p, const DecodeArgs a) {
   using Shape = DecodeShape<kD>;
@@ -261,7 +267,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // first (an atomic ticket per chunk), so a split whose loads are served slowly takes fewer
   // blocks instead of finishing last. Otherwise split z takes the fixed share
   // [nb z / splits, nb (z + 1) / splits).
-  const bool ticketed = a.row_tickets != nullptr;
+  constexpr bool ticketed = kTicketed;  // then a.row_tickets is set (launch_decode)
   constexpr int32_t kFixed = kDecodeStages + 1;  // the blocks fetched before the loop (first[])
   const int32_t min_blocks =
       ticketed ? max(a.min_blocks_per_split, kFixed) : a.min_blocks_per_split;
@@ -310,42 +316,30 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const int my_row = tid / 2;
   const T* k_pool = static_cast<const T*>(hv.k);
   const T* v_pool = static_cast<const T*>(hv.v);
-  // With whole_rows, the copies of a warp's 16 rows (lanes 2q and 2q + 1 of warp w own row
-  // 16 w + q: its table entry and position) are spread so that one instruction covers kCopyRows
-  // whole rows (lane l: row l / kChunks of the group, 16-byte chunk l % kChunks), the row offsets
-  // passed from their owners by shuffles: whole 128-byte lines per request. Without, each thread
-  // pair copies its own row (one instruction touches 32 bytes of each of 16 rows).
+  // The copies of a warp's 16 rows (lanes 2q and 2q + 1 of warp w own row 16 w + q: its table
+  // entry and position) are spread so that one instruction covers kCopyRows whole rows (lane l:
+  // row l / kChunks of the group, 16-byte chunk l % kChunks), the row offsets passed from their
+  // owners by shuffles: whole 128-byte lines per request (each thread pair copying its own row,
+  // 32 bytes of each of 16 rows per instruction, measured slower; removed 2026-11-22).
   constexpr int kCopyRows = 32 / kChunks >= 1 ? 32 / kChunks : 1;  // rows per copy instruction
   static_assert(kChunks <= 32, "a row's chunks fit one warp instruction");
-  const bool whole_rows = a.whole_row_copies != 0;
   auto issue = [&](int stage, const PendingRow& pr) {
     const KeyRow kr = resolve_row(hv, pr, kD);
     if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
-    if (whole_rows) {
-      const int64_t own_off = kr.position >= 0 ? kr.offset : -1;  // -1: zero-fill
-      const int sub = lane / kChunks, c = lane % kChunks;
-      T* dk0 = sK + stage * Shape::kSmemKV + (warp * 16) * kStride;
-      T* dv0 = sV + stage * Shape::kSmemKV + (warp * 16) * kStride;
+    const int64_t own_off = kr.position >= 0 ? kr.offset : -1;  // -1: zero-fill
+    const int sub = lane / kChunks, c = lane % kChunks;
+    T* dk0 = sK + stage * Shape::kSmemKV + (warp * 16) * kStride;
+    T* dv0 = sV + stage * Shape::kSmemKV + (warp * 16) * kStride;
 #pragma unroll
-      for (int r0 = 0; r0 < 16; r0 += kCopyRows) {
-        const int rr = r0 + sub;  // row of the warp's 16 that this lane copies
-        const int64_t off = __shfl_sync(0xffffffffu, own_off, 2 * (rr < 16 ? rr : 0));
-        if (sub < kCopyRows && rr < 16) {
-          const bool valid = off >= 0;
-          const int64_t src = (valid ? off : 0) + c * 8;
-          cp_async_16(dk0 + rr * kStride + c * 8, k_pool + src, valid);
-          cp_async_16(dv0 + rr * kStride + c * 8, v_pool + src, valid);
-        }
+    for (int r0 = 0; r0 < 16; r0 += kCopyRows) {
+      const int rr = r0 + sub;  // row of the warp's 16 that this lane copies
+      const int64_t off = __shfl_sync(0xffffffffu, own_off, 2 * (rr < 16 ? rr : 0));
+      if (sub < kCopyRows && rr < 16) {
+        const bool valid = off >= 0;
+        const int64_t src = (valid ? off : 0) + c * 8;
+        cp_async_16(dk0 + rr * kStride + c * 8, k_pool + src, valid);
+        cp_async_16(dv0 + rr * kStride + c * 8, v_pool + src, valid);
       }
-      return;
-    }
-    const bool valid = kr.position >= 0;
-    const int64_t off = valid ? kr.offset : 0;
-    T* dk = sK + stage * Shape::kSmemKV + my_row * kStride;
-    T* dv = sV + stage * Shape::kSmemKV + my_row * kStride;
-    for (int c = tid % 2; c < kChunks; c += 2) {
-      cp_async_16(dk + c * 8, k_pool + off + c * 8, valid);
-      cp_async_16(dv + c * 8, v_pool + off + c * 8, valid);
     }
   };
   // With l2_prefetch, a block's rows are also prefetched into L2 one iteration before their
