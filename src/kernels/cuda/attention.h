@@ -67,9 +67,10 @@ struct AttentionOptions {
   // selections and at least 64 (token, kv head) rows. H100, one process: lserve batch 8 at 128K
   // 38.3 us per call against 39.7, batch 32 117.1 against 119.7; batch 1 15.5 against 11.3,
   // dense batch 8 at 8K 106.7 against 104.5 (so -1 leaves both off); H200 (prototype) lserve
-  // batch 8 33.1 against 36.6. docs/cuda.md, sixth round. Those fixed-split times predate the
-  // fixed-splits kernel losing the ticket code (its own instantiation since 2026-11-22), which
-  // made it about 2 us faster at lserve batch 8 (37.8 us at 128K): re-measure before turning on.
+  // batch 8 33.1 against 36.6. docs/cuda.md, sixth round. Since the fixed-splits kernel lost
+  // the ticket code (each has its own instantiation, 2026-11-22) tickets no longer pay: H100,
+  // one process, lserve batch 8 at 128K 37.8 us against 37.9 fixed, at 8K 38.0 against 37.7,
+  // batch 32 117.5 against 115.6.
   int decode_ticketed_splits = 0;
   int decode_chunk_blocks = 1;
   // Run every sequence (q_len 1 included) through the prefill kernel; for tests and benchmarks.
