@@ -365,7 +365,7 @@ struct DecodeVariant {
   int min_blocks = 0;  // AttentionOptions::min_blocks_per_split (0: its heuristic)
   bool l2_prefetch = true;
   int prewait_prefetch = -1;  // -1: AttentionOptions' default
-  int ticketed = 0;           // AttentionOptions::decode_ticketed_splits
+  int ticketed = kernels::cuda::AttentionOptions{}.decode_ticketed_splits;
   int chunk_blocks = 1;
 };
 
@@ -614,7 +614,8 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
                 lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
                 copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
                 replicas, variant.max_splits, variant.min_blocks,
-                variant.l2_prefetch ? "true" : "false", opt.decode_prewait_prefetch, variant.ticketed, variant.chunk_blocks, round,
+                variant.l2_prefetch ? "true" : "false", opt.decode_prewait_prefetch,
+                variant.ticketed, variant.chunk_blocks, round,
                 err.ok() && ms > 0 ? "true" : "false"));
           }
         }
@@ -788,10 +789,9 @@ int run(int argc, char** argv) {
     for (const int64_t splits : parse_list(arg(argc, argv, "--decode-max-splits", "0"))) {
       for (const int64_t mb : min_blocks) {
         for (const int64_t pf : parse_list(arg(argc, argv, "--decode-l2-prefetch", "1"))) {
-          for (const int64_t pw :
-               parse_list(arg(argc, argv, "--decode-prewait-prefetch", "-1"))) {
-            for (const int64_t tk : parse_list(arg(argc, argv, "--decode-ticketed",
-                                                   std::to_string(default_ticketed)))) {
+          for (const int64_t pw : parse_list(arg(argc, argv, "--decode-prewait-prefetch", "-1"))) {
+            for (const int64_t tk : parse_list(
+                     arg(argc, argv, "--decode-ticketed", std::to_string(default_ticketed)))) {
               for (const int64_t cb : parse_list(arg(argc, argv, "--decode-chunk-blocks", "1"))) {
                 variants.push_back({static_cast<int>(splits), static_cast<int>(mb), pf != 0,
                                     static_cast<int>(pw), static_cast<int>(tk),

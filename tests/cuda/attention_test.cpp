@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <string>
 
 #include "attention_scenario.h"
 #include "cuda_test_util.h"
@@ -115,7 +117,14 @@ TEST(CudaAttention, SmallHeadDimsOfTheFixtureModels) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(32);
   for (int32_t d : {16, 32}) {
-    for (bool decode : {false, true}) {
+    // Decode runs both kernel instantiations: fixed splits, and ticketed splits with two splits
+    // of the 1300-token row drawing its blocks after their first four.
+    for (int ticketed : {-1, 0, 1}) {
+      const bool decode = ticketed >= 0;
+      kernels::cuda::AttentionOptions o;
+      o.decode_ticketed_splits = std::max(ticketed, 0);
+      if (ticketed == 1) o.max_splits = 2;
+      ScopedAttentionOptions scoped(o);
       ScenarioConfig cfg;
       cfg.head_dim = d;
       cfg.group = 2;
@@ -123,12 +132,15 @@ TEST(CudaAttention, SmallHeadDimsOfTheFixtureModels) {
       cfg.sink_tokens = 5;
       std::vector<SeqSpec> seqs;
       if (decode) {
-        seqs = {{.kv_len = 130, .q_len = 1, .local_tokens = 40}, {.kv_len = 9, .q_len = 1}};
+        seqs = {{.kv_len = 130, .q_len = 1, .local_tokens = 40},
+                {.kv_len = 9, .q_len = 1},
+                {.kv_len = 1300, .q_len = 1, .local_tokens = 40}};
       } else {
         seqs = {{.kv_len = 150, .q_len = 150, .local_tokens = 40}, {.kv_len = 60, .q_len = 1}};
       }
       AttentionScenario sc(rng, cfg, seqs);
-      check_scenario(sc, describe(cfg) + (decode ? " decode" : " prefill"));
+      check_scenario(sc, describe(cfg) + (decode ? " decode ticketed " + std::to_string(ticketed)
+                                                 : std::string(" prefill")));
     }
   }
 }

@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // first (an atomic ticket per chunk), so a split whose loads are served slowly takes fewer
   // blocks instead of finishing last. Otherwise split z takes the fixed share
   // [nb z / splits, nb (z + 1) / splits).
-  constexpr bool ticketed = kTicketed;  // then a.row_tickets is set (launch_decode)
+  constexpr bool ticketed = kTicketed;           // then a.row_tickets is set (launch_decode)
   constexpr int32_t kFixed = kDecodeStages + 1;  // the blocks fetched before the loop (first[])
   const int32_t min_blocks =
       ticketed ? max(a.min_blocks_per_split, kFixed) : a.min_blocks_per_split;
