@@ -20,7 +20,8 @@
 //    times the combinations R times in turn (one row each), so variants compare on alternating
 //    runs.
 //    --decode-trace FILE writes every case's per-block timestamps (decode and reduction kernels,
-//    the last of a graph of calls) to FILE as a table.
+//    the last of a graph of calls) to FILE as a table; built with -DLS_DECODE_TRACE_LANDINGS
+//    (decode_trace.h) also "land" rows, when each decode block's key blocks were ready.
 //  - linear layers at decode shapes (M = 1, 8, 32 rows; the Llama-3-8B weight shapes): the bytes
 //    of the weight read per call against the copy bandwidth, timed as a graph of calls that
 //    rotate over enough weight copies to defeat the L2.
@@ -397,7 +398,12 @@ void write_decode_trace(Device& dev, std::FILE* trace, const std::string& label,
   const int64_t n = kernels::cuda::decode_trace_records(params[0], dev.b->num_sms(), opt);
   if (n <= 0) return;
   using Record = kernels::cuda::DecodeTraceRecord;
-  Buffer buf = alloc(dev, n * static_cast<int64_t>(sizeof(Record)));
+#ifdef LS_DECODE_TRACE_LANDINGS
+  const int64_t landings = n * kernels::cuda::kDecodeTraceLandings;  // decode_trace.h
+#else
+  const int64_t landings = 0;
+#endif
+  Buffer buf = alloc(dev, n * static_cast<int64_t>(sizeof(Record)) + landings * 8);
   die_on(cudaMemset(buf.data(), 0, static_cast<size_t>(buf.bytes())), "cudaMemset");
   opt.decode_trace = static_cast<Record*>(buf.data());
   with_decode_graph(dev, params, calls, opt, [&](int32_t graph) {
@@ -406,7 +412,7 @@ void write_decode_trace(Device& dev, std::FILE* trace, const std::string& label,
   });
   std::vector<Record> rec(static_cast<size_t>(n));
   die_on(
-      cudaMemcpy(rec.data(), buf.data(), static_cast<size_t>(buf.bytes()), cudaMemcpyDeviceToHost),
+      cudaMemcpy(rec.data(), buf.data(), rec.size() * sizeof(Record), cudaMemcpyDeviceToHost),
       "cudaMemcpy trace");
   uint64_t t0 = UINT64_MAX;
   for (const Record& r : rec) {
@@ -419,6 +425,19 @@ void write_decode_trace(Device& dev, std::FILE* trace, const std::string& label,
                  r.kernel, r.split, r.smid, r.iterations, static_cast<long long>(rel(r.start)),
                  static_cast<long long>(rel(r.waited)), static_cast<long long>(rel(r.first_data)),
                  static_cast<long long>(rel(r.loop_end)), static_cast<long long>(rel(r.end)));
+  }
+  if (landings > 0) {  // "land" rows: label, decode block, key block, ns from the call's start
+    std::vector<uint64_t> land(static_cast<size_t>(landings));
+    die_on(cudaMemcpy(land.data(), static_cast<char*>(buf.data()) + n * sizeof(Record),
+                      land.size() * 8, cudaMemcpyDeviceToHost),
+           "cudaMemcpy trace landings");
+    const auto per = static_cast<size_t>(kernels::cuda::kDecodeTraceLandings);
+    for (size_t i = 0; i < land.size(); ++i) {
+      if (land[i] != 0) {
+        std::fprintf(trace, "land\t%s\t%zu\t%zu\t%lld\n", label.c_str(), i / per, i % per,
+                     static_cast<long long>(rel(land[i])));
+      }
+    }
   }
   std::fflush(trace);
 }

@@ -425,6 +425,19 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     cp_async_wait<kDecodeStages - 2>();
     __syncthreads();  // block i landed; every warp is done with block i - 1's stage
     if (block_of(i) < 0) break;  // the same in every thread (tickets_s is published)
+#ifdef LS_DECODE_TRACE_LANDINGS
+    // Profiling builds only (decode_trace.h): when each of the block's first 32 key blocks was
+    // ready to compute, after the trace records.
+    if (a.trace != nullptr && tid == 0 && i < kDecodeTraceLandings) {
+      const int64_t records =
+          static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z +
+          (gridDim.z > 1 ? static_cast<int64_t>(gridDim.x) * p.num_q_heads : 0);
+      const int64_t block =
+          (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+      reinterpret_cast<uint64_t*>(a.trace + records)[block * kDecodeTraceLandings + i] =
+          trace_now();
+    }
+#endif
     if (takes_tickets && tid == 0 && !out_of_row && (i + 1) % cb == 0) {
       ticket_reg = atomicAdd(ticket_counter, 1);
       ticket_k = (i + 1) / cb;

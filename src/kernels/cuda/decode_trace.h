@@ -22,6 +22,13 @@ struct DecodeTraceRecord {
   int32_t split = 0;        // decode: blockIdx.z
 };
 
+// Built with -DLS_DECODE_TRACE_LANDINGS (CUDA and C++ flags; a profiling build, never the
+// default): the decode kernel also writes, after the records, kDecodeTraceLandings timestamps per
+// decode block (uint64, linear block order): when its key blocks 0, 1, ... were ready to compute.
+// bench_cuda_kernels --decode-trace then sizes the buffer for them and prints them as "land" rows.
+// Summed over blocks they give the call's consumption rate over time (docs/cuda.md, ninth round).
+inline constexpr int kDecodeTraceLandings = 32;
+
 #ifdef __CUDACC__
 __device__ __forceinline__ uint64_t trace_now() {
   uint64_t t;
