@@ -2,6 +2,7 @@
 // the routing between the prefill and decode kernels (attention.h says which runs when).
 
 #include <algorithm>
+#include <cstdint>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_launch.cuh"
@@ -383,6 +384,11 @@ bool pool_matches(const PagedKvPool& pool, const AttentionParams& p) {
   return !pool.k || (pool.dtype == p.q_dtype && aligned16(pool.k) && aligned16(pool.v));
 }
 
+// The decode kernel indexes pool rows in 32 bits (attention_decode.cuh's resolve_row).
+bool pool_rows_fit(const PagedKvPool& pool) {
+  return int64_t{pool.num_blocks} * pool.heads_per_block * pool.page_tokens <= INT32_MAX;
+}
+
 }  // namespace
 
 int64_t decode_trace_records(const AttentionParams& p, int num_sms,
@@ -419,6 +425,10 @@ Status paged_attention(const AttentionParams& p, void* workspace, int64_t worksp
   if (!pool_matches(p.retrieval, p) || !pool_matches(p.streaming, p)) {
     return invalid_argument("attention: KV pools must have q's dtype {} and be 16-byte aligned",
                             dtype_name(p.q_dtype));
+  }
+  if (!pool_rows_fit(p.retrieval) || !pool_rows_fit(p.streaming)) {
+    return invalid_argument("attention: a KV pool of more than 2^31 - 1 rows (blocks x heads x "
+                            "page tokens)");
   }
   if (!aligned16(p.q) || !aligned16(p.out)) {
     return invalid_argument("attention: q and out must be 16-byte aligned");

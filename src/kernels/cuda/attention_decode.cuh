@@ -113,21 +113,53 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }
 
+// base + row * row_bytes in one wide multiply-add (the loop's copies and prefetches take every
+// row's address this way).
+__device__ __forceinline__ const char* row_address(const char* base, uint32_t row,
+                                                   uint32_t row_bytes) {
+  uint64_t a;
+  asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(a) : "r"(row), "r"(row_bytes), "l"(base));
+  return reinterpret_cast<const char*>(a);
+}
+
+// cp.async of 16 bytes, or 16 zero bytes (nothing read) when row < 0.
+__device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem, int32_t row) {
+  asm volatile(
+      "{\n .reg .pred z;\n setp.lt.s32 z, %2, 0;\n"
+      " cp.async.cg.shared.global [%0], [%1], 16, z;\n}\n" ::"r"(smem_addr(smem)),
+      "l"(gmem), "r"(row));
+}
+
 // locate_row (attention_span.cuh) in two halves, so a kernel can start the block-table load of a
 // row early and use it later: fetch_row does the span arithmetic and issues the table load;
-// resolve_row checks the loaded entry and computes the pool offset. resolve_row(fetch_row(r))
-// equals locate_row(r).
+// resolve_row checks the loaded entry and computes the row's index in the pool (32-bit: the host
+// bounds a pool below 2^31 rows). resolve_row(fetch_row(r)) is locate_row(r), with the pool
+// offset divided by head_dim.
+//
+// Every instruction here runs once per key row per 64-key block, and a decode block's iteration
+// is bound by its instruction latency, not by the tensor cores: on an H100 a block alone on its
+// SM took 1.34 us per 64-key block at ~585 instructions per warp (3.9 cycles each), and half the
+// MMAs removed changed nothing. So the loop keeps its integer work small: a shift for the page of
+// a row when pages are a power of two, 32-bit pool rows passed by one shuffle, and no rescaling of
+// the output while no row's maximum moves (docs/cuda.md, tenth round).
 struct PendingRow {
   int32_t position = -1;  // -1: no key here
   int32_t in_page = 0;    // row within its page
   int32_t block = -1;     // loaded block-table entry (checked by resolve_row)
 };
 
+struct PoolRow {
+  int32_t position = -1;  // -1: no key here (the row is zero-filled and masked)
+  int32_t row = -1;       // row of the pool: its K (V) starts head_dim elements times this in
+};
+
+// page_shift: log2(hv.page_tokens) when that is a power of two, else -1 (a division).
 __device__ __forceinline__ PendingRow fetch_row(const HeadView& hv, const Span& sp,
-                                                const int32_t* listed, int32_t r) {
+                                                const int32_t* listed, int32_t r,
+                                                int32_t page_shift) {
   PendingRow pr;
   const int32_t pt = hv.page_tokens;
-  const int32_t li = r / pt;
+  const int32_t li = page_shift >= 0 ? r >> page_shift : r / pt;
   const int32_t off = r - li * pt;
   if (li >= sp.num_pages()) return pr;
   const int32_t j = li < sp.num_listed ? listed[li] : sp.range_begin + (li - sp.num_listed);
@@ -141,14 +173,11 @@ __device__ __forceinline__ PendingRow fetch_row(const HeadView& hv, const Span& 
   return pr;
 }
 
-__device__ __forceinline__ KeyRow resolve_row(const HeadView& hv, const PendingRow& pr,
-                                              int32_t head_dim) {
-  KeyRow kr;
+__device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const PendingRow& pr) {
+  PoolRow kr;
   if (pr.position < 0 || pr.block < 0 || pr.block >= hv.num_blocks) return kr;
   kr.position = pr.position;
-  kr.offset = ((static_cast<int64_t>(pr.block) * hv.heads_per_block + hv.slot) * hv.page_tokens +
-               pr.in_page) *
-              head_dim;
+  kr.row = (pr.block * hv.heads_per_block + hv.slot) * hv.page_tokens + pr.in_page;
   return kr;
 }
 
@@ -323,22 +352,29 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // 32 bytes of each of 16 rows per instruction, measured slower; removed 2026-11-22).
   constexpr int kCopyRows = 32 / kChunks >= 1 ? 32 / kChunks : 1;  // rows per copy instruction
   static_assert(kChunks <= 32, "a row's chunks fit one warp instruction");
+  constexpr uint32_t kRowBytes = kD * sizeof(T);
+  // The same from the params (p.head_dim == kD): a run-time factor, so that each address below is
+  // one IMAD.WIDE.U32 (ptxas splits a multiplication by the constant into shifts and adds).
+  const uint32_t row_bytes = static_cast<uint32_t>(p.head_dim) * static_cast<uint32_t>(sizeof(T));
+  // This lane's 16-byte chunk of row 0 of each pool (the issue loop adds row * kRowBytes).
+  const char* k_lane = reinterpret_cast<const char*>(k_pool) + (lane % kChunks) * 16;
+  const char* v_lane = reinterpret_cast<const char*>(v_pool) + (lane % kChunks) * 16;
   auto issue = [&](int stage, const PendingRow& pr) {
-    const KeyRow kr = resolve_row(hv, pr, kD);
+    const PoolRow kr = resolve_row(hv, pr);
     if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
-    const int64_t own_off = kr.position >= 0 ? kr.offset : -1;  // -1: zero-fill
+    const int32_t own_row = kr.position >= 0 ? kr.row : -1;  // -1: zero-fill
     const int sub = lane / kChunks, c = lane % kChunks;
     T* dk0 = sK + stage * Shape::kSmemKV + (warp * 16) * kStride;
     T* dv0 = sV + stage * Shape::kSmemKV + (warp * 16) * kStride;
 #pragma unroll
     for (int r0 = 0; r0 < 16; r0 += kCopyRows) {
       const int rr = r0 + sub;  // row of the warp's 16 that this lane copies
-      const int64_t off = __shfl_sync(0xffffffffu, own_off, 2 * (rr < 16 ? rr : 0));
+      const int32_t row = __shfl_sync(0xffffffffu, own_row, 2 * (rr < 16 ? rr : 0));
       if (sub < kCopyRows && rr < 16) {
-        const bool valid = off >= 0;
-        const int64_t src = (valid ? off : 0) + c * 8;
-        cp_async_16(dk0 + rr * kStride + c * 8, k_pool + src, valid);
-        cp_async_16(dv0 + rr * kStride + c * 8, v_pool + src, valid);
+        // Row -1 reads nothing (the 16 bytes are zero-filled); its address is row 0's.
+        const uint32_t r = static_cast<uint32_t>(max(row, 0));
+        cp_async_16_or_zero(dk0 + rr * kStride + c * 8, row_address(k_lane, r, row_bytes), row);
+        cp_async_16_or_zero(dv0 + rr * kStride + c * 8, row_address(v_lane, r, row_bytes), row);
       }
     }
   };
@@ -347,15 +383,19 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // blocks are in flight while one is computed, without more shared memory. (Two to four blocks
   // ahead measured 5-45% slower on an H100: 264 blocks' prefetched rows overflow the L2.)
   auto prefetch_rows = [&](const PendingRow& pr) {
-    const KeyRow kr = resolve_row(hv, pr, kD);
+    const PoolRow kr = resolve_row(hv, pr);
     if (kr.position < 0) return;
-    constexpr int kRowBytes = kD * static_cast<int>(sizeof(T));
     constexpr int kStep = kRowBytes % 128 == 0 ? 128 : 64;  // every line the row touches
-    const char* kb = reinterpret_cast<const char*>(k_pool + kr.offset);
-    const char* vb = reinterpret_cast<const char*>(v_pool + kr.offset);
-    for (int o = (tid % 2) * kStep; o < kRowBytes; o += 2 * kStep) {
-      prefetch_l2(kb + o);
-      prefetch_l2(vb + o);
+    constexpr int kPairSteps = (kRowBytes + 2 * kStep - 1) / (2 * kStep);  // per thread
+    const char* kb = row_address(reinterpret_cast<const char*>(k_pool), kr.row, row_bytes);
+    const char* vb = row_address(reinterpret_cast<const char*>(v_pool), kr.row, row_bytes);
+#pragma unroll
+    for (int j = 0; j < kPairSteps; ++j) {
+      const int o = (2 * j + tid % 2) * kStep;
+      if (o < static_cast<int>(kRowBytes)) {
+        prefetch_l2(kb + o);
+        prefetch_l2(vb + o);
+      }
     }
   };
   // The first kDecodeStages + 1 blocks' table entries are fetched together (one round trip),
@@ -364,10 +404,12 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // iteration earlier) and fetches the table entry of block i + 4.
   static_assert(kDecodeStages == 3, "the row queue below assumes three stages");
   const bool l2_prefetch = a.l2_prefetch != 0;
+  const int32_t page_shift =
+      (hv.page_tokens & (hv.page_tokens - 1)) == 0 ? __ffs(hv.page_tokens) - 1 : -1;
   PendingRow first[kDecodeStages + 1];
 #pragma unroll
   for (int s = 0; s <= kDecodeStages; ++s) {
-    if (s < n) first[s] = fetch_row(hv, sp, listed, (b_begin + s) * kKeyBlock + my_row);
+    if (s < n) first[s] = fetch_row(hv, sp, listed, (b_begin + s) * kKeyBlock + my_row, page_shift);
   }
   if (!waited && l2_prefetch) {  // still overlapping the previous kernel: warm L2 for the copies
 #pragma unroll
@@ -455,7 +497,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if (l2_prefetch && block_of(nxt + 1) >= 0) prefetch_rows(q1);
     q0 = q1;
     const int32_t bf = block_of(nxt + 2);
-    q1 = bf >= 0 ? fetch_row(hv, sp, listed, bf * kKeyBlock + my_row) : PendingRow{};
+    q1 = bf >= 0 ? fetch_row(hv, sp, listed, bf * kKeyBlock + my_row, page_shift) : PendingRow{};
 
     const int stage = i % kDecodeStages;
     const int32_t* kp = kpos + stage * kKeyBlock + key0;
@@ -509,12 +551,16 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
     l0 = l0 * alpha0 + (s[0][0] + s[0][1] + s[1][0] + s[1][1]);
     l1 = l1 * alpha1 + (s[0][2] + s[0][3] + s[1][2] + s[1][3]);
+    // Once the row maxima settle, alpha is exactly 1 (exp2 of 0) for the whole warp, and the 64
+    // multiplications would leave o as it is: skip them (bit-identical either way).
+    if (__any_sync(0xffffffffu, alpha0 != 1.0f || alpha1 != 1.0f)) {
 #pragma unroll
-    for (int d = 0; d < kDTiles; ++d) {
-      o[d][0] *= alpha0;
-      o[d][1] *= alpha0;
-      o[d][2] *= alpha1;
-      o[d][3] *= alpha1;
+      for (int d = 0; d < kDTiles; ++d) {
+        o[d][0] *= alpha0;
+        o[d][1] *= alpha0;
+        o[d][2] *= alpha1;
+        o[d][3] *= alpha1;
+      }
     }
     uint32_t pf[4];
     pf[0] = pack2<T>(s[0][0], s[0][1]);
