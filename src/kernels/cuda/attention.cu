@@ -57,17 +57,24 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
   L.max_tiles = L.run_prefill ? (p.num_tokens + L.bm - 1) / L.bm + p.num_seqs : 0;
   L.items = L.decode_all ? p.num_tokens : p.num_seqs;
   L.head_chunks = (group + kDecodeRows - 1) / kDecodeRows;
+  const bool selecting = p.selected && p.num_selected && p.selected_rows;
   if (o.max_splits > 0) {
     L.max_splits = std::min(o.max_splits, kMaxSplits);
   } else {
-    // About two full waves of the 2 blocks an SM holds: rounding down keeps the last wave full
-    // (e.g. 64 (token, head) pairs on 132 SMs: 8 splits, 512 blocks, not 9 and a 2.2-wave tail).
+    // Rounding down keeps the last wave of blocks full (e.g. 64 (token, head) rows on 132 SMs:
+    // 8 splits, 512 blocks, not 9 and a 2.2-wave tail). With few rows (at most a quarter of a
+    // wave of the blocks the SMs hold), one wave when every row is a causal one of the same
+    // length, four when page selections sit beside streaming heads (rows ~10x apart in length:
+    // small blocks let the hardware's block scheduler even them out); two waves otherwise.
+    // H100, the decode loop of 2026-11-22 (docs/cuda.md, tenth round), us per call against two
+    // waves: dense batch 1 at 8K 25.6 -> 20.0 (32 splits), at 128K 189.9 -> 185.5; dense batch
+    // 8 at 8K 101.3 -> 98.4 (4); lserve batch 8 at 128K 37.2 -> 36.6 (16), at 8K 37.0 -> 36.2.
     const int64_t base = std::max<int64_t>(1, int64_t{L.items} * p.num_kv_heads * L.head_chunks);
-    const int64_t slots = 2 * int64_t{kDecodeBlocksPerSm} * std::max(1, num_sms);
-    L.max_splits = static_cast<int32_t>(std::clamp<int64_t>(slots / base, 1, kMaxSplits));
+    const int64_t wave = int64_t{kDecodeBlocksPerSm} * std::max(1, num_sms);
+    const int64_t splits = 4 * base > wave ? 2 * wave / base : (selecting ? 4 : 1) * wave / base;
+    L.max_splits = static_cast<int32_t>(std::clamp<int64_t>(splits, 1, kMaxSplits));
   }
   L.decode_rows = int64_t{L.items} * p.num_kv_heads * L.head_chunks;
-  const bool selecting = p.selected && p.num_selected && p.selected_rows;
   L.ticketed = L.run_decode && L.max_splits > 1 &&
                (o.decode_ticketed_splits > 0 ||
                 (o.decode_ticketed_splits < 0 && selecting && L.decode_rows >= 64));
