@@ -13,6 +13,7 @@
 
 #include "attention_scenario.h"
 #include "cuda_test_util.h"
+#include "kernels/cuda/attention.h"
 
 namespace ls::cuda_test {
 namespace {
@@ -451,6 +452,43 @@ TEST(CudaAttention, WgmmaPrefillRejectsOtherHeadDims) {
   AttentionScenario sc(rng, cfg, seqs);
   (void)sc.run_gpu();
   EXPECT_FALSE(gpu()->take_error().ok());
+}
+
+// The decode kernel indexes pool rows in 32 bits, so a pool of more than 2^31 - 1 rows (blocks x
+// heads per block x page tokens) is refused with a message before anything is launched; a prefill-only
+// call, whose kernels use 64-bit offsets, is not. Host-side only (no GPU needed): the arrays are
+// never read on this path.
+TEST(CudaAttention, DecodeRefusesPoolsOfMoreThan2To31Rows) {
+  alignas(16) static int32_t fake[64] = {};
+  kernels::AttentionParams p;
+  p.q = fake;
+  p.out = fake;
+  p.q_dtype = DType::kBF16;
+  p.num_tokens = 1;
+  p.num_q_heads = 4;
+  p.num_kv_heads = 1;
+  p.head_dim = 128;
+  p.num_seqs = 1;
+  p.q_indptr = fake;
+  p.kv_lens = fake;
+  p.head_mode = fake;
+  p.head_slot = fake;
+  p.retrieval = {.k = fake, .v = fake, .dtype = DType::kBF16, .num_blocks = 1 << 24,
+                 .heads_per_block = 8, .page_tokens = 16, .head_dim = 128};  // 2^31 rows
+  p.retrieval_blocks = fake;
+  const Status big = kernels::cuda::paged_attention(p, nullptr, 0, 132, nullptr);
+  EXPECT_FALSE(big.ok());
+  EXPECT_NE(big.message().find("2^31"), std::string::npos) << big.message();
+  p.retrieval.num_blocks = (1 << 24) - 1;  // one block fewer fits; the call then fails later (no
+                                           // workspace), for another reason
+  const Status fits = kernels::cuda::paged_attention(p, nullptr, 0, 132, nullptr);
+  EXPECT_FALSE(fits.ok());
+  EXPECT_EQ(fits.message().find("2^31"), std::string::npos) << fits.message();
+  kernels::cuda::AttentionOptions prefill_only;
+  prefill_only.prefill_only = true;
+  p.retrieval.num_blocks = 1 << 24;
+  const Status prefill = kernels::cuda::paged_attention(p, nullptr, 0, 132, nullptr, prefill_only);
+  EXPECT_EQ(prefill.message().find("2^31"), std::string::npos) << prefill.message();
 }
 
 // The experimental warp-specialised wgmma kernel (PrefillKernel::kWgmmaWs), in its own suite so

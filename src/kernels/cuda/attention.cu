@@ -63,12 +63,16 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
   } else {
     // Rounding down keeps the last wave of blocks full (e.g. 64 (token, head) rows on 132 SMs:
     // 8 splits, 512 blocks, not 9 and a 2.2-wave tail). With few rows (at most a quarter of a
-    // wave of the blocks the SMs hold), one wave when every row is a causal one of the same
-    // length, four when page selections sit beside streaming heads (rows ~10x apart in length:
-    // small blocks let the hardware's block scheduler even them out); two waves otherwise.
-    // H100, the decode loop of 2026-11-22 (docs/cuda.md, tenth round), us per call against two
-    // waves: dense batch 1 at 8K 25.6 -> 20.0 (32 splits), at 128K 189.9 -> 185.5; dense batch
-    // 8 at 8K 101.3 -> 98.4 (4); lserve batch 8 at 128K 37.2 -> 36.6 (16), at 8K 37.0 -> 36.2.
+    // wave of the blocks the SMs hold): one wave of blocks, or four when the call passes page
+    // selections (lserve: selected rows of the budget beside ~10x shorter streaming rows; small
+    // blocks let the hardware's block scheduler even them out). Two waves with more rows. The
+    // thresholds follow measurements at batch 1, 8, 16 and 32 (8 kv heads, 132 SMs), so the
+    // count jumps at a quarter wave (e.g. 66 rows: 16 splits with selections, 67: 7). H100, the
+    // decode loop of 2026-11-22 (docs/cuda.md, tenth round), us per call against two waves:
+    // dense batch 1 at 8K 25.6 -> 20.0 (33 splits), at 128K 189.9 -> 185.5; dense batch 8 at 8K
+    // 101.3 -> 98.4 (4); lserve batch 8 at 128K 37.2 -> 36.6 (16), at 8K 37.0 -> 36.2; lserve
+    // batch 16 and 32 and dense batch 32 best with two waves. Decode rows of mixed batches
+    // count every sequence (items), prefilling ones included.
     const int64_t base = std::max<int64_t>(1, int64_t{L.items} * p.num_kv_heads * L.head_chunks);
     const int64_t wave = int64_t{kDecodeBlocksPerSm} * std::max(1, num_sms);
     const int64_t splits = 4 * base > wave ? 2 * wave / base : (selecting ? 4 : 1) * wave / base;
@@ -391,9 +395,13 @@ bool pool_matches(const PagedKvPool& pool, const AttentionParams& p) {
   return !pool.k || (pool.dtype == p.q_dtype && aligned16(pool.k) && aligned16(pool.v));
 }
 
-// The decode kernel indexes pool rows in 32 bits (attention_decode.cuh's resolve_row).
+// The decode kernel indexes pool rows in 32 bits (attention_decode.cuh's resolve_row). A pool
+// without arrays or with a non-positive size is left to the kernels, which attend no row of it.
 bool pool_rows_fit(const PagedKvPool& pool) {
-  return int64_t{pool.num_blocks} * pool.heads_per_block * pool.page_tokens <= INT32_MAX;
+  if (!pool.k || pool.num_blocks <= 0 || pool.heads_per_block <= 0 || pool.page_tokens <= 0) {
+    return true;
+  }
+  return int64_t{pool.num_blocks} * pool.heads_per_block <= INT32_MAX / pool.page_tokens;
 }
 
 }  // namespace
@@ -433,7 +441,7 @@ Status paged_attention(const AttentionParams& p, void* workspace, int64_t worksp
     return invalid_argument("attention: KV pools must have q's dtype {} and be 16-byte aligned",
                             dtype_name(p.q_dtype));
   }
-  if (!pool_rows_fit(p.retrieval) || !pool_rows_fit(p.streaming)) {
+  if (!options.prefill_only && (!pool_rows_fit(p.retrieval) || !pool_rows_fit(p.streaming))) {
     return invalid_argument("attention: a KV pool of more than 2^31 - 1 rows (blocks x heads x "
                             "page tokens)");
   }

@@ -44,8 +44,9 @@ struct AttentionOptions {
   // (128-row tiles, head_dim >= 64). 8 measured 10-24% faster on an H100 at 8K-128K tokens, d 128
   // (bench/results/gpu/h100.jsonl).
   int prefill_warps = 8;
-  // Decode splits per (token, kv head): 0 picks them from the rows and the SMs (one wave of
-  // blocks for a few causal rows, four with page selections, two for many rows; attention.cu).
+  // Decode splits per (token, kv head): 0 picks them from the rows and the SMs (with few rows
+  // one wave of blocks, four when the call passes page selections; two waves for many rows;
+  // attention.cu's layout_for).
   int max_splits = 0;
   // A decode split covers at least this many 64-key blocks. 0: max(2, 16 / splits), so with few
   // splits (large batches) short rows such as streaming heads' are not cut into blocks far

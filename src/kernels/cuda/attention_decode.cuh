@@ -150,7 +150,7 @@ struct PendingRow {
 
 struct PoolRow {
   int32_t position = -1;  // -1: no key here (the row is zero-filled and masked)
-  int32_t row = -1;       // row of the pool: its K (V) starts head_dim elements times this in
+  int32_t row = -1;       // row of the pool: its K (V) starts row * head_dim elements in
 };
 
 // page_shift: log2(hv.page_tokens) when that is a power of two, else -1 (a division).
@@ -347,8 +347,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const T* v_pool = static_cast<const T*>(hv.v);
   // The copies of a warp's 16 rows (lanes 2q and 2q + 1 of warp w own row 16 w + q: its table
   // entry and position) are spread so that one instruction covers kCopyRows whole rows (lane l:
-  // row l / kChunks of the group, 16-byte chunk l % kChunks), the row offsets passed from their
-  // owners by shuffles: whole 128-byte lines per request (each thread pair copying its own row,
+  // row l / kChunks of the group, 16-byte chunk l % kChunks), the 32-bit pool rows passed from
+  // their owners by one shuffle each: whole 128-byte lines per request (each thread pair copying its own row,
   // 32 bytes of each of 16 rows per instruction, measured slower; removed 2026-11-22).
   constexpr int kCopyRows = 32 / kChunks >= 1 ? 32 / kChunks : 1;  // rows per copy instruction
   static_assert(kChunks <= 32, "a row's chunks fit one warp instruction");
@@ -356,7 +356,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // The same from the params (p.head_dim == kD): a run-time factor, so that each address below is
   // one IMAD.WIDE.U32 (ptxas splits a multiplication by the constant into shifts and adds).
   const uint32_t row_bytes = static_cast<uint32_t>(p.head_dim) * static_cast<uint32_t>(sizeof(T));
-  // This lane's 16-byte chunk of row 0 of each pool (the issue loop adds row * kRowBytes).
+  // This lane's 16-byte chunk of row 0 of each pool (the issue loop adds row * row_bytes).
   const char* k_lane = reinterpret_cast<const char*>(k_pool) + (lane % kChunks) * 16;
   const char* v_lane = reinterpret_cast<const char*>(v_pool) + (lane % kChunks) * 16;
   auto issue = [&](int stage, const PendingRow& pr) {
@@ -399,9 +399,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
   };
   // The first kDecodeStages + 1 blocks' table entries are fetched together (one round trip),
-  // then the first kDecodeStages - 1 blocks are issued. Iteration i issues block i + 2 (row q0,
-  // fetched two iterations earlier), prefetches block i + 3 into L2 (row q1, fetched one
-  // iteration earlier) and fetches the table entry of block i + 4.
+  // then the first kDecodeStages - 1 blocks are issued. Iteration i issues block i + 2 (fetched
+  // two iterations earlier), prefetches block i + 3 into L2 (fetched one iteration earlier) and
+  // fetches the table entry of block i + 4 (the rows qa / qb of the loop below).
   static_assert(kDecodeStages == 3, "the row queue below assumes three stages");
   const bool l2_prefetch = a.l2_prefetch != 0;
   const int32_t page_shift =
