@@ -455,9 +455,9 @@ TEST(CudaAttention, WgmmaPrefillRejectsOtherHeadDims) {
 }
 
 // The decode kernel indexes pool rows in 32 bits, so a pool of more than 2^31 - 1 rows (blocks x
-// heads per block x page tokens) is refused with a message before anything is launched; a prefill-only
-// call, whose kernels use 64-bit offsets, is not. Host-side only (no GPU needed): the arrays are
-// never read on this path.
+// heads per block x page tokens) is refused with a message before anything is launched; a
+// prefill-only call, whose kernels use 64-bit offsets, is not. Host-side only (no GPU needed): the
+// arrays are never read on this path.
 TEST(CudaAttention, DecodeRefusesPoolsOfMoreThan2To31Rows) {
   alignas(16) static int32_t fake[64] = {};
   kernels::AttentionParams p;
@@ -473,8 +473,13 @@ TEST(CudaAttention, DecodeRefusesPoolsOfMoreThan2To31Rows) {
   p.kv_lens = fake;
   p.head_mode = fake;
   p.head_slot = fake;
-  p.retrieval = {.k = fake, .v = fake, .dtype = DType::kBF16, .num_blocks = 1 << 24,
-                 .heads_per_block = 8, .page_tokens = 16, .head_dim = 128};  // 2^31 rows
+  p.retrieval = {.k = fake,
+                 .v = fake,
+                 .dtype = DType::kBF16,
+                 .num_blocks = 1 << 24,
+                 .heads_per_block = 8,
+                 .page_tokens = 16,
+                 .head_dim = 128};  // 2^31 rows
   p.retrieval_blocks = fake;
   const Status big = kernels::cuda::paged_attention(p, nullptr, 0, 132, nullptr);
   EXPECT_FALSE(big.ok());

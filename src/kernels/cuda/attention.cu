@@ -356,7 +356,8 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
       // against 347-377 for the plain wgmma one on an H100 at 8K-128K tokens.
       const bool ws = o.prefill_kernel == PrefillKernel::kWgmmaWs ||
                       (o.prefill_kernel == PrefillKernel::kAuto && p.head_dim == 128);
-      LS_RETURN_IF_ERROR(run_prefill_wgmma<T>(p, L, tiles, num_tiles, o.wgmma_key_block, ws, stream));
+      LS_RETURN_IF_ERROR(
+          run_prefill_wgmma<T>(p, L, tiles, num_tiles, o.wgmma_key_block, ws, stream));
     } else {
       LS_RETURN_IF_ERROR(run_prefill<T>(p, L, tiles, num_tiles, warps, stream));
     }
@@ -442,8 +443,8 @@ Status paged_attention(const AttentionParams& p, void* workspace, int64_t worksp
                             dtype_name(p.q_dtype));
   }
   if (!options.prefill_only && (!pool_rows_fit(p.retrieval) || !pool_rows_fit(p.streaming))) {
-    return invalid_argument("attention: a KV pool of more than 2^31 - 1 rows (blocks x heads x "
-                            "page tokens)");
+    return invalid_argument(
+        "attention: a KV pool of more than 2^31 - 1 rows (blocks x heads x page tokens)");
   }
   if (!aligned16(p.q) || !aligned16(p.out)) {
     return invalid_argument("attention: q and out must be 16-byte aligned");

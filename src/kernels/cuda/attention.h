@@ -71,8 +71,8 @@ struct AttentionOptions {
   // dense batch 8 at 8K 106.7 against 104.5 (so -1 leaves both off); H200 (prototype) lserve
   // batch 8 33.1 against 36.6. docs/cuda.md, sixth round. Since the fixed-splits kernel lost
   // the ticket code (each has its own instantiation, 2026-11-22) tickets no longer pay: H100,
-  // one process (not the one of attention_decode.cuh's numbers), lserve batch 8 at 128K 37.8 us against 37.9 fixed, at 8K 38.0 against 37.7,
-  // batch 32 117.5 against 115.6.
+  // one process (not the one of attention_decode.cuh's numbers), lserve batch 8 at 128K 37.8 us
+  // against 37.9 fixed, at 8K 38.0 against 37.7, batch 32 117.5 against 115.6.
   int decode_ticketed_splits = 0;
   int decode_chunk_blocks = 1;
   // Run every sequence (q_len 1 included) through the prefill kernel; for tests and benchmarks.

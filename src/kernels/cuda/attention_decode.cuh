@@ -35,15 +35,15 @@ struct DecodeArgs {
   int32_t min_blocks_per_split = 2;
   int32_t head_chunks = 1;  // ceil(group / 16)
   int32_t listed_cap = 32;
-  int32_t l2_prefetch = 1;        // 1: prefetch each block's rows into L2 one block before its copy
-  int32_t prewait_prefetch = 1;   // blocks prefetched into L2 before the wait (at most 4)
+  int32_t l2_prefetch = 1;       // 1: prefetch each block's rows into L2 one block before its copy
+  int32_t prewait_prefetch = 1;  // blocks prefetched into L2 before the wait (at most 4)
   // Ticketed splits (see the kernel): per-row ticket counters, zero when the kernel starts
   // (attention.cu's decode_prologue_kernel clears them); null: every split takes a fixed share.
   int32_t* row_tickets = nullptr;  // [items, kv_heads * head_chunks]
   int32_t chunk_blocks = 1;        // 64-key blocks per ticket
-  int32_t* num_splits = nullptr;  // [items, kv_heads * head_chunks] splits used (0: not served)
-  float* partial_o = nullptr;     // [items, q_heads, max_splits, head_dim]
-  float2* partial_ml = nullptr;   // [items, q_heads, max_splits] (row max of raw scores, sum)
+  int32_t* num_splits = nullptr;   // [items, kv_heads * head_chunks] splits used (0: not served)
+  float* partial_o = nullptr;      // [items, q_heads, max_splits, head_dim]
+  float2* partial_ml = nullptr;    // [items, q_heads, max_splits] (row max of raw scores, sum)
   DecodeTraceRecord* trace = nullptr;  // [decode blocks + reduce blocks] profiling; null: off
 };
 
@@ -348,8 +348,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // The copies of a warp's 16 rows (lanes 2q and 2q + 1 of warp w own row 16 w + q: its table
   // entry and position) are spread so that one instruction covers kCopyRows whole rows (lane l:
   // row l / kChunks of the group, 16-byte chunk l % kChunks), the 32-bit pool rows passed from
-  // their owners by one shuffle each: whole 128-byte lines per request (each thread pair copying its own row,
-  // 32 bytes of each of 16 rows per instruction, measured slower; removed 2026-11-22).
+  // their owners by one shuffle each: whole 128-byte lines per request (each thread pair copying
+  // its own row, 32 bytes of each of 16 rows per instruction, measured slower; removed 2026-11-22).
   constexpr int kCopyRows = 32 / kChunks >= 1 ? 32 / kChunks : 1;  // rows per copy instruction
   static_assert(kChunks <= 32, "a row's chunks fit one warp instruction");
   constexpr uint32_t kRowBytes = kD * sizeof(T);
@@ -476,9 +476,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     // Profiling builds only (decode_trace.h): when each of the block's first 32 key blocks was
     // ready to compute, after the trace records.
     if (a.trace != nullptr && tid == 0 && i < kDecodeTraceLandings) {
-      const int64_t records =
-          static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z +
-          (gridDim.z > 1 ? static_cast<int64_t>(gridDim.x) * p.num_q_heads : 0);
+      const int64_t records = static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z +
+                              (gridDim.z > 1 ? static_cast<int64_t>(gridDim.x) * p.num_q_heads : 0);
       const int64_t block =
           (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
       reinterpret_cast<uint64_t*>(a.trace + records)[block * kDecodeTraceLandings + i] =
