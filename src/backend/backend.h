@@ -14,6 +14,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/page_copy.h"
 #include "kernels/paged_kv.h"
 
 namespace ls {
@@ -158,6 +159,9 @@ class Backend {
   virtual void page_summary_update(const kernels::SummaryUpdateParams& params) = 0;
   virtual void page_select(const kernels::PageSelectParams& params) = 0;
   virtual void attention(const kernels::AttentionParams& params) = 0;
+  // Copies a batch of pages between two page arrays of any tier (kernels/page_copy.h): the
+  // transfer of the hierarchical KV memory. Asynchronous like every op; faults go to take_error().
+  virtual void copy_pages(const kernels::PageCopyParams& params) = 0;
 };
 
 // Creates the CPU backend with `num_threads` threads (<= 0: all cores).

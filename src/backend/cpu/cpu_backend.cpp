@@ -16,6 +16,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/kv_append.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/page_copy.h"
 #include "kernels/cpu/page_select.h"
 #include "kernels/cpu/page_summary.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -325,6 +326,11 @@ void CpuBackend::page_summary_update(const kernels::SummaryUpdateParams& params)
 
 void CpuBackend::page_select(const kernels::PageSelectParams& params) {
   kernels::cpu::page_select(params, pool_);
+}
+
+void CpuBackend::copy_pages(const kernels::PageCopyParams& params) {
+  Status status = kernels::cpu::page_copy(params, pool_);
+  if (!status.ok() && error_.ok()) error_ = std::move(status);
 }
 
 void CpuBackend::attention(const kernels::AttentionParams& params) {

@@ -48,6 +48,7 @@ class CpuBackend final : public Backend {
   void page_summary_update(const kernels::SummaryUpdateParams& params) override;
   void page_select(const kernels::PageSelectParams& params) override;
   void attention(const kernels::AttentionParams& params) override;
+  void copy_pages(const kernels::PageCopyParams& params) override;
 
   // x += residual; out = rmsnorm(x) * w. x, residual, out: [R, D] f32 (out may alias x);
   // w: [D] f32.

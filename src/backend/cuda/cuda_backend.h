@@ -84,6 +84,7 @@ class CudaBackend final : public Backend {
   void page_summary_update(const kernels::SummaryUpdateParams& params) override;
   void page_select(const kernels::PageSelectParams& params) override;
   void attention(const kernels::AttentionParams& params) override;
+  void copy_pages(const kernels::PageCopyParams& params) override;
 
   // x += residual (stored in x); out = rmsnorm(x) * w. x, residual, out: [R, D] act dtype (out
   // may alias x); w: [D] f32.
