@@ -1,42 +1,59 @@
 #!/usr/bin/env bash
-# Every GPU test and benchmark of longserve in one run (docs/cuda.md says what each part does and
-# what to read in its output).
+# The whole project on the GPU machine in one run: build (the same CMake files as everywhere,
+# with Debian's packages carried in), the whole ctest suite (CUDA tests included), the kernel and
+# end-to-end benchmarks, torch / transformers baselines and a serving benchmark through
+# `longserve serve --device cuda`. docs/cuda.md says what each part does and how to read it.
 #
-#   scripts/gpu-check.sh --make-carry     # HERE (Debian, packages installed): pack the headers and
-#                                         # libraries the GPU build needs into .carry/deps.tar.xz
+#   scripts/gpu-check.sh --make-carry     # HERE (Debian bookworm): download the Debian packages
+#                                         # (.carry/debs) and Python wheels (.carry/wheels) the
+#                                         # GPU machine lacks
 #   scripts/gpu-check.sh [--quick] [--only a,b] [--skip a,b]
-#                                         # ON THE GPU MACHINE, from the repository root
+#                                         # ON THE GPU MACHINE, from the repository root, with
+#                                         # .carry carried
 #
-# Sections, in order (names for --only / --skip): env, build, tests, kernels, torch, e2e, hf.
-# Each section has its own time limit and a failing section never stops the others; the whole run
-# keeps within GPU_CHECK_BUDGET_S seconds (default 480). Logs and results go to $OUT (default
-# ./gpu-out): gpu_check.log, build.log, ptxas.txt, tests.log, model.log, results.jsonl and
-# gpu_results.md, whose table is printed last.
+# Sections, in order (names for --only / --skip): env, build, tests, kernels, torch, e2e, hf,
+# serve. Each section has its own time limit and a failing section never stops the others; the
+# whole run keeps within GPU_CHECK_BUDGET_S seconds (default 540). Logs and results go to $OUT
+# (default ./gpu-out): gpu_check.log, build.log, ptxas.txt, tests.log, results.jsonl,
+# gpu_results.md (its table is printed last) and serve/.
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 
-CARRY_PACKAGES="libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 nlohmann-json3-dev libgtest-dev
-libopenblas-pthread-dev libopenblas0-pthread libgfortran5 libquadmath0"
+# Debian packages the build links (the library part of scripts/apt-packages.txt with the
+# dependencies an Ubuntu 24.04 CUDA image lacks), and pkgconf itself.
+CARRY_PACKAGES="nlohmann-json3-dev libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1
+libssl-dev libssl3 zlib1g-dev zlib1g libcli11-dev libfmt-dev libfmt9 libspdlog-dev libspdlog1.10
+libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2
+libopenblas-dev libopenblas-pthread-dev libopenblas0 libopenblas0-pthread libgfortran5 libquadmath0
+libgtest-dev libgmock-dev googletest libbenchmark-dev libbenchmark1debian pkgconf pkgconf-bin
+libpkgconf3"
 
+# The GPU machine gets them as .carry/deps.tar.xz: the packages unpacked (dpkg -x) into one
+# prefix here, less what the build never reads (static libraries other than the test
+# frameworks', LAPACK, documentation), compressed to fit the device call's 64 MiB. Carry
+# .carry/deps.tar.xz and .carry/wheels.
 make_carry() {
-  mkdir -p .carry
-  local list=.carry/files.txt
-  : >"$list"
-  for p in $CARRY_PACKAGES; do
-    dpkg -L "$p" >/dev/null 2>&1 || { echo "make-carry: package $p is not installed" >&2; exit 1; }
-    dpkg -L "$p" | while read -r f; do
-      case "$f" in
-        */liblapack* | */libblas* | */openblas-pthread/*.a) ;;  # not linked by the GPU build
-        /usr/include/* | /usr/lib/* | /usr/share/cmake/*) [ -f "$f" ] || [ -L "$f" ] && echo "${f#/}" ;;
-      esac
-    done >>"$list"
-  done
-  # S: symlink targets stay relative (libfoo.so -> libfoo.so.9 in the same folder)
-  XZ_OPT=-T0 tar -C / -cJf .carry/deps.tar.xz --transform 's,^,root/,S' -T "$list"
-  rm -f "$list"
-  echo "make-carry: .carry/deps.tar.xz ($(du -h .carry/deps.tar.xz | cut -f1)) from: $CARRY_PACKAGES"
+  local tmp
+  tmp=$(mktemp -d)
+  rm -rf .carry/root .carry/deps.tar.xz .carry/wheels
+  mkdir -p "$tmp/debs" "$tmp/root" .carry/wheels
+  (cd "$tmp/debs" && apt-get download $CARRY_PACKAGES) || { echo "make-carry: apt-get download failed" >&2; exit 1; }
+  for d in "$tmp"/debs/*.deb; do dpkg -x "$d" "$tmp/root"; done
+  (
+    cd "$tmp/root" || exit 1
+    find . -name "*.a" ! -name "libgtest*" ! -name "libgmock*" ! -name "libbenchmark*" -delete
+    rm -rf usr/share/doc usr/share/man usr/share/lintian usr/share/bug usr/src \
+      usr/lib/x86_64-linux-gnu/openblas-pthread/liblapack* usr/lib/x86_64-linux-gnu/openblas-pthread/libblas*
+  )
+  XZ_OPT="-6 -T0" tar -C "$tmp/root" -cJf .carry/deps.tar.xz .
+  rm -rf "$tmp"
+  # The test suite's Python packages, for the GPU machine's Python (3.12, no network there).
+  python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .carry/wheels -r tests/requirements.txt || { echo "make-carry: pip download failed" >&2; exit 1; }
+  echo "make-carry: .carry/deps.tar.xz ($(du -sh .carry/deps.tar.xz | cut -f1)) from $(echo $CARRY_PACKAGES | wc -w) packages, $(ls .carry/wheels | wc -l) wheels ($(du -sh .carry/wheels | cut -f1))"
 }
 
 if [ "${1:-}" = "--make-carry" ]; then
@@ -70,14 +87,13 @@ RESULTS=$OUT/results.jsonl
 : >"$LOG"
 : >"$RESULTS"
 : >"$OUT/sections.tsv"
-BUDGET=${GPU_CHECK_BUDGET_S:-480}
+BUDGET=${GPU_CHECK_BUDGET_S:-540}
 T0=$(date +%s)
 BUILD=${GPU_CHECK_BUILD_DIR:-$ROOT/build-gpu}
-BIN=$BUILD/bin
 MODEL_DIR=${GPU_CHECK_MODEL_DIR:-/tmp/longserve-llama3-8b-shape}
 JOBS=$(nproc 2>/dev/null || echo 8)
 export PYTHONUNBUFFERED=1
-export ROOT OUT RESULTS BUILD BIN MODEL_DIR JOBS QUICK
+export ROOT OUT RESULTS BUILD MODEL_DIR JOBS QUICK
 
 log() { echo "[gpu-check $(($(date +%s) - T0))s] $*" | tee -a "$LOG"; }
 wanted() {
@@ -125,15 +141,35 @@ env_section() {
 export -f env_section
 section env 60 env_section
 
-# ---- carried dependencies ----
-if [ ! -d .carry/root ]; then
+# ---- carried dependencies: Debian's packages unpacked into a prefix, found through
+# CMAKE_PREFIX_PATH and the carried pkgconf; the test suite's wheels into a Python path ----
+CARRY=$ROOT/.carry/root
+if [ ! -d "$CARRY/usr" ]; then
   if [ -f .carry/deps.tar.xz ]; then
-    tar -C .carry -xJf .carry/deps.tar.xz && log "carry: unpacked .carry/deps.tar.xz"
+    mkdir -p "$CARRY" && tar -C "$CARRY" -xJf .carry/deps.tar.xz && log "carry: unpacked .carry/deps.tar.xz into $CARRY"
   else
-    log "carry: neither .carry/root nor .carry/deps.tar.xz: the build will miss fmt/spdlog/json/gtest/openblas (make it with scripts/gpu-check.sh --make-carry and carry .carry)"
+    log "carry: no .carry/deps.tar.xz (run scripts/gpu-check.sh --make-carry here first and carry .carry/deps.tar.xz and .carry/wheels)"
   fi
 fi
-export LD_LIBRARY_PATH="$ROOT/.carry/root/usr/lib/x86_64-linux-gnu:$ROOT/.carry/root/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}"
+CARRY_LIB=$CARRY/usr/lib/x86_64-linux-gnu
+export LD_LIBRARY_PATH="$CARRY_LIB:$CARRY_LIB/openblas-pthread:${LD_LIBRARY_PATH:-}"
+export PKG_CONFIG_SYSROOT_DIR=$CARRY
+export PKG_CONFIG_LIBDIR=$CARRY_LIB/pkgconfig:$CARRY/usr/share/pkgconfig
+export CMAKE_PREFIX_PATH=$CARRY/usr
+PY_SITE=/tmp/longserve-py-site
+if [ ! -d "$PY_SITE" ] && ls .carry/wheels/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$PY_SITE" .carry/wheels/*.whl &&
+    log "carry: installed $(ls .carry/wheels/*.whl | wc -l) wheels into $PY_SITE"
+fi
+# The interpreter the test suite runs Python tests with (LONGSERVE_PYTHON): the machine's
+# python3 with the carried wheels on its path.
+cat >/tmp/longserve-python <<PYEOF
+#!/bin/sh
+PYTHONPATH=$PY_SITE\${PYTHONPATH:+:\$PYTHONPATH} exec python3 "\$@"
+PYEOF
+chmod +x /tmp/longserve-python
+export LONGSERVE_PYTHON=/tmp/longserve-python
+export CARRY
 
 # ---- the 8B-shaped model, generated while we build (GPU draws, ~16 GB written) ----
 MODEL_PID=""
@@ -148,17 +184,18 @@ if wanted e2e || wanted hf || [[ "$ONLY" == *",profile,"* ]]; then
   fi
 fi
 
-# ---- build ----
+# ---- build: the whole project (server, CLI, tests, benchmarks), the main CMake files ----
 build_section() {
-  cmake -S bench/cuda/gpu_project -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DLONGSERVE_CARRY="$ROOT/.carry/root" >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; return 1; }
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLONGSERVE_CUDA=ON \
+    -DLONGSERVE_CUDA_RESOURCE_USAGE=ON -DPKG_CONFIG_EXECUTABLE="$CARRY/usr/bin/pkgconf" \
+    -DLONGSERVE_PYTHON=/tmp/longserve-python >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; return 1; }
   cmake --build "$BUILD" -j "$JOBS" -- -k 0 >>"$OUT/build.log" 2>&1
   local rc=$?
-  grep -E "error|FAILED" "$OUT/build.log" | grep -v "^ptxas" | head -40
+  grep -E "error|warning|FAILED" "$OUT/build.log" | grep -v "^ptxas" | head -60
   # Registers / spills of the attention kernels, and what their SASS is made of.
   {
     echo "# ptxas resource usage (attention, page_select, kv ops)"
-    grep -A3 -E "Compiling entry function '.*(attention|wgmma|select|bounds|summary|kv_append)" "$OUT/build.log" |
+    grep -A3 -E "Compiling entry function '.*(attention|wgmma|select|bounds|summary|kv_append|page_copy)" "$OUT/build.log" |
       grep -E "Compiling entry|registers|spill" | sed 's/ptxas info    ://'
     if command -v cuobjdump >/dev/null; then
       for o in "$BUILD"/src/kernels/cuda/CMakeFiles/ls_kernels_cuda.dir/attention_*_d128.cu.o; do
@@ -167,44 +204,27 @@ build_section() {
       done
     fi
   } >"$OUT/ptxas.txt" 2>&1
-  ls -la "$BIN" 2>/dev/null
+  ls -la "$BUILD/longserve" "$BUILD/bench/cuda" 2>/dev/null | head -20
   return $rc
 }
 export -f build_section
-section build 300 build_section
+section build 360 build_section
 
-# ---- tests ----
+# ---- tests: the whole ctest suite; on a GPU machine no CUDA test may skip ----
 tests_section() {
-  # One process per test suite, so a kernel fault (which aborts the process) hides nothing else.
-  local failed=0
-  : >"$OUT/tests.log"
-  for t in test_cuda_ops test_cuda_attention test_cuda_model; do
-    if [ ! -x "$BIN/$t" ]; then
-      echo "[  FAILED  ] $t (not built)" | tee -a "$OUT/tests.log"
-      failed=1
-      continue
-    fi
-    for suite in $("$BIN/$t" --gtest_list_tests | grep -E '^[^ ].*\.$' | sed 's/\.$//'); do
-      local t0=$(date +%s) rc=0
-      "$BIN/$t" --gtest_color=no --gtest_filter="$suite.*" >"$OUT/suite.log" 2>&1 || rc=$?
-      cat "$OUT/suite.log" >>"$OUT/tests.log"
-      local passed failed_n
-      passed=$(grep -oE "^\[  PASSED  \] [0-9]+" "$OUT/suite.log" | grep -oE "[0-9]+$" || echo 0)
-      failed_n=$(grep -cE "^\[  FAILED  \] .*\(" "$OUT/suite.log" || true)
-      if [ "$rc" -ne 0 ] && [ "$failed_n" -eq 0 ]; then
-        echo "[  FAILED  ] $suite.* CRASHED (exit $rc): $(tail -2 "$OUT/suite.log" | tr '\n' ' ')" | tee -a "$OUT/tests.log"
-      fi
-      [ "$rc" -ne 0 ] && failed=1
-      echo "$t $suite: passed ${passed:-0}, failed $failed_n, exit $rc, $(($(date +%s) - t0))s"
-      grep -E "^\[ model    \]" "$OUT/suite.log"
-    done
-  done
-  rm -f "$OUT/suite.log"
-  grep -E "^\[  FAILED  \] .*\(|CRASHED" "$OUT/tests.log" | sort -u | head -40
-  return $failed
+  ctest --test-dir "$BUILD" -j "$JOBS" --timeout 600 --output-on-failure --no-tests=error \
+    --output-junit "$OUT/ctest.xml" >"$OUT/tests.log" 2>&1
+  local rc=$?
+  grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Exception|Not Run|Timeout|Skipped" "$OUT/tests.log" | head -40
+  grep -E "^\[ model    \]" "$OUT/tests.log" | head -20
+  local skipped
+  skipped=$(grep -cE "Cuda.*\*\*\*Skipped" "$OUT/tests.log" || true)
+  echo "CUDA tests skipped on the GPU machine: $skipped"
+  [ "$skipped" -gt 0 ] && rc=1
+  return $rc
 }
 export -f tests_section
-section tests 150 tests_section
+section tests 300 tests_section
 
 wait_model() {
   if [ -n "$MODEL_PID" ]; then
@@ -219,13 +239,13 @@ wait_model() {
 kernels_section() {
   local args=()
   [ "$QUICK" = 1 ] && args=(--prefill-tokens 8192,32768 --contexts 8192,32768,131072)
-  "$BIN/bench_cuda_kernels" --out "$RESULTS" "${args[@]}"
+  "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" "${args[@]}"
   local rc=$?
   # The experimental warp-specialised wgmma prefill kernel, in its own process (a fault there
   # must not cost the numbers above).
   local pargs=()
   [ "$QUICK" = 1 ] && pargs=(--prefill-tokens 8192,32768)
-  "$BIN/bench_cuda_kernels" --out "$RESULTS" --sections prefill --prefill-kernels wgmma-ws \
+  "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections prefill --prefill-kernels wgmma-ws \
     "${pargs[@]}" || echo "bench_cuda_kernels --prefill-kernels wgmma-ws failed (exit $?)"
   return $rc
 }
@@ -247,7 +267,7 @@ e2e_section() {
   [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
   local args=()
   [ "$QUICK" = 1 ] && args=(--ttft 8192,32768 --tpot 32768)
-  "$BIN/bench_cuda_e2e" --model "$MODEL_DIR" --out "$RESULTS" "${args[@]}"
+  "$BUILD/bench/cuda/bench_cuda_e2e" --model "$MODEL_DIR" --out "$RESULTS" "${args[@]}"
 }
 export -f e2e_section
 section e2e 200 e2e_section
@@ -263,16 +283,16 @@ profile_section() {
   local parts=",${PROFILE_PARTS:-step,decode,prefill},"
   if [[ "$parts" == *",step,"* ]] && [ -f "$MODEL_DIR/model.safetensors.index.json" ]; then
     "$NCU" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
-      --log-file "$OUT/ncu_step.csv" "$BIN/bench_cuda_e2e" --model "$MODEL_DIR" --policies "$policy" \
+      --log-file "$OUT/ncu_step.csv" "$BUILD/bench/cuda/bench_cuda_e2e" --model "$MODEL_DIR" --policies "$policy" \
       --ttft= --tpot "$ctx" --steps 4 --profile-step 1 >"$OUT/ncu_step.log" 2>&1 || tail -5 "$OUT/ncu_step.log"
     python3 scripts/ncu_summary.py "$OUT/ncu_step.csv" --steps 4 | tee "$OUT/ncu_step.md"
   fi
   local sec="--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section ComputeWorkloadAnalysis"
   local files=()
   if [[ "$parts" == *",decode,"* ]]; then
-    "$NCU" --clock-control none -k regex:decode_attention --launch-count 1 $sec "$BIN/bench_cuda_kernels" \
+    "$NCU" --clock-control none -k regex:decode_attention --launch-count 1 $sec "$BUILD/bench/cuda/bench_cuda_kernels" \
       --sections decode --batches 8 --contexts 32768 --policies dense >"$OUT/ncu_decode_dense.txt" 2>&1
-    "$NCU" --clock-control none -k regex:decode_attention --launch-count 1 $sec "$BIN/bench_cuda_kernels" \
+    "$NCU" --clock-control none -k regex:decode_attention --launch-count 1 $sec "$BUILD/bench/cuda/bench_cuda_kernels" \
       --sections decode --batches 8 --contexts 32768 --policies lserve >"$OUT/ncu_decode_lserve.txt" 2>&1
     files+=(ncu_decode_dense ncu_decode_lserve)
   fi
@@ -282,7 +302,7 @@ profile_section() {
       : >"$OUT/ncu_select_b$b.txt"
       for k in "bounds|choose" "decode_attention|decode_reduce"; do
         "$NCU" --clock-control none -k "regex:$k" --launch-count 2 $sec \
-          "$BIN/bench_cuda_kernels" --sections decode --batches $b --contexts 131072 --policies lserve \
+          "$BUILD/bench/cuda/bench_cuda_kernels" --sections decode --batches $b --contexts 131072 --policies lserve \
           >>"$OUT/ncu_select_b$b.txt" 2>&1
       done
       files+=(ncu_select_b$b)
@@ -290,9 +310,9 @@ profile_section() {
   fi
   if [[ "$parts" == *",prefill,"* ]]; then
     "$NCU" --clock-control none -k regex:prefill_attention --launch-count 1 $sec --section InstructionStats \
-      "$BIN/bench_cuda_kernels" --sections prefill --prefill-tokens 32768 --policies dense >"$OUT/ncu_prefill.txt" 2>&1
+      "$BUILD/bench/cuda/bench_cuda_kernels" --sections prefill --prefill-tokens 32768 --policies dense >"$OUT/ncu_prefill.txt" 2>&1
     "$NCU" --clock-control none -k regex:prefill_wgmma --launch-count 1 $sec --section InstructionStats \
-      "$BIN/bench_cuda_kernels" --sections prefill --prefill-tokens 32768 --policies dense >"$OUT/ncu_prefill_wgmma.txt" 2>&1
+      "$BUILD/bench/cuda/bench_cuda_kernels" --sections prefill --prefill-tokens 32768 --policies dense >"$OUT/ncu_prefill_wgmma.txt" 2>&1
     files+=(ncu_prefill ncu_prefill_wgmma)
   fi
   for f in "${files[@]}"; do

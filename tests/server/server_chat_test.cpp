@@ -146,7 +146,7 @@ TEST(ServerChat, LogprobsInChatFormat) {
   ASSERT_EQ(content.size(), 3u);
   for (size_t k = 0; k < 3; ++k) {
     const std::string token = expected()["token_strings"][std::to_string(prompt[k])];
-    EXPECT_EQ(content[k]["token"], token);
+    EXPECT_EQ(content[k]["token"].get<std::string>(), token);
     EXPECT_DOUBLE_EQ(content[k]["logprob"].get<double>(), -0.25 * static_cast<double>(k + 1));
     std::vector<int> bytes(token.begin(), token.end());
     for (int& b : bytes) b &= 0xFF;

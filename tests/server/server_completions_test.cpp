@@ -171,15 +171,16 @@ TEST(ServerCompletions, StopStringsCutTheTextAndNameTheReason) {
   ASSERT_NE(full.find(stop), std::string::npos);
   Json response =
       completion(*client, {{"prompt", c["prompt"]}, {"max_tokens", 12}, {"stop", {"zz", stop}}});
-  EXPECT_EQ(response["choices"][0]["text"], full.substr(0, full.find(stop)));
+  EXPECT_EQ(response["choices"][0]["text"].get<std::string>(), full.substr(0, full.find(stop)));
   EXPECT_EQ(response["choices"][0]["finish_reason"], "stop");
-  EXPECT_EQ(response["choices"][0]["stop_reason"], stop);
+  EXPECT_EQ(response["choices"][0]["stop_reason"].get<std::string>(), stop);
 
   response = completion(*client, {{"prompt", c["prompt"]},
                                   {"max_tokens", 12},
                                   {"stop", stop},
                                   {"include_stop_str_in_output", true}});
-  EXPECT_EQ(response["choices"][0]["text"], full.substr(0, full.find(stop) + stop.size()));
+  EXPECT_EQ(response["choices"][0]["text"].get<std::string>(),
+            full.substr(0, full.find(stop) + stop.size()));
 }
 
 TEST(ServerCompletions, StopTokenIdsAndEosReportVllmStopReasons) {
@@ -195,7 +196,7 @@ TEST(ServerCompletions, StopTokenIdsAndEosReportVllmStopReasons) {
       *client, {{"prompt", c["prompt"]}, {"max_tokens", 12}, {"stop_token_ids", {tokens[3]}}});
   std::string text;
   for (int k = 0; k < 3; ++k) text += token_text(tokens[k]);
-  EXPECT_EQ(response["choices"][0]["text"], text);
+  EXPECT_EQ(response["choices"][0]["text"].get<std::string>(), text);
   EXPECT_EQ(response["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(response["choices"][0]["stop_reason"], tokens[3]);
   EXPECT_EQ(response["usage"]["completion_tokens"], 4);
@@ -226,7 +227,7 @@ TEST(ServerCompletions, LogprobsInCompletionsFormat) {
   int64_t offset = 0;
   for (size_t k = 0; k < 5; ++k) {
     const std::string token = expected()["token_strings"][std::to_string(tokens[k])];
-    EXPECT_EQ(logprobs["tokens"][k], token);
+    EXPECT_EQ(logprobs["tokens"][k].get<std::string>(), token);
     EXPECT_DOUBLE_EQ(logprobs["token_logprobs"][k].get<double>(), -0.25 * (k + 1));
     EXPECT_EQ(logprobs["text_offset"][k], offset);
     for (unsigned char ch : token) offset += (ch & 0xC0) != 0x80;  // code points, as Python
@@ -247,7 +248,7 @@ TEST(ServerCompletions, EchoPrependsThePrompt) {
   const Json& c = expected()["completions"][3];
   const Json response =
       completion(*client, {{"prompt", c["prompt"]}, {"max_tokens", 12}, {"echo", true}});
-  EXPECT_EQ(response["choices"][0]["text"],
+  EXPECT_EQ(response["choices"][0]["text"].get<std::string>(),
             c["prompt"].get<std::string>() + c["choices"][0]["text"].get<std::string>());
 }
 
@@ -282,7 +283,7 @@ TEST(ServerCompletions, StreamFramingIsByteExact) {
     EXPECT_EQ(events[k], expected_event) << "token " << k;
     streamed += text;
   }
-  EXPECT_EQ(streamed, c["choices"][0]["text"]);
+  EXPECT_EQ(streamed, c["choices"][0]["text"].get<std::string>());
   const size_t prompt_tokens = c["prompt_ids"].size();
   const std::string usage_event =
       R"({"id":")" + id + R"(","object":"text_completion","created":)" + created +
@@ -342,7 +343,7 @@ TEST(ServerCompletions, TokenizeAndDetokenizeMatchHf) {
     expected_text +=
         expected()["token_strings"][std::to_string(id.get<int32_t>())].get<std::string>();
   }
-  EXPECT_EQ(Json::parse(text)["prompt"], expected_text);
+  EXPECT_EQ(Json::parse(text)["prompt"].get<std::string>(), expected_text);
 }
 
 TEST(ServerCompletions, ModelsAndHealth) {

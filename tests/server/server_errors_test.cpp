@@ -25,7 +25,7 @@ void expect_error_body(const std::string& text, int status, const std::string& t
   ASSERT_TRUE(body.is_object()) << name << ": " << text;
   ASSERT_TRUE(body.contains("error")) << name << ": " << text;
   const Json& error = body["error"];
-  EXPECT_EQ(error["type"], type) << name;
+  EXPECT_EQ(error["type"].get<std::string>(), type) << name;
   EXPECT_EQ(error["code"], status) << name;
   EXPECT_TRUE(error.contains("param")) << name;
   ASSERT_TRUE(error["message"].is_string()) << name;
