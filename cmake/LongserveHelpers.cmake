@@ -33,12 +33,17 @@ function(longserve_library name)
   longserve_target_options(ls_${name})
 endfunction()
 
-# longserve_test(NAME SOURCES ... DEPS ... [LABELS ...]): one gtest binary registered with ctest.
+# longserve_test(NAME SOURCES ... DEPS ... [LABELS ...] [RUN_SERIAL]): one gtest binary registered
+# with ctest (RUN_SERIAL: its tests run alone, e.g. when they take a whole device's memory).
 # Tests run with the repository root as working directory so fixtures resolve the same everywhere.
 function(longserve_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "RUN_SERIAL" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   if(LONGSERVE_FUZZ)
     return()
+  endif()
+  set(serial FALSE)
+  if(ARG_RUN_SERIAL)
+    set(serial TRUE)
   endif()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
@@ -46,7 +51,7 @@ function(longserve_test name)
   target_compile_definitions(${name} PRIVATE LONGSERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   include(GoogleTest)
   gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-    PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+    PROPERTIES LABELS "${ARG_LABELS}" RUN_SERIAL ${serial} DISCOVERY_TIMEOUT 60)
 endfunction()
 
 # longserve_fuzzer(NAME SOURCES ... DEPS ... SEEDS dir [SECONDS n]): a libFuzzer target, built

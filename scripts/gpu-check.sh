@@ -154,7 +154,8 @@ fi
 CARRY_LIB=$CARRY/usr/lib/x86_64-linux-gnu
 export LD_LIBRARY_PATH="$CARRY_LIB:$CARRY_LIB/openblas-pthread:${LD_LIBRARY_PATH:-}"
 export PKG_CONFIG_SYSROOT_DIR=$CARRY
-export PKG_CONFIG_LIBDIR=$CARRY_LIB/pkgconfig:$CARRY/usr/share/pkgconfig
+# openblas.pc is an update-alternatives link on Debian; dpkg -x leaves it in its own folder.
+export PKG_CONFIG_LIBDIR=$CARRY_LIB/pkgconfig:$CARRY_LIB/openblas-pthread/pkgconfig:$CARRY/usr/share/pkgconfig
 export CMAKE_PREFIX_PATH=$CARRY/usr
 PY_SITE=/tmp/longserve-py-site
 if [ ! -d "$PY_SITE" ] && ls .carry/wheels/*.whl >/dev/null 2>&1; then
@@ -218,7 +219,7 @@ tests_section() {
   grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Exception|Not Run|Timeout|Skipped" "$OUT/tests.log" | head -40
   grep -E "^\[ model    \]" "$OUT/tests.log" | head -20
   local skipped
-  skipped=$(grep -cE "Cuda.*\*\*\*Skipped" "$OUT/tests.log" || true)
+  skipped=$(grep -cE "(Cuda|GpuServer).*\*\*\*Skipped" "$OUT/tests.log" || true)
   echo "CUDA tests skipped on the GPU machine: $skipped"
   [ "$skipped" -gt 0 ] && rc=1
   return $rc
@@ -330,6 +331,80 @@ hf_section() {
 export -f hf_section
 section hf 120 hf_section
 
+# ---- serving: `longserve serve --device cuda` on the 8B-shaped model under `longserve bench
+# serve`, dense and lserve. SERVE_WORKLOADS: "NAME:INPUT:OUTPUT:PROMPTS:CONCURRENCY" entries
+# (CONCURRENCY 0 = all at once); SERVE_POLICIES; SERVE_REQUEST_TIMEOUT_S caps one request. ----
+serve_section() {
+  [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
+  local workloads=${SERVE_WORKLOADS:-"c16-16k:16384:128:32:16 burst-32k:32768:1024:40:0"}
+  local policies=${SERVE_POLICIES:-"dense lserve"} port=8123 rc=0
+  mkdir -p "$OUT/serve"
+  for policy in $policies; do
+    local flags="--attention $policy"
+    [ "$policy" = lserve ] && flags="$flags --streaming-ratio 0.5 --token-budget 4096"
+    # shellcheck disable=SC2086
+    "$BUILD/longserve" serve --device cuda --model "$MODEL_DIR" --port $port --max-num-seqs 64 \
+      --max-model-len 65536 $flags >"$OUT/serve/server-$policy.log" 2>&1 &
+    local server=$!
+    local up=0
+    for _ in $(seq 600); do
+      curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && { up=1; break; }
+      kill -0 $server 2>/dev/null || break
+      sleep 0.5
+    done
+    if [ $up = 0 ]; then
+      echo "serve $policy: the server did not come up"; tail -5 "$OUT/serve/server-$policy.log"
+      kill $server 2>/dev/null; wait $server 2>/dev/null; rc=1; continue
+    fi
+    grep -m1 -E "KV cache" "$OUT/serve/server-$policy.log"
+    for w in $workloads; do
+      IFS=: read -r name input output prompts conc <<<"$w"
+      local cflag=(--max-concurrency "$conc")
+      [ "$conc" = 0 ] && cflag=()
+      # Requests running at once and KV use, sampled from the server's gauges during the run.
+      (while sleep 1; do
+        curl -sf "http://127.0.0.1:$port/metrics" | awk '/^vllm:num_requests_running/ {r=$2} /^vllm:kv_cache_usage_perc/ {k=$2} /^vllm:num_preemptions_total/ {p=$2} END {print r, k, p}'
+      done) >"$OUT/serve/$policy-$name.gauges" 2>/dev/null &
+      local poller=$!
+      timeout "${SERVE_WORKLOAD_LIMIT_S:-240}" "$BUILD/longserve" bench serve --port $port \
+        --model "$MODEL_DIR" --random-input-len "$input" --random-output-len "$output" \
+        --num-prompts "$prompts" --request-rate inf "${cflag[@]}" --seed 1 --disable-tqdm \
+        --request-timeout "${SERVE_REQUEST_TIMEOUT_S:-600}" --percentile-metrics ttft,tpot,itl,e2el \
+        --save-result --result-dir "$OUT/serve" --result-filename "$policy-$name.json" \
+        --metadata "attention=$policy" "workload=$name" >"$OUT/serve/$policy-$name.log" 2>&1
+      local brc=$?
+      kill $poller 2>/dev/null
+      wait $poller 2>/dev/null
+      echo "serve $policy $name: exit $brc"
+      [ $brc -ne 0 ] && rc=1
+      python3 - "$OUT/serve/$policy-$name.json" "$policy" "$name" "$input" "$output" "$prompts" "$conc" "$brc" >>"$RESULTS" <<'PY'
+import json, os, sys
+path, policy, name, inp, outp, n, conc, rc = sys.argv[1:]
+row = {"bench": "serve", "policy": policy, "workload": name, "input": int(inp), "output": int(outp),
+       "prompts": int(n), "concurrency": int(conc), "exit": int(rc)}
+gauges = [l.split() for l in open(path.replace(".json", ".gauges")) if len(l.split()) == 3] if os.path.exists(path.replace(".json", ".gauges")) else []
+if gauges:
+    row["max_running"] = max(float(g[0]) for g in gauges)
+    row["max_kv_usage"] = max(float(g[1]) for g in gauges)
+    row["preemptions"] = max(float(g[2]) for g in gauges)
+if os.path.exists(path):
+    r = json.load(open(path))
+    for k in ["completed", "duration", "request_throughput", "output_throughput", "mean_ttft_ms",
+              "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "p99_itl_ms", "mean_e2el_ms", "max_concurrent_requests"]:
+        if k in r:
+            row[k] = r[k]
+print(json.dumps(row))
+PY
+    done
+    kill $server 2>/dev/null
+    wait $server 2>/dev/null
+    grep -E "ERROR|error" "$OUT/serve/server-$policy.log" | head -5
+  done
+  return $rc
+}
+export -f serve_section
+if wanted serve; then wait_model; section serve 480 serve_section; fi
+
 # ---- report ----
 python3 - "$OUT" <<'PY' 2>&1 | tee -a "$LOG"
 import json, os, re, sys
@@ -421,16 +496,30 @@ if errs:
         md.append(f"- {r}")
 md.append("\nTarget: lserve TPOT at 128K within 1.3x of the floor.\n")
 
+sv = pick("serve")
+if sv:
+    md.append("## Serving: `longserve serve --device cuda` + `longserve bench serve`, 8B-shaped random model\n")
+    md.append("Random weights select pages nearly at random (lserve's numbers do not reflect a real model's locality).\n")
+    md.append("| workload | attention | completed | duration s | req/s | output tok/s | mean TTFT ms | p99 TTFT ms | mean TPOT ms | p99 ITL ms | max running | max KV use | preemptions |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in sv:
+        wl = f"{r['prompts']} x {r['input'] // 1024}K in / {r['output']} out, " + (f"concurrency {r['concurrency']}" if r['concurrency'] else "all at once")
+        md.append(f"| {wl} | {r['policy']} | {r.get('completed', '-')}{'' if r['exit'] == 0 else ' (cut at the time limit)' if r['exit'] == 124 else ' (exit ' + str(r['exit']) + ')'} | "
+                  f"{f(r.get('duration'))} | {f(r.get('request_throughput'), '{:.2f}')} | {f(r.get('output_throughput'), '{:.0f}')} | "
+                  f"{f(r.get('mean_ttft_ms'), '{:.0f}')} | {f(r.get('p99_ttft_ms'), '{:.0f}')} | {f(r.get('mean_tpot_ms'), '{:.1f}')} | {f(r.get('p99_itl_ms'), '{:.1f}')} | "
+                  f"{f(r.get('max_running'), '{:.0f}')} | {f(r.get('max_kv_usage') and 100 * r['max_kv_usage'], '{:.0f}%')} | {f(r.get('preemptions'), '{:.0f}')} |")
+    md.append("")
 md.append("## Tests\n")
 tl = os.path.join(out, "tests.log")
 if os.path.exists(tl):
     text = open(tl).read()
-    passed = sum(int(m.group(1)) for m in re.finditer(r"\[  PASSED  \] (\d+) tests?", text))
-    md.append(f"- passed: {passed}")
-    failed = sorted(set(re.findall(r"\[  FAILED  \] (\S+\.\S+)", text)))
-    skipped = len(set(re.findall(r"\[  SKIPPED \] (\S+)", text)))
+    m = re.search(r"(\d+)% tests passed, (\d+) tests failed out of (\d+)", text)
+    if m:
+        md.append(f"- ctest: {int(m.group(3)) - int(m.group(2))} of {m.group(3)} passed")
+    failed = sorted(set(re.findall(r"\d+ - (\S+) \((?:Failed|Timeout|Not Run|Exception)", text)))
+    skipped = sorted(set(re.findall(r"\d+ - (\S+) \(Skipped\)", text)))
     md.append(f"- failed: {len(failed)} {' '.join(failed[:20])}")
-    md.append(f"- skipped: {skipped}")
+    md.append(f"- skipped: {len(skipped)} {' '.join(skipped[:20])}")
 md.append("\n## Sections\n")
 md.append("| section | status | seconds |\n|---|---|---|")
 for line in open(os.path.join(out, "sections.tsv")):

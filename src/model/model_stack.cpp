@@ -110,6 +110,16 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
           static_cast<double>(backend.device_memory_total_bytes()) * o.gpu_memory_utilization);
       const int64_t used = backend.device_memory_total_bytes() - backend.device_memory_free_bytes();
       budget = std::min(want, usable - used - reserve);
+      if (budget <= 0) {
+        return resource_exhausted(
+            "--gpu-memory-utilization {} lets the engine use {:.2f} GB of the GPU's {:.2f} GB, but "
+            "{:.2f} GB are in use already (weights and other processes) and activations need "
+            "{:.2f} GB more, leaving nothing for the KV cache; raise --gpu-memory-utilization or "
+            "lower --max-num-batched-tokens",
+            o.gpu_memory_utilization, static_cast<double>(usable) / 1e9,
+            static_cast<double>(backend.device_memory_total_bytes()) / 1e9,
+            static_cast<double>(used) / 1e9, static_cast<double>(reserve) / 1e9);
+      }
     }
   }
   LS_ASSIGN_OR_RETURN(PoolSizes sizes, size_pools(g, o, stack->max_model_len, budget));

@@ -88,6 +88,11 @@ Status CudaBackend::init(int device) {
         prop.name, prop.major, prop.minor);
   }
   num_sms_ = prop.multiProcessorCount;
+  if (const char* fault = std::getenv("LONGSERVE_CUDA_FAULT_ATTENTION_TOKENS")) {
+    fault_attention_tokens_ = std::strtoll(fault, nullptr, 10);
+    LS_LOG_WARN("cuda backend: fault injection on: attention over {} tokens fails",
+                fault_attention_tokens_);
+  }
   name_ = fmt::format("cuda:{} {} ({} SMs, sm_{}{}, {:.1f} GiB)", device, prop.name, num_sms_,
                       prop.major, prop.minor,
                       static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));

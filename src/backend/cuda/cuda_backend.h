@@ -147,6 +147,10 @@ class CudaBackend final : public Backend {
   int staging_next_ = 0;
   kernels::cuda::AttentionOptions attention_options_;
   bool use_gemv_ = true;
+  // Fault injection for the GPU error tests: an attention call over exactly this many query
+  // tokens (LONGSERVE_CUDA_FAULT_ATTENTION_TOKENS) is replaced by a real, non-sticky CUDA error
+  // from the runtime, as a failed launch would give. 0: off.
+  int64_t fault_attention_tokens_ = 0;
   Status error_;
   bool capturing_ = false;
   Status capture_error_;

@@ -252,6 +252,15 @@ void CudaBackend::page_select(const kernels::PageSelectParams& params) {
 }
 
 void CudaBackend::attention(const kernels::AttentionParams& params) {
+  if (fault_attention_tokens_ > 0 && params.num_tokens == fault_attention_tokens_) {
+    // A real runtime error (invalid value, not sticky) instead of the launch.
+    const cudaError_t err = cudaMemsetAsync(nullptr, 0, 1, stream_);
+    report(internal_error("attention (injected fault): {} ({})", cudaGetErrorString(err),
+                          cudaGetErrorName(err)),
+           "attention");
+    cudaGetLastError();
+    return;
+  }
   const int64_t bytes = kc::attention_workspace_bytes(params, num_sms_, attention_options_);
   Result<void*> ws = workspace(bytes);
   if (!ws.ok()) {

@@ -1,0 +1,226 @@
+// Black-box tests of `longserve serve --device cuda` failing well: out of memory at start-up (a
+// KV cache larger than the GPU, a memory share too small, a pool too small for one full-length
+// request), requests too long for the context, and a CUDA error inside a step. Each starts the real binary
+// on the Llama-3-style fixture model. They need a GPU: without one they skip (CI has none; the
+// GPU machine runs them through scripts/gpu-check.sh, where no CUDA test may skip).
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using Json = nlohmann::json;
+using namespace std::chrono_literals;
+
+const std::string kBinary = LONGSERVE_BINARY;
+const std::string kModel = std::string(LONGSERVE_SOURCE_DIR) + "/tests/fixtures/models/llama3";
+
+bool have_gpu() {
+  return std::system("nvidia-smi -L >/dev/null 2>&1") == 0;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// One `longserve serve` process with its log in a temporary file.
+class ServeProcess {
+ public:
+  ServeProcess(const std::vector<std::string>& extra_args,
+               const std::vector<std::pair<std::string, std::string>>& env = {}) {
+    char path[] = "/tmp/longserve-gpu-server-XXXXXX";
+    const int fd = mkstemp(path);
+    log_path_ = path;
+    std::vector<std::string> args = {kBinary, "serve", "--device", "cuda", "--model", kModel,
+                                     "--port", "0", "--max-model-len", "4096"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fd, STDERR_FILENO);
+      dup2(fd, STDOUT_FILENO);
+      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(kBinary.c_str(), argv.data());
+      _exit(127);
+    }
+    close(fd);
+  }
+  ~ServeProcess() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::remove(log_path_.c_str());
+  }
+  ServeProcess(const ServeProcess&) = delete;
+  ServeProcess& operator=(const ServeProcess&) = delete;
+
+  // Waits until the server listens (returns its port) or the process ends (returns 0).
+  int wait_listening(std::chrono::seconds limit = 180s) {
+    const std::string marker = "on http://127.0.0.1:";
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::string text = read_file(log_path_);
+      if (const size_t at = text.find(marker); at != std::string::npos) {
+        return std::atoi(text.c_str() + at + marker.size());
+      }
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        status_ = status;
+        return 0;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    return 0;
+  }
+  // Waits for the process to end; false if it is still running after `limit`.
+  bool wait_exit(std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!exited_ && std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        status_ = status;
+      } else {
+        std::this_thread::sleep_for(100ms);
+      }
+    }
+    return exited_;
+  }
+  bool exited() const { return exited_; }
+  int status() const { return status_; }
+  std::string log() const { return read_file(log_path_); }
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int status_ = 0;
+  std::string log_path_;
+};
+
+Json post(int port, const Json& body, int* status) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(120, 0);
+  auto res = c.Post("/v1/completions", body.dump(), "application/json");
+  if (!res) {
+    *status = -1;
+    return {};
+  }
+  *status = res->status;
+  return Json::parse(res->body, nullptr, false);
+}
+
+bool healthy(int port) {
+  httplib::Client c("127.0.0.1", port);
+  auto res = c.Get("/health");
+  return res && res->status == 200;
+}
+
+// Prompt token ids of an exact length (ids inside the fixture vocabulary).
+Json prompt_ids(int n) {
+  Json ids = Json::array();
+  for (int i = 0; i < n; ++i) ids.push_back(100 + (i * 37) % 200);
+  return ids;
+}
+
+// A start-up that cannot get its memory ends with exit code 1 and one clear message, not a
+// signal or a hang.
+void expect_clean_startup_failure(ServeProcess& p, const std::string& what) {
+  EXPECT_EQ(p.wait_listening(), 0) << what << ": the server started\n" << p.log();
+  ASSERT_TRUE(p.wait_exit(60s)) << what << ": the server neither started nor exited";
+  EXPECT_TRUE(WIFEXITED(p.status())) << what << ": ended by signal " << WTERMSIG(p.status())
+                                     << "\n" << p.log();
+  EXPECT_EQ(WEXITSTATUS(p.status()), 1) << what << "\n" << p.log();
+  const std::string log = p.log();
+  EXPECT_NE(log.find("error"), std::string::npos) << what << "\n" << log;
+  EXPECT_EQ(log.find("Aborted"), std::string::npos) << what << "\n" << log;
+}
+
+TEST(GpuServer, KvCacheLargerThanTheGpuFailsAtStartupWithAClearError) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  ServeProcess p({"--kv-cache-bytes", "4000000000000"});  // 4 TB
+  expect_clean_startup_failure(p, "--kv-cache-bytes 4 TB");
+  EXPECT_NE(p.log().find("memory"), std::string::npos) << p.log();
+}
+
+TEST(GpuServer, TooSmallMemoryUtilizationFailsAtStartupWithAClearError) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  ServeProcess p({"--gpu-memory-utilization", "0.001"});
+  expect_clean_startup_failure(p, "--gpu-memory-utilization 0.001");
+  EXPECT_NE(p.log().find("gpu-memory-utilization"), std::string::npos) << p.log();
+}
+
+TEST(GpuServer, FullMemoryUtilizationStartsOrFailsCleanly) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  ServeProcess p({"--gpu-memory-utilization", "1.0", "--max-num-seqs", "4"});
+  const int port = p.wait_listening();
+  if (port == 0) {
+    expect_clean_startup_failure(p, "--gpu-memory-utilization 1.0");
+    return;
+  }
+  int status = 0;
+  const Json r = post(port, {{"prompt", prompt_ids(50)}, {"max_tokens", 4}}, &status);
+  EXPECT_EQ(status, 200) << r.dump();
+}
+
+TEST(GpuServer, KvPoolTooSmallForOneFullLengthRequestFailsAtStartup) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  ServeProcess p({"--kv-cache-bytes", "100000"});
+  expect_clean_startup_failure(p, "--kv-cache-bytes 100000");
+  EXPECT_NE(p.log().find("--max-model-len"), std::string::npos) << p.log();
+}
+
+TEST(GpuServer, RequestsPastTheContextAreRefusedAndTheServerKeepsServing) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  ServeProcess p({"--max-num-seqs", "2"});
+  const int port = p.wait_listening();
+  ASSERT_GT(port, 0) << p.log();
+  int status = 0;
+  Json r = post(port, {{"prompt", prompt_ids(5000)}, {"max_tokens", 4}}, &status);
+  EXPECT_EQ(status, 400) << r.dump();
+  EXPECT_NE(r.dump().find("maximum context length"), std::string::npos) << r.dump();
+  r = post(port, {{"prompt", prompt_ids(4000)}, {"max_tokens", 200}}, &status);
+  EXPECT_EQ(status, 400) << r.dump();
+  r = post(port, {{"prompt", prompt_ids(20)}, {"max_tokens", 4}}, &status);
+  EXPECT_EQ(status, 200) << r.dump();
+  EXPECT_EQ(r["usage"]["completion_tokens"].get<int>(), 4) << r.dump();
+  EXPECT_TRUE(healthy(port));
+}
+
+TEST(GpuServer, CudaErrorInsideAStepFailsThatRequestOnlyAndTheServerKeepsServing) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  ServeProcess p({"--max-num-seqs", "4"}, {{"LONGSERVE_CUDA_FAULT_ATTENTION_TOKENS", "37"}});
+  const int port = p.wait_listening();
+  ASSERT_GT(port, 0) << p.log();
+  int status = 0;
+  // Prefill of exactly 37 tokens meets the injected fault.
+  Json r = post(port, {{"prompt", prompt_ids(37)}, {"max_tokens", 4}}, &status);
+  EXPECT_GE(status, 500) << r.dump();
+  EXPECT_NE(r.dump().find("injected fault"), std::string::npos) << r.dump();
+  // Every other request still runs, before and after, and the server stays healthy.
+  for (int n : {20, 64, 20}) {
+    r = post(port, {{"prompt", prompt_ids(n)}, {"max_tokens", 4}}, &status);
+    EXPECT_EQ(status, 200) << n << ": " << r.dump();
+  }
+  EXPECT_TRUE(healthy(port));
+  EXPECT_FALSE(p.exited());
+}
+
+}  // namespace
