@@ -112,11 +112,14 @@ void bench_direction(CudaBackend& b, JsonLines& out, Pools& pools, bool h2d, int
   base.num_pages = base.max_pages = static_cast<int32_t>(n);
 
   std::vector<Variant> variants;
-  variants.push_back({"bulk", 0, [&, src, dst] {
-                        die_on(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
-                                               cudaMemcpyDefault, stream),
-                               "cudaMemcpyAsync");
-                      }, {}});
+  variants.push_back(
+      {"bulk",
+       0,
+       [&, src, dst] {
+         die_on(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, stream),
+                "cudaMemcpyAsync");
+       },
+       {}});
   for (const int64_t sms : sms_list) {
     PageCopyParams p = base;
     p.method = PageCopyMethod::kGatherKernel;
@@ -130,8 +133,10 @@ void bench_direction(CudaBackend& b, JsonLines& out, Pools& pools, bool h2d, int
     p.method = m;
     p.src_pages = src_list.data();
     p.dst_pages = dst_list.data();
-    variants.push_back({m == PageCopyMethod::kMemcpyBatch ? "memcpy_batch" : "per_page", 0,
-                        [&b, p] { b.copy_pages(p); }, {}});
+    variants.push_back({m == PageCopyMethod::kMemcpyBatch ? "memcpy_batch" : "per_page",
+                        0,
+                        [&b, p] { b.copy_pages(p); },
+                        {}});
   }
   std::vector<std::string> errors(variants.size());
   for (int r = 0; r < rounds; ++r) {
@@ -210,8 +215,8 @@ void bench_save(CudaBackend& b, JsonLines& out, Pools& pools, int64_t page_bytes
       std::function<void()> once;
       if (variants[v].method == "bulk") {
         once = [&] {
-          die_on(cudaMemcpyAsync(pools.host.data(), pools.device.data(),
-                                 static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream),
+          die_on(cudaMemcpyAsync(pools.host.data(), pools.device.data(), static_cast<size_t>(bytes),
+                                 cudaMemcpyDeviceToHost, stream),
                  "cudaMemcpyAsync");
           b.synchronize();
         };
@@ -315,9 +320,8 @@ void bench_overlap(CudaBackend& b, JsonLines& out, Pools& pools, int64_t page_by
       } else {
         must_ok(b.wait_saves(last), "wait_saves");
       }
-      save_ms[v].push_back(std::chrono::duration<double, std::milli>(
-                               std::chrono::steady_clock::now() - t0)
-                               .count());
+      save_ms[v].push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
   }
   for (size_t v = 0; v < variants.size(); ++v) {
@@ -343,7 +347,8 @@ int run(int argc, char** argv) {
   JsonLines out(arg(argc, argv, "--out", ""));
   const std::string sections = arg(argc, argv, "--sections", "h2d,d2h,save,overlap");
   const auto has = [&](const char* s) { return sections.find(s) != std::string::npos; };
-  const std::vector<int64_t> page_sizes = parse_list(arg(argc, argv, "--page-bytes", "16384,32768"));
+  const std::vector<int64_t> page_sizes =
+      parse_list(arg(argc, argv, "--page-bytes", "16384,32768"));
   const int64_t pages = parse_list(arg(argc, argv, "--pages", "4096"))[0];
   const std::vector<int64_t> sms = parse_list(arg(argc, argv, "--sms", "8,16,32,0"));
   const int reps = static_cast<int>(parse_list(arg(argc, argv, "--reps", "15"))[0]);

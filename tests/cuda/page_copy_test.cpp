@@ -89,7 +89,7 @@ struct Case {
   int32_t dst_total = 48;
   int32_t count = 10;
   int32_t max_pages = 20;
-  bool device_count = false;  // gather only: the count read from device memory
+  bool device_count = false;    // gather only: the count read from device memory
   bool lists_on_device = true;  // gather only; else pinned host lists
   int32_t max_sms = 16;
 
@@ -98,10 +98,9 @@ struct Case {
            (src_tier == MemoryTier::kHost ? "host" : "device") + "->" +
            (dst_tier == MemoryTier::kHost ? "host" : "device") +
            " arrays=" + std::to_string(num_arrays) + " page=" + std::to_string(page_bytes) +
-           " strides=" + std::to_string(src_stride_bytes) + "," +
-           std::to_string(dst_stride_bytes) + " count=" + std::to_string(count) + "/" +
-           std::to_string(max_pages) + (device_count ? " device-count" : "") +
-           " sms=" + std::to_string(max_sms);
+           " strides=" + std::to_string(src_stride_bytes) + "," + std::to_string(dst_stride_bytes) +
+           " count=" + std::to_string(count) + "/" + std::to_string(max_pages) +
+           (device_count ? " device-count" : "") + " sms=" + std::to_string(max_sms);
   }
 };
 
@@ -147,11 +146,11 @@ void run_case(std::mt19937& rng, const Case& c) {
   p.method = c.method;
   p.max_sms = c.max_sms;
   const int64_t list_bytes = static_cast<int64_t>(src_pages.size() * sizeof(int32_t));
-  const MemoryTier list_tier =
-      c.method == PageCopyMethod::kGatherKernel && c.lists_on_device ? MemoryTier::kDevice
-                                                                     : MemoryTier::kHost;
-  Arena src_list(list_tier, list_bytes), dst_list(list_tier, list_bytes), count(MemoryTier::kDevice,
-                                                                                 4);
+  const MemoryTier list_tier = c.method == PageCopyMethod::kGatherKernel && c.lists_on_device
+                                   ? MemoryTier::kDevice
+                                   : MemoryTier::kHost;
+  Arena src_list(list_tier, list_bytes), dst_list(list_tier, list_bytes),
+      count(MemoryTier::kDevice, 4);
   if (c.method == PageCopyMethod::kGatherKernel) {
     auto bytes_of = [](const std::vector<int32_t>& v) {
       std::vector<uint8_t> b(v.size() * sizeof(int32_t));
@@ -372,8 +371,7 @@ struct SmallCopy {
   std::vector<uint8_t> expected(int32_t n) const {
     std::vector<uint8_t> want = dst_img;
     for (int32_t i = 0; i < n; ++i) {
-      std::memcpy(want.data() + dst_pages[i] * kPage, src_img.data() + src_pages[i] * kPage,
-                  kPage);
+      std::memcpy(want.data() + dst_pages[i] * kPage, src_img.data() + src_pages[i] * kPage, kPage);
     }
     return want;
   }
@@ -508,6 +506,67 @@ TEST(CudaHostMemory, PinnedAllocationsAreCounted) {
   const HostMemoryStats after = gpu()->host_memory_stats();
   EXPECT_EQ(after.pinned_bytes, before.pinned_bytes);
   EXPECT_EQ(after.pageable_bytes, before.pageable_bytes);
+}
+
+// The pinning fallbacks, forced: registered memory is pinned and the gather kernel reads it
+// through its device address; pageable memory is counted as such, copies from it still work
+// (staged), and the gather kernel refuses it without harm.
+class ScopedHostPinning {
+ public:
+  explicit ScopedHostPinning(CudaBackend::HostPinning p) { gpu()->set_host_pinning(p); }
+  ~ScopedHostPinning() { gpu()->set_host_pinning(CudaBackend::HostPinning::kAlloc); }
+  ScopedHostPinning(const ScopedHostPinning&) = delete;
+  ScopedHostPinning& operator=(const ScopedHostPinning&) = delete;
+};
+
+TEST(CudaHostMemory, RegisteredFallbackIsPinnedAndServesTheGatherKernel) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(27);
+  const HostMemoryStats before = gpu()->host_memory_stats();
+  {
+    ScopedHostPinning scoped(CudaBackend::HostPinning::kRegister);
+    Case c;  // host -> device, so the kernel reads the registered source
+    c.src_total = 64;
+    c.count = 20;
+    run_case(rng, c);
+    Arena held(MemoryTier::kHost, int64_t{8} << 20);
+    const HostMemoryStats during = gpu()->host_memory_stats();
+    EXPECT_EQ(during.pinned_bytes, before.pinned_bytes + (int64_t{8} << 20));
+    EXPECT_EQ(during.pageable_bytes, before.pageable_bytes);
+  }
+  EXPECT_EQ(gpu()->host_memory_stats().pinned_bytes, before.pinned_bytes);
+}
+
+TEST(CudaHostMemory, PageableFallbackIsCountedAndRefusedByTheGatherKernel) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(28);
+  const HostMemoryStats before = gpu()->host_memory_stats();
+  SmallCopy t;  // pinned, made before the fallback is forced
+  {
+    ScopedHostPinning scoped(CudaBackend::HostPinning::kNone);
+    constexpr int64_t kBytes = 16 * SmallCopy::kPage;
+    Arena pageable(MemoryTier::kHost, kBytes);
+    const HostMemoryStats during = gpu()->host_memory_stats();
+    EXPECT_EQ(during.pageable_bytes, before.pageable_bytes + kBytes);
+    // Staged copies in and out still work.
+    const std::vector<uint8_t> img = random_bytes(rng, kBytes);
+    std::memcpy(pageable.data(), img.data(), img.size());
+    Arena dev(MemoryTier::kDevice, kBytes);
+    gpu()->copy_bytes(dev.data(), pageable.data(), kBytes);
+    EXPECT_TRUE(dev.download() == img);
+    // The gather kernel refuses to read it, and nothing is written.
+    PageCopyParams p = t.params(PageCopyMethod::kGatherKernel);
+    p.src[0] = pageable.data();
+    gpu()->copy_pages(p);
+    gpu()->synchronize();
+    EXPECT_FALSE(gpu()->take_error().ok());
+    EXPECT_TRUE(t.dst.download() == t.dst_img);
+  }
+  EXPECT_EQ(gpu()->host_memory_stats().pageable_bytes, before.pageable_bytes);
+  gpu()->copy_pages(t.params(PageCopyMethod::kGatherKernel));
+  gpu()->synchronize();
+  EXPECT_TRUE(gpu()->take_error().ok());
+  EXPECT_TRUE(t.dst.download() == t.expected(8));
 }
 
 }  // namespace

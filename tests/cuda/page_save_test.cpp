@@ -68,8 +68,7 @@ struct Pools {
   void apply(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) {
     for (size_t i = 0; i < src.size(); ++i) {
       for (int a = 0; a < 2; ++a) {
-        std::memcpy(host_img[a].data() + dst[i] * kPage, dev_img[a].data() + src[i] * kPage,
-                    kPage);
+        std::memcpy(host_img[a].data() + dst[i] * kPage, dev_img[a].data() + src[i] * kPage, kPage);
       }
     }
   }

@@ -179,8 +179,10 @@ Result<Buffer> CudaBackend::allocate(int64_t bytes, MemoryTier tier) {
 Result<void*> CudaBackend::allocate_host(int64_t n) {
   const double mib = static_cast<double>(n) / 1048576.0;
   void* data = nullptr;
-  const cudaError_t err =
-      cudaHostAlloc(&data, static_cast<size_t>(n), cudaHostAllocPortable | cudaHostAllocMapped);
+  const cudaError_t err = host_pinning_ == HostPinning::kAlloc
+                              ? cudaHostAlloc(&data, static_cast<size_t>(n),
+                                              cudaHostAllocPortable | cudaHostAllocMapped)
+                              : cudaErrorNotPermitted;  // told to skip it
   HostKind kind = HostKind::kAllocated;
   if (err != cudaSuccess) {
     cudaGetLastError();
@@ -192,16 +194,20 @@ Result<void*> CudaBackend::allocate_host(int64_t n) {
           "failed too)",
           mib, cudaGetErrorString(err));
     }
-    const cudaError_t rerr = cudaHostRegister(data, static_cast<size_t>(n),
-                                              cudaHostRegisterPortable | cudaHostRegisterMapped);
+    const cudaError_t rerr =
+        host_pinning_ == HostPinning::kNone
+            ? cudaErrorNotPermitted
+            : cudaHostRegister(data, static_cast<size_t>(n),
+                               cudaHostRegisterPortable | cudaHostRegisterMapped);
     std::lock_guard<std::mutex> lock(host_mu_);
     if (rerr == cudaSuccess) {
       kind = HostKind::kRegistered;
       if (!warned_registered_) {
         warned_registered_ = true;
-        LS_LOG_WARN("cuda backend: cudaHostAlloc of {:.1f} MiB failed ({}); pinned ordinary "
-                    "memory with cudaHostRegister instead",
-                    mib, cudaGetErrorString(err));
+        LS_LOG_WARN(
+            "cuda backend: cudaHostAlloc of {:.1f} MiB failed ({}); pinned ordinary "
+            "memory with cudaHostRegister instead",
+            mib, cudaGetErrorString(err));
       }
     } else {
       cudaGetLastError();

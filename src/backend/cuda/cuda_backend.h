@@ -102,6 +102,11 @@ class CudaBackend final : public Backend {
   Status wait_saves(int64_t ticket) override;
   // How save_pages moves pages (the default: staged scatter). Waits for every save in flight.
   Status set_save_options(const PageSaveOptions& options);
+  // How allocate(kHost) gets its memory from now on: kAlloc (cudaHostAlloc, falling back as
+  // below), kRegister (start at the cudaHostRegister fallback), kNone (pageable, with the
+  // warning). The fallbacks are tested through it.
+  enum class HostPinning : uint8_t { kAlloc, kRegister, kNone };
+  void set_host_pinning(HostPinning pinning) { host_pinning_ = pinning; }
 
   // x += residual (stored in x); out = rmsnorm(x) * w. x, residual, out: [R, D] act dtype (out
   // may alias x); w: [D] f32.
@@ -192,6 +197,7 @@ class CudaBackend final : public Backend {
   // Live kHost allocations and how each was obtained (released accordingly).
   mutable std::mutex host_mu_;
   std::unordered_map<void*, HostBlock> host_blocks_;
+  HostPinning host_pinning_ = HostPinning::kAlloc;
   bool warned_registered_ = false;
   bool warned_pageable_ = false;
   // Background saves, created at the first save_pages.

@@ -37,8 +37,9 @@ Result<void*> device_address(const void* p, const char* what) {
   return invalid_argument(
       "copy_pages: {} is {}; the gather kernel reads and writes only device memory and pinned "
       "host memory (Backend::allocate)",
-      what, attr.type == cudaMemoryTypeHost ? "pinned host memory not mapped into the device"
-                                            : "pageable host memory");
+      what,
+      attr.type == cudaMemoryTypeHost ? "pinned host memory not mapped into the device"
+                                      : "pageable host memory");
 }
 
 bool host_readable(const void* p) {
@@ -55,8 +56,7 @@ Status check_common(const PageCopyParams& p) {
     return invalid_argument("copy_pages: num_arrays {} outside [1, {}]", p.num_arrays,
                             kernels::kMaxPageArrays);
   }
-  if (p.page_bytes <= 0 || p.src_stride_bytes < p.page_bytes ||
-      p.dst_stride_bytes < p.page_bytes) {
+  if (p.page_bytes <= 0 || p.src_stride_bytes < p.page_bytes || p.dst_stride_bytes < p.page_bytes) {
     return invalid_argument("copy_pages: page_bytes {} must be > 0 and <= both strides ({}, {})",
                             p.page_bytes, p.src_stride_bytes, p.dst_stride_bytes);
   }
@@ -71,8 +71,9 @@ Status check_common(const PageCopyParams& p) {
 // The memcpy methods: host count and host lists, every index checked here.
 Status check_host_lists(const PageCopyParams& p) {
   if (p.num_pages_device != nullptr) {
-    return invalid_argument("copy_pages: the memcpy methods read num_pages on the host; "
-                            "num_pages_device is for the gather kernel");
+    return invalid_argument(
+        "copy_pages: the memcpy methods read num_pages on the host; "
+        "num_pages_device is for the gather kernel");
   }
   if (p.num_pages == 0) return {};
   if (p.src_pages == nullptr || p.dst_pages == nullptr) {
@@ -152,19 +153,19 @@ Status CudaBackend::copy_pages_on(const PageCopyParams& p, cudaStream_t stream,
       cudaMemcpyAttributes attr{};
       attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
       size_t attr_index = 0;
-      return cuda_status(cudaMemcpyBatchAsync(batch_dsts_.data(), batch_srcs_.data(),
-                                              batch_sizes_.data(), n, &attr, &attr_index, 1,
-                                              stream),
-                         "cudaMemcpyBatchAsync");
+      return cuda_status(
+          cudaMemcpyBatchAsync(batch_dsts_.data(), batch_srcs_.data(), batch_sizes_.data(), n,
+                               &attr, &attr_index, 1, stream),
+          "cudaMemcpyBatchAsync");
     }
     case PageCopyMethod::kPerPageMemcpy: {
       LS_RETURN_IF_ERROR(check_host_lists(p));
       for (int32_t i = 0; i < p.num_pages; ++i) {
         for (int a = 0; a < p.num_arrays; ++a) {
-          LS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dst_page(p, a, i), src_page(p, a, i),
-                                                         static_cast<size_t>(p.page_bytes),
-                                                         cudaMemcpyDefault, stream),
-                                         "cudaMemcpyAsync"));
+          LS_RETURN_IF_ERROR(cuda_status(
+              cudaMemcpyAsync(dst_page(p, a, i), src_page(p, a, i),
+                              static_cast<size_t>(p.page_bytes), cudaMemcpyDefault, stream),
+              "cudaMemcpyAsync"));
         }
       }
       return {};
@@ -184,9 +185,10 @@ Result<int64_t> CudaBackend::save_pages(const PageCopyParams& p) {
   LS_RETURN_IF_ERROR(check_common(p));
   LS_RETURN_IF_ERROR(check_host_lists(p));
   if (p.page_bytes % 16 != 0 || p.src_stride_bytes % 16 != 0 || p.dst_stride_bytes % 16 != 0) {
-    return invalid_argument("save_pages: page_bytes ({}) and strides ({}, {}) must be multiples "
-                            "of 16",
-                            p.page_bytes, p.src_stride_bytes, p.dst_stride_bytes);
+    return invalid_argument(
+        "save_pages: page_bytes ({}) and strides ({}, {}) must be multiples "
+        "of 16",
+        p.page_bytes, p.src_stride_bytes, p.dst_stride_bytes);
   }
   if (!saver_) {
     LS_ASSIGN_OR_RETURN(saver_, PageSaver::create(save_options_, device_, num_sms_));

@@ -24,8 +24,9 @@ Result<std::unique_ptr<PageSaver>> PageSaver::create(const PageSaveOptions& opti
 
 Status PageSaver::init(const PageSaveOptions& options, int device, int num_sms) {
   if (options.staging_bytes < (int64_t{1} << 20) || options.host_threads < 1) {
-    return invalid_argument("page saves: staging_bytes {} must be >= 1 MiB and host_threads {} >= 1",
-                            options.staging_bytes, options.host_threads);
+    return invalid_argument(
+        "page saves: staging_bytes {} must be >= 1 MiB and host_threads {} >= 1",
+        options.staging_bytes, options.host_threads);
   }
   options_ = options;
   device_ = device;
@@ -39,8 +40,8 @@ Status PageSaver::init(const PageSaveOptions& options, int device, int num_sms) 
   }
   if (options.method == PageSaveMethod::kStagedScatter) {
     LS_CUDA_RETURN_IF_ERROR(cudaMalloc(&device_stage_, static_cast<size_t>(2 * half_bytes_)));
-    LS_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&host_stage_, static_cast<size_t>(2 * half_bytes_),
-                                          cudaHostAllocPortable));
+    LS_CUDA_RETURN_IF_ERROR(
+        cudaHostAlloc(&host_stage_, static_cast<size_t>(2 * half_bytes_), cudaHostAllocPortable));
   }
   const size_t index_bytes = sizeof(int32_t) * 4 * kMaxRoundPages;
   void* p = nullptr;
@@ -155,8 +156,8 @@ void PageSaver::run_save(Save& save) {
     cv_.notify_all();
     return;
   }
-  Status waited = cuda_status(cudaStreamWaitEvent(stream_, save.after, 0),
-                              "save_pages: cudaStreamWaitEvent");
+  Status waited =
+      cuda_status(cudaStreamWaitEvent(stream_, save.after, 0), "save_pages: cudaStreamWaitEvent");
   cudaEventDestroy(save.after);  // released once the wait is done
   int64_t per_round = kMaxRoundPages;
   if (options_.method == PageSaveMethod::kStagedScatter) {
@@ -239,8 +240,8 @@ void PageSaver::finish(int half) {
   if (!round.active) return;
   Status s = round.status;
   if (round.has_event) {
-    const Status e = cuda_status(cudaEventSynchronize(half_events_[half]),
-                                 "save_pages: cudaEventSynchronize");
+    const Status e =
+        cuda_status(cudaEventSynchronize(half_events_[half]), "save_pages: cudaEventSynchronize");
     if (s.ok()) s = e;
   }
   if (s.ok() && round.scatter) {

@@ -63,7 +63,7 @@ class PageSaver {
 
  private:
   struct Save {
-    kernels::PageCopyParams params;  // pointers as the GPU and the host threads use them
+    kernels::PageCopyParams params;             // pointers as the GPU and the host threads use them
     std::vector<int32_t> src_pages, dst_pages;  // [num_pages] copies of the caller's lists
     int64_t ticket = 0;
     cudaEvent_t after = nullptr;  // the caller's stream position at save()
@@ -98,14 +98,14 @@ class PageSaver {
   int64_t half_bytes_ = 0;
   cudaStream_t stream_ = nullptr;  // low priority
   cudaEvent_t half_events_[2] = {nullptr, nullptr};
-  void* device_stage_ = nullptr;      // [2, half_bytes_] bytes (kStagedScatter)
-  void* host_stage_ = nullptr;        // [2, half_bytes_] bytes pinned (kStagedScatter)
-  int32_t* host_index_ = nullptr;     // [2, 2, kMaxRoundPages] i32 pinned: per half src, dst lists
-  int32_t* device_index_ = nullptr;   // [2, 2, kMaxRoundPages] i32
-  int32_t* device_iota_ = nullptr;    // [kMaxRoundPages] i32: 0, 1, 2, ...
-  int32_t* error_flag_ = nullptr;     // [1] i32 mapped pinned: the gather kernel's index errors
+  void* device_stage_ = nullptr;     // [2, half_bytes_] bytes (kStagedScatter)
+  void* host_stage_ = nullptr;       // [2, half_bytes_] bytes pinned (kStagedScatter)
+  int32_t* host_index_ = nullptr;    // [2, 2, kMaxRoundPages] i32 pinned: per half src, dst lists
+  int32_t* device_index_ = nullptr;  // [2, 2, kMaxRoundPages] i32
+  int32_t* device_iota_ = nullptr;   // [kMaxRoundPages] i32: 0, 1, 2, ...
+  int32_t* error_flag_ = nullptr;    // [1] i32 mapped pinned: the gather kernel's index errors
   int32_t* error_flag_device_ = nullptr;  // its device address
-  int64_t issued_ = 0;  // tickets handed out (caller thread only)
+  int64_t issued_ = 0;                    // tickets handed out (caller thread only)
 
   // Worker thread only.
   std::unique_ptr<ThreadPool> scatter_pool_;

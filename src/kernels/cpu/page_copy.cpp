@@ -34,8 +34,8 @@ Status page_copy(const PageCopyParams& p, ThreadPool& pool) {
     }
     if ((p.src_capacity_pages > 0 && p.src_pages[i] >= p.src_capacity_pages) ||
         (p.dst_capacity_pages > 0 && p.dst_pages[i] >= p.dst_capacity_pages)) {
-      return invalid_argument("page_copy: page {} is out of range ({} -> {}; capacities {}, {})",
-                              i, p.src_pages[i], p.dst_pages[i], p.src_capacity_pages,
+      return invalid_argument("page_copy: page {} is out of range ({} -> {}; capacities {}, {})", i,
+                              p.src_pages[i], p.dst_pages[i], p.src_capacity_pages,
                               p.dst_capacity_pages);
     }
   }

@@ -15,7 +15,7 @@ namespace ls::kernels::cuda {
 namespace {
 
 constexpr int kWarps = kPageCopyThreads / 32;
-constexpr int kUnroll = 8;                    // 16-byte words in flight per lane
+constexpr int kUnroll = 8;                     // 16-byte words in flight per lane
 constexpr int64_t kChunkWords = 32 * kUnroll;  // 4 KB per warp and chunk
 
 struct GatherArgs {
@@ -26,8 +26,8 @@ struct GatherArgs {
   int64_t page_words;        // 16-byte words per page
   int64_t src_stride_words;  // between consecutive pages of src
   int64_t dst_stride_words;
-  const int32_t* src_pages;  // [max_pages]
-  const int32_t* dst_pages;  // [max_pages]
+  const int32_t* src_pages;     // [max_pages]
+  const int32_t* dst_pages;     // [max_pages]
   const int32_t* count_device;  // [1] or null
   int32_t count_host;
   int32_t max_pages;
