@@ -217,8 +217,8 @@ Result<void*> CudaBackend::allocate_host(int64_t n) {
         LS_LOG_WARN(
             "cuda backend: pinning {:.1f} MiB of host memory failed (cudaHostAlloc: {}; "
             "cudaHostRegister: {}); it stays PAGEABLE: copies from it are staged and slow, the "
-            "gather kernel and CUDA graphs refuse it. Lower the host memory asked for or raise "
-            "the locked-memory limit (ulimit -l).",
+            "gather kernel and CUDA graphs refuse it. Ask for less host memory (the host KV "
+            "cache size) or free some.",
             mib, cudaGetErrorString(err), cudaGetErrorString(rerr));
       }
     }
@@ -230,8 +230,9 @@ Result<void*> CudaBackend::allocate_host(int64_t n) {
 
 void CudaBackend::release(void* data, int64_t, MemoryTier tier) {
   if (!data) return;
-  // Kernels still queued may read the buffer: let them finish first.
+  // Kernels still queued, and saves in flight, may read the buffer: let them finish first.
   if (stream_ && !capturing_) cudaStreamSynchronize(stream_);
+  if (saver_) saver_->drain();
   if (tier == MemoryTier::kDevice) {
     report(cuda_status(cudaFree(data), "cudaFree"), "release");
     return;

@@ -274,6 +274,11 @@ int64_t PageSaver::completed() {
   return completed_;
 }
 
+void PageSaver::drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return completed_ >= issued_; });
+}
+
 Status PageSaver::wait(int64_t ticket) {
   if (ticket > issued_) {
     return invalid_argument("wait_saves: ticket {} was never issued ({} so far)", ticket, issued_);

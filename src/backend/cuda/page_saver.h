@@ -57,6 +57,8 @@ class PageSaver {
   int64_t completed();
   Status wait(int64_t ticket);
   int64_t issued() const { return issued_; }
+  // Blocks until every save issued so far has finished (errors stay for wait()).
+  void drain();
 
   // Index capacity of a round (pages per staging half).
   static constexpr int32_t kMaxRoundPages = 16384;
