@@ -100,7 +100,8 @@ class CudaBackend final : public Backend {
   Result<int64_t> save_pages(const kernels::PageCopyParams& params) override;
   int64_t saves_completed() override;
   Status wait_saves(int64_t ticket) override;
-  // How save_pages moves pages (the default: staged scatter). Waits for every save in flight.
+  // How save_pages moves pages (the default: staged scatter). Waits for every save in flight and
+  // returns their first error; tickets start again from 1 afterwards.
   Status set_save_options(const PageSaveOptions& options);
   // How allocate(kHost) gets its memory from now on: kAlloc (cudaHostAlloc, falling back as
   // below), kRegister (start at the cudaHostRegister fallback), kNone (pageable, with the
