@@ -93,7 +93,12 @@ Status CudaBackend::init(int device) {
   name_ = fmt::format("cuda:{} {} ({} SMs, sm_{}{}, {:.1f} GiB)", device, prop.name, num_sms_,
                       prop.major, prop.minor,
                       static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
-  LS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // The highest priority: when background page saves (the lowest) run beside the ops, the block
+  // scheduler prefers the ops' kernels. Alone, a stream's priority changes nothing.
+  int least_priority = 0, greatest_priority = 0;
+  LS_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+  LS_CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest_priority));
   LS_CUDA_RETURN_IF_ERROR(cudaMalloc(&lt_workspace_, static_cast<size_t>(kLtWorkspaceBytes)));
   LS_ASSIGN_OR_RETURN(linear_,
                       kernels::cuda::CublasLtLinear::create(lt_workspace_, kLtWorkspaceBytes));
