@@ -26,6 +26,14 @@ enum class MemoryTier : uint8_t {
 
 class Backend;
 
+// Live kHost memory of a backend by kind. A GPU backend pins host memory (page-locked: DMA and
+// kernels reach it directly); when pinning fails it falls back to pageable memory with a warning,
+// and pageable_bytes says how much. Backends without pinning report zeros.
+struct HostMemoryStats {
+  int64_t pinned_bytes = 0;
+  int64_t pageable_bytes = 0;
+};
+
 // Owning, move-only allocation from a Backend.
 class Buffer {
  public:
@@ -107,6 +115,8 @@ class Backend {
   // Free and total bytes of kDevice memory (GPU: cudaMemGetInfo; CPU: physical RAM).
   virtual int64_t device_memory_free_bytes() const;
   virtual int64_t device_memory_total_bytes() const;
+  // kHost memory allocated and not yet released, pinned and pageable (for /metrics).
+  virtual HostMemoryStats host_memory_stats() const { return {}; }
 
   // ---- ops ----
   // out[t, :] = table[ids[t], :]; ids: [T] i32; table: [V, H]; out: [T, H] act_dtype.
@@ -162,6 +172,28 @@ class Backend {
   // Copies a batch of pages between two page arrays of any tier (kernels/page_copy.h): the
   // transfer of the hierarchical KV memory. Asynchronous like every op; faults go to take_error().
   virtual void copy_pages(const kernels::PageCopyParams& params) = 0;
+
+  // ---- background page saves (new KV pages to their host home, docs/hierarchical-kv-transfers.md)
+  // Copies pages as copy_pages does, but beside the ops queued after it instead of before them:
+  // it starts once every op queued before the call has finished (so it sees the pages' final
+  // contents) and later ops do not wait for it. params: a host count and host index lists (read
+  // during the call; the caller may reuse them at once), sources in kDevice memory, destinations
+  // in kHost memory. Until the returned ticket completes the caller must neither write the
+  // source pages nor read the destination pages. Bad params: an error, nothing enqueued. Not
+  // recordable (refused during a capture). The default (CPU) copies at once.
+  virtual Result<int64_t> save_pages(const kernels::PageCopyParams& params) {
+    copy_pages(params);
+    LS_RETURN_IF_ERROR(take_error());
+    return ++saves_issued_;
+  }
+  // The highest ticket whose save has finished (saves finish in ticket order); never blocks.
+  virtual int64_t saves_completed() { return saves_issued_; }
+  // Blocks until save `ticket` (and every earlier one) has finished; returns the first error of
+  // a save that failed since the last call.
+  virtual Status wait_saves(int64_t /*ticket*/) { return {}; }
+
+ private:
+  int64_t saves_issued_ = 0;  // the default save_pages' tickets
 };
 
 // Creates the CPU backend with `num_threads` threads (<= 0: all cores).

@@ -42,6 +42,11 @@ struct PageCopyParams {
   int32_t max_pages = 0;  // upper bound of the count (sizes the launch)
   PageCopyMethod method = PageCopyMethod::kGatherKernel;
   int32_t max_sms = 16;  // kGatherKernel: SMs (thread blocks) it may occupy; <= 0: all
+  // Pages each array holds, when > 0: an index outside [0, capacity) is refused (host lists) or
+  // its page skipped and the error reported at the next synchronize (lists in device memory).
+  // <= 0: only negative indices are refused.
+  int32_t src_capacity_pages = 0;
+  int32_t dst_capacity_pages = 0;
 };
 
 }  // namespace ls::kernels

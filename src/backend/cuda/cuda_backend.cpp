@@ -4,10 +4,12 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "core/log.h"
 #include "kernels/cuda/check.h"
@@ -96,7 +98,12 @@ Status CudaBackend::init(int device) {
   name_ = fmt::format("cuda:{} {} ({} SMs, sm_{}{}, {:.1f} GiB)", device, prop.name, num_sms_,
                       prop.major, prop.minor,
                       static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
-  LS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // The highest priority: when background page saves (the lowest) run beside the ops, the block
+  // scheduler prefers the ops' kernels. Alone, a stream's priority changes nothing.
+  int least_priority = 0, greatest_priority = 0;
+  LS_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+  LS_CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest_priority));
   LS_CUDA_RETURN_IF_ERROR(cudaMalloc(&lt_workspace_, static_cast<size_t>(kLtWorkspaceBytes)));
   LS_ASSIGN_OR_RETURN(linear_,
                       kernels::cuda::CublasLtLinear::create(lt_workspace_, kLtWorkspaceBytes));
@@ -105,10 +112,18 @@ Status CudaBackend::init(int device) {
   for (cudaEvent_t& e : staging_events_) {
     LS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
+  void* flag = nullptr;
+  LS_CUDA_RETURN_IF_ERROR(
+      cudaHostAlloc(&flag, sizeof(int32_t), cudaHostAllocPortable | cudaHostAllocMapped));
+  copy_flag_host_ = static_cast<int32_t*>(flag);
+  *copy_flag_host_ = 0;
+  LS_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&flag, copy_flag_host_, 0));
+  copy_flag_device_ = static_cast<int32_t*>(flag);
   return {};
 }
 
 CudaBackend::~CudaBackend() {
+  saver_.reset();  // waits for the saves in flight
   if (stream_) cudaStreamSynchronize(stream_);
   drop_graphs();
   linear_.reset();
@@ -116,6 +131,7 @@ CudaBackend::~CudaBackend() {
     if (e) cudaEventDestroy(e);
   }
   if (staging_) cudaFreeHost(staging_);
+  if (copy_flag_host_) cudaFreeHost(copy_flag_host_);
   if (workspace_) cudaFree(workspace_);
   if (lt_workspace_) cudaFree(lt_workspace_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -162,22 +178,105 @@ Result<Buffer> CudaBackend::allocate(int64_t bytes, MemoryTier tier) {
           static_cast<double>(free_b) / 1048576.0, static_cast<double>(total_b) / 1048576.0);
     }
   } else {
-    const cudaError_t err = cudaMallocHost(&data, static_cast<size_t>(n));
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      return resource_exhausted("cuda backend: cudaMallocHost of {:.1f} MiB failed ({})",
-                                static_cast<double>(n) / 1048576.0, cudaGetErrorString(err));
-    }
+    LS_ASSIGN_OR_RETURN(data, allocate_host(n));
   }
   return Buffer(this, data, bytes, tier);
 }
 
+// Pinned if at all possible: cudaHostAlloc, else ordinary pages registered with the driver, else
+// (warned once per kind) pageable pages, so a host pool larger than what may be locked still
+// works, slowly and visibly (host_memory_stats, the gather kernel's refusal).
+Result<void*> CudaBackend::allocate_host(int64_t n) {
+  const double mib = static_cast<double>(n) / 1048576.0;
+  void* data = nullptr;
+  const cudaError_t err = host_pinning_ == HostPinning::kAlloc
+                              ? cudaHostAlloc(&data, static_cast<size_t>(n),
+                                              cudaHostAllocPortable | cudaHostAllocMapped)
+                              : cudaErrorNotPermitted;  // told to skip it
+  HostKind kind = HostKind::kAllocated;
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    data = mmap(nullptr, static_cast<size_t>(n), PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (data == MAP_FAILED) {
+      return resource_exhausted(
+          "cuda backend: cannot allocate {:.1f} MiB of host memory (cudaHostAlloc: {}; mmap "
+          "failed too)",
+          mib, cudaGetErrorString(err));
+    }
+    const cudaError_t rerr =
+        host_pinning_ == HostPinning::kNone
+            ? cudaErrorNotPermitted
+            : cudaHostRegister(data, static_cast<size_t>(n),
+                               cudaHostRegisterPortable | cudaHostRegisterMapped);
+    std::lock_guard<std::mutex> lock(host_mu_);
+    if (rerr == cudaSuccess) {
+      kind = HostKind::kRegistered;
+      if (!warned_registered_) {
+        warned_registered_ = true;
+        LS_LOG_WARN(
+            "cuda backend: cudaHostAlloc of {:.1f} MiB failed ({}); pinned ordinary "
+            "memory with cudaHostRegister instead",
+            mib, cudaGetErrorString(err));
+      }
+    } else {
+      cudaGetLastError();
+      kind = HostKind::kPageable;
+      if (!warned_pageable_) {
+        warned_pageable_ = true;
+        LS_LOG_WARN(
+            "cuda backend: pinning {:.1f} MiB of host memory failed (cudaHostAlloc: {}; "
+            "cudaHostRegister: {}); it stays PAGEABLE: copies from it are staged and slow, the "
+            "gather kernel and CUDA graphs refuse it. Ask for less host memory (the host KV "
+            "cache size) or free some.",
+            mib, cudaGetErrorString(err), cudaGetErrorString(rerr));
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(host_mu_);
+  host_blocks_[data] = HostBlock{n, kind};
+  return data;
+}
+
 void CudaBackend::release(void* data, int64_t, MemoryTier tier) {
   if (!data) return;
-  // Kernels still queued may read the buffer: let them finish first.
+  // Kernels still queued, and saves in flight, may read the buffer: let them finish first.
   if (stream_ && !capturing_) cudaStreamSynchronize(stream_);
-  const cudaError_t err = tier == MemoryTier::kDevice ? cudaFree(data) : cudaFreeHost(data);
-  report(cuda_status(err, tier == MemoryTier::kDevice ? "cudaFree" : "cudaFreeHost"), "release");
+  if (saver_) saver_->drain();
+  if (tier == MemoryTier::kDevice) {
+    report(cuda_status(cudaFree(data), "cudaFree"), "release");
+    return;
+  }
+  HostBlock block;
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    auto it = host_blocks_.find(data);
+    if (it != host_blocks_.end()) {
+      block = it->second;
+      host_blocks_.erase(it);
+    }
+  }
+  switch (block.kind) {
+    case HostKind::kAllocated:
+      report(cuda_status(cudaFreeHost(data), "cudaFreeHost"), "release");
+      break;
+    case HostKind::kRegistered:
+      report(cuda_status(cudaHostUnregister(data), "cudaHostUnregister"), "release");
+      munmap(data, static_cast<size_t>(block.bytes));
+      break;
+    case HostKind::kPageable:
+      munmap(data, static_cast<size_t>(block.bytes));
+      break;
+  }
+}
+
+HostMemoryStats CudaBackend::host_memory_stats() const {
+  HostMemoryStats s;
+  std::lock_guard<std::mutex> lock(host_mu_);
+  for (const auto& [ptr, block] : host_blocks_) {
+    (block.kind == HostKind::kPageable ? s.pageable_bytes : s.pinned_bytes) += block.bytes;
+  }
+  return s;
 }
 
 int64_t CudaBackend::device_memory_free_bytes() const {
@@ -289,6 +388,7 @@ void CudaBackend::synchronize() {
     std::abort();
   }
   report(cuda_status(err, "cudaStreamSynchronize"), "synchronize");
+  if (err == cudaSuccess) report(take_copy_flag(copy_flag_host_), "copy_pages");
 }
 
 // ---- scratch ----

@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA backend: device memory (cudaMalloc) and pinned host memory (cudaMallocHost), one
+// The CUDA backend: device memory (cudaMalloc) and pinned host memory (cudaHostAlloc), one
 // non-blocking stream on which every op is enqueued in order, bf16 activations and weights, ops
 // dispatched to kernels/cuda (GEMMs through cuBLASLt, decode-sized ones of 1-2 rows through
 // kernels/cuda/gemv). Nothing here waits for the GPU except synchronize(), a copy into pageable
@@ -12,6 +12,14 @@
 //    caller may free or rewrite its source at once;
 //  - device -> pageable host: staged and synchronous (the data is in `dst` on return);
 //  - host <-> host: the stream is drained first (a pinned buffer may be an async copy's target).
+//
+// Host memory (allocate(kHost)): cudaHostAlloc (portable, mapped: kernels read and write it
+// through unified virtual addressing); when that fails, ordinary memory pinned with
+// cudaHostRegister; when that fails too, pageable memory with a warning (copies from it are
+// staged, the gather kernel and CUDA graphs refuse it). host_memory_stats() counts both kinds.
+//
+// Page transfers (copy_pages, save_pages): cuda_page_copy.cpp and page_saver.h; see
+// docs/hierarchical-kv-transfers.md.
 //
 // Errors: an op with bad arguments is logged and skipped, as on the CPU backend. A failed CUDA
 // call is logged naming the call and kept (last_error()). An error that leaves the CUDA context
@@ -28,10 +36,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/page_saver.h"
 #include "core/status.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/linear.h"
@@ -64,6 +75,7 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   int64_t device_memory_free_bytes() const override;
   int64_t device_memory_total_bytes() const override;
+  HostMemoryStats host_memory_stats() const override;
 
   void embedding(const TensorView& ids, const TensorView& table, const TensorView& out) override;
   void rmsnorm(const TensorView& x, const TensorView& w, float eps, const TensorView& out) override;
@@ -85,6 +97,17 @@ class CudaBackend final : public Backend {
   void page_select(const kernels::PageSelectParams& params) override;
   void attention(const kernels::AttentionParams& params) override;
   void copy_pages(const kernels::PageCopyParams& params) override;
+  Result<int64_t> save_pages(const kernels::PageCopyParams& params) override;
+  int64_t saves_completed() override;
+  Status wait_saves(int64_t ticket) override;
+  // How save_pages moves pages (the default: staged scatter). Waits for every save in flight and
+  // returns their first error; tickets start again from 1 afterwards.
+  Status set_save_options(const PageSaveOptions& options);
+  // How allocate(kHost) gets its memory from now on: kAlloc (cudaHostAlloc, falling back as
+  // below), kRegister (start at the cudaHostRegister fallback), kNone (pageable, with the
+  // warning). The fallbacks are tested through it.
+  enum class HostPinning : uint8_t { kAlloc, kRegister, kNone };
+  void set_host_pinning(HostPinning pinning) { host_pinning_ = pinning; }
 
   // x += residual (stored in x); out = rmsnorm(x) * w. x, residual, out: [R, D] act dtype (out
   // may alias x); w: [D] f32.
@@ -130,6 +153,20 @@ class CudaBackend final : public Backend {
   Result<void*> workspace(int64_t bytes);
   void copy_from_pageable(void* dst, const void* src, int64_t bytes);
   void copy_to_pageable(void* dst, const void* src, int64_t bytes);
+  // copy_pages on `stream`; the gather kernel flags device-side index errors in *error_flag (a
+  // device address).
+  Status copy_pages_on(const kernels::PageCopyParams& params, cudaStream_t stream,
+                       int32_t* error_flag);
+  // The error a gather kernel flagged in `flag` (a host address), clearing it; call after the
+  // kernel's stream drained.
+  static Status take_copy_flag(int32_t* flag);
+  Result<void*> allocate_host(int64_t bytes);
+
+  enum class HostKind : uint8_t { kAllocated, kRegistered, kPageable };
+  struct HostBlock {
+    int64_t bytes = 0;
+    HostKind kind = HostKind::kAllocated;
+  };
 
   int device_ = 0;
   int num_sms_ = 0;
@@ -155,6 +192,22 @@ class CudaBackend final : public Backend {
   bool capturing_ = false;
   Status capture_error_;
   std::vector<cudaGraphExec_t> graphs_;
+  // copy_pages: the gather kernel's error word (mapped pinned; host and device addresses) and
+  // the memcpy batch's descriptor scratch.
+  int32_t* copy_flag_host_ = nullptr;
+  int32_t* copy_flag_device_ = nullptr;
+  std::vector<void*> batch_dsts_;
+  std::vector<const void*> batch_srcs_;
+  std::vector<size_t> batch_sizes_;
+  // Live kHost allocations and how each was obtained (released accordingly).
+  mutable std::mutex host_mu_;
+  std::unordered_map<void*, HostBlock> host_blocks_;
+  HostPinning host_pinning_ = HostPinning::kAlloc;
+  bool warned_registered_ = false;
+  bool warned_pageable_ = false;
+  // Background saves, created at the first save_pages.
+  PageSaveOptions save_options_;
+  std::unique_ptr<PageSaver> saver_;
 };
 
 }  // namespace ls

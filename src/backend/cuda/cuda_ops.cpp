@@ -271,30 +271,4 @@ void CudaBackend::attention(const kernels::AttentionParams& params) {
          "attention");
 }
 
-// One cudaMemcpyAsync per page and array (the host-list baseline of kernels/page_copy.h).
-void CudaBackend::copy_pages(const kernels::PageCopyParams& p) {
-  const char* op = "copy_pages";
-  if (p.method == kernels::PageCopyMethod::kGatherKernel || p.num_pages_device != nullptr) {
-    report(unimplemented("{}: only kPerPageMemcpy with host index lists is built", op), op);
-    return;
-  }
-  if (!check(p.num_arrays >= 1 && p.num_arrays <= kernels::kMaxPageArrays && p.page_bytes > 0 &&
-                 p.num_pages >= 0 && p.num_pages <= p.max_pages,
-             op, "bad sizes")) {
-    return;
-  }
-  for (int32_t i = 0; i < p.num_pages; ++i) {
-    for (int a = 0; a < p.num_arrays; ++a) {
-      const auto* src = static_cast<const char*>(p.src[a]) + p.src_pages[i] * p.src_stride_bytes;
-      auto* dst = static_cast<char*>(p.dst[a]) + p.dst_pages[i] * p.dst_stride_bytes;
-      const cudaError_t e = cudaMemcpyAsync(dst, src, static_cast<size_t>(p.page_bytes),
-                                            cudaMemcpyDefault, stream_);
-      if (e != cudaSuccess) {
-        report(internal_error("{}: {}", op, cudaGetErrorString(e)), op);
-        return;
-      }
-    }
-  }
-}
-
 }  // namespace ls

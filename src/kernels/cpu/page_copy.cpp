@@ -32,6 +32,12 @@ Status page_copy(const PageCopyParams& p, ThreadPool& pool) {
       return invalid_argument("page_copy: page {} has a negative index ({} -> {})", i,
                               p.src_pages[i], p.dst_pages[i]);
     }
+    if ((p.src_capacity_pages > 0 && p.src_pages[i] >= p.src_capacity_pages) ||
+        (p.dst_capacity_pages > 0 && p.dst_pages[i] >= p.dst_capacity_pages)) {
+      return invalid_argument("page_copy: page {} is out of range ({} -> {}; capacities {}, {})", i,
+                              p.src_pages[i], p.dst_pages[i], p.src_capacity_pages,
+                              p.dst_capacity_pages);
+    }
   }
   pool.parallel_for(count, 4, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
