@@ -11,8 +11,8 @@
 #                                         # ON THE GPU MACHINE, from the repository root, with
 #                                         # .carry carried
 #
-# Sections, in order (names for --only / --skip): env, build, tests, kernels, torch, e2e, hf,
-# serve. Each section has its own time limit and a failing section never stops the others; the
+# Sections, in order (names for --only / --skip): env, build, tests, kernels, transfers, torch,
+# e2e, hf, serve. Each section has its own time limit and a failing section never stops the others; the
 # whole run keeps within GPU_CHECK_BUDGET_S seconds (default 540). Logs and results go to $OUT
 # (default ./gpu-out): gpu_check.log, build.log, ptxas.txt, tests.log, results.jsonl,
 # gpu_results.md (its table is printed last) and serve/.
@@ -253,6 +253,15 @@ kernels_section() {
 export -f kernels_section
 if wanted kernels || wanted e2e || wanted hf; then wait_model; fi
 section kernels 150 kernels_section
+
+# ---- host <-> device page transfers (the host KV tier's data plane) ----
+transfers_section() {
+  local args=()
+  [ "$QUICK" = 1 ] && args=(--sections h2d,d2h --rounds 3)
+  "$BUILD/bench/cuda/bench_cuda_page_copy" --out "$RESULTS" "${args[@]}"
+}
+export -f transfers_section
+section transfers 120 transfers_section
 
 # ---- torch baselines ----
 torch_section() {
@@ -496,6 +505,21 @@ if errs:
         md.append(f"- {r}")
 md.append("\nTarget: lserve TPOT at 128K within 1.3x of the floor.\n")
 
+pc = pick("page_copy")
+if pc:
+    md.append("## Page transfers: scattered head-pages between pinned host memory and the GPU\n")
+    md.append("Share of a bulk pinned copy of the same bytes measured in the same run (target: gather H2D >= 0.8 with <= 16 SMs).\n")
+    md.append("| direction | method | SMs | page KB | pages | GB/s | bulk GB/s | of bulk |")
+    md.append("|---|---|---|---|---|---|---|---|")
+    for r in pc:
+        md.append(f"| {r['direction']} | {r['method']} | {r['sms'] if r['sms'] > 0 else 'all'} | {r['page_bytes'] // 1024} | {r['pages']} | {r['gbps']:.1f} | {r['bulk_gbps']:.1f} | {r['of_bulk']:.2f} |")
+    ps = pick("page_save") + pick("page_save_overlap")
+    if ps:
+        md.append("\n| save | method | page KB | GB/s | of bulk D2H | GEMM slowdown beside it |")
+        md.append("|---|---|---|---|---|---|")
+        for r in ps:
+            md.append(f"| {r['bench']} | {r['method']} | {r['page_bytes'] // 1024} | {f(r.get('gbps') or r.get('save_gbps'))} | {f(r.get('of_bulk'), '{:.2f}')} | {f(r.get('slowdown'), '{:.3f}x')} |")
+    md.append("")
 sv = pick("serve")
 if sv:
     md.append("## Serving: `longserve serve --device cuda` + `longserve bench serve`, 8B-shaped random model\n")

@@ -40,11 +40,28 @@ install_packages() {
   fi
 }
 
+# ccache (from apt-packages.txt) lets the clang build below reuse the CUDA objects nvcc made for
+# the GCC build (nvcc compiles them the same way in both) and speeds up rebuilds.
+launchers=()
+if command -v ccache >/dev/null 2>&1; then
+  launchers=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+             -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+
 build() {
   log "configuring ($build_dir)"
-  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launchers[@]}" ${CMAKE_ARGS:-}
   log "building with $jobs jobs"
   cmake --build "$build_dir" -j "$jobs"
+}
+
+# The whole tree (tests, benchmarks, the CUDA backend's C++) with clang, warnings as errors, so
+# it keeps building with every compiler a user has. -O1: the warnings are the point, not speed.
+clang_build() {
+  log "building the whole tree with clang ($build_dir-clang)"
+  CC=clang CXX=clang++ cmake -S . -B "$build_dir-clang" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DCMAKE_C_FLAGS_RELEASE=-O1 "${launchers[@]}"
+  cmake --build "$build_dir-clang" -j "$jobs"
 }
 
 python_env() {
@@ -84,6 +101,7 @@ case "$mode" in
     ;;
   test)
     build
+    clang_build
     python_env
     fuzz_build
     log "running the test suite"
