@@ -174,7 +174,7 @@ export CARRY
 
 # ---- the 8B-shaped model, generated while we build (GPU draws, ~16 GB written) ----
 MODEL_PID=""
-if wanted e2e || wanted hf || [[ "$ONLY" == *",profile,"* ]]; then
+if wanted e2e || wanted hf || wanted serve || [[ "$ONLY" == *",profile,"* ]]; then
   if [ -f "$MODEL_DIR/model.safetensors.index.json" ]; then
     log "model: reusing $MODEL_DIR"
   else
@@ -352,7 +352,7 @@ serve_section() {
     local flags="--attention $policy"
     [ "$policy" = lserve ] && flags="$flags --streaming-ratio 0.5 --token-budget 4096"
     # shellcheck disable=SC2086
-    "$BUILD/longserve" serve --device cuda --model "$MODEL_DIR" --port $port --max-num-seqs 64 \
+    "$BUILD/longserve" serve --device cuda --model "$MODEL_DIR" --served-model-name llama3-8b-shape --port $port --max-num-seqs 64 \
       --max-model-len 65536 $flags >"$OUT/serve/server-$policy.log" 2>&1 &
     local server=$!
     local up=0
@@ -376,7 +376,7 @@ serve_section() {
       done) >"$OUT/serve/$policy-$name.gauges" 2>/dev/null &
       local poller=$!
       timeout "${SERVE_WORKLOAD_LIMIT_S:-240}" "$BUILD/longserve" bench serve --port $port \
-        --model "$MODEL_DIR" --random-input-len "$input" --random-output-len "$output" \
+        --model "$MODEL_DIR" --served-model-name llama3-8b-shape --random-input-len "$input" --random-output-len "$output" \
         --num-prompts "$prompts" --request-rate inf "${cflag[@]}" --seed 1 --disable-tqdm \
         --request-timeout "${SERVE_REQUEST_TIMEOUT_S:-600}" --percentile-metrics ttft,tpot,itl,e2el \
         --save-result --result-dir "$OUT/serve" --result-filename "$policy-$name.json" \
@@ -437,7 +437,10 @@ def k(n):
     return f"{n // 1024}K"
 md = []
 dev = first("device")
-md.append(f"# longserve GPU check: {dev['name'] if dev else 'unknown GPU'}\n")
+import subprocess
+gpu = dev["name"] if dev else (subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                              capture_output=True, text=True).stdout.strip().splitlines() or ["unknown GPU"])[0]
+md.append(f"# longserve GPU check: {gpu}\n")
 copy, gemm = first("copy"), first("gemm")
 tcopy, tgemm = first("torch_copy"), first("torch_gemm")
 md.append("## Ceilings (measured in this run)\n")
