@@ -10,8 +10,13 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -41,11 +46,12 @@ std::string read_file(const std::string& path) {
 class ServeProcess {
  public:
   ServeProcess(const std::vector<std::string>& extra_args,
-               const std::vector<std::pair<std::string, std::string>>& env = {}) {
+               const std::vector<std::pair<std::string, std::string>>& env = {},
+               const std::string& model = kModel) {
     char path[] = "/tmp/longserve-gpu-server-XXXXXX";
     const int fd = mkstemp(path);
     log_path_ = path;
-    std::vector<std::string> args = {kBinary, "serve", "--device", "cuda", "--model", kModel,
+    std::vector<std::string> args = {kBinary, "serve", "--device", "cuda", "--model", model,
                                      "--port", "0", "--max-model-len", "4096"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     pid_ = fork();
@@ -151,6 +157,73 @@ void expect_clean_startup_failure(ServeProcess& p, const std::string& what) {
   const std::string log = p.log();
   EXPECT_NE(log.find("error"), std::string::npos) << what << "\n" << log;
   EXPECT_EQ(log.find("Aborted"), std::string::npos) << what << "\n" << log;
+}
+
+// The Llama-3-style fixture with an MLP so wide that one projection (64 x 1.2e9 bf16, 154 GB)
+// is larger than any GPU's memory: a sparse safetensors file, so it takes no disk.
+std::string make_oversized_model() {
+  namespace fs = std::filesystem;
+  char tmpl[] = "/tmp/longserve-huge-model-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    fs::copy_file(kModel + "/" + f, dir + "/" + f);
+  }
+  constexpr int64_t kWide = 1200000000;
+  std::string config = read_file(kModel + "/config.json");
+  const std::string from = "\"intermediate_size\": 160";
+  config.replace(config.find(from), from.size(), "\"intermediate_size\": " + std::to_string(kWide));
+  std::ofstream(dir + "/config.json") << config;
+
+  const std::string src = read_file(kModel + "/model.safetensors");
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, src.data(), 8);
+  const Json header = Json::parse(src.substr(8, header_len));
+  Json out = Json::object();
+  std::vector<std::pair<int64_t, std::string>> data;  // (offset in the new data region, bytes)
+  int64_t offset = 0;
+  for (const auto& [name, t] : header.items()) {
+    if (name == "__metadata__") continue;
+    Json nt = t;
+    const bool wide = name.find(".mlp.") != std::string::npos;
+    int64_t bytes = t["data_offsets"][1].get<int64_t>() - t["data_offsets"][0].get<int64_t>();
+    if (wide) {
+      const bool down = name.find("down_proj") != std::string::npos;
+      nt["shape"] = down ? Json::array({64, kWide}) : Json::array({kWide, 64});
+      bytes = 64 * kWide * 2;
+    } else {
+      data.emplace_back(offset, src.substr(8 + header_len + t["data_offsets"][0].get<int64_t>(),
+                                           static_cast<size_t>(bytes)));
+    }
+    nt["data_offsets"] = Json::array({offset, offset + bytes});
+    out[name] = nt;
+    offset += bytes;
+  }
+  std::string text = out.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const std::string path = dir + "/model.safetensors";
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const uint64_t len = text.size();
+  bool ok = fd >= 0 && write(fd, &len, 8) == 8 &&
+            write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  for (const auto& [at, bytes] : data) {
+    ok = ok && pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(8 + len + at)) ==
+                   static_cast<ssize_t>(bytes.size());
+  }
+  ok = ok && ftruncate(fd, static_cast<off_t>(8 + len + offset)) == 0;
+  if (fd >= 0) close(fd);
+  return ok ? dir : std::string();
+}
+
+TEST(GpuServer, ModelLargerThanTheGpuFailsAtStartupWithAClearError) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  const std::string dir = make_oversized_model();
+  ASSERT_FALSE(dir.empty()) << "could not write the sparse model";
+  {
+    ServeProcess p({}, {}, dir);
+    expect_clean_startup_failure(p, "a 900 GB model");
+    EXPECT_NE(p.log().find("memory"), std::string::npos) << p.log();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(GpuServer, KvCacheLargerThanTheGpuFailsAtStartupWithAClearError) {
