@@ -7,7 +7,7 @@ bench built with -DLS_DECODE_TRACE_LANDINGS (src/kernels/cuda/decode_trace.h), t
 decode blocks consumed in each microsecond (x 32 KB for d 128 bf16 K+V: ~92 per us is 3 TB/s)
 beside the number of blocks between their first data and their loop end.
 
-usage: scripts/decode_timeline.py TRACE.tsv [...]
+usage: scripts/gpu/decode_timeline.py TRACE.tsv [...]
 """
 import collections
 import sys
