@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Summarises a decode trace of bench_cuda_kernels --decode-trace FILE (docs/cuda.md, ninth round).
+"""Summarises a decode trace of bench_cuda_kernels --decode-trace FILE (docs/cuda.md; what it
+showed: docs/history/cuda-decode.md, round 9).
 
 Per traced case: percentiles of every decode block's start / wait / first data / loop end / end
 (microseconds from the call's first block), the reduction kernel's, the per-SM finish, and, for a

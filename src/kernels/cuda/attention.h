@@ -69,7 +69,7 @@ struct AttentionOptions {
   // selections and at least 64 (token, kv head) rows, since tickets lose on a single sequence
   // and without selections (H100: lserve batch 1 15.5 us per call against 11.3, dense batch 8
   // at 8K 106.7 against 104.5). Against the fixed-splits kernel, which has its own instantiation
-  // without the ticket code, they no longer pay anywhere (lserve batch 8 at 128K 37.9 us against
+  // without the ticket code, they do not pay anywhere (lserve batch 8 at 128K 37.9 us against
   // 37.8 fixed, batch 32 117.5 against 115.6); the measurements: docs/history/cuda-decode.md.
   int decode_ticketed_splits = 0;
   int decode_chunk_blocks = 1;
