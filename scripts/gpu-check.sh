@@ -179,7 +179,7 @@ if wanted e2e || wanted hf || wanted serve || [[ "$ONLY" == *",profile,"* ]]; th
     log "model: reusing $MODEL_DIR"
   else
     log "model: generating $MODEL_DIR in the background"
-    (timeout 300 python3 scripts/make_bundled_model.py --preset llama3-8b-shape --out "$MODEL_DIR" \
+    (timeout 300 python3 scripts/model/make_bundled_model.py --preset llama3-8b-shape --out "$MODEL_DIR" \
       >"$OUT/model.log" 2>&1; echo "exit $?" >>"$OUT/model.log") &
     MODEL_PID=$!
   fi
@@ -267,7 +267,7 @@ section transfers 120 transfers_section
 torch_section() {
   local args=()
   [ "$QUICK" = 1 ] && args=(--tokens 8192,32768)
-  python3 scripts/bench_torch_attention.py --out "$RESULTS" "${args[@]}"
+  python3 scripts/gpu/bench_torch_attention.py --out "$RESULTS" "${args[@]}"
 }
 export -f torch_section
 section torch 90 torch_section
@@ -295,7 +295,7 @@ profile_section() {
     "$NCU" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
       --log-file "$OUT/ncu_step.csv" "$BUILD/bench/cuda/bench_cuda_e2e" --model "$MODEL_DIR" --policies "$policy" \
       --ttft= --tpot "$ctx" --steps 4 --profile-step 1 >"$OUT/ncu_step.log" 2>&1 || tail -5 "$OUT/ncu_step.log"
-    python3 scripts/ncu_summary.py "$OUT/ncu_step.csv" --steps 4 | tee "$OUT/ncu_step.md"
+    python3 scripts/gpu/ncu_summary.py "$OUT/ncu_step.csv" --steps 4 | tee "$OUT/ncu_step.md"
   fi
   local sec="--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section ComputeWorkloadAnalysis"
   local files=()
@@ -335,7 +335,7 @@ if [[ "$ONLY" == *",profile,"* ]]; then wait_model; section profile 240 profile_
 
 hf_section() {
   [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
-  python3 scripts/bench_gpu_e2e.py --model "$MODEL_DIR" --out "$RESULTS"
+  python3 scripts/gpu/bench_gpu_e2e.py --model "$MODEL_DIR" --out "$RESULTS"
 }
 export -f hf_section
 section hf 120 hf_section

@@ -1,6 +1,6 @@
 // End-to-end GPU benchmark on a Hugging Face model directory (the Llama-3-8B-shaped random model
-// of scripts/make_bundled_model.py --preset llama3-8b-shape): the model is loaded once on the CUDA
-// backend, then for each attention policy a KV cache and runner are built and
+// of scripts/model/make_bundled_model.py --preset llama3-8b-shape): the model is loaded once on
+// the CUDA backend, then for each attention policy a KV cache and runner are built and
 //  - TTFT: a prompt of T random tokens prefilled in chunks, wall time until its last logits are
 //    on the host (one warm-up prompt first);
 //  - TPOT: decode steps of one sequence whose context of C tokens is already in the cache (the

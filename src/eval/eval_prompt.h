@@ -1,7 +1,7 @@
 #pragma once
 // One evaluation prompt, with the fields of the `--emit-eval-jsonl` records that
-// scripts/train_tiny.py writes (docs/training.md, "--emit-eval-jsonl records"), so that prompts
-// generated here and prompts emitted by Python are interchangeable.
+// scripts/model/train_tiny.py writes (docs/training.md, "--emit-eval-jsonl records"), so that
+// prompts generated here and prompts emitted by Python are interchangeable.
 
 #include <cstdint>
 #include <filesystem>

@@ -2,8 +2,8 @@
 // NumpyRng reproduces numpy.random.default_rng(seed_words) bit for bit: SeedSequence hashing,
 // the PCG64 generator (XSL-RR output over a 128-bit LCG), and the draws the retrieval task
 // generator uses (integers, random, uniform, permutation). The Python generator
-// (scripts/retrieval_tasks.py) is the contract for the evaluation prompts; reproducing its RNG
-// lets the C++ harness build the very same prompts for a seed instead of a look-alike
+// (scripts/model/retrieval_tasks.py) is the contract for the evaluation prompts; reproducing its
+// RNG lets the C++ harness build the very same prompts for a seed instead of a look-alike
 // distribution. Verified against numpy 2.x (tests/eval/numpy_rng_test.cpp).
 
 #include <cstdint>

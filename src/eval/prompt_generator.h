@@ -1,5 +1,5 @@
 #pragma once
-// PromptGenerator builds the evaluation prompts of scripts/retrieval_tasks.py (`eval_docs`,
+// PromptGenerator builds the evaluation prompts of scripts/model/retrieval_tasks.py (`eval_docs`,
 // `build_doc` with split="eval", raw form) in C++: for the same seed, lengths, depths and sample
 // count it yields the same prompt texts, token counts, depths and needle positions as
 // `train_tiny.py --emit-only --emit-eval-jsonl` (tests/eval/prompt_generator_test.cpp checks it

@@ -9,7 +9,7 @@ namespace ls::eval {
 
 namespace {
 
-// Word lists of scripts/retrieval_tasks.py, in the same order (draws index into them). Filler
+// Word lists of scripts/model/retrieval_tasks.py, in the same order (draws index into them). Filler
 // words and key words are disjoint, so a key only ever occurs in needles and questions.
 constexpr std::string_view kNames[] = {
     "Anna",  "Ben",    "Clara", "David", "Elena", "Felix",   "Grace", "Henry",  "Iris",  "Jack",

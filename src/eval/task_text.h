@@ -1,8 +1,8 @@
 #pragma once
 // The RULER-style retrieval tasks' text: the fixed sentences, the word lists, the filler grammar
 // and the random content of one task instance (keys, values, needles with their depths). Mirrors
-// scripts/retrieval_tasks.py (the contract: docs/training.md, part 1) draw for draw, so that with
-// the same NumpyRng stream it produces the same strings.
+// scripts/model/retrieval_tasks.py (the contract: docs/training.md, part 1) draw for draw, so that
+// with the same NumpyRng stream it produces the same strings.
 
 #include <array>
 #include <cstdint>

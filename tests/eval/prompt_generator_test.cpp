@@ -1,5 +1,5 @@
 // The C++ prompt generator against the contract: the filler pool and the prompts that
-// scripts/train_tiny.py --emit-only wrote (fixtures/niah_prompts.jsonl, seed 7) must come out
+// scripts/model/train_tiny.py --emit-only wrote (fixtures/niah_prompts.jsonl, seed 7) must come out
 // identical, and generated prompts at other seeds must satisfy the documented format (length
 // within one sentence of the target, items where their depth says, answers in the prompt).
 #include <gtest/gtest.h>

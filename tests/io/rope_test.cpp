@@ -1,7 +1,7 @@
 // RoPE frequencies against transformers itself: tests/fixtures/io/rope_fixtures.json holds, for a
 // grid of config.json fragments, the inv_freq and attention scaling that transformers' rotary
-// modules compute (scripts/make_rope_fixtures.py). Each config goes through parse_model_config,
-// so the three spellings of the settings are checked together with the math.
+// modules compute (scripts/fixtures/make_rope_fixtures.py). Each config goes through
+// parse_model_config, so the three spellings of the settings are checked together with the math.
 
 #include "io/rope.h"
 
@@ -22,7 +22,7 @@ constexpr double kRelTol = 1e-6;
 const nlohmann::json& fixtures() {
   static const nlohmann::json j = [] {
     std::ifstream in("tests/fixtures/io/rope_fixtures.json");
-    EXPECT_TRUE(in.good()) << "missing fixture; run scripts/make_rope_fixtures.py";
+    EXPECT_TRUE(in.good()) << "missing fixture; run scripts/fixtures/make_rope_fixtures.py";
     return in.good() ? nlohmann::json::parse(in) : nlohmann::json::object();
   }();
   return j;

@@ -96,7 +96,7 @@ TEST(Safetensors, WriterRoundTripThroughOpenAndFromMemory) {
 TEST(Safetensors, ReadsFileWrittenByReferenceLibrary) {
   const std::string dir = "tests/fixtures/io/";
   std::ifstream in(dir + "reference_safetensors.json");
-  ASSERT_TRUE(in.good()) << "run scripts/make_rope_fixtures.py";
+  ASSERT_TRUE(in.good()) << "run scripts/fixtures/make_rope_fixtures.py";
   const auto expected = nlohmann::json::parse(in);
   auto file = SafetensorsFile::open(dir + "reference.safetensors");
   ASSERT_TRUE(file.ok()) << file.status().to_string();

@@ -1,7 +1,7 @@
 """Writes the server test fixtures into tests/fixtures/server/ (run from the repository root):
 
-- tokenizer/: a small Llama-3-style byte-level BPE tokenizer (scripts/tokenizer_recipes.py) with
-  the Llama-3 chat template in tokenizer_config.json;
+- tokenizer/: a small Llama-3-style byte-level BPE tokenizer (scripts/model/tokenizer_recipes.py)
+  with the Llama-3 chat template in tokenizer_config.json;
 - expected.json: what Hugging Face computes for the inputs the C++ tests send, so the tests
   compare the server against an independent implementation:
   * "encode": ids of texts with add_special_tokens=True (what /tokenize and completions use);
@@ -23,7 +23,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "model"))
 
 import tokenizer_recipes  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402

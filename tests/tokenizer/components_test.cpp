@@ -1,7 +1,7 @@
 // Single normalizers, pre-tokenizers and decoders, and small hand-made tokenizers (BPE options,
 // post-processors, added-token id assignment), against what HF `tokenizers` computes on the
-// same JSON (tests/fixtures/tokenizers/components.json, scripts/make_tokenizer_fixtures.py).
-// Components HF rejects must be rejected here too.
+// same JSON (tests/fixtures/tokenizers/components.json,
+// scripts/fixtures/make_tokenizer_fixtures.py). Components HF rejects must be rejected here too.
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,8 @@
-// The fixture tokenizers against Hugging Face `tokenizers` (scripts/make_tokenizer_fixtures.py):
-// ids on hard strings (Unicode, CJK, emoji, digits, whitespace, contractions, special tokens,
-// invalid UTF-8), decode with and without special tokens, decode of random id sequences, the
-// vocabulary, and what tokenizer_config.json / chat_template.jinja provide.
+// The fixture tokenizers against Hugging Face `tokenizers`
+// (scripts/fixtures/make_tokenizer_fixtures.py): ids on hard strings (Unicode, CJK, emoji, digits,
+// whitespace, contractions, special tokens, invalid UTF-8), decode with and without special
+// tokens, decode of random id sequences, the vocabulary, and what tokenizer_config.json /
+// chat_template.jinja provide.
 
 #include <gtest/gtest.h>
 

@@ -15,7 +15,7 @@ namespace ls::test {
 
 inline const char* kFixtureRoot = "tests/fixtures/tokenizers";
 
-// The fixture tokenizers made by scripts/make_tokenizer_fixtures.py.
+// The fixture tokenizers made by scripts/fixtures/make_tokenizer_fixtures.py.
 inline const std::vector<std::string>& fixture_names() {
   static const std::vector<std::string> names = {
       "llama3", "qwen2", "spm", "spm_legacy_merges", "spm_metaspace", "qwen2_added"};

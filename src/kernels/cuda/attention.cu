@@ -67,12 +67,11 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
     // selections (lserve: selected rows of the budget beside ~10x shorter streaming rows; small
     // blocks let the hardware's block scheduler even them out). Two waves with more rows. The
     // thresholds follow measurements at batch 1, 8, 16 and 32 (8 kv heads, 132 SMs), so the
-    // count jumps at a quarter wave (e.g. 66 rows: 16 splits with selections, 67: 7). H100, the
-    // decode loop of 2026-11-22 (docs/cuda.md, tenth round), us per call against two waves:
-    // dense batch 1 at 8K 25.6 -> 20.0 (33 splits), at 128K 189.9 -> 185.5; dense batch 8 at 8K
-    // 101.3 -> 98.4 (4); lserve batch 8 at 128K 37.2 -> 36.6 (16), at 8K 37.0 -> 36.2; lserve
-    // batch 16 and 32 and dense batch 32 best with two waves. Decode rows of mixed batches
-    // count every sequence (items), prefilling ones included.
+    // count jumps at a quarter wave (e.g. 66 rows: 16 splits with selections, 67: 7). On an
+    // H100, against two waves for every batch: dense batch 1 at 8K 20.0 us per call against 25.6
+    // (33 splits), lserve batch 8 at 128K 36.6 against 37.2 (16); lserve batch 16 and 32 and
+    // dense batch 32 are best with two waves (docs/history/cuda-decode.md). Decode rows of mixed
+    // batches count every sequence (items), prefilling ones included.
     const int64_t base = std::max<int64_t>(1, int64_t{L.items} * p.num_kv_heads * L.head_chunks);
     const int64_t wave = int64_t{kDecodeBlocksPerSm} * std::max(1, num_sms);
     const int64_t splits = 4 * base > wave ? 2 * wave / base : (selecting ? 4 : 1) * wave / base;
@@ -352,8 +351,8 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
                                               num_tiles);
     LS_RETURN_IF_ERROR(launch_status("plan_prefill_kernel"));
     if (L.wgmma) {
-      // kAuto takes the warp-specialised kernel where it exists (head_dim 128): 392-401 TFLOP/s
-      // against 347-377 for the plain wgmma one on an H100 at 8K-128K tokens.
+      // kAuto takes the warp-specialised kernel where it exists (head_dim 128): the fastest
+      // there (AttentionOptions::prefill_kernel says by how much).
       const bool ws = o.prefill_kernel == PrefillKernel::kWgmmaWs ||
                       (o.prefill_kernel == PrefillKernel::kAuto && p.head_dim == 128);
       LS_RETURN_IF_ERROR(

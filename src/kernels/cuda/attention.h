@@ -31,8 +31,8 @@ enum class PrefillKernel : int32_t {
   kMma = 1,    // the mma.sync kernel (prefill_warps applies)
   kWgmma = 2,  // the wgmma kernel; paged_attention rejects head dims it does not cover
   // The warp-specialised wgmma kernel (producer warpgroup + mbarriers; head_dim 128, key blocks
-  // of 64, wgmma_key_block ignored): kAuto's choice for head_dim 128 since it measured fastest
-  // (H100, 2026-11-21: 392-401 TFLOP/s, 0.60-0.71x torch SDPA).
+  // of 64, wgmma_key_block ignored): kAuto's choice for head_dim 128, where it is the fastest of
+  // the three (H100: 392-401 TFLOP/s against 347-377 for kWgmma at 8K-128K tokens).
   kWgmmaWs = 3,
 };
 
@@ -56,9 +56,9 @@ struct AttentionOptions {
   // (more DRAM reads in flight without more shared memory); off: the cp.async pipeline alone.
   bool decode_l2_prefetch = true;
   // 64-key blocks (0..4) whose rows a decode block prefetches into L2 before waiting for the
-  // previous kernel (with decode_l2_prefetch). 1 measured best on an H100 (lserve batch 8 at 128K
-  // 38.4 -> 37.4 us per call against 4, batch 1 11.9 -> 11.2, dense batch 8 at 8K 104 -> 101):
-  // every block asking for four blocks at once made each block's first one arrive last.
+  // previous kernel (with decode_l2_prefetch). 1, because every block asking for four blocks at
+  // once made each block's first one arrive last (H100, lserve batch 8 at 128K: 37.4 us per call
+  // with 1 against 38.4 with 4).
   int decode_prewait_prefetch = 1;
   // Ticketed decode splits: after its first four 64-key blocks, each split of a row draws the
   // row's remaining blocks decode_chunk_blocks at a time from a ticket counter the row's splits
@@ -66,13 +66,11 @@ struct AttentionOptions {
   // (a small kernel clears the counters first). Which split reads which block then depends on
   // timing, so the output's rounding differs from run to run (not bit-reproducible): hence off
   // by default. 1: on; 0: every split takes a fixed share of its row; -1: on for calls with page
-  // selections and at least 64 (token, kv head) rows. H100, one process: lserve batch 8 at 128K
-  // 38.3 us per call against 39.7, batch 32 117.1 against 119.7; batch 1 15.5 against 11.3,
-  // dense batch 8 at 8K 106.7 against 104.5 (so -1 leaves both off); H200 (prototype) lserve
-  // batch 8 33.1 against 36.6. docs/cuda.md, sixth round. Since the fixed-splits kernel lost
-  // the ticket code (each has its own instantiation, 2026-11-22) tickets no longer pay: H100,
-  // one process (not the one of attention_decode.cuh's numbers), lserve batch 8 at 128K 37.8 us
-  // against 37.9 fixed, at 8K 38.0 against 37.7, batch 32 117.5 against 115.6.
+  // selections and at least 64 (token, kv head) rows, since tickets lose on a single sequence
+  // and without selections (H100: lserve batch 1 15.5 us per call against 11.3, dense batch 8
+  // at 8K 106.7 against 104.5). Against the fixed-splits kernel, which has its own instantiation
+  // without the ticket code, they do not pay anywhere (lserve batch 8 at 128K 37.9 us against
+  // 37.8 fixed, batch 32 117.5 against 115.6); the measurements: docs/history/cuda-decode.md.
   int decode_ticketed_splits = 0;
   int decode_chunk_blocks = 1;
   // Run every sequence (q_len 1 included) through the prefill kernel; for tests and benchmarks.

@@ -141,7 +141,7 @@ __device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem
 // SM took 1.34 us per 64-key block at ~585 instructions per warp (3.9 cycles each), and half the
 // MMAs removed changed nothing. So the loop keeps its integer work small: a shift for the page of
 // a row when pages are a power of two, 32-bit pool rows passed by one shuffle, and no rescaling of
-// the output while no row's maximum moves (docs/cuda.md, tenth round).
+// the output while no row's maximum moves (docs/history/cuda-decode.md has the measurements).
 struct PendingRow {
   int32_t position = -1;  // -1: no key here
   int32_t in_page = 0;    // row within its page
@@ -182,12 +182,11 @@ __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const Pending
 }
 
 // kTicketed: the kernel of ticketed splits (a.row_tickets set; launch_decode picks it). A
-// compile-time switch because code a call never runs still slows the kernel: compiling the
-// ticket code out of the fixed-splits kernel (and dropping the per-pair copy path) took, on an
-// H100 with both binaries alternated in one run, lserve batch 8 at 128K from 39.7 to 37.8 us per
-// call (61 -> 65% of copy bandwidth), batch 32 119.5 -> 115.7, batch 1 11.7 -> 11.3, dense batch
-// 1 at 32K 62.1 -> 60.1, and whole Llama-3-8B-shaped decode steps (dense at 32K) 7.69 -> 7.59 ms.
-// (Session 7's early-copy path, present but off, had cost 13% the same way: docs/cuda.md.)
+// compile-time switch because code a call never runs still slows the kernel (registers, longer
+// scoreboard stalls): with the ticket code compiled in but unused, the fixed-splits kernel ran
+// lserve batch 8 at 128K in 39.7 us per call instead of 37.8 on an H100, and an unused early-copy
+// path cost 13% the same way (docs/history/cuda-decode.md). Keep rarely used paths in their own
+// instantiation.
 template <int kD, typename T, bool kTicketed>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
     decode_attention_kernel(const AttentionParams p, const DecodeArgs a) {
@@ -349,7 +348,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // entry and position) are spread so that one instruction covers kCopyRows whole rows (lane l:
   // row l / kChunks of the group, 16-byte chunk l % kChunks), the 32-bit pool rows passed from
   // their owners by one shuffle each: whole 128-byte lines per request (each thread pair copying
-  // its own row, 32 bytes of each of 16 rows per instruction, measured slower; removed 2026-11-22).
+  // its own row, 32 bytes of each of 16 rows per instruction, measured slower).
   constexpr int kCopyRows = 32 / kChunks >= 1 ? 32 / kChunks : 1;  // rows per copy instruction
   static_assert(kChunks <= 32, "a row's chunks fit one warp instruction");
   constexpr uint32_t kRowBytes = kD * sizeof(T);
@@ -614,9 +613,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // Only the block's nh query rows are merged: the padding rows' accumulators stay in registers.
   // Then one thread per 4 columns of a row: the warps' weights once, float4 loads and stores.
   // Every block runs this epilogue, so it sits on the critical path of every split: on an H100
-  // (main and this alternated, three rounds) the scalar merge of all 16 rows, unpadded, cost
-  // lserve batch 8 at 128K 36.91 us per call against 34.44 now, batch 1 11.10 against 9.73
-  // (docs/cuda.md, eleventh round).
+  // a scalar merge of all 16 rows through unpadded (8-way bank-conflicting) rows made lserve
+  // batch 8 at 128K take 36.91 us per call against 34.44, batch 1 11.10 against 9.73
+  // (docs/history/cuda-decode.md).
   if (r0 < nh) {
 #pragma unroll
     for (int d = 0; d < kDTiles; ++d) {

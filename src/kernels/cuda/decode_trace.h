@@ -26,7 +26,8 @@ struct DecodeTraceRecord {
 // default): the decode kernel also writes, after the records, kDecodeTraceLandings timestamps per
 // decode block (uint64, linear block order): when its key blocks 0, 1, ... were ready to compute.
 // bench_cuda_kernels --decode-trace then sizes the buffer for them and prints them as "land" rows.
-// Summed over blocks they give the call's consumption rate over time (docs/cuda.md, ninth round).
+// Summed over blocks they give the call's consumption rate over time
+// (scripts/gpu/decode_timeline.py prints it; docs/history/cuda-decode.md shows what it found).
 inline constexpr int kDecodeTraceLandings = 32;
 
 #ifdef __CUDACC__

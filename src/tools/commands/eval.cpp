@@ -1,6 +1,6 @@
 // longserve eval niah: accuracy of a model under an attention policy on the needle-in-a-haystack
 // grid and the RULER-style tasks (docs/eval.md). Prompts are generated exactly as
-// scripts/retrieval_tasks.py generates them (or read from its JSONL with --prompts), decoded
+// scripts/model/retrieval_tasks.py generates them (or read from its JSONL with --prompts), decoded
 // greedily with many requests in flight, and scored; the accuracy table goes to stdout, progress
 // to stderr, and optionally a Figure-9-style heatmap (SVG), a Markdown table and a JSON record.
 #include <fmt/format.h>

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Train longserve's bundled tiny long-context model: a ~11.5M-parameter Llama (GQA, RoPE 5e5, 32K
 positions) with its own byte-level BPE tokenizer, on RULER-style retrieval tasks generated here
-(scripts/retrieval_tasks.py), in one call of at most ~8 minutes on one H100/H200.
+(scripts/model/retrieval_tasks.py), in one call of at most ~8 minutes on one H100/H200.
 
-    python3 scripts/train_tiny.py --out models/tiny-longctx --report train_report.json
-    python3 scripts/train_tiny.py --smoke --out /tmp/tiny --report /tmp/tiny.json   # CPU, ~1 min
-    python3 scripts/train_tiny.py --emit-only --tokenizer-dir models/tiny-longctx \\
-        --emit-eval-jsonl niah.jsonl                                                  # prompts only
+    python3 scripts/model/train_tiny.py --out models/tiny-longctx --report train_report.json
+    python3 scripts/model/train_tiny.py --smoke --out /tmp/tiny --report /tmp/tiny.json  # CPU, 1 min
+    python3 scripts/model/train_tiny.py --emit-only --tokenizer-dir models/tiny-longctx \\
+        --emit-eval-jsonl niah.jsonl                                               # prompts only
 
 docs/training.md documents the data formats, the plan and the expected accuracies.
 """

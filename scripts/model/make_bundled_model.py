@@ -4,7 +4,8 @@ safetensors weights) that longserve loads exactly like a downloaded model.
 
 Presets:
   tiny-random      (default) -> /tmp/tiny-random/: a random Llama of the bundled size (the bundled
-                   default, models/tiny-longctx/, is trained by scripts/train_tiny.py instead).
+                   default, models/tiny-longctx/, is trained by scripts/model/train_tiny.py
+                   instead).
   bench30m         --out DIR: a Llama-shaped ~30M-parameter model for the CPU benchmark.
   llama3-8b-shape  --out DIR: Llama-3-8B shapes with random bf16 weights (~16 GB), made on the
                    GPU machine (generated with torch on the GPU when one is present).
@@ -17,8 +18,8 @@ them byte for byte. Tensors drawn on a GPU differ from CPU draws, but are equall
 on that device.
 
 The helpers here (model_config, tensor_shapes, write_checkpoint, ...) are general over the
-Llama / Mistral / Qwen2 / Qwen3 layouts and are reused by scripts/make_fixtures.py; a trained
-model can replace the random weights later without changing the directory layout.
+Llama / Mistral / Qwen2 / Qwen3 layouts and are reused by scripts/fixtures/make_fixtures.py; a
+trained model can replace the random weights later without changing the directory layout.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from safetensors.torch import save_file
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tokenizer_recipes as recipes  # noqa: E402
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # default_corpus() reads the docstrings of stdlib modules' attributes, and submodules that other
 # packages happen to import (torch imports email.message, ...) become attributes too. Taking the

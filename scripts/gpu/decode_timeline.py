@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Summarises a decode trace of bench_cuda_kernels --decode-trace FILE (docs/cuda.md, ninth round).
+"""Summarises a decode trace of bench_cuda_kernels --decode-trace FILE (docs/cuda.md; what it
+showed: docs/history/cuda-decode.md, round 9).
 
 Per traced case: percentiles of every decode block's start / wait / first data / loop end / end
 (microseconds from the call's first block), the reduction kernel's, the per-SM finish, and, for a
@@ -7,7 +8,7 @@ bench built with -DLS_DECODE_TRACE_LANDINGS (src/kernels/cuda/decode_trace.h), t
 decode blocks consumed in each microsecond (x 32 KB for d 128 bf16 K+V: ~92 per us is 3 TB/s)
 beside the number of blocks between their first data and their loop end.
 
-usage: scripts/decode_timeline.py TRACE.tsv [...]
+usage: scripts/gpu/decode_timeline.py TRACE.tsv [...]
 """
 import collections
 import sys
