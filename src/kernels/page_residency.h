@@ -18,8 +18,10 @@
 //       bucketed LRU: free first, then bucket = min(num_buckets - 1, (now - stamp) / bucket_ticks)
 //                     descending (oldest first), then slot index ascending;
 //       plain LRU:    free first, then stamp ascending, then slot index ascending;
-//     the victim's old page loses its slot (page_slot = -1 if it still points there), the miss
-//     gets it (page_slot, slot_page, stamp = now) and (home page, slot) joins the copy list;
+//     the i-th miss takes the i-th of these victims in ascending slot order (so a parallel
+//     implementation pairs them with two prefix scans, no sort); the victim's old page loses its
+//     slot (page_slot = -1 if it still points there), the miss gets it (page_slot, slot_page,
+//     stamp = now) and (home page, slot) joins the copy list (rows in any order);
 //  5. fewer victims than misses: *error = 1 (overflow), the sequence's misses stay non-resident.
 // Partitions are disjoint and a head-page belongs to one sequence, so sequences are independent.
 
@@ -71,6 +73,7 @@ struct PageResidencyParams {
   int32_t* copy_count = nullptr;  // [1] set to the number of copies
   int32_t max_copies = 0;         // >= num_cache_slots
   int32_t* error = nullptr;       // [1] set to kResidencyOverflow on overflow (never cleared)
+  int32_t* scratch = nullptr;     // [num_cache_slots] GPU: each row's miss list; CPU: unused
   int64_t* counters = nullptr;    // optional [2]: hits, misses, accumulated
 };
 

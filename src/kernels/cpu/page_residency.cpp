@@ -1,5 +1,6 @@
 #include "kernels/cpu/page_residency.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -134,6 +135,7 @@ Status page_residency(const PageResidencyParams& p, ThreadPool& /*pool*/) {
       *p.error = kResidencyOverflow;
       continue;
     }
+    std::sort(sc.victims.begin(), sc.victims.end());  // pairing: misses with victims by slot
     for (int32_t i = 0; i < want; ++i) {
       const int32_t slot = sc.victims[static_cast<size_t>(i)];
       const int64_t page = sc.misses[static_cast<size_t>(i)];
