@@ -40,6 +40,7 @@ Result<KvCacheTier> KvCacheTier::create(const KvGeometry& g, Backend& backend,
   LS_ASSIGN_OR_RETURN(t.row_clock_, filled(backend, config.num_rows, 0));
   LS_ASSIGN_OR_RETURN(t.copy_src_, filled(backend, slots, 0));
   LS_ASSIGN_OR_RETURN(t.copy_dst_, filled(backend, slots, 0));
+  LS_ASSIGN_OR_RETURN(t.scratch_, filled(backend, slots, 0));
   LS_ASSIGN_OR_RETURN(t.small_, backend.allocate(kSmallBytes));
   backend.fill_zero(t.small_.data(), kSmallBytes);
   backend.synchronize();
@@ -49,7 +50,7 @@ Result<KvCacheTier> KvCacheTier::create(const KvGeometry& g, Backend& backend,
 int64_t KvCacheTier::bytes() const {
   return cache_k_.bytes() + cache_v_.bytes() + page_slot_.bytes() + slot_page_.bytes() +
          slot_stamp_.bytes() + row_clock_.bytes() + copy_src_.bytes() + copy_dst_.bytes() +
-         small_.bytes();
+         scratch_.bytes() + small_.bytes();
 }
 
 kernels::PagedKvPool KvCacheTier::tiered_view(const kernels::PagedKvPool& homes) const {
@@ -85,6 +86,7 @@ void KvCacheTier::retrieve(Backend& backend, const kernels::AttentionParams& a,
   r.max_copies = config_.num_cache_slots();
   r.error = reinterpret_cast<int32_t*>(small + kErrorOffset);
   r.counters = reinterpret_cast<int64_t*>(small + kCountersOffset);
+  r.scratch = scratch_.as<int32_t>();
   backend.page_residency(r);
 
   kernels::PageCopyParams c;

@@ -61,6 +61,7 @@ class KvCacheTier {
   Buffer row_clock_;   // [num_rows] i32
   Buffer copy_src_;    // [num_cache_slots] i32
   Buffer copy_dst_;    // [num_cache_slots] i32
+  Buffer scratch_;     // [num_cache_slots] i32, the GPU op's per-row miss lists
   Buffer small_;       // [copy_count i32, error i32, hits i64, misses i64]
 };
 
