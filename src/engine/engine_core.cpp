@@ -312,6 +312,13 @@ EngineStats EngineCore::stats() const {
   s.num_preemptions = scheduler_.num_preemptions();
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = generation_tokens_total_;
+  const KvTierStats t = executor_->kv_tier_stats();
+  s.kv_offload = t.enabled;
+  s.kv_host_bytes = t.host_bytes;
+  s.kv_device_cache_bytes = t.device_cache_bytes;
+  s.kv_offload_hits_total = t.hits;
+  s.kv_offload_misses_total = t.misses;
+  s.kv_offload_bytes_total = t.bytes_retrieved;
   return s;
 }
 

@@ -1,6 +1,7 @@
 #include "kv/kv_cache_tier.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/page_residency.h"
@@ -117,10 +118,14 @@ void KvCacheTier::reset_row(Backend& backend, int32_t row) const {
   backend.page_residency_reset(r);
 }
 
-Status KvCacheTier::take_overflow(Backend& backend) const {
-  int32_t error = 0;
-  backend.copy_bytes(&error, static_cast<char*>(small_.data()) + kErrorOffset, 4);
+Status KvCacheTier::finish_step(Backend& backend, KvTierCounters& counters) const {
+  int64_t host[3] = {0, 0, 0};  // [count | error], hits, misses
+  backend.copy_bytes(host, small_.data(), kSmallBytes);
   backend.synchronize();
+  counters.hits = host[1];
+  counters.misses = host[2];
+  int32_t error = 0;
+  std::memcpy(&error, reinterpret_cast<const char*>(host) + kErrorOffset, 4);
   if (error == 0) return {};
   const int32_t zero = 0;
   backend.copy_bytes(static_cast<char*>(small_.data()) + kErrorOffset, &zero, 4);

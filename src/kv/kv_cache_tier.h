@@ -41,10 +41,11 @@ class KvCacheTier {
                 const int32_t* cache_rows) const;
   // Empties the partition of `row` (a request ended, aborted or its row is reused).
   void reset_row(Backend& backend, int32_t row) const;
-  // Waits for the backend, then returns an error if some step overflowed a partition since the
-  // last call (and clears the flag).
-  Status take_overflow(Backend& backend) const;
+  // Waits for the backend and reads the counters into `counters`; returns an error if some step
+  // overflowed a partition since the last call (and clears the flag). One small read per step.
+  Status finish_step(Backend& backend, KvTierCounters& counters) const;
   KvTierCounters counters(Backend& backend) const;
+  int64_t page_bytes() const { return page_bytes_; }
   // Host snapshots of the residency state, for tests and metrics (waits for the backend).
   std::vector<int32_t> page_slots(Backend& backend) const;
   std::vector<int32_t> slot_pages(Backend& backend) const;

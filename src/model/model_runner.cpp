@@ -213,7 +213,7 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   }
 
   logits.clear();
-  if (pool_.tiered()) LS_RETURN_IF_ERROR(pool_.tier().take_overflow(backend_));
+  if (pool_.tiered()) LS_RETURN_IF_ERROR(pool_.tier().finish_step(backend_, tier_counters_));
   if (num_logit_rows_ == 0) {
     backend_.synchronize();
     return backend_.take_error();
@@ -224,6 +224,19 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   backend_.synchronize();
   // Non-finite rows are the caller's to judge per sequence (one bad row must not fail a batch).
   return backend_.take_error();
+}
+
+KvTierStats ModelRunner::kv_tier_stats() const {
+  KvTierStats s;
+  if (!pool_.tiered()) return s;
+  const KvCacheTier& t = pool_.tier();
+  s.enabled = true;
+  s.host_bytes = pool_.host_bytes();
+  s.device_cache_bytes = int64_t{t.config().num_cache_slots()} * 2 * t.page_bytes();
+  s.hits = tier_counters_.hits;
+  s.misses = tier_counters_.misses;
+  s.bytes_retrieved = tier_counters_.misses * 2 * t.page_bytes();
+  return s;
 }
 
 void ModelRunner::release_finished_rows() {

@@ -46,6 +46,7 @@ class ModelRunner final : public StepExecutor {
   // Hierarchical KV tier: empties the device-cache partition of every row whose sequence has
   // ended since it last ran (forward() does this first; tests call it to check the pools).
   void release_finished_rows();
+  KvTierStats kv_tier_stats() const override;
 
  private:
   ModelRunner(const Model& model, const KvManager& kv, const KvPool& pool,
@@ -113,6 +114,7 @@ class ModelRunner final : public StepExecutor {
   std::map<StepShape, int32_t> recorded_;
   int64_t recorded_epoch_ = 0;
   int64_t replayed_steps_ = 0;
+  KvTierCounters tier_counters_;  // as of the last step's end
   std::vector<bool> row_dirty_;  // [kv max_seqs] the row's cache partition may hold pages
 };
 

@@ -191,6 +191,13 @@ TEST_P(TierLogits, IdenticalToEveryPageResident) {
   const KvTierCounters c = b.pool->tier().counters(*b.backend);
   EXPECT_GT(c.misses, 0);
   EXPECT_GT(c.hits, 0);
+  const KvTierStats stats = b.runner->kv_tier_stats();  // what /metrics reports
+  EXPECT_TRUE(stats.enabled);
+  EXPECT_EQ(stats.misses, c.misses);
+  EXPECT_EQ(stats.hits, c.hits);
+  EXPECT_EQ(stats.bytes_retrieved, c.misses * 2 * g.page_bytes());
+  EXPECT_EQ(stats.host_bytes, b.pool->host_bytes());
+  EXPECT_FALSE(a.runner->kv_tier_stats().enabled);
   if (cache == CacheSize::kSmallest) {
     // A partition of one layer's pages cannot keep two layers: pages must have been re-fetched.
     EXPECT_GT(c.misses, all_pages) << "the tight cache never evicted";
