@@ -8,12 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "engine/engine_core.h"
 #include "kv/kv_tier_config.h"
 #include "model/model_stack.h"
 
@@ -241,6 +243,76 @@ INSTANTIATE_TEST_SUITE_P(DenseAndStreaming, TierLogits,
                                             ::testing::Values(CacheSize::kSmallest),
                                             ::testing::Values(false)),
                          name);
+
+}  // namespace
+}  // namespace ls
+
+namespace ls {
+namespace {
+
+// Through the engine: greedy requests of several lengths (more than --max-num-seqs, so rows are
+// reused), one aborted mid-decode, with --kv-offload on at the smallest device cache, produce the
+// same tokens as with it off; afterwards no KV is in use and the tier's counters moved.
+TEST(TierEngine, SameTokensAsAllResidentWithAbortsAndRowReuse) {
+  auto run = [&](bool offload, EngineStats& stats) {
+    EngineConfig c;
+    c.model_dir = fixture_dir("qwen3");
+    c.num_threads = 2;
+    c.max_num_seqs = 2;
+    c.max_num_batched_tokens = 128;
+    c.max_model_len = 512;
+    c.attention.policy = "lserve";
+    c.attention.token_budget = 128;
+    c.attention.select_interval = 2;
+    c.kv_offload = offload;
+    c.device_kv_cache_bytes = 1;  // below the minimum: start-up must refuse it
+    if (offload) {
+      auto refused = EngineCore::create(c);
+      EXPECT_FALSE(refused.ok());
+      if (!refused.ok()) {
+        EXPECT_NE(refused.status().message().find("--device-kv-cache-bytes"), std::string::npos);
+      }
+    }
+    c.device_kv_cache_bytes = 0;  // automatic
+    c.offload_buffer_ratio = 0;   // = the minimum: one layer of a max-length request
+    auto core = EngineCore::create(c);
+    EXPECT_TRUE(core.ok()) << core.status().to_string();
+    std::map<std::string, std::vector<int32_t>> tokens;
+    std::mt19937 rng(5);
+    for (int i = 0; i < 5; ++i) {
+      GenerateRequest r;
+      r.request_id = "r" + std::to_string(i);
+      for (int t = 0; t < 60 + 90 * i; ++t) r.prompt_ids.push_back(static_cast<int32_t>(rng() % 300));
+      r.sampling.temperature = 0;
+      r.stop.max_tokens = 40;
+      r.stop.eos_token_ids = {};
+      const std::string id = r.request_id;
+      EXPECT_TRUE((*core)->add_request(r, [&tokens, id](const RequestOutput& o) {
+                          auto& v = tokens[id];
+                          v.insert(v.end(), o.token_ids.begin(), o.token_ids.end());
+                        }).ok());
+    }
+    int steps = 0;
+    while ((*core)->has_work()) {
+      EXPECT_TRUE((*core)->step().ok());
+      if (++steps == 30) (*core)->abort("r1");
+    }
+    stats = (*core)->stats();
+    return tokens;
+  };
+  EngineStats off_stats, on_stats;
+  const auto off = run(false, off_stats);
+  const auto on = run(true, on_stats);
+  EXPECT_EQ(on, off);
+  EXPECT_EQ(on.size(), 5u);
+  EXPECT_FALSE(off_stats.kv_offload);
+  EXPECT_TRUE(on_stats.kv_offload);
+  EXPECT_GT(on_stats.kv_offload_misses_total, 0);
+  EXPECT_GT(on_stats.kv_offload_hits_total, 0);
+  EXPECT_GT(on_stats.kv_host_bytes, 0);
+  EXPECT_EQ(on_stats.kv_bytes_in_use, 0);
+  EXPECT_EQ(on_stats.num_running + on_stats.num_waiting, 0);
+}
 
 }  // namespace
 }  // namespace ls
