@@ -34,6 +34,9 @@ struct PagedKvPool {
   // [num_blocks * heads_per_block, page_tokens, head_dim] dtype (host memory on GPU backends):
   // writers (kv_append) write the home and, when resident, the slot. page_slot == nullptr: the
   // untiered pool, k/v indexed by head-page; the home fields are then unused.
+  // Ordering: the GPU decode kernel may read page_slot before its programmatic-launch wait (like
+  // the block tables), so the op that writes page_slot (page_residency) must not be the kernel
+  // launched right before attention; the tier runs copy_pages in between.
   const int32_t* page_slot = nullptr;  // [num_blocks * heads_per_block]
   void* home_k = nullptr;
   void* home_v = nullptr;

@@ -195,8 +195,22 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
                                   stack->policy->name());
     LS_ASSIGN_OR_RETURN(sizes, size_pools(g, o, stack->max_model_len, budget));
   }
-  LS_ASSIGN_OR_RETURN(KvPool pool, KvPool::create(g, backend, sizes.retrieval_blocks,
-                                                  sizes.streaming_blocks, tier));
+  Result<KvPool> created = KvPool::create(g, backend, sizes.retrieval_blocks,
+                                          sizes.streaming_blocks, tier);
+  // A host pool that cannot be pinned whole (locked-memory limits, fragmentation) shrinks by
+  // halves, with a warning, while it still holds one sequence of max_model_len; never silently.
+  const int32_t one_seq = (stack->max_model_len + g.page_tokens - 1) / g.page_tokens;
+  while (tier.enabled && !created.ok() &&
+         created.status().code() == StatusCode::kResourceExhausted &&
+         sizes.retrieval_blocks / 2 >= one_seq) {
+    LS_LOG_WARN("KV offload: allocating the {:.1f} MB host KV pool failed ({}); trying half",
+                static_cast<double>(int64_t{sizes.retrieval_blocks} * 2 * g.roles.num_retrieval() *
+                                    g.page_bytes()) / 1e6,
+                created.status().message());
+    sizes.retrieval_blocks /= 2;
+    created = KvPool::create(g, backend, sizes.retrieval_blocks, sizes.streaming_blocks, tier);
+  }
+  LS_ASSIGN_OR_RETURN(KvPool pool, std::move(created));
   stack->pool = std::make_unique<KvPool>(std::move(pool));
   stack->kv = std::make_unique<KvManager>(g, sizes.retrieval_blocks, sizes.streaming_blocks,
                                           o.max_num_seqs);
