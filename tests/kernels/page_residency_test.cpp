@@ -43,7 +43,10 @@ int32_t klass(int32_t stamp, int32_t now, int32_t ticks, int32_t buckets) {
 class Residency : public ::testing::TestWithParam<std::tuple<Replacement, int32_t, uint32_t>> {};
 
 TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
-  const auto [replacement, slots_per_row, seed] = GetParam();
+  // Plain locals: lambdas below capture them (clang 14 cannot capture structured bindings).
+  const Replacement replacement = std::get<0>(GetParam());
+  const int32_t slots_per_row = std::get<1>(GetParam());
+  const uint32_t seed = std::get<2>(GetParam());
   std::mt19937 rng(seed);
   const int32_t num_rows = 4;
   const int32_t num_blocks = 64;
