@@ -5,6 +5,8 @@
 //    table says how close decode comes to the hardware limit.
 // Prints a markdown table. Example:
 //   bench_generation --model /tmp/bench30m --contexts 0,4096,16384 --attention dense
+// With --kv-offload on (docs/hierarchical-kv.md) the table adds the decode steps' device-cache
+// hit ratio (hits / (hits + misses) of the pages the timed steps' attention read).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -13,6 +15,7 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -77,6 +80,7 @@ struct Row {
   double prefill_tps;
   double decode_tps;
   double decode_ms;
+  double hit_ratio = -1;  // decode steps' page-cache hits, with the tier on
 };
 
 }  // namespace
@@ -105,6 +109,12 @@ int main(int argc, char** argv) {
   app.add_option("--decode-steps", decode_steps)->capture_default_str();
   app.add_option("--repeats", repeats, "Timed repeats (median)")->capture_default_str();
   app.add_flag("!--no-bandwidth", bandwidth, "Skip the memory-bandwidth measurement");
+  app.add_option("--kv-offload", o.kv_offload, "on|off: retrieval heads' KV in host memory")
+      ->capture_default_str();
+  app.add_option("--host-kv-cache-bytes", o.host_kv_cache_bytes)->capture_default_str();
+  app.add_option("--device-kv-cache-bytes", o.device_kv_cache_bytes)->capture_default_str();
+  app.add_option("--offload-buffer-ratio", o.offload_buffer_ratio)->capture_default_str();
+  app.add_flag("--kv-plain-lru", o.kv_plain_lru, "Plain LRU instead of bucketed LRU");
   CLI11_PARSE(app, argc, argv);
 
   const int32_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
@@ -153,6 +163,7 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   for (int32_t ctx : contexts) {
     std::vector<double> prefill_s, decode_s;
+    int64_t hits = 0, misses = 0;
     for (int32_t r = 0; r < repeats; ++r) {
       auto slot = kv.add_sequence();
       if (!slot.ok()) return 1;
@@ -176,13 +187,21 @@ int main(int argc, char** argv) {
       kv.finish_prefill(*slot);
       int32_t len = std::max(1, ctx);
       run_decode(*slot, len++);  // warm-up step
+      const KvTierStats before = runner.kv_tier_stats();
       t0 = now_seconds();
       for (int32_t s = 0; s < decode_steps; ++s) run_decode(*slot, len++);
       decode_s.push_back((now_seconds() - t0) / decode_steps);
+      const KvTierStats after = runner.kv_tier_stats();
+      hits += after.hits - before.hits;
+      misses += after.misses - before.misses;
       kv.remove_sequence(*slot);
     }
     const double p = median(prefill_s), d = median(decode_s);
-    rows.push_back({ctx, chunk / p, 1.0 / d, d * 1e3});
+    Row row{ctx, chunk / p, 1.0 / d, d * 1e3};
+    if (stack.pool->tiered() && hits + misses > 0) {
+      row.hit_ratio = static_cast<double>(hits) / static_cast<double>(hits + misses);
+    }
+    rows.push_back(row);
   }
 
   const int64_t weight_bytes = stack.model->weights().bytes_per_token;
@@ -201,17 +220,21 @@ int main(int argc, char** argv) {
         "(weights only): {:.2f} ms/token\n",
         bw_huge, bw_small, static_cast<double>(weight_bytes) / (bw * 1e9) * 1e3);
   }
-  fmt::print("\n| context | prefill tok/s (chunk {}) | decode tok/s | decode ms/token |{}\n", chunk,
-             bw > 0 ? " decode / floor |" : "");
-  fmt::print("|---:|---:|---:|---:|{}\n", bw > 0 ? "---:|" : "");
+  const bool tiered = stack.pool->tiered();
+  fmt::print("\n| context | prefill tok/s (chunk {}) | decode tok/s | decode ms/token |{}{}\n", chunk,
+             bw > 0 ? " decode / floor |" : "", tiered ? " decode hit ratio |" : "");
+  fmt::print("|---:|---:|---:|---:|{}{}\n", bw > 0 ? "---:|" : "", tiered ? "---:|" : "");
   for (const Row& r : rows) {
     std::string floor;
     if (bw > 0) {
       const double floor_ms = static_cast<double>(weight_bytes) / (bw * 1e9) * 1e3;
       floor = fmt::format(" {:.2f}x |", r.decode_ms / floor_ms);
     }
-    fmt::print("| {} | {:.0f} | {:.1f} | {:.2f} |{}\n", r.context, r.prefill_tps, r.decode_tps,
-               r.decode_ms, floor);
+    const std::string hit =
+        tiered ? (r.hit_ratio >= 0 ? fmt::format(" {:.3f} |", r.hit_ratio) : std::string(" - |"))
+               : std::string();
+    fmt::print("| {} | {:.0f} | {:.1f} | {:.2f} |{}{}\n", r.context, r.prefill_tps, r.decode_tps,
+               r.decode_ms, floor, hit);
   }
   return 0;
 }

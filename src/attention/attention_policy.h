@@ -55,6 +55,9 @@ class AttentionPolicy {
   // Head roles, page sizes, windows and whether summaries are kept. dtype and max_chunk_tokens
   // are left for the caller (they belong to the backend and the scheduler).
   virtual const KvGeometry& kv_geometry() const = 0;
+  // Most retrieval pages one kv head reads in a decode step (0: every page of the context). The
+  // hierarchical KV tier sizes its device cache from it; the policy's choices stay its own.
+  virtual int32_t decode_pages_per_head() const { return 0; }
 
   // Allocates per-layer device state (head modes, the selection store for max_seqs rows).
   virtual Status bind(Backend& backend, int32_t max_seqs) = 0;

@@ -17,6 +17,10 @@ int32_t SelectingPolicy::budget_pages() const {
 
 int32_t SelectingPolicy::max_selected() const { return std::max(3, budget_pages()); }
 
+int32_t SelectingPolicy::decode_pages_per_head() const {
+  return max_selected() + (select_interval_ + geometry_.page_tokens - 1) / geometry_.page_tokens + 1;
+}
+
 Status SelectingPolicy::bind(Backend& backend, int32_t max_seqs) {
   LS_RETURN_IF_ERROR(PolicyBase::bind(backend, max_seqs));
   max_seqs_ = max_seqs;

@@ -29,6 +29,9 @@ class SelectingPolicy : public PolicyBase {
   void fill_append(int32_t layer, const kernels::PageSummaries& summaries,
                    kernels::KvAppendParams& params) const override;
 
+  // The selection plus the pages started since it was made (at most select_interval tokens).
+  int32_t decode_pages_per_head() const override;
+
   int32_t token_budget() const { return token_budget_; }
   int32_t budget_pages() const;
   int32_t max_selected() const;

@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/page_copy.h"
+#include "kernels/page_residency.h"
 #include "kernels/paged_kv.h"
 
 namespace ls {
@@ -172,6 +173,12 @@ class Backend {
   // Copies a batch of pages between two page arrays of any tier (kernels/page_copy.h): the
   // transfer of the hierarchical KV memory. Asynchronous like every op; faults go to take_error().
   virtual void copy_pages(const kernels::PageCopyParams& params) = 0;
+  // Residency lookup and replacement of the device page cache (kernels/page_residency.h): the
+  // hierarchical KV memory's per-layer op, writing the copy list copy_pages then runs. Overflow
+  // goes to params.error (device memory), bad params to take_error().
+  virtual void page_residency(const kernels::PageResidencyParams& params) = 0;
+  // Empties one request's partition of the page cache.
+  virtual void page_residency_reset(const kernels::ResidencyResetParams& params) = 0;
 
   // ---- background page saves (new KV pages to their host home, docs/hierarchical-kv-transfers.md)
   // Copies pages as copy_pages does, but beside the ops queued after it instead of before them:

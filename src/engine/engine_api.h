@@ -59,6 +59,13 @@ struct EngineStats {
   int64_t num_preemptions = 0;      // since start
   int64_t prompt_tokens_total = 0;  // prompt tokens prefilled, since start
   int64_t generation_tokens_total = 0;
+  // Hierarchical KV tier (--kv-offload on; docs/hierarchical-kv.md), zero when off.
+  bool kv_offload = false;
+  int64_t kv_host_bytes = 0;            // host pool (pinned on a GPU)
+  int64_t kv_device_cache_bytes = 0;    // device page cache
+  int64_t kv_offload_hits_total = 0;    // mandatory pages found in the device cache
+  int64_t kv_offload_misses_total = 0;  // pages copied from host memory
+  int64_t kv_offload_bytes_total = 0;   // host-to-device bytes of those copies
 };
 
 class Engine {

@@ -23,6 +23,14 @@ Status EngineConfig::validate() const {
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
     return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
   }
+  if (host_kv_cache_bytes < 0 || device_kv_cache_bytes < 0) {
+    return invalid_argument("--host-kv-cache-bytes and --device-kv-cache-bytes must be >= 0");
+  }
+  if (!(offload_buffer_ratio >= 0.0)) return invalid_argument("--offload-buffer-ratio must be >= 0");
+  if (kv_cache_replacement != "bucketed-lru" && kv_cache_replacement != "lru") {
+    return invalid_argument("--kv-cache-replacement must be bucketed-lru or lru (got '{}')",
+                            kv_cache_replacement);
+  }
   return attention.validate();
 }
 

@@ -24,6 +24,12 @@ struct EngineConfig {
   double gpu_memory_utilization = 0.9;   // CUDA: share of device memory the engine may use
   uint64_t seed = 0;                     // draws seeds for requests that give none
   std::string served_model_name;         // empty: the model directory's name
+  // Hierarchical KV memory (docs/hierarchical-kv.md).
+  bool kv_offload = false;               // retrieval heads' KV in host memory, device page cache
+  int64_t host_kv_cache_bytes = 0;       // host pool; 0: half of free RAM, capped at what fits
+  int64_t device_kv_cache_bytes = 0;     // device page cache; 0: from offload_buffer_ratio
+  double offload_buffer_ratio = 4.0;     // auto cache: decode steps' worth of pages per request
+  std::string kv_cache_replacement = "bucketed-lru";  // bucketed-lru | lru
 
   Status validate() const;
 };

@@ -60,6 +60,11 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   o.gpu_memory_utilization = config.gpu_memory_utilization;
   o.record_decode_steps = !config.enforce_eager;
   o.max_logit_rows = max_logit_rows(config);
+  o.kv_offload = config.kv_offload;
+  o.host_kv_cache_bytes = config.host_kv_cache_bytes;
+  o.device_kv_cache_bytes = config.device_kv_cache_bytes;
+  o.offload_buffer_ratio = config.offload_buffer_ratio;
+  o.kv_plain_lru = config.kv_cache_replacement == "lru";
   LS_ASSIGN_OR_RETURN(std::unique_ptr<EngineModel> model, EngineModel::load(o));
 
   std::shared_ptr<const Tokenizer> tokenizer;
@@ -307,6 +312,13 @@ EngineStats EngineCore::stats() const {
   s.num_preemptions = scheduler_.num_preemptions();
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = generation_tokens_total_;
+  const KvTierStats t = executor_->kv_tier_stats();
+  s.kv_offload = t.enabled;
+  s.kv_host_bytes = t.host_bytes;
+  s.kv_device_cache_bytes = t.device_cache_bytes;
+  s.kv_offload_hits_total = t.hits;
+  s.kv_offload_misses_total = t.misses;
+  s.kv_offload_bytes_total = t.bytes_retrieved;
   return s;
 }
 

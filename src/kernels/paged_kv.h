@@ -27,7 +27,27 @@ struct PagedKvPool {
   int32_t heads_per_block = 0;
   int32_t page_tokens = 0;
   int32_t head_dim = 0;
+  // Tiered pool (hierarchical KV, docs/hierarchical-kv.md). With page_slot set, `k`/`v` are the
+  // device page cache, [num_cache_slots, page_tokens, head_dim] dtype each, and head-page h is
+  // read from slot page_slot[h] (-1: not resident; readers skip it, the residency op makes every
+  // page a kernel reads resident first). Every head-page also has its home in home_k/home_v,
+  // [num_blocks * heads_per_block, page_tokens, head_dim] dtype (host memory on GPU backends):
+  // writers (kv_append) write the home and, when resident, the slot. page_slot == nullptr: the
+  // untiered pool, k/v indexed by head-page; the home fields are then unused.
+  // Ordering: the GPU decode kernel may read page_slot before its programmatic-launch wait (like
+  // the block tables), so the op that writes page_slot (page_residency) must not be the kernel
+  // launched right before attention; the tier runs copy_pages in between.
+  const int32_t* page_slot = nullptr;  // [num_blocks * heads_per_block]
+  void* home_k = nullptr;
+  void* home_v = nullptr;
+  int32_t num_cache_slots = 0;
 };
+
+// Where a kernel reads head-page `head_page` of `pool`: its index into pool.k / pool.v, or -1
+// when the tiered pool does not hold it on the device.
+inline int64_t storage_page(const PagedKvPool& pool, int64_t head_page) {
+  return pool.page_slot == nullptr ? head_page : pool.page_slot[head_page];
+}
 
 // Key min/max summaries of retrieval head-pages, per logical page (LServe hierarchical paging).
 // Indexed by head-page id like the pool; lives in its own arrays so it can stay resident when

@@ -4,22 +4,25 @@ namespace ls {
 
 namespace {
 
-Result<Buffer> allocate_zeroed(Backend& backend, int64_t bytes) {
+Result<Buffer> allocate_zeroed(Backend& backend, int64_t bytes,
+                              MemoryTier tier = MemoryTier::kDevice) {
   if (bytes == 0) return Buffer{};
-  return backend.allocate_zeroed(bytes);
+  return backend.allocate_zeroed(bytes, tier);
 }
 
 }  // namespace
 
 Result<KvPool> KvPool::create(const KvGeometry& g, Backend& backend,
-                              int32_t num_retrieval_blocks, int32_t num_streaming_blocks) {
+                              int32_t num_retrieval_blocks, int32_t num_streaming_blocks,
+                              const KvTierConfig& tier) {
   LS_RETURN_IF_ERROR(g.validate());
   KvPool pool;
   const int64_t page_bytes = g.page_bytes();
   const int64_t r_pages = static_cast<int64_t>(num_retrieval_blocks) * g.roles.num_retrieval();
   const int64_t s_pages = static_cast<int64_t>(num_streaming_blocks) * g.roles.num_streaming();
-  LS_ASSIGN_OR_RETURN(pool.retrieval_k_, allocate_zeroed(backend, r_pages * page_bytes));
-  LS_ASSIGN_OR_RETURN(pool.retrieval_v_, allocate_zeroed(backend, r_pages * page_bytes));
+  const MemoryTier home = tier.enabled ? MemoryTier::kHost : MemoryTier::kDevice;
+  LS_ASSIGN_OR_RETURN(pool.retrieval_k_, allocate_zeroed(backend, r_pages * page_bytes, home));
+  LS_ASSIGN_OR_RETURN(pool.retrieval_v_, allocate_zeroed(backend, r_pages * page_bytes, home));
   LS_ASSIGN_OR_RETURN(pool.streaming_k_, allocate_zeroed(backend, s_pages * page_bytes));
   LS_ASSIGN_OR_RETURN(pool.streaming_v_, allocate_zeroed(backend, s_pages * page_bytes));
   if (g.keep_summaries) {
@@ -28,8 +31,16 @@ Result<KvPool> KvPool::create(const KvGeometry& g, Backend& backend,
     LS_ASSIGN_OR_RETURN(pool.kmin_, allocate_zeroed(backend, summary_bytes));
     LS_ASSIGN_OR_RETURN(pool.kmax_, allocate_zeroed(backend, summary_bytes));
   }
-  pool.bytes_ = pool.retrieval_k_.bytes() + pool.retrieval_v_.bytes() + pool.kmin_.bytes() +
-                pool.kmax_.bytes() + pool.streaming_k_.bytes() + pool.streaming_v_.bytes();
+  const int64_t retrieval_bytes = pool.retrieval_k_.bytes() + pool.retrieval_v_.bytes();
+  pool.bytes_ = pool.kmin_.bytes() + pool.kmax_.bytes() + pool.streaming_k_.bytes() +
+                pool.streaming_v_.bytes();
+  if (tier.enabled) {
+    LS_ASSIGN_OR_RETURN(pool.tier_, KvCacheTier::create(g, backend, r_pages, tier));
+    pool.host_bytes_ = retrieval_bytes;
+    pool.bytes_ += pool.tier_.bytes();
+  } else {
+    pool.bytes_ += retrieval_bytes;
+  }
 
   auto view = [&](const Buffer& k, const Buffer& v, int32_t blocks, int32_t heads) {
     kernels::PagedKvPool p;
@@ -44,6 +55,7 @@ Result<KvPool> KvPool::create(const KvGeometry& g, Backend& backend,
   };
   pool.retrieval_view_ = view(pool.retrieval_k_, pool.retrieval_v_, num_retrieval_blocks,
                               g.roles.num_retrieval());
+  if (tier.enabled) pool.retrieval_view_ = pool.tier_.tiered_view(pool.retrieval_view_);
   pool.streaming_view_ = view(pool.streaming_k_, pool.streaming_v_, num_streaming_blocks,
                               g.roles.num_streaming());
   pool.summaries_view_.kmin = pool.kmin_.data();

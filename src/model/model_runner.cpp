@@ -122,6 +122,7 @@ ModelRunner::MetaLayout ModelRunner::layout_for(int64_t num_tokens, int64_t num_
   place(L.local_tokens, num_seqs * 4);
   place(L.selected_rows, num_seqs * 4);
   place(L.select_rows, num_seqs * 4);
+  place(L.cache_rows, num_seqs * 4);
   place(L.retrieval_blocks, num_seqs * retrieval_stride * 4);
   place(L.streaming_blocks, num_seqs * streaming_stride * 4);
   place(L.logit_rows, std::max<int64_t>(1, num_rows) * 4);
@@ -170,6 +171,7 @@ void ModelRunner::upload_metadata(const StepInput& step, const StepAttentionPlan
     at(L.local_tokens)[s] = plan.local_tokens[static_cast<size_t>(s)];
     at(L.selected_rows)[s] = plan.selected_rows[static_cast<size_t>(s)];
     at(L.select_rows)[s] = plan.select_rows[static_cast<size_t>(s)];
+    at(L.cache_rows)[s] = seq.slot;
     int32_t* rrow = at(L.retrieval_blocks) + s * retrieval_stride_;
     std::fill(rrow, rrow + retrieval_stride_, -1);
     std::copy(kv.retrieval.begin(), kv.retrieval.end(), rrow);
@@ -196,6 +198,7 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   const auto num_seqs = static_cast<int32_t>(step.seqs.size());
   num_logit_rows_ = static_cast<int32_t>(step.logit_rows.size());
 
+  if (pool_.tiered()) sync_tier(step);
   StepAttentionPlan plan;
   policy_.plan_step(step.seqs, plan);
   // A decode step (one token per sequence) has the same ops and pointers every time for a given
@@ -210,6 +213,7 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   }
 
   logits.clear();
+  if (pool_.tiered()) LS_RETURN_IF_ERROR(pool_.tier().finish_step(backend_, tier_counters_));
   if (num_logit_rows_ == 0) {
     backend_.synchronize();
     return backend_.take_error();
@@ -220,6 +224,43 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   backend_.synchronize();
   // Non-finite rows are the caller's to judge per sequence (one bad row must not fail a batch).
   return backend_.take_error();
+}
+
+KvTierStats ModelRunner::kv_tier_stats() const {
+  KvTierStats s;
+  if (!pool_.tiered()) return s;
+  const KvCacheTier& t = pool_.tier();
+  s.enabled = true;
+  s.host_bytes = pool_.host_bytes();
+  s.device_cache_bytes = int64_t{t.config().num_cache_slots()} * 2 * t.page_bytes();
+  s.hits = tier_counters_.hits;
+  s.misses = tier_counters_.misses;
+  s.bytes_retrieved = tier_counters_.misses * 2 * t.page_bytes();
+  return s;
+}
+
+void ModelRunner::release_finished_rows() {
+  if (!pool_.tiered()) return;
+  row_dirty_.resize(static_cast<size_t>(kv_.max_seqs()), false);
+  for (int32_t row = 0; row < kv_.max_seqs(); ++row) {
+    if (row_dirty_[static_cast<size_t>(row)] && !kv_.sequence(row).active) {
+      pool_.tier().reset_row(backend_, row);
+      row_dirty_[static_cast<size_t>(row)] = false;
+    }
+  }
+}
+
+void ModelRunner::sync_tier(const StepInput& step) {
+  release_finished_rows();
+  for (const StepSequence& s : step.seqs) {
+    const auto row = static_cast<size_t>(s.slot);
+    // A row that restarts (a new sequence, or a preempted one recomputing) may still hold the
+    // previous sequence's pages, whose homes may now belong to someone else.
+    if (row_dirty_[row] && s.prefilling && s.kv_len == s.q_len) {
+      pool_.tier().reset_row(backend_, s.slot);
+    }
+    row_dirty_[row] = true;
+  }
 }
 
 Status ModelRunner::enqueue_recorded(int32_t num_tokens, int32_t num_seqs, bool any_select) {
@@ -395,6 +436,8 @@ void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs,
   p.selected_rows = ctx.selected_rows;
   p.selection_just_written = any_select;  // else no kernel of this step writes the selection
   policy_.fill_attention(layer, p);
+  // Hierarchical KV: the pages this attention reads become resident (misses copied in) first.
+  if (pool_.tiered()) pool_.tier().retrieve(backend_, p, meta_i32(layout_.cache_rows));
   backend_.attention(p);
 
   backend_.linear(attn, w.o, delta);

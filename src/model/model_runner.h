@@ -43,6 +43,10 @@ class ModelRunner final : public StepExecutor {
   const RunnerConfig& config() const { return config_; }
   // Steps that ran by replaying a recording (see forward()).
   int64_t replayed_steps() const { return replayed_steps_; }
+  // Hierarchical KV tier: empties the device-cache partition of every row whose sequence has
+  // ended since it last ran (forward() does this first; tests call it to check the pools).
+  void release_finished_rows();
+  KvTierStats kv_tier_stats() const override;
 
  private:
   ModelRunner(const Model& model, const KvManager& kv, const KvPool& pool,
@@ -59,6 +63,8 @@ class ModelRunner final : public StepExecutor {
   // the second is recorded, later ones replay it.
   Status enqueue_recorded(int32_t num_tokens, int32_t num_seqs, bool any_select);
   void run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs, bool any_select);
+  // Tier: resets the partitions of ended rows and of rows a new sequence starts in this step.
+  void sync_tier(const StepInput& step);
 
   const Model& model_;
   const KvManager& kv_;
@@ -89,7 +95,7 @@ class ModelRunner final : public StepExecutor {
   std::vector<int32_t> seq_lens_;   // [T]
   struct MetaLayout {
     int64_t tokens = 0, q_indptr = 0, kv_lens = 0, ring_pages = 0, local_tokens = 0,
-            selected_rows = 0, select_rows = 0, retrieval_blocks = 0, streaming_blocks = 0,
+            selected_rows = 0, select_rows = 0, cache_rows = 0, retrieval_blocks = 0, streaming_blocks = 0,
             logit_rows = 0, cos = 0, sin = 0, end = 0;
   } layout_;
   // Byte offsets of every metadata array for a step of this size; allocate() sizes the buffers
@@ -108,6 +114,8 @@ class ModelRunner final : public StepExecutor {
   std::map<StepShape, int32_t> recorded_;
   int64_t recorded_epoch_ = 0;
   int64_t replayed_steps_ = 0;
+  KvTierCounters tier_counters_;  // as of the last step's end
+  std::vector<bool> row_dirty_;  // [kv max_seqs] the row's cache partition may hold pages
 };
 
 }  // namespace ls

@@ -1,6 +1,9 @@
 #include "model/model_stack.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
 
 #include "attention/policy_registry.h"
 #include "backend/backend_factory.h"
@@ -58,6 +61,73 @@ int64_t activation_bytes(const ModelConfig& c, int32_t tokens, int32_t rows, DTy
                             4 * c.num_key_value_heads() * c.head_dim() + 3 * c.intermediate_size();
   return dtype_nbytes(act, per_token * tokens) +
          static_cast<int64_t>(rows) * c.vocab_size() * (dtype_size(act) + 4);
+}
+
+// Free physical memory (the default host pool takes a share of it).
+int64_t free_ram_bytes() {
+  const long pages = sysconf(_SC_AVPHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
+
+// The hierarchical tier's sizes: host pool (homes) and the per-request cache partition.
+struct TierSizes {
+  KvTierConfig config;
+  int32_t retrieval_blocks = 0;
+};
+
+Result<TierSizes> size_tier(const KvGeometry& g, const ModelStackOptions& o, int32_t max_model_len,
+                            int32_t decode_pages_per_head) {
+  TierSizes t;
+  const int64_t page_bytes = g.page_bytes();
+  const int64_t home_block_bytes = 2 * static_cast<int64_t>(g.roles.num_retrieval()) * page_bytes;
+  const int64_t one_seq = (max_model_len + g.page_tokens - 1) / g.page_tokens;
+  int64_t host = o.host_kv_cache_bytes;
+  if (host == 0) {
+    const int64_t share = free_ram_bytes() / 2;
+    const int64_t want = static_cast<int64_t>(o.max_num_seqs) * one_seq * home_block_bytes;
+    host = std::min(share, want);
+    LS_LOG_INFO("--host-kv-cache-bytes not given: {:.1f} MB (half of the {:.1f} MB of free RAM, "
+                "capped at {:.1f} MB for {} sequences of {} tokens)",
+                static_cast<double>(host) / 1e6, static_cast<double>(free_ram_bytes()) / 1e6,
+                static_cast<double>(want) / 1e6, o.max_num_seqs, max_model_len);
+  }
+  const int64_t blocks = host / home_block_bytes;
+  if (blocks < one_seq) {
+    return resource_exhausted(
+        "the host KV pool of {:.1f} MB holds {} retrieval blocks, fewer than one sequence of "
+        "--max-model-len {} needs ({}); raise --host-kv-cache-bytes or lower --max-model-len",
+        static_cast<double>(host) / 1e6, std::max<int64_t>(0, blocks), max_model_len, one_seq);
+  }
+  t.retrieval_blocks = static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX / 2));
+
+  const int32_t layer_need = tier_slots_for_layer(g, max_model_len);
+  int64_t per_row = 0;
+  if (o.device_kv_cache_bytes > 0) {
+    per_row = o.device_kv_cache_bytes / (2 * page_bytes) / o.max_num_seqs;
+  } else {
+    const int64_t step_need = tier_slots_for_step(g, max_model_len, decode_pages_per_head);
+    per_row = std::max<int64_t>(
+        layer_need, static_cast<int64_t>(std::ceil(o.offload_buffer_ratio * static_cast<double>(step_need))));
+  }
+  // More slots than the request can ever have pages buys nothing.
+  per_row = std::min<int64_t>(per_row, one_seq * g.roles.num_retrieval());
+  if (per_row < layer_need) {
+    return resource_exhausted(
+        "the device KV cache gives each of --max-num-seqs {} requests {} head-pages, fewer than "
+        "one layer of a --max-model-len {} request needs ({}, {:.1f} MB for all requests); raise "
+        "--device-kv-cache-bytes or lower --max-model-len / --max-num-seqs",
+        o.max_num_seqs, per_row, max_model_len, layer_need,
+        static_cast<double>(int64_t{layer_need} * o.max_num_seqs * 2 * page_bytes) / 1e6);
+  }
+  t.config.enabled = true;
+  t.config.num_rows = o.max_num_seqs;
+  t.config.slots_per_row = static_cast<int32_t>(std::min<int64_t>(per_row, INT32_MAX / 2 / o.max_num_seqs));
+  t.config.replacement = o.kv_plain_lru ? KvReplacement::kPlainLru : KvReplacement::kBucketedLru;
+  t.config.bucket_ticks = std::max(1, g.num_layers);
+  t.config.num_buckets = 64;
+  LS_RETURN_IF_ERROR(t.config.validate());
+  return t;
 }
 
 }  // namespace
@@ -122,9 +192,35 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
       }
     }
   }
-  LS_ASSIGN_OR_RETURN(PoolSizes sizes, size_pools(g, o, stack->max_model_len, budget));
-  LS_ASSIGN_OR_RETURN(KvPool pool, KvPool::create(g, backend, sizes.retrieval_blocks,
-                                                  sizes.streaming_blocks));
+  KvTierConfig tier;
+  PoolSizes sizes;
+  if (o.kv_offload && g.roles.num_retrieval() > 0) {
+    LS_ASSIGN_OR_RETURN(TierSizes t, size_tier(g, o, stack->max_model_len,
+                                               stack->policy->decode_pages_per_head()));
+    tier = t.config;
+    sizes.retrieval_blocks = t.retrieval_blocks;
+    sizes.streaming_blocks = streaming_blocks_for(g, o.max_num_seqs);
+  } else {
+    if (o.kv_offload) LS_LOG_INFO("--kv-offload on: {} has no retrieval heads, nothing to offload",
+                                  stack->policy->name());
+    LS_ASSIGN_OR_RETURN(sizes, size_pools(g, o, stack->max_model_len, budget));
+  }
+  Result<KvPool> created = KvPool::create(g, backend, sizes.retrieval_blocks,
+                                          sizes.streaming_blocks, tier);
+  // A host pool that cannot be pinned whole (locked-memory limits, fragmentation) shrinks by
+  // halves, with a warning, while it still holds one sequence of max_model_len; never silently.
+  const int32_t one_seq = (stack->max_model_len + g.page_tokens - 1) / g.page_tokens;
+  while (tier.enabled && !created.ok() &&
+         created.status().code() == StatusCode::kResourceExhausted &&
+         sizes.retrieval_blocks / 2 >= one_seq) {
+    LS_LOG_WARN("KV offload: allocating the {:.1f} MB host KV pool failed ({}); trying half",
+                static_cast<double>(int64_t{sizes.retrieval_blocks} * 2 * g.roles.num_retrieval() *
+                                    g.page_bytes()) / 1e6,
+                created.status().message());
+    sizes.retrieval_blocks /= 2;
+    created = KvPool::create(g, backend, sizes.retrieval_blocks, sizes.streaming_blocks, tier);
+  }
+  LS_ASSIGN_OR_RETURN(KvPool pool, std::move(created));
   stack->pool = std::make_unique<KvPool>(std::move(pool));
   stack->kv = std::make_unique<KvManager>(g, sizes.retrieval_blocks, sizes.streaming_blocks,
                                           o.max_num_seqs);
@@ -144,6 +240,15 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
       stack->policy->name(), g.roles.num_retrieval(), g.roles.num_streaming(), g.page_tokens,
       g.logical_page_tokens, static_cast<double>(stack->pool->bytes()) / 1e6,
       sizes.retrieval_blocks, sizes.streaming_blocks, stack->max_model_len);
+  if (stack->pool->tiered()) {
+    LS_LOG_INFO("KV offload on: host pool {:.1f} MB ({}), device page cache {} head-pages per "
+                "request x {} requests ({:.1f} MB), {} LRU",
+                static_cast<double>(stack->pool->host_bytes()) / 1e6,
+                backend.device() == Device::kCpu ? "host RAM" : "pinned", tier.slots_per_row,
+                tier.num_rows,
+                static_cast<double>(int64_t{tier.num_cache_slots()} * 2 * g.page_bytes()) / 1e6,
+                o.kv_plain_lru ? "plain" : "bucketed");
+  }
   return stack;
 }
 

@@ -21,6 +21,13 @@ struct ModelStackOptions {
   int64_t kv_cache_bytes = 0;      // 0: automatic
   double gpu_memory_utilization = 0.9;
   bool record_decode_steps = true;  // replay decode steps as recorded graphs where the backend can
+  // Hierarchical KV memory (docs/hierarchical-kv.md): retrieval heads' pages in host memory with a
+  // device page cache partitioned per request.
+  bool kv_offload = false;
+  int64_t host_kv_cache_bytes = 0;    // the homes; 0: a share of free RAM (capped at what fits)
+  int64_t device_kv_cache_bytes = 0;  // the page cache; 0: from offload_buffer_ratio
+  double offload_buffer_ratio = 4.0;  // auto cache per request: this many decode steps' pages
+  bool kv_plain_lru = false;          // plain LRU instead of Spin's bucketed LRU
 };
 
 }  // namespace ls

@@ -10,9 +10,20 @@
 
 namespace ls {
 
+// The hierarchical KV tier's state for metrics (docs/hierarchical-kv.md); all zero when it is off.
+struct KvTierStats {
+  bool enabled = false;
+  int64_t host_bytes = 0;          // the host pool (pinned on GPU backends)
+  int64_t device_cache_bytes = 0;  // the device page cache (K + V slots)
+  int64_t hits = 0;                // mandatory pages found resident, since start
+  int64_t misses = 0;              // pages copied from host homes, since start
+  int64_t bytes_retrieved = 0;     // host-to-device bytes those copies moved
+};
+
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
+  virtual KvTierStats kv_tier_stats() const { return {}; }
   // Appends the step's K/V, runs the layers and returns `logits` [logit_rows, vocab] f32 (host).
   virtual Status forward(const StepInput& step, std::vector<float>& logits) = 0;
   virtual int32_t vocab_size() const = 0;

@@ -30,6 +30,25 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
                "CUDA: run decode steps op by op instead of replaying recorded CUDA graphs");
   app.add_option("--engine-seed", c.seed, "Engine seed (requests without a seed draw from it)")
       ->capture_default_str();
+  app.add_option("--kv-offload", c.kv_offload,
+                 "on|off: keep retrieval heads' KV in host memory with a device page cache "
+                 "(docs/hierarchical-kv.md)")
+      ->capture_default_str();
+  app.add_option("--host-kv-cache-bytes", c.host_kv_cache_bytes,
+                 "Host KV pool with --kv-offload on (0: half of free RAM, capped at what "
+                 "--max-num-seqs x --max-model-len can use; printed at start-up)")
+      ->capture_default_str();
+  app.add_option("--device-kv-cache-bytes", c.device_kv_cache_bytes,
+                 "Device page cache with --kv-offload on, split evenly per request (0: from "
+                 "--offload-buffer-ratio)")
+      ->capture_default_str();
+  app.add_option("--offload-buffer-ratio", c.offload_buffer_ratio,
+                 "Automatic device page cache per request, in decode steps' worth of selected "
+                 "pages (at least one layer of a --max-model-len request)")
+      ->capture_default_str();
+  app.add_option("--kv-cache-replacement", c.kv_cache_replacement,
+                 "Device page cache replacement: bucketed-lru (Spin) or lru")
+      ->capture_default_str();
   AttentionConfig& a = c.attention;
   app.add_option("--attention", a.policy, "Attention policy: dense, streaming, quest or lserve")
       ->capture_default_str();

@@ -17,6 +17,7 @@
 #include "kernels/cpu/kv_append.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/page_copy.h"
+#include "kernels/cpu/page_residency.h"
 #include "kernels/cpu/page_select.h"
 #include "kernels/cpu/page_summary.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -330,6 +331,16 @@ void CpuBackend::page_select(const kernels::PageSelectParams& params) {
 
 void CpuBackend::copy_pages(const kernels::PageCopyParams& params) {
   Status status = kernels::cpu::page_copy(params, pool_);
+  if (!status.ok() && error_.ok()) error_ = std::move(status);
+}
+
+void CpuBackend::page_residency(const kernels::PageResidencyParams& params) {
+  Status status = kernels::cpu::page_residency(params, pool_);
+  if (!status.ok() && error_.ok()) error_ = std::move(status);
+}
+
+void CpuBackend::page_residency_reset(const kernels::ResidencyResetParams& params) {
+  Status status = kernels::cpu::page_residency_reset(params);
   if (!status.ok() && error_.ok()) error_ = std::move(status);
 }
 

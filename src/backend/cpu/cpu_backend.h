@@ -49,6 +49,8 @@ class CpuBackend final : public Backend {
   void page_select(const kernels::PageSelectParams& params) override;
   void attention(const kernels::AttentionParams& params) override;
   void copy_pages(const kernels::PageCopyParams& params) override;
+  void page_residency(const kernels::PageResidencyParams& params) override;
+  void page_residency_reset(const kernels::ResidencyResetParams& params) override;
 
   // x += residual; out = rmsnorm(x) * w. x, residual, out: [R, D] f32 (out may alias x);
   // w: [D] f32.

@@ -108,6 +108,8 @@ class CudaBackend final : public Backend {
   // warning). The fallbacks are tested through it.
   enum class HostPinning : uint8_t { kAlloc, kRegister, kNone };
   void set_host_pinning(HostPinning pinning) { host_pinning_ = pinning; }
+  void page_residency(const kernels::PageResidencyParams& params) override;
+  void page_residency_reset(const kernels::ResidencyResetParams& params) override;
 
   // x += residual (stored in x); out = rmsnorm(x) * w. x, residual, out: [R, D] act dtype (out
   // may alias x); w: [D] f32.

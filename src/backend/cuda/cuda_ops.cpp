@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/page_residency.h"
 #include "kernels/cuda/paged_ops.h"
 #include "kernels/cuda/qkv_split.h"
 
@@ -269,6 +270,14 @@ void CudaBackend::attention(const kernels::AttentionParams& params) {
   }
   report(kc::paged_attention(params, *ws, workspace_bytes_, num_sms_, stream_, attention_options_),
          "attention");
+}
+
+void CudaBackend::page_residency(const kernels::PageResidencyParams& params) {
+  report(kc::page_residency(params, stream_), "page_residency");
+}
+
+void CudaBackend::page_residency_reset(const kernels::ResidencyResetParams& params) {
+  report(kc::page_residency_reset(params, stream_), "page_residency_reset");
 }
 
 }  // namespace ls

@@ -21,7 +21,11 @@ void push_page(const PageSource& src, int32_t logical_page, int32_t table_index,
   if (block < 0 || block >= src.pool->num_blocks) return;
   const int32_t pt = src.pool->page_tokens;
   PageVisit v;
-  v.head_page = static_cast<int64_t>(block) * src.pool->heads_per_block + src.slot;
+  // A tiered pool's page is read from its device cache slot; one that is not resident is
+  // skipped, never read from stale memory (the residency op runs first).
+  v.head_page = storage_page(
+      *src.pool, static_cast<int64_t>(block) * src.pool->heads_per_block + src.slot);
+  if (v.head_page < 0) return;
   v.first_pos = logical_page * pt;
   v.num_tokens = std::min(pt, src.kv_len - v.first_pos);
   if (v.num_tokens > 0) pages.push_back(v);

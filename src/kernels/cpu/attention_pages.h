@@ -12,7 +12,8 @@ namespace ls::kernels::cpu {
 
 // One head-page a query block visits.
 struct PageVisit {
-  int64_t head_page = 0;   // index into the pool's [num_head_pages, page_tokens, head_dim]
+  int64_t head_page = 0;   // index into the pool's k/v: [num_head_pages, page_tokens, head_dim],
+                           //   or a cache slot of a tiered pool (storage_page)
   int32_t first_pos = 0;   // absolute position of the page's first token
   int32_t num_tokens = 0;  // tokens present (the last page may be partial)
 };

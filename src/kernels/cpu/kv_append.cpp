@@ -47,7 +47,8 @@ void kv_append(const KvAppendParams& p, ThreadPool& pool) {
       if (first_pos < 0) continue;  // inconsistent lengths: write nothing
       const bool streaming = p.head_mode[g] == static_cast<int32_t>(HeadMode::kStreaming);
       const PagedKvPool& pool_g = streaming ? p.streaming : p.retrieval;
-      if (pool_g.page_tokens <= 0 || pool_g.head_dim != p.head_dim || !pool_g.k || !pool_g.v)
+      if (pool_g.page_tokens <= 0 || pool_g.head_dim != p.head_dim || !pool_g.k || !pool_g.v ||
+          (pool_g.page_slot && (!pool_g.home_k || !pool_g.home_v)))
         continue;
       const int32_t slot = p.head_slot[g];
       if (slot < 0 || slot >= pool_g.heads_per_block) continue;
@@ -71,13 +72,30 @@ void kv_append(const KvAppendParams& p, ThreadPool& pool) {
         const int32_t block = table[static_cast<int64_t>(s) * stride + table_index];
         if (block < 0 || block >= pool_g.num_blocks) continue;
         const int64_t head_page = static_cast<int64_t>(block) * pool_g.heads_per_block + slot;
-        const int64_t offset = head_page * page_bytes + (pos % pt) * dst_row_bytes;
+        const int64_t row_offset = (pos % pt) * dst_row_bytes;
         const int64_t src_offset =
             ((q_begin + t) * static_cast<int64_t>(p.num_kv_heads) + g) * src_row_bytes;
-        copy_row(k_src + src_offset, p.src_dtype, static_cast<char*>(pool_g.k) + offset,
-                 pool_g.dtype, d, tmp.data());
-        copy_row(v_src + src_offset, p.src_dtype, static_cast<char*>(pool_g.v) + offset,
-                 pool_g.dtype, d, tmp.data());
+        // Untiered: the page itself. Tiered: write-through to the home and, when the head-page
+        // is resident, to its cache slot, so a slot never differs from its home.
+        void* dst_k = pool_g.page_slot ? pool_g.home_k : pool_g.k;
+        void* dst_v = pool_g.page_slot ? pool_g.home_v : pool_g.v;
+        const int64_t offset = head_page * page_bytes + row_offset;
+        copy_row(k_src + src_offset, p.src_dtype, static_cast<char*>(dst_k) + offset, pool_g.dtype,
+                 d, tmp.data());
+        copy_row(v_src + src_offset, p.src_dtype, static_cast<char*>(dst_v) + offset, pool_g.dtype,
+                 d, tmp.data());
+        if (pool_g.page_slot) {
+          const int32_t cache_slot = pool_g.page_slot[head_page];
+          if (cache_slot >= 0 && cache_slot < pool_g.num_cache_slots) {
+            const int64_t cache_offset = cache_slot * page_bytes + row_offset;
+            std::memcpy(static_cast<char*>(pool_g.k) + cache_offset,
+                        static_cast<const char*>(dst_k) + offset,
+                        static_cast<size_t>(dst_row_bytes));
+            std::memcpy(static_cast<char*>(pool_g.v) + cache_offset,
+                        static_cast<const char*>(dst_v) + offset,
+                        static_cast<size_t>(dst_row_bytes));
+          }
+        }
       }
     }
   });

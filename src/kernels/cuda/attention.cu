@@ -401,6 +401,9 @@ bool pool_rows_fit(const PagedKvPool& pool) {
   if (!pool.k || pool.num_blocks <= 0 || pool.heads_per_block <= 0 || pool.page_tokens <= 0) {
     return true;
   }
+  if (pool.page_slot != nullptr && int64_t{pool.num_cache_slots} > INT32_MAX / pool.page_tokens) {
+    return false;  // tiered: rows index the cache
+  }
   return int64_t{pool.num_blocks} * pool.heads_per_block <= INT32_MAX / pool.page_tokens;
 }
 

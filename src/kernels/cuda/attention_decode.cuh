@@ -176,8 +176,15 @@ __device__ __forceinline__ PendingRow fetch_row(const HeadView& hv, const Span& 
 __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const PendingRow& pr) {
   PoolRow kr;
   if (pr.position < 0 || pr.block < 0 || pr.block >= hv.num_blocks) return kr;
+  int32_t page = pr.block * hv.heads_per_block + hv.slot;
+  if (hv.page_slot != nullptr) {
+    // Tiered pool: the cache slot (uniform branch; null page_slot is the untiered pool, and the
+    // host bounds home and cache pages below 2^31 rows alike). A page not resident is not read.
+    page = hv.page_slot[page];
+    if (page < 0) return kr;
+  }
   kr.position = pr.position;
-  kr.row = (pr.block * hv.heads_per_block + hv.slot) * hv.page_tokens + pr.in_page;
+  kr.row = page * hv.page_tokens + pr.in_page;
   return kr;
 }
 

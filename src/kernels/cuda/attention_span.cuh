@@ -30,8 +30,9 @@ struct HeadView {
   int32_t heads_per_block = 0;
   int32_t slot = 0;
   int32_t num_blocks = 0;
-  const void* k = nullptr;  // pool base, [head_pages, page_tokens, head_dim]
+  const void* k = nullptr;  // pool base, [head_pages, page_tokens, head_dim] (tiered: cache slots)
   const void* v = nullptr;
+  const int32_t* page_slot = nullptr;  // tiered pool: cache slot of each head-page; null: untiered
   const int32_t* table_row = nullptr;  // this sequence's block-table row
   int32_t table_len = 0;
   int32_t kv_len = 0;
@@ -83,6 +84,7 @@ __device__ inline bool resolve_head(const AttentionParams& p, int32_t seq, int32
   hv.num_blocks = pool.num_blocks;
   hv.k = pool.k;
   hv.v = pool.v;
+  hv.page_slot = pool.page_slot;
   hv.kv_len = hs.kv_len;
   hv.table_len = hv.streaming ? p.streaming_blocks_stride : p.retrieval_blocks_stride;
   const int32_t* table = hv.streaming ? p.streaming_blocks : p.retrieval_blocks;
@@ -236,8 +238,13 @@ __device__ inline KeyRow locate_row(const HeadView& hv, const Span& sp, const in
   if (t < 0 || t >= hv.table_len) return kr;
   const int32_t block = hv.table_row[t];
   if (block < 0 || block >= hv.num_blocks) return kr;
+  int64_t page = static_cast<int64_t>(block) * hv.heads_per_block + hv.slot;
+  if (hv.page_slot != nullptr) {  // tiered: read the cache slot; a page not resident is not read
+    page = hv.page_slot[page];
+    if (page < 0) return kr;
+  }
   kr.position = static_cast<int32_t>(pos);
-  kr.offset = ((static_cast<int64_t>(block) * hv.heads_per_block + hv.slot) * pt + off) * head_dim;
+  kr.offset = (page * pt + off) * head_dim;
   return kr;
 }
 

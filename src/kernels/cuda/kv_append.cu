@@ -88,24 +88,36 @@ __device__ __forceinline__ void append_item(const KvAppendParams& p, int filter,
   const int32_t block = table[static_cast<int64_t>(s) * stride + table_index];
   if (block < 0 || block >= pool.num_blocks) return;
   const int64_t head_page = static_cast<int64_t>(block) * pool.heads_per_block + slot;
+  // Tiered retrieval pool (paged_kv.h): write-through to the home (pinned host memory, through
+  // UVA) and, when the head-page is resident, to its cache slot. Untiered: the page itself.
+  const bool tiered = pool.page_slot != nullptr;
   const int64_t dst_row = (head_page * pt + pos % pt) * p.head_dim;
-  if (cached) {
-    Td* dk = static_cast<Td*>(pool.k) + dst_row;
-    Td* dv = static_cast<Td*>(pool.v) + dst_row;
-#pragma unroll
-    for (int c = 0; c < kCachedVecs; ++c) {
-      const int e = (lane + 32 * c) * kV;
-      if (e < p.head_dim) {
-        *reinterpret_cast<uint4*>(dk + e) = kbuf[c];
-        *reinterpret_cast<uint4*>(dv + e) = vbuf[c];
-      }
+  int64_t cache_row = -1;
+  if (tiered) {
+    const int32_t cache_slot = pool.page_slot[head_page];
+    if (cache_slot >= 0 && cache_slot < pool.num_cache_slots) {
+      cache_row = (static_cast<int64_t>(cache_slot) * pt + pos % pt) * p.head_dim;
     }
-    return;
   }
-  copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.k) + src_row, static_cast<Td*>(pool.k) + dst_row,
-                         p.head_dim, lane);
-  copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.v) + src_row, static_cast<Td*>(pool.v) + dst_row,
-                         p.head_dim, lane);
+  Td* base_k = static_cast<Td*>(tiered ? pool.home_k : pool.k);
+  Td* base_v = static_cast<Td*>(tiered ? pool.home_v : pool.v);
+  for (int copy = 0; copy < (cache_row >= 0 ? 2 : 1); ++copy) {
+    Td* dk = (copy == 0 ? base_k + dst_row : static_cast<Td*>(pool.k) + cache_row);
+    Td* dv = (copy == 0 ? base_v + dst_row : static_cast<Td*>(pool.v) + cache_row);
+    if (cached) {
+#pragma unroll
+      for (int c = 0; c < kCachedVecs; ++c) {
+        const int e = (lane + 32 * c) * kV;
+        if (e < p.head_dim) {
+          *reinterpret_cast<uint4*>(dk + e) = kbuf[c];
+          *reinterpret_cast<uint4*>(dv + e) = vbuf[c];
+        }
+      }
+      continue;
+    }
+    copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.k) + src_row, dk, p.head_dim, lane);
+    copy_row<Ts, Td, kVec>(static_cast<const Ts*>(p.v) + src_row, dv, p.head_dim, lane);
+  }
 }
 
 // Blocks [0, append_blocks) append; with Tm non-void (the summary element type) the blocks past
@@ -142,7 +154,9 @@ Status launch_typed(const KvAppendParams& p, const SummaryUpdateParams& su, int 
   const unsigned append_blocks = grid_for(warps, kWarpsPerBlock);
   const unsigned blocks =
       append_blocks + (std::is_void_v<Tm> ? 0 : grid_for(warps, kWarpsPerBlock));
-  const bool r_aligned = aligned16(p.retrieval.k) && aligned16(p.retrieval.v);
+  const bool r_aligned = aligned16(p.retrieval.k) && aligned16(p.retrieval.v) &&
+                         (!p.retrieval.page_slot ||
+                          (aligned16(p.retrieval.home_k) && aligned16(p.retrieval.home_v)));
   const bool s_aligned = aligned16(p.streaming.k) && aligned16(p.streaming.v);
   const bool vec = std::is_same_v<Ts, Td> && p.head_dim % kVecElems<Ts> == 0 && aligned16(p.k) &&
                    aligned16(p.v) && (filter == kStreamingOnly || r_aligned) &&
@@ -181,6 +195,9 @@ Status kv_append(const KvAppendParams& p, cudaStream_t stream) {
     return invalid_argument("kv_append: null array in params");
   }
   const bool has_r = p.retrieval.k != nullptr, has_s = p.streaming.k != nullptr;
+  if (has_r && p.retrieval.page_slot && (!p.retrieval.home_k || !p.retrieval.home_v)) {
+    return invalid_argument("kv_append: a tiered retrieval pool without its homes");
+  }
   if ((has_r && !p.retrieval_blocks) || (has_s && (!p.streaming_blocks || !p.ring_pages))) {
     return invalid_argument("kv_append: a pool without its block table (or rings)");
   }

@@ -1,0 +1,160 @@
+#include "kv/kv_cache_tier.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/page_residency.h"
+
+namespace ls {
+
+namespace {
+
+constexpr int64_t kCountOffset = 0;
+constexpr int64_t kErrorOffset = 4;
+constexpr int64_t kCountersOffset = 8;
+constexpr int64_t kSmallBytes = 24;
+
+Result<Buffer> filled(Backend& backend, int64_t count, int32_t value) {
+  LS_ASSIGN_OR_RETURN(Buffer b, backend.allocate(std::max<int64_t>(4, count * 4)));
+  const std::vector<int32_t> host(static_cast<size_t>(std::max<int64_t>(1, count)), value);
+  backend.copy_bytes(b.data(), host.data(), b.bytes());
+  return b;
+}
+
+}  // namespace
+
+Result<KvCacheTier> KvCacheTier::create(const KvGeometry& g, Backend& backend,
+                                        int64_t num_home_pages, const KvTierConfig& config) {
+  LS_RETURN_IF_ERROR(config.validate());
+  if (!config.enabled) return invalid_argument("KvCacheTier::create with the tier off");
+  KvCacheTier t;
+  t.config_ = config;
+  t.num_home_pages_ = num_home_pages;
+  t.page_bytes_ = g.page_bytes();
+  const int64_t slots = config.num_cache_slots();
+  LS_ASSIGN_OR_RETURN(t.cache_k_, backend.allocate_zeroed(slots * t.page_bytes_));
+  LS_ASSIGN_OR_RETURN(t.cache_v_, backend.allocate_zeroed(slots * t.page_bytes_));
+  LS_ASSIGN_OR_RETURN(t.page_slot_, filled(backend, num_home_pages, -1));
+  LS_ASSIGN_OR_RETURN(t.slot_page_, filled(backend, slots, -1));
+  LS_ASSIGN_OR_RETURN(t.slot_stamp_, filled(backend, slots, 0));
+  LS_ASSIGN_OR_RETURN(t.row_clock_, filled(backend, config.num_rows, 0));
+  LS_ASSIGN_OR_RETURN(t.copy_src_, filled(backend, slots, 0));
+  LS_ASSIGN_OR_RETURN(t.copy_dst_, filled(backend, slots, 0));
+  LS_ASSIGN_OR_RETURN(t.scratch_, filled(backend, slots, 0));
+  LS_ASSIGN_OR_RETURN(t.small_, backend.allocate(kSmallBytes));
+  backend.fill_zero(t.small_.data(), kSmallBytes);
+  backend.synchronize();
+  return t;
+}
+
+int64_t KvCacheTier::bytes() const {
+  return cache_k_.bytes() + cache_v_.bytes() + page_slot_.bytes() + slot_page_.bytes() +
+         slot_stamp_.bytes() + row_clock_.bytes() + copy_src_.bytes() + copy_dst_.bytes() +
+         scratch_.bytes() + small_.bytes();
+}
+
+kernels::PagedKvPool KvCacheTier::tiered_view(const kernels::PagedKvPool& homes) const {
+  kernels::PagedKvPool v = homes;
+  v.home_k = homes.k;
+  v.home_v = homes.v;
+  v.k = cache_k_.data();
+  v.v = cache_v_.data();
+  v.page_slot = page_slot_.as<int32_t>();
+  v.num_cache_slots = config_.num_cache_slots();
+  return v;
+}
+
+void KvCacheTier::retrieve(Backend& backend, const kernels::AttentionParams& a,
+                           const int32_t* cache_rows) const {
+  kernels::PageResidencyParams r = kernels::residency_of(a);
+  r.cache_rows = cache_rows;
+  r.slots_per_row = config_.slots_per_row;
+  r.num_cache_slots = config_.num_cache_slots();
+  r.page_slot = page_slot_.as<int32_t>();
+  r.slot_page = slot_page_.as<int32_t>();
+  r.slot_stamp = slot_stamp_.as<int32_t>();
+  r.row_clock = row_clock_.as<int32_t>();
+  r.replacement = config_.replacement == KvReplacement::kPlainLru
+                      ? kernels::Replacement::kPlainLru
+                      : kernels::Replacement::kBucketedLru;
+  r.bucket_ticks = config_.bucket_ticks;
+  r.num_buckets = config_.num_buckets;
+  r.copy_src = copy_src_.as<int32_t>();
+  r.copy_dst = copy_dst_.as<int32_t>();
+  auto* small = static_cast<char*>(small_.data());
+  r.copy_count = reinterpret_cast<int32_t*>(small + kCountOffset);
+  r.max_copies = config_.num_cache_slots();
+  r.error = reinterpret_cast<int32_t*>(small + kErrorOffset);
+  r.counters = reinterpret_cast<int64_t*>(small + kCountersOffset);
+  r.scratch = scratch_.as<int32_t>();
+  backend.page_residency(r);
+
+  kernels::PageCopyParams c;
+  c.src[0] = a.retrieval.home_k;
+  c.src[1] = a.retrieval.home_v;
+  c.dst[0] = a.retrieval.k;
+  c.dst[1] = a.retrieval.v;
+  c.num_arrays = 2;
+  c.page_bytes = page_bytes_;
+  c.src_stride_bytes = page_bytes_;
+  c.dst_stride_bytes = page_bytes_;
+  c.src_pages = r.copy_src;
+  c.dst_pages = r.copy_dst;
+  c.num_pages_device = r.copy_count;
+  c.max_pages = r.max_copies;
+  c.method = kernels::PageCopyMethod::kGatherKernel;
+  backend.copy_pages(c);
+}
+
+void KvCacheTier::reset_row(Backend& backend, int32_t row) const {
+  kernels::ResidencyResetParams r;
+  r.row = row;
+  r.slots_per_row = config_.slots_per_row;
+  r.page_slot = page_slot_.as<int32_t>();
+  r.slot_page = slot_page_.as<int32_t>();
+  r.slot_stamp = slot_stamp_.as<int32_t>();
+  r.row_clock = row_clock_.as<int32_t>();
+  backend.page_residency_reset(r);
+}
+
+Status KvCacheTier::finish_step(Backend& backend, KvTierCounters& counters) const {
+  int64_t host[3] = {0, 0, 0};  // [count | error], hits, misses
+  backend.copy_bytes(host, small_.data(), kSmallBytes);
+  backend.synchronize();
+  counters.hits = host[1];
+  counters.misses = host[2];
+  int32_t error = 0;
+  std::memcpy(&error, reinterpret_cast<const char*>(host) + kErrorOffset, 4);
+  if (error == 0) return {};
+  const int32_t zero = 0;
+  backend.copy_bytes(static_cast<char*>(small_.data()) + kErrorOffset, &zero, 4);
+  backend.synchronize();
+  return resource_exhausted(
+      "device KV cache overflow: a request's pages for one layer exceed its {} cache slots; raise "
+      "--device-kv-cache-bytes",
+      config_.slots_per_row);
+}
+
+KvTierCounters KvCacheTier::counters(Backend& backend) const {
+  int64_t host[2] = {0, 0};
+  backend.copy_bytes(host, static_cast<char*>(small_.data()) + kCountersOffset, 16);
+  backend.synchronize();
+  return KvTierCounters{host[0], host[1]};
+}
+
+std::vector<int32_t> KvCacheTier::page_slots(Backend& backend) const {
+  std::vector<int32_t> host(static_cast<size_t>(num_home_pages_));
+  if (!host.empty()) backend.copy_bytes(host.data(), page_slot_.data(), num_home_pages_ * 4);
+  backend.synchronize();
+  return host;
+}
+
+std::vector<int32_t> KvCacheTier::slot_pages(Backend& backend) const {
+  std::vector<int32_t> host(static_cast<size_t>(config_.num_cache_slots()));
+  if (!host.empty()) backend.copy_bytes(host.data(), slot_page_.data(), config_.num_cache_slots() * 4);
+  backend.synchronize();
+  return host;
+}
+
+}  // namespace ls
