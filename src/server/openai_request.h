@@ -43,6 +43,9 @@ struct RequestContext {
   const ChatTemplate* chat_template = nullptr;  // null: chat requests are rejected
   std::string served_model_name;
   int32_t max_n = 128;  // largest accepted "n"
+  // Text prompts longer than this many bytes are refused before tokenizing, since they cannot
+  // fit the context (see Server::create); 0: no such check.
+  int64_t max_prompt_bytes = 0;
 };
 
 // Errors: kInvalidArgument (→ 400) for bad fields and too-long prompts, kNotFound (→ 404) for a
