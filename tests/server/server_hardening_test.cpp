@@ -281,5 +281,38 @@ TEST(ServerHardening, GracefulStopFinishesStreamsAndRefusesNewWork) {
   EXPECT_TRUE(!late.connected() || late.wait_closed(1s));
 }
 
+
+TEST(ServerHardening, BestOfMustEqualNAsInVllmV1) {
+  TestServer server;
+  auto client = server.client();
+  auto body = [&](Json extra) {
+    Json b = {{"model", server.model_name()}, {"prompt", "Hello world"}, {"max_tokens", 2}};
+    b.update(extra);
+    return b.dump();
+  };
+  EXPECT_EQ(post_json(*client, "/v1/completions", body({{"best_of", 1}})).first, 200);
+  EXPECT_EQ(post_json(*client, "/v1/completions", body({{"best_of", 2}, {"n", 2}})).first, 200);
+  const auto [status, text] = post_json(*client, "/v1/completions", body({{"best_of", 3}}));
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(Json::parse(text)["error"]["message"].get<std::string>().find("best_of"),
+            std::string::npos);
+  EXPECT_EQ(post_json(*client, "/v1/completions", body({{"best_of", 0}})).first, 400);
+}
+
+TEST(ServerHardening, PromptsPastTheContextByBytesAreRefusedBeforeTokenizing) {
+  TestServer server;  // max_model_len 256
+  auto client = server.client();
+  std::string prompt(4u << 20, 'a');
+  for (size_t i = 1; i < prompt.size(); i += 3) prompt[i] = ' ';
+  const auto [status, text] = post_json(
+      *client, "/v1/completions",
+      Json{{"model", server.model_name()}, {"prompt", prompt}, {"max_tokens", 2}}.dump());
+  EXPECT_EQ(status, 400);
+  const std::string message = Json::parse(text)["error"]["message"];
+  EXPECT_NE(message.find("maximum context length is 256 tokens"), std::string::npos) << message;
+  EXPECT_NE(message.find("4194304 bytes"), std::string::npos) << message;
+  EXPECT_TRUE(server.engine().submitted().empty());
+}
+
 }  // namespace
 }  // namespace ls::testing
