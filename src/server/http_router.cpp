@@ -10,11 +10,13 @@ bool HttpRouter::dispatch(HttpRequest& req, HttpResponse& res) const {
   std::string allow;
   for (const Route& route : routes_) {
     if (route.path != req.path) continue;
-    if (route.method == req.method) {
+    // HEAD runs the GET handler; the transport sends its head without the body.
+    if (route.method == req.method || (req.method == "HEAD" && route.method == "GET")) {
       route.handler(req, res);
       return true;
     }
     allow += allow.empty() ? route.method : ", " + route.method;
+    if (route.method == "GET") allow += ", HEAD";
   }
   if (allow.empty()) {
     res.status = 404;

@@ -1,6 +1,7 @@
 #pragma once
 // Method + exact path → handler. An unknown path gets 404; a known path with another method gets
-// 405 and an Allow header (vLLM answers GET /v1/completions with 405 too).
+// 405 and an Allow header (vLLM answers GET /v1/completions with 405 too). HEAD is served by
+// the GET route, as Starlette (vLLM's server) does.
 
 #include <functional>
 #include <string>

@@ -95,7 +95,7 @@ struct HttpTransport::State {
   // Workers.
   void worker_loop();
   bool serve(Conn& conn);  // true: keep the connection open for its next request
-  bool write_response(int fd, HttpResponse& res, bool keep_alive);
+  bool write_response(int fd, HttpResponse& res, bool keep_alive, bool head_only);
   void release(std::unique_ptr<Conn> conn, bool keep);
 };
 
@@ -456,6 +456,7 @@ bool HttpTransport::State::serve(Conn& conn) {
     HttpResponse res;
     bool keep = false;
     bool bad_input = false;
+    bool head_only = false;
     if (conn.early) {
       res = std::move(*conn.early);
       conn.early.reset();
@@ -468,6 +469,7 @@ bool HttpTransport::State::serve(Conn& conn) {
       const int fd = conn.fd;
       req.client_gone = [fd] { return peer_closed(fd); };
       ++conn.requests;
+      head_only = req.method == "HEAD";
       keep = req.keep_alive && conn.requests < config.keep_alive_max_requests && !draining;
       try {
         hooks.handle(req, res);
@@ -481,7 +483,7 @@ bool HttpTransport::State::serve(Conn& conn) {
       }
       if (res.close_connection) keep = false;
     }
-    const bool written = write_response(conn.fd, res, keep);
+    const bool written = write_response(conn.fd, res, keep, head_only);
     if (bad_input && written) {
       // The rest of the request may still be arriving: end our side, then read and drop a
       // bounded amount, so closing does not reset the connection before the client has read
@@ -516,8 +518,17 @@ bool HttpTransport::State::serve(Conn& conn) {
   }
 }
 
-bool HttpTransport::State::write_response(int fd, HttpResponse& res, bool keep_alive) {
+bool HttpTransport::State::write_response(int fd, HttpResponse& res, bool keep_alive,
+                                          bool head_only) {
   const Clock::time_point deadline = Clock::now() + config.write_timeout;
+  if (head_only) {
+    const bool ok = send_all(
+        fd, serialize_response_head(res, res.stream ? -1 : static_cast<int64_t>(res.body.size()),
+                                    keep_alive),
+        deadline);
+    if (res.on_stream_end) res.on_stream_end(false);
+    return ok;
+  }
   if (!res.stream) {
     std::string head =
         serialize_response_head(res, static_cast<int64_t>(res.body.size()), keep_alive);

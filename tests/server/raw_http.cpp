@@ -100,7 +100,8 @@ bool RawClient::wait_closed(std::chrono::milliseconds timeout) {
   return eof_;
 }
 
-std::optional<RawResponse> RawClient::read_response(std::chrono::milliseconds timeout) {
+std::optional<RawResponse> RawClient::read_response(std::chrono::milliseconds timeout,
+                                                    bool head_only) {
   const auto deadline = Clock::now() + timeout;
   size_t head_end;
   while ((head_end = buf_.find("\r\n\r\n")) == std::string::npos) {
@@ -124,6 +125,7 @@ std::optional<RawResponse> RawClient::read_response(std::chrono::milliseconds ti
     res.headers.emplace_back(line.substr(0, colon), line.substr(v));
   }
   buf_.erase(0, head_end + 4);
+  if (head_only) return res;
   if (iequal(res.header("Transfer-Encoding"), "chunked")) {
     while (true) {
       size_t line_end;

@@ -32,7 +32,9 @@ class RawClient {
   // Sends all bytes; false if the connection was closed or reset.
   bool send(std::string_view data);
   // Reads one response; nullopt when the connection closed first or `timeout` passed.
-  std::optional<RawResponse> read_response(std::chrono::milliseconds timeout);
+  // head_only: the response to a HEAD request (headers, no body whatever they announce).
+  std::optional<RawResponse> read_response(std::chrono::milliseconds timeout,
+                                           bool head_only = false);
   // True when the server closed the connection (EOF or reset) within `timeout`; bytes that
   // arrive meanwhile are kept for read_response().
   bool wait_closed(std::chrono::milliseconds timeout);

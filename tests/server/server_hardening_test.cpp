@@ -186,6 +186,23 @@ TEST(ServerHardening, WrongMethodIs405AsInVllm) {
   EXPECT_EQ(res->status, 405);
   EXPECT_EQ(res->header("Allow"), "POST");
   EXPECT_EQ(Json::parse(res->body)["error"]["code"], 405);
+  ASSERT_TRUE(c.send("POST /health HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n"));
+  res = c.read_response(2s);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 405);
+  EXPECT_EQ(res->header("Allow"), "GET, HEAD");
+  // HEAD runs the GET route and sends no body (Starlette's behaviour); the connection stays
+  // usable, so nothing of a body was sent.
+  ASSERT_TRUE(c.send("HEAD /v1/models HTTP/1.1\r\nHost: t\r\n\r\n"));
+  res = c.read_response(2s, /*head_only=*/true);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_GT(std::stoi(res->header("Content-Length")), 0);
+  ASSERT_TRUE(c.send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n"));
+  res = c.read_response(2s);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_TRUE(res->body.empty());
   ASSERT_TRUE(c.send("GET /v1/nope HTTP/1.1\r\nHost: t\r\n\r\n"));  // same connection
   res = c.read_response(2s);
   ASSERT_TRUE(res);
