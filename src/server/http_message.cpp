@@ -65,9 +65,9 @@ std::string serialize_response_head(const HttpResponse& res, int64_t body_size, 
   std::string head = fmt::format("HTTP/1.1 {} {}\r\n", res.status, http_reason(res.status));
   if (!res.content_type.empty()) head += fmt::format("Content-Type: {}\r\n", res.content_type);
   for (const auto& [key, value] : res.headers) head += fmt::format("{}: {}\r\n", key, value);
-  if (body_size < 0) {
+  if (body_size == kChunkedBody) {
     head += "Transfer-Encoding: chunked\r\n";
-  } else {
+  } else if (body_size >= 0) {
     head += fmt::format("Content-Length: {}\r\n", body_size);
   }
   head += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";

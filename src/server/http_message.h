@@ -66,7 +66,11 @@ struct HttpResponse {
 // The reason phrase for a status ("Not Found" for 404).
 const char* http_reason(int status);
 
-// The status line and headers (ending with the blank line) of `res`; `body_size` < 0: chunked.
+// The status line and headers (ending with the blank line) of `res`. `body_size`: the
+// Content-Length; kChunkedBody: chunked transfer coding; kUntilClose: neither (HTTP/1.0
+// streams, delimited by closing the connection).
+inline constexpr int64_t kChunkedBody = -1;
+inline constexpr int64_t kUntilClose = -2;
 std::string serialize_response_head(const HttpResponse& res, int64_t body_size, bool keep_alive);
 
 }  // namespace ls

@@ -38,6 +38,10 @@ bool peer_closed(int fd) {
 bool ChunkedSink::write(std::string_view data) {
   if (done_ || failed_) return false;
   if (data.empty()) return true;  // an empty chunk would end the body
+  if (!chunked_) {
+    if (!send_all(fd_, data, std::chrono::steady_clock::now() + write_timeout_)) failed_ = true;
+    return !failed_;
+  }
   std::string chunk = fmt::format("{:x}\r\n", data.size());
   chunk.append(data);
   chunk += "\r\n";
@@ -47,7 +51,7 @@ bool ChunkedSink::write(std::string_view data) {
 
 void ChunkedSink::done() {
   if (done_ || failed_) return;
-  if (!send_all(fd_, "0\r\n\r\n", std::chrono::steady_clock::now() + write_timeout_)) {
+  if (chunked_ && !send_all(fd_, "0\r\n\r\n", std::chrono::steady_clock::now() + write_timeout_)) {
     failed_ = true;
     return;
   }

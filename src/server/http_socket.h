@@ -17,11 +17,12 @@ bool send_all(int fd, std::string_view data, std::chrono::steady_clock::time_poi
 // nothing, so bytes of a pipelined next request stay queued.
 bool peer_closed(int fd);
 
-// Writes a body as HTTP chunks; each write has `write_timeout` to drain.
+// Writes a body as HTTP chunks (or, for HTTP/1.0 clients, as plain bytes delimited by closing
+// the connection); each write has `write_timeout` to drain.
 class ChunkedSink final : public StreamSink {
  public:
-  ChunkedSink(int fd, std::chrono::milliseconds write_timeout)
-      : fd_(fd), write_timeout_(write_timeout) {}
+  ChunkedSink(int fd, std::chrono::milliseconds write_timeout, bool chunked = true)
+      : fd_(fd), write_timeout_(write_timeout), chunked_(chunked) {}
   bool write(std::string_view data) override;
   void done() override;
   bool client_gone() override { return peer_closed(fd_); }
@@ -32,6 +33,7 @@ class ChunkedSink final : public StreamSink {
  private:
   int fd_;
   std::chrono::milliseconds write_timeout_;
+  bool chunked_;
   bool done_ = false;
   bool failed_ = false;
 };

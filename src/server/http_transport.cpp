@@ -95,7 +95,7 @@ struct HttpTransport::State {
   // Workers.
   void worker_loop();
   bool serve(Conn& conn);  // true: keep the connection open for its next request
-  bool write_response(int fd, HttpResponse& res, bool keep_alive, bool head_only);
+  bool write_response(int fd, HttpResponse& res, bool keep_alive, bool head_only, bool http10);
   void release(std::unique_ptr<Conn> conn, bool keep);
 };
 
@@ -457,6 +457,7 @@ bool HttpTransport::State::serve(Conn& conn) {
     bool keep = false;
     bool bad_input = false;
     bool head_only = false;
+    bool http10 = false;
     if (conn.early) {
       res = std::move(*conn.early);
       conn.early.reset();
@@ -470,6 +471,7 @@ bool HttpTransport::State::serve(Conn& conn) {
       req.client_gone = [fd] { return peer_closed(fd); };
       ++conn.requests;
       head_only = req.method == "HEAD";
+      http10 = req.version_minor == 0;
       keep = req.keep_alive && conn.requests < config.keep_alive_max_requests && !draining;
       try {
         hooks.handle(req, res);
@@ -481,9 +483,9 @@ bool HttpTransport::State::serve(Conn& conn) {
         res = HttpResponse{};
         hooks.error(500, "Internal server error", res);
       }
-      if (res.close_connection) keep = false;
+      if (res.close_connection || (http10 && res.stream)) keep = false;
     }
-    const bool written = write_response(conn.fd, res, keep, head_only);
+    const bool written = write_response(conn.fd, res, keep, head_only, http10);
     if (bad_input && written) {
       // The rest of the request may still be arriving: end our side, then read and drop a
       // bounded amount, so closing does not reset the connection before the client has read
@@ -519,11 +521,13 @@ bool HttpTransport::State::serve(Conn& conn) {
 }
 
 bool HttpTransport::State::write_response(int fd, HttpResponse& res, bool keep_alive,
-                                          bool head_only) {
+                                          bool head_only, bool http10) {
   const Clock::time_point deadline = Clock::now() + config.write_timeout;
   if (head_only) {
     const bool ok = send_all(
-        fd, serialize_response_head(res, res.stream ? -1 : static_cast<int64_t>(res.body.size()),
+        fd, serialize_response_head(res,
+                                res.stream ? (http10 ? kUntilClose : kChunkedBody)
+                                           : static_cast<int64_t>(res.body.size()),
                                     keep_alive),
         deadline);
     if (res.on_stream_end) res.on_stream_end(false);
@@ -538,8 +542,10 @@ bool HttpTransport::State::write_response(int fd, HttpResponse& res, bool keep_a
     }
     return send_all(fd, head, deadline) && send_all(fd, res.body, deadline);
   }
-  bool ok = send_all(fd, serialize_response_head(res, -1, keep_alive), deadline);
-  ChunkedSink sink(fd, config.write_timeout);
+  // HTTP/1.0 has no chunked coding: the stream ends when the connection closes.
+  bool ok = send_all(fd, serialize_response_head(res, http10 ? kUntilClose : kChunkedBody,
+                                                 keep_alive), deadline);
+  ChunkedSink sink(fd, config.write_timeout, /*chunked=*/!http10);
   while (ok && !sink.is_done()) {
     bool more = false;
     try {

@@ -140,6 +140,12 @@ std::optional<RawResponse> RawClient::read_response(std::chrono::milliseconds ti
       buf_.erase(0, line_end + 2 + size + 2);
       if (size == 0) break;
     }
+  } else if (res.header("Content-Length").empty()) {
+    while (fill(deadline)) {
+    }
+    if (!eof_) return std::nullopt;  // delimited by the close, which did not come in time
+    res.body = std::move(buf_);
+    buf_.clear();
   } else {
     const size_t length = std::strtoul(res.header("Content-Length").c_str(), nullptr, 10);
     while (buf_.size() < length) {

@@ -299,6 +299,23 @@ TEST(ServerHardening, GracefulStopFinishesStreamsAndRefusesNewWork) {
 }
 
 
+TEST(ServerHardening, Http10StreamIsDelimitedByClose) {
+  TestServer server;
+  RawClient c(server.port());
+  const std::string body = Json{{"model", server.model_name()}, {"prompt", "Hello world"},
+                                {"max_tokens", 3}, {"stream", true}}
+                               .dump();
+  ASSERT_TRUE(c.send("POST /v1/completions HTTP/1.0\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\n\r\n" + body));
+  auto res = c.read_response(5s);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_TRUE(res->header("Transfer-Encoding").empty());
+  const std::vector<std::string> events = split_sse(res->body);
+  ASSERT_EQ(events.size(), 4u);  // three tokens, then [DONE]
+  EXPECT_EQ(events.back(), "[DONE]");
+}
+
 TEST(ServerHardening, BestOfMustEqualNAsInVllmV1) {
   TestServer server;
   auto client = server.client();
