@@ -8,9 +8,11 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -69,6 +71,9 @@ struct HttpTransport::State {
   std::atomic<bool> is_running{false};
   std::atomic<int> busy{0};
   int open_conns = 0;  // guarded by mu
+  // Out of file descriptors: the listener leaves epoll until then (level-triggered, a pending
+  // connection that cannot be accepted would otherwise wake the loop without end).
+  std::optional<Clock::time_point> accept_paused_until;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -169,6 +174,24 @@ Status HttpTransport::run() {
   ev.data.fd = s.wake_fd;
   ::epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.wake_fd, &ev);
 
+  // Every connection is a descriptor: raise the soft limit to the hard one, and keep the cap
+  // below it with room for the process's other files.
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    if (limit.rlim_cur < limit.rlim_max) {
+      rlimit raised = limit;
+      raised.rlim_cur = limit.rlim_max;
+      if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+    }
+    if (limit.rlim_cur != RLIM_INFINITY) {
+      const auto room = static_cast<int64_t>(limit.rlim_cur) - 128;
+      if (room < s.config.max_connections) {
+        s.config.max_connections = static_cast<int>(std::max<int64_t>(16, room));
+        LS_LOG_INFO("server: at most {} connections (open-file limit {})",
+                    s.config.max_connections, static_cast<int64_t>(limit.rlim_cur));
+      }
+    }
+  }
   std::vector<std::thread> workers;
   workers.reserve(static_cast<size_t>(s.config.num_workers));
   for (int i = 0; i < s.config.num_workers; ++i) workers.emplace_back([&s] { s.worker_loop(); });
@@ -251,6 +274,13 @@ void HttpTransport::State::io_loop() {
       }
     }
     const Clock::time_point now = Clock::now();
+    if (accept_paused_until && now >= *accept_paused_until && listening) {
+      accept_paused_until.reset();
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = listen_fd;
+      ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listen_fd, &ev);
+    }
     if (now >= next_sweep) {
       sweep(now);
       next_sweep = now + std::chrono::milliseconds(50);
@@ -273,6 +303,8 @@ void HttpTransport::State::accept_all() {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE) {
         LS_LOG_WARN("server: out of file descriptors; connections wait in the backlog");
+        ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
+        accept_paused_until = Clock::now() + std::chrono::milliseconds(100);
       }
       return;
     }
