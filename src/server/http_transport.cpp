@@ -64,7 +64,7 @@ struct HttpTransport::State {
   TransportHooks hooks;
   int listen_fd = -1;
   int epoll_fd = -1;
-  int wake_fd = -1;
+  std::atomic<int> wake_fd{-1};  // set by run(); drain() and close() may come before
   int port = -1;
   std::atomic<bool> draining{false};
   std::atomic<bool> closing{false};
@@ -83,8 +83,10 @@ struct HttpTransport::State {
   std::unordered_map<int, std::unique_ptr<Conn>> conns;  // I/O thread only: being read
 
   void wake() {
+    const int fd = wake_fd.load();
+    if (fd < 0) return;  // run() has not started: its loop sees the flags on its first turn
     const uint64_t one = 1;
-    [[maybe_unused]] const ssize_t n = ::write(wake_fd, &one, sizeof(one));
+    [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof(one));
   }
 
   // I/O thread.
@@ -172,7 +174,7 @@ Status HttpTransport::run() {
   ev.data.fd = s.listen_fd;
   ::epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.listen_fd, &ev);
   ev.data.fd = s.wake_fd;
-  ::epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.wake_fd, &ev);
+  ::epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.wake_fd.load(), &ev);
 
   // Every connection is a descriptor: raise the soft limit to the hard one, and keep the cap
   // below it with room for the process's other files.
@@ -224,13 +226,13 @@ Status HttpTransport::run() {
 
 void HttpTransport::drain() {
   s_->draining = true;
-  if (s_->wake_fd >= 0) s_->wake();
+  s_->wake();
 }
 
 void HttpTransport::close() {
   s_->draining = true;
   s_->closing = true;
-  if (s_->wake_fd >= 0) s_->wake();
+  s_->wake();
   s_->cv.notify_all();
 }
 
