@@ -298,7 +298,7 @@ Result<Json> normalize_chat_messages(const Json& messages) {
 }
 
 Result<std::vector<int32_t>> tokenize_chat(const Json& body, bool default_add_special_tokens,
-                                           const RequestContext& ctx) {
+                                           const RequestContext& ctx, bool refuse_past_context) {
   if (ctx.chat_template == nullptr) {
     return invalid_argument(
         "This model has no chat template; pass one to the server or use /v1/completions");
@@ -334,6 +334,7 @@ Result<std::vector<int32_t>> tokenize_chat(const Json& body, bool default_add_sp
   if (!rendered.ok()) {
     return invalid_argument("chat template: {}", rendered.status().message());
   }
+  if (refuse_past_context) LS_RETURN_IF_ERROR(check_prompt_bytes(*rendered, ctx));
   return ctx.tokenizer->encode(*rendered, add_special_tokens);
 }
 
@@ -367,7 +368,8 @@ Result<ParsedRequest> parse_chat_request(const Json& body, const RequestContext&
 
   PromptInput prompt;
   LS_ASSIGN_OR_RETURN(prompt.token_ids,
-                      tokenize_chat(body, /*default_add_special_tokens=*/false, ctx));
+                      tokenize_chat(body, /*default_add_special_tokens=*/false, ctx,
+                                    /*refuse_past_context=*/true));
   const int64_t num_prompt_tokens = static_cast<int64_t>(prompt.token_ids.size());
   LS_RETURN_IF_ERROR(
       check_context_length(num_prompt_tokens, max_tokens.value_or(-1), engine.max_model_len()));

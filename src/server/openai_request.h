@@ -61,9 +61,12 @@ Status check_model_name(const Json& body, const RequestContext& ctx);
 Result<Json> normalize_chat_messages(const Json& messages);
 
 // Renders the chat template over `body`'s messages and tokenizes the result without special
-// tokens (the template emits BOS itself). Used by chat completions and /tokenize.
+// tokens (the template emits BOS itself). Used by chat completions and /tokenize. With
+// refuse_past_context, a rendered prompt too many bytes to fit the context is refused before
+// tokenizing (ctx.max_prompt_bytes).
 Result<std::vector<int32_t>> tokenize_chat(const Json& body, bool default_add_special_tokens,
-                                           const RequestContext& ctx);
+                                           const RequestContext& ctx,
+                                           bool refuse_past_context = false);
 
 // vLLM's two context-length checks. max_tokens < 0 means "not given" (chat default: the rest of
 // the context), which only checks the prompt.

@@ -346,6 +346,17 @@ TEST(ServerHardening, PromptsPastTheContextByBytesAreRefusedBeforeTokenizing) {
   EXPECT_NE(message.find("maximum context length is 256 tokens"), std::string::npos) << message;
   EXPECT_NE(message.find("4194304 bytes"), std::string::npos) << message;
   EXPECT_TRUE(server.engine().submitted().empty());
+  // Chat: the rendered prompt is measured.
+  const auto [chat_status, chat_text] = post_json(
+      *client, "/v1/chat/completions",
+      Json{{"model", server.model_name()},
+           {"messages", Json::array({{{"role", "user"}, {"content", prompt}}})}}
+          .dump());
+  EXPECT_EQ(chat_status, 400);
+  const std::string chat_message = Json::parse(chat_text)["error"]["message"];
+  EXPECT_NE(chat_message.find("bytes, more than 256 tokens can hold"), std::string::npos)
+      << chat_message;
+  EXPECT_TRUE(server.engine().submitted().empty());
 }
 
 }  // namespace
