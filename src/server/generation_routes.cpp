@@ -1,5 +1,5 @@
 // POST /v1/completions and /v1/chat/completions: parse, submit, then either wait for the whole
-// response or stream SSE through cpp-httplib's chunked content provider.
+// response or stream SSE as HTTP chunks (the transport's StreamSink).
 
 #include <chrono>
 
@@ -13,16 +13,16 @@ namespace ls {
 namespace {
 
 // One call of the chunked content provider: waits up to `poll` for outputs and writes their
-// events, one HTTP chunk each. cpp-httplib calls it again until sink.done(); returning false
+// events, one HTTP chunk each. The transport calls it again until sink.done(); returning false
 // drops the connection. A client that is gone (a failed write, or a socket that is no longer
 // writable while we wait) aborts the engine requests.
-bool pump_stream(GenerationSession& session, httplib::DataSink& sink,
+bool pump_stream(GenerationSession& session, StreamSink& sink,
                  std::chrono::milliseconds poll) {
   try {
     std::vector<std::string> events;
     const bool complete = session.next_events(poll, &events);
     for (const std::string& event : events) {
-      if (!sink.write(event.data(), event.size())) {
+      if (!sink.write(event)) {
         session.abort();
         return false;
       }
@@ -31,7 +31,7 @@ bool pump_stream(GenerationSession& session, httplib::DataSink& sink,
       sink.done();
       return true;
     }
-    if (events.empty() && !sink.is_writable()) {
+    if (events.empty() && sink.client_gone()) {
       session.abort();
       return false;
     }
@@ -47,9 +47,8 @@ bool pump_stream(GenerationSession& session, httplib::DataSink& sink,
 
 }  // namespace
 
-void Server::Impl::handle_generation(ApiKind kind, const httplib::Request& req,
-                                     httplib::Response& res) {
-  if (stopping) {
+void Server::Impl::handle_generation(ApiKind kind, HttpRequest& req, HttpResponse& res) {
+  if (stopping || draining) {
     send_error(res, make_api_error(503, "The server is shutting down"));
     return;
   }
@@ -71,28 +70,32 @@ void Server::Impl::handle_generation(ApiKind kind, const httplib::Request& req,
   if (Status status = session->start(); !status.ok()) return send_status_error(res, status);
 
   if (!stream) {
-    Result<std::string> response = session->wait_for_response();
+    // A client that closes its connection while waiting has its engine requests aborted
+    // within ~stream_poll_ms, as a streaming one does.
+    Result<std::string> response = session->wait_for_response(
+        std::chrono::milliseconds(config.stream_poll_ms), req.client_gone);
+    if (!response.ok() && response.status().code() == StatusCode::kCancelled) {
+      res.close_connection = true;
+      return send_status_error(res, response.status());
+    }
     if (!response.ok()) return send_status_error(res, response.status());
     send_json(res, *response);
     return;
   }
   const auto poll = std::chrono::milliseconds(config.stream_poll_ms);
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [session, poll](size_t /*offset*/, httplib::DataSink& sink) {
-        return pump_stream(*session, sink, poll);
-      },
-      // success == false: the headers or a chunk could not be written, or the provider gave up.
-      [session](bool success) {
-        if (!success) session->abort();
-      });
+  res.content_type = "text/event-stream";
+  res.stream = [session, poll](StreamSink& sink) { return pump_stream(*session, sink, poll); };
+  // success == false: the headers or a chunk could not be written, or the provider gave up.
+  res.on_stream_end = [session](bool success) {
+    if (!success) session->abort();
+  };
 }
 
 void Server::Impl::install_generation_routes() {
-  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  router.add("POST", "/v1/completions", [this](HttpRequest& req, HttpResponse& res) {
     handle_generation(ApiKind::kCompletion, req, res);
   });
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  router.add("POST", "/v1/chat/completions", [this](HttpRequest& req, HttpResponse& res) {
     handle_generation(ApiKind::kChat, req, res);
   });
 }

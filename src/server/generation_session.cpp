@@ -164,9 +164,14 @@ void GenerationSession::finish_stream(std::vector<std::string>* events) {
   events->push_back("data: [DONE]\n\n");
 }
 
-Result<std::string> GenerationSession::wait_for_response() {
+Result<std::string> GenerationSession::wait_for_response(
+    std::chrono::milliseconds poll, const std::function<bool()>& client_gone) {
   while (!complete_) {
-    for (const ChannelItem& item : channel_->pop_all(std::chrono::milliseconds(100))) {
+    if (client_gone && client_gone()) {
+      abort();
+      return cancelled("the client closed its connection");
+    }
+    for (const ChannelItem& item : channel_->pop_all(poll)) {
       apply(item, nullptr);
       if (complete_) break;
     }

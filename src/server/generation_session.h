@@ -11,6 +11,7 @@
 // leave work running for a client that is gone.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -50,8 +51,10 @@ class GenerationSession {
   Status start();
 
   // Non-streaming: waits for every choice and returns the response body. An engine error is
-  // returned as its Status (internal → 500).
-  Result<std::string> wait_for_response();
+  // returned as its Status (internal → 500). `client_gone` is polled every `poll`; once it says
+  // true the engine requests are aborted and kCancelled is returned.
+  Result<std::string> wait_for_response(std::chrono::milliseconds poll,
+                                        const std::function<bool()>& client_gone);
 
   // Streaming: waits up to `wait` for outputs and appends their events to `events`. Returns true
   // once the stream is complete ([DONE] included); later calls append nothing.

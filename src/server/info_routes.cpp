@@ -11,8 +11,7 @@ namespace {
 
 // POST /tokenize {prompt | messages, add_special_tokens, add_generation_prompt,
 // return_token_strs} → {count, max_model_len, tokens, token_strs}.
-void handle_tokenize(const Server::Impl& impl, const httplib::Request& req,
-                     httplib::Response& res) {
+void handle_tokenize(const Server::Impl& impl, const HttpRequest& req, HttpResponse& res) {
   Result<Json> body = parse_json_object(req.body);
   if (!body.ok()) return send_status_error(res, body.status());
   if (Status status = check_model_name(*body, impl.request_context); !status.ok()) {
@@ -55,8 +54,7 @@ void handle_tokenize(const Server::Impl& impl, const httplib::Request& req,
 }
 
 // POST /detokenize {tokens} → {prompt}.
-void handle_detokenize(const Server::Impl& impl, const httplib::Request& req,
-                       httplib::Response& res) {
+void handle_detokenize(const Server::Impl& impl, const HttpRequest& req, HttpResponse& res) {
   Result<Json> body = parse_json_object(req.body);
   if (!body.ok()) return send_status_error(res, body.status());
   if (Status status = check_model_name(*body, impl.request_context); !status.ok()) {
@@ -87,10 +85,10 @@ void handle_detokenize(const Server::Impl& impl, const httplib::Request& req,
 
 void Server::Impl::install_info_routes() {
   const int64_t created = unix_time_seconds();
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    res.status = stopping ? 503 : 200;
+  router.add("GET", "/health", [this](HttpRequest&, HttpResponse& res) {
+    res.status = stopping || draining ? 503 : 200;
   });
-  http.Get("/v1/models", [this, created](const httplib::Request&, httplib::Response& res) {
+  router.add("GET", "/v1/models", [this, created](HttpRequest&, HttpResponse& res) {
     Json model = {{"id", config.served_model_name},
                   {"object", "model"},
                   {"created", created},
@@ -100,13 +98,13 @@ void Server::Impl::install_info_routes() {
                   {"max_model_len", engine->max_model_len()}};
     send_json(res, dump_json(Json{{"object", "list"}, {"data", Json::array({std::move(model)})}}));
   });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  router.add("GET", "/metrics", [this](HttpRequest&, HttpResponse& res) {
     res.set_content(metrics->render(engine->stats()), "text/plain; version=0.0.4; charset=utf-8");
   });
-  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  router.add("POST", "/tokenize", [this](HttpRequest& req, HttpResponse& res) {
     handle_tokenize(*this, req, res);
   });
-  http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  router.add("POST", "/detokenize", [this](HttpRequest& req, HttpResponse& res) {
     handle_detokenize(*this, req, res);
   });
 }

@@ -84,6 +84,19 @@ Status read_choices_and_stream(const Json& body, const RequestContext& ctx, Pars
   return Status::ok_status();
 }
 
+Status check_prompt_bytes(std::string_view text, const RequestContext& ctx) {
+  if (ctx.max_prompt_bytes <= 0) return Status::ok_status();
+  // Leading and trailing whitespace may be stripped by a normalizer: not counted.
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  const size_t last = text.find_last_not_of(" \t\r\n");
+  const size_t bytes = first == std::string_view::npos ? 0 : last - first + 1;
+  if (static_cast<int64_t>(bytes) <= ctx.max_prompt_bytes) return Status::ok_status();
+  return invalid_argument(
+      "This model's maximum context length is {} tokens. However, your prompt is {} bytes, "
+      "more than {} tokens can hold. Please reduce the length of the input.",
+      ctx.engine->max_model_len(), bytes, ctx.engine->max_model_len());
+}
+
 Status check_token_ids(const std::vector<int32_t>& ids, int32_t vocab_size) {
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size) {
@@ -115,7 +128,8 @@ Result<std::vector<PromptInput>> read_prompts(const Json& body, bool want_text,
   bool add_special_tokens = true;
   LS_RETURN_IF_ERROR(read_bool(body, "add_special_tokens", &add_special_tokens));
   const Tokenizer& tokenizer = *ctx.tokenizer;
-  auto from_text = [&](std::string text) {
+  auto from_text = [&](std::string text) -> Result<PromptInput> {
+    LS_RETURN_IF_ERROR(check_prompt_bytes(text, ctx));
     PromptInput input;
     input.token_ids = tokenizer.encode(text, add_special_tokens);
     input.text = std::move(text);
@@ -134,7 +148,8 @@ Result<std::vector<PromptInput>> read_prompts(const Json& body, bool want_text,
 
   std::vector<PromptInput> prompts;
   if (prompt->is_string()) {
-    prompts.push_back(from_text(prompt->get<std::string>()));
+    LS_ASSIGN_OR_RETURN(PromptInput input, from_text(prompt->get<std::string>()));
+    prompts.push_back(std::move(input));
     return prompts;
   }
   if (!prompt->is_array()) return invalid_argument(kShapeError);
@@ -143,7 +158,8 @@ Result<std::vector<PromptInput>> read_prompts(const Json& body, bool want_text,
   if (first.is_string()) {
     for (const Json& item : *prompt) {
       if (!item.is_string()) return invalid_argument(kShapeError);
-      prompts.push_back(from_text(item.get<std::string>()));
+      LS_ASSIGN_OR_RETURN(PromptInput input, from_text(item.get<std::string>()));
+      prompts.push_back(std::move(input));
     }
   } else if (first.is_number()) {
     LS_ASSIGN_OR_RETURN(PromptInput input, from_ids(*prompt));
@@ -205,6 +221,14 @@ Result<ParsedRequest> parse_completion_request(const Json& body, const RequestCo
   LS_RETURN_IF_ERROR(read_sampling(body, engine, &request.sampling));
   LS_RETURN_IF_ERROR(read_stop(body, engine, &request.stop));
   LS_RETURN_IF_ERROR(read_choices_and_stream(body, ctx, &request));
+  // best_of: as vLLM's V1 engine, only best_of == n (its default) is served; more candidates
+  // than returned choices would need ranking by cumulative logprob, which is not implemented.
+  std::optional<int64_t> best_of;
+  LS_RETURN_IF_ERROR(read_int64(body, "best_of", &best_of));
+  if (best_of && *best_of != request.n) {
+    return invalid_argument("best_of must equal n ({}); best_of > n is not supported, got {}.",
+                            request.n, *best_of);
+  }
 
   std::optional<int64_t> logprobs;
   LS_RETURN_IF_ERROR(read_int64(body, "logprobs", &logprobs));
@@ -274,7 +298,7 @@ Result<Json> normalize_chat_messages(const Json& messages) {
 }
 
 Result<std::vector<int32_t>> tokenize_chat(const Json& body, bool default_add_special_tokens,
-                                           const RequestContext& ctx) {
+                                           const RequestContext& ctx, bool refuse_past_context) {
   if (ctx.chat_template == nullptr) {
     return invalid_argument(
         "This model has no chat template; pass one to the server or use /v1/completions");
@@ -310,6 +334,7 @@ Result<std::vector<int32_t>> tokenize_chat(const Json& body, bool default_add_sp
   if (!rendered.ok()) {
     return invalid_argument("chat template: {}", rendered.status().message());
   }
+  if (refuse_past_context) LS_RETURN_IF_ERROR(check_prompt_bytes(*rendered, ctx));
   return ctx.tokenizer->encode(*rendered, add_special_tokens);
 }
 
@@ -343,7 +368,8 @@ Result<ParsedRequest> parse_chat_request(const Json& body, const RequestContext&
 
   PromptInput prompt;
   LS_ASSIGN_OR_RETURN(prompt.token_ids,
-                      tokenize_chat(body, /*default_add_special_tokens=*/false, ctx));
+                      tokenize_chat(body, /*default_add_special_tokens=*/false, ctx,
+                                    /*refuse_past_context=*/true));
   const int64_t num_prompt_tokens = static_cast<int64_t>(prompt.token_ids.size());
   LS_RETURN_IF_ERROR(
       check_context_length(num_prompt_tokens, max_tokens.value_or(-1), engine.max_model_len()));

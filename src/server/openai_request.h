@@ -43,6 +43,9 @@ struct RequestContext {
   const ChatTemplate* chat_template = nullptr;  // null: chat requests are rejected
   std::string served_model_name;
   int32_t max_n = 128;  // largest accepted "n"
+  // Text prompts longer than this many bytes are refused before tokenizing, since they cannot
+  // fit the context (see Server::create); 0: no such check.
+  int64_t max_prompt_bytes = 0;
 };
 
 // Errors: kInvalidArgument (→ 400) for bad fields and too-long prompts, kNotFound (→ 404) for a
@@ -58,9 +61,12 @@ Status check_model_name(const Json& body, const RequestContext& ctx);
 Result<Json> normalize_chat_messages(const Json& messages);
 
 // Renders the chat template over `body`'s messages and tokenizes the result without special
-// tokens (the template emits BOS itself). Used by chat completions and /tokenize.
+// tokens (the template emits BOS itself). Used by chat completions and /tokenize. With
+// refuse_past_context, a rendered prompt too many bytes to fit the context is refused before
+// tokenizing (ctx.max_prompt_bytes).
 Result<std::vector<int32_t>> tokenize_chat(const Json& body, bool default_add_special_tokens,
-                                           const RequestContext& ctx);
+                                           const RequestContext& ctx,
+                                           bool refuse_past_context = false);
 
 // vLLM's two context-length checks. max_tokens < 0 means "not given" (chat default: the rest of
 // the context), which only checks the prompt.

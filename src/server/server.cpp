@@ -1,23 +1,27 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "core/log.h"
 #include "server/server_impl.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ls {
 
-void send_error(httplib::Response& res, const ApiError& error) {
+void send_error(HttpResponse& res, const ApiError& error) {
   res.status = error.http_status;
   res.set_content(error.body(), "application/json");
 }
 
-void send_status_error(httplib::Response& res, const Status& status) {
+void send_status_error(HttpResponse& res, const Status& status) {
   send_error(res, api_error_from_status(status));
 }
 
-void send_json(httplib::Response& res, const std::string& body) {
+void send_json(HttpResponse& res, const std::string& body) {
   res.status = 200;
   res.set_content(body, "application/json");
 }
@@ -46,6 +50,8 @@ std::string default_error_message(int status, const ServerConfig& config) {
                          config.max_payload_bytes);
     case 414:
       return "Request URI too long";
+    case 408:
+      return "Request not received in time";
     default:
       return status >= 500 ? "Internal server error" : "Request failed";
   }
@@ -54,50 +60,39 @@ std::string default_error_message(int status, const ServerConfig& config) {
 }  // namespace
 
 void Server::Impl::install_routes() {
-  const ServerConfig& cfg = config;
-  if (!cfg.api_key.empty()) {
-    const std::string expected = "Bearer " + cfg.api_key;
-    http.set_pre_routing_handler([expected](const httplib::Request& req, httplib::Response& res) {
-      if (req.path.rfind("/v1", 0) != 0 || req.method == "OPTIONS") {
-        return httplib::Server::HandlerResponse::Unhandled;
-      }
-      if (!constant_time_equal(req.get_header_value("Authorization"), expected)) {
-        // Answered before the body is read (an unauthenticated upload costs nothing), so the
-        // connection cannot carry another request: tell the client to close it.
-        send_error(res, make_api_error(401, "Unauthorized"));
-        res.set_header("Connection", "close");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
-  }
-  // Fills a JSON body into every error response that has none (404 for unknown routes, 413 and
-  // 400 from cpp-httplib itself); bodies our handlers set are left alone.
-  http.set_error_handler(
-      httplib::Server::HandlerWithResponse([&cfg](const httplib::Request&, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        send_error(res, make_api_error(res.status, default_error_message(res.status, cfg)));
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  http.set_exception_handler(
-      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown exception";
-        try {
-          if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        LS_LOG_ERROR("server: {} {} failed: {}", req.method, req.path, what);
-        send_error(res, make_api_error(500, "Internal server error: " + what));
-      });
-  http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    LS_LOG_DEBUG("server: {} {} -> {}", req.method, req.path, res.status);
-    (void)req;
-    (void)res;
-  });
   install_generation_routes();
   install_info_routes();
+}
+
+TransportHooks Server::Impl::transport_hooks() {
+  TransportHooks hooks;
+  const ServerConfig& cfg = config;
+  hooks.handle = [this, &cfg](HttpRequest& req, HttpResponse& res) {
+    if (!router.dispatch(req, res)) {
+      send_error(res, make_api_error(res.status, default_error_message(res.status, cfg)));
+    }
+    LS_LOG_DEBUG("server: {} {} -> {}", req.method, req.path, res.status);
+  };
+  hooks.error = [&cfg](int status, const std::string& message, HttpResponse& res) {
+    send_error(res, make_api_error(status, message.empty() ? default_error_message(status, cfg)
+                                                           : message));
+  };
+  if (!cfg.api_key.empty()) {
+    // Checked from the headers alone, before the body is read: an unauthenticated upload costs
+    // nothing, and its connection is closed after the 401.
+    hooks.check_headers = [expected = "Bearer " + cfg.api_key](
+                              const HttpRequest& req) -> std::optional<HttpResponse> {
+      if (req.path.rfind("/v1", 0) != 0 || req.method == "OPTIONS") return std::nullopt;
+      if (constant_time_equal(std::string(req.header("Authorization")), expected)) {
+        return std::nullopt;
+      }
+      HttpResponse res;
+      send_error(res, make_api_error(401, "Unauthorized"));
+      res.close_connection = true;
+      return res;
+    };
+  }
+  return hooks;
 }
 
 Result<std::unique_ptr<Server>> Server::create(ServerConfig config, Engine& engine,
@@ -115,6 +110,12 @@ Result<std::unique_ptr<Server>> Server::create(ServerConfig config, Engine& engi
   if (config.stream_poll_ms < 1 || config.stream_poll_ms > 1000) {
     return invalid_argument("stream_poll_ms must be in [1, 1000], got {}", config.stream_poll_ms);
   }
+  if (config.header_timeout_ms < 1 || config.shutdown_timeout_ms < 0) {
+    return invalid_argument("header_timeout_ms must be positive and shutdown_timeout_ms >= 0");
+  }
+  if (config.max_connections < 1) {
+    return invalid_argument("max_connections must be positive, got {}", config.max_connections);
+  }
   if (config.max_n < 1) return invalid_argument("max_n must be at least 1, got {}", config.max_n);
   if (config.served_model_name.empty()) config.served_model_name = engine.model_name();
 
@@ -125,27 +126,37 @@ Result<std::unique_ptr<Server>> Server::create(ServerConfig config, Engine& engi
   impl->chat_template = chat_template;
   impl->request_context = RequestContext{&engine, &tokenizer, chat_template,
                                          impl->config.served_model_name, impl->config.max_n};
+  // No token is longer than the longest vocabulary entry (byte-level and SentencePiece entries
+  // spell a byte with at least one byte), so a prompt of more than max_model_len times that
+  // many bytes cannot fit the context. The factor 2 leaves room for normalizers that shrink
+  // text (NFC composition); above it the prompt is refused without tokenizing it, which for a
+  // 25 MB prompt saves ~700 MB of peak memory.
+  size_t max_token_bytes = 0;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    max_token_bytes = std::max(max_token_bytes, tokenizer.id_to_token(id).size());
+  }
+  if (max_token_bytes > 0) {
+    impl->request_context.max_prompt_bytes =
+        2 * static_cast<int64_t>(max_token_bytes) * engine.max_model_len();
+  }
   impl->metrics =
       std::make_shared<ServerMetrics>(impl->config.served_model_name, engine.max_model_len());
 
-  HttpServer& http = impl->http;
-  if (!http.is_valid()) return internal_error("cpp-httplib server could not be created");
-  const int num_threads = impl->config.num_threads;
-  http.new_task_queue = [num_threads] { return new httplib::ThreadPool(num_threads); };
-  http.set_tcp_nodelay(true);
-  // cpp-httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and
-  // silently take half the connections; SO_REUSEADDR alone still allows a quick restart.
-  http.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  http.set_payload_max_length(static_cast<size_t>(impl->config.max_payload_bytes));
-  http.set_keep_alive_timeout(impl->config.keep_alive_timeout_s);
-  http.set_keep_alive_max_count(
-      static_cast<size_t>(std::max(1, impl->config.keep_alive_max_requests)));
-  http.set_read_timeout(impl->config.read_timeout_s, 0);
-  http.set_write_timeout(impl->config.write_timeout_s, 0);
+  const ServerConfig& cfg = impl->config;
+  TransportConfig transport;
+  transport.host = cfg.host;
+  transport.port = cfg.port;
+  transport.num_workers = cfg.num_threads;
+  transport.listen_backlog = cfg.listen_backlog;
+  transport.max_connections = cfg.max_connections;
+  transport.limits.max_body_bytes = cfg.max_payload_bytes;
+  transport.header_timeout = std::chrono::milliseconds(cfg.header_timeout_ms);
+  transport.body_timeout = std::chrono::seconds(cfg.read_timeout_s);
+  transport.keep_alive_timeout = std::chrono::seconds(cfg.keep_alive_timeout_s);
+  transport.write_timeout = std::chrono::seconds(cfg.write_timeout_s);
+  transport.keep_alive_max_requests = std::max(1, cfg.keep_alive_max_requests);
   impl->install_routes();
+  impl->transport = std::make_unique<HttpTransport>(std::move(transport), impl->transport_hooks());
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 
@@ -157,47 +168,35 @@ Server::~Server() {
 
 Result<int> Server::bind() {
   if (impl_->port >= 0) return impl_->port.load();
-  const ServerConfig& cfg = impl_->config;
-  int port = cfg.port;
-  if (port == 0) {
-    port = impl_->http.bind_to_any_port(cfg.host);
-    if (port <= 0) return io_error("cannot bind {} on any port", cfg.host);
-  } else if (!impl_->http.bind_to_port(cfg.host, port)) {
-    return io_error("cannot bind {}:{} (in use, or not a local address?)", cfg.host, port);
-  }
-  if (!impl_->http.raise_backlog(cfg.listen_backlog)) {
-    LS_LOG_WARN("server: could not raise the listen backlog to {}", cfg.listen_backlog);
-  }
+  LS_ASSIGN_OR_RETURN(const int port, impl_->transport->bind());
   impl_->port = port;
   return port;
 }
 
 Status Server::listen() {
-  impl_->in_listen = true;
-  struct Leave {
-    std::atomic<bool>& flag;
-    ~Leave() { flag = false; }
-  } leave{impl_->in_listen};
   if (impl_->stopping || impl_->stop_requested) return Status::ok_status();
   LS_ASSIGN_OR_RETURN(const int port, bind());
   LS_LOG_INFO("server: serving {} on http://{}:{}", impl_->config.served_model_name,
               impl_->config.host, port);
   // request_stop() only sets a flag (so a signal handler may call it); this watcher turns the
-  // flag into stop().
+  // flag into the graceful drain_and_stop().
   std::atomic<bool> done{false};
   std::thread watcher([this, &done] {
     while (!done && !impl_->stopping) {
       if (impl_->stop_requested) {
-        stop();
+        impl_->drain_and_stop();
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
-  const bool ok = impl_->http.listen_after_bind();
+  Status status = impl_->transport->run();
   done = true;
   watcher.join();
-  if (!ok) return io_error("the HTTP listener on {}:{} failed", impl_->config.host, port);
+  if (!status.ok()) {
+    return io_error("the HTTP listener on {}:{} failed: {}", impl_->config.host, port,
+                    status.message());
+  }
   return Status::ok_status();
 }
 
@@ -205,15 +204,30 @@ void Server::request_stop() noexcept {
   impl_->stop_requested.store(true);
 }
 
-void Server::stop() {
-  if (!impl_ || impl_->stopping.exchange(true)) return;
-  for (const std::string& id : impl_->live.snapshot()) impl_->engine->abort(id);
-  // cpp-httplib's stop() does nothing until its listener runs; a listen() that passed its
-  // `stopping` check is about to start it, so wait for that.
-  while (impl_->in_listen && !impl_->http.is_running()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+void Server::Impl::drain_and_stop() {
+  if (stopping) return;
+  draining = true;
+  transport->drain();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(config.shutdown_timeout_ms);
+  while (transport->busy() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  impl_->http.stop();
+  if (transport->busy() > 0) {
+    LS_LOG_WARN("server: {} requests still running after the shutdown timeout; aborting them",
+                transport->busy());
+  }
+  stop_now();
+}
+
+void Server::Impl::stop_now() {
+  if (stopping.exchange(true)) return;
+  for (const std::string& id : live.snapshot()) engine->abort(id);
+  transport->close();
+}
+
+void Server::stop() {
+  if (impl_) impl_->stop_now();
 }
 
 int Server::port() const {

@@ -1,5 +1,6 @@
 #pragma once
-// The OpenAI-compatible HTTP server (vLLM's API surface) over cpp-httplib:
+// The OpenAI-compatible HTTP server (vLLM's API surface) over the HTTP/1.1 transport of
+// http_transport.h:
 //   POST /v1/completions, POST /v1/chat/completions   generation, JSON or SSE (stream: true)
 //   GET  /v1/models, GET /health, GET /metrics         model list, liveness, Prometheus text
 //   POST /tokenize, POST /detokenize                   tokenizer access
@@ -8,8 +9,10 @@
 // otherwise), as vLLM's --api-key does; /health, /metrics, /tokenize and /detokenize stay open.
 //
 // A bad request never takes the server down: every handler catches, and bodies above
-// max_payload_bytes get 413 without being read into memory. A streaming client that goes away
-// has its engine requests aborted within ~stream_poll_ms.
+// max_payload_bytes (on the wire or decoded from gzip/deflate) get 413 without being held in
+// memory. A client that goes away, streaming or not, has its engine requests aborted within
+// ~stream_poll_ms. Headers must arrive within header_timeout_ms and a body within
+// read_timeout_s (408 otherwise), and slow clients hold no worker while they send.
 
 #include <cstdint>
 #include <memory>
@@ -29,16 +32,20 @@ struct ServerConfig {
   std::string api_key;             // empty: no authentication
   std::string served_model_name;   // empty: Engine::model_name()
   int64_t max_payload_bytes = 32 << 20;
-  // HTTP workers. cpp-httplib holds one per open connection (a stream, or an idle keep-alive
-  // connection), so this bounds concurrent streams; requests past it queue before being read.
+  // HTTP workers: each runs one request at a time (a stream holds its worker until it ends), so
+  // this bounds concurrent requests; complete requests past it queue. Idle keep-alive
+  // connections and requests still arriving hold no worker.
   int num_threads = 512;
-  // cpp-httplib 0.11.4 (Debian) compiles a backlog of 5 into the library; the server re-listens
-  // with this one so that a burst of connects (bench serve at rate=inf) is not dropped.
-  int listen_backlog = 1024;
+  int listen_backlog = 1024;  // so that a burst of connects (bench serve at rate=inf) is kept
+  int max_connections = 4096;  // open client sockets; more are closed at accept
   int keep_alive_timeout_s = 5;
-  int keep_alive_max_requests = 100;  // per connection (cpp-httplib's default is 5)
-  int read_timeout_s = 30;
-  int write_timeout_s = 30;
+  int keep_alive_max_requests = 100;  // per connection
+  int header_timeout_ms = 10000;  // the whole request line and header section (408 after)
+  int read_timeout_s = 30;        // the whole body, once the headers are in (408 after)
+  int write_timeout_s = 30;       // each response write
+  // Graceful stop (request_stop(), SIGTERM): live requests get this long to finish before they
+  // are aborted.
+  int shutdown_timeout_ms = 10000;
   int stream_poll_ms = 50;  // how often an idle stream checks that its client is still there
   int max_n = 128;          // largest "n" accepted
 };
@@ -61,11 +68,13 @@ class Server {
   Result<int> bind();
   // Serves until stop(); binds first if bind() was not called.
   Status listen();
-  // Thread-safe. Aborts every live generation, then stops the listener and waits for the
-  // workers; listen() returns.
+  // Thread-safe. Aborts every live generation (streams still get their final events and
+  // [DONE]), then closes the listener and every connection; listen() returns once the workers
+  // have finished (within ~2 s).
   void stop();
-  // Async-signal-safe: only sets a flag, which the running listen() turns into stop() within
-  // ~20 ms. Call this from SIGINT/SIGTERM handlers; stop() itself takes locks.
+  // Async-signal-safe: only sets a flag, which the running listen() turns into a graceful stop
+  // within ~20 ms: stop accepting and close idle connections (/health and new requests: 503),
+  // let live requests finish for up to shutdown_timeout_ms, then stop().
   void request_stop() noexcept;
 
   int port() const;

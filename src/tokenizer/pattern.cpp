@@ -52,6 +52,10 @@ void Pattern::find_matches(std::string_view text, std::vector<MatchPiece>& out) 
     spans.clear();
     regex_->find_all(text, spans);
     for (const Span& m : spans) add_match(m.start, m.end);
+    // The buffer is per thread (one per HTTP worker in the server): capacity grown for one huge
+    // text would stay allocated for the thread's life, so only a small one is kept.
+    constexpr size_t kKeptSpans = 4096;
+    if (spans.capacity() > kKeptSpans) std::vector<Span>().swap(spans);
   } else if (literal_.empty()) {
     // HF compiles a literal into an escaped regex, and the empty regex matches at every
     // character boundary.

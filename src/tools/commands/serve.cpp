@@ -1,8 +1,11 @@
 // longserve serve: the OpenAI-compatible HTTP server (vLLM's API) over the engine.
 #include <fmt/format.h>
 
-#include <pthread.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <fstream>
 #include <iterator>
@@ -21,20 +24,44 @@ namespace ls {
 
 namespace {
 
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int sig) {
+  const int saved = errno;
+  const auto byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] const ssize_t n = ::write(g_signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
 struct ServeOptions {
   EngineConfig engine;
   ServerConfig server;
   std::string chat_template_path;
+  double shutdown_timeout_s = 10;
+  double header_timeout_s = 10;
 };
 
 int run_serve(ServeOptions& o) {
-  // SIGINT/SIGTERM are blocked before any thread exists (threads inherit the mask) and taken by
-  // one waiter thread with sigwait, so stopping runs as ordinary code, not in a signal handler.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // SIGINT/SIGTERM go through a handler that only writes the signal number to a pipe; a waiter
+  // thread reads it and stops the server as ordinary code. (Blocking the signals and using
+  // sigwait does not work: libraries start threads before main, e.g. OpenBLAS's pool, and a
+  // signal delivered to one of those, with the default action, killed the process.)
+  // glibc raises its mmap threshold to the size of every mmapped block freed (up to 32 MB), so
+  // after the first large request, multi-MB request bodies, prompts and token vectors are
+  // carved from the heaps of whichever threads handled them and never given back: RSS grew by
+  // hundreds of MB per round of large requests. A fixed threshold (which also turns the
+  // dynamic adjustment off) keeps blocks of 1 MiB and more in mmap, returned when freed.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
+    fmt::print(stderr, "error: cannot create the signal pipe\n");
+    return 1;
+  }
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
   finalize_engine_flags(o.engine);
   auto core = EngineCore::create(o.engine);
   if (!core.ok()) {
@@ -86,19 +113,31 @@ int run_serve(ServeOptions& o) {
     return 1;
   }
   Server* srv = server->get();
-  std::thread signal_waiter([srv, stop_signals] {
-    int sig = 0;
-    if (sigwait(&stop_signals, &sig) == 0 && sig != 0) {
-      LS_LOG_INFO("signal {}: stopping", sig);
-      srv->stop();
+  // The first SIGINT/SIGTERM drains gracefully (stop accepting, let live requests finish for
+  // up to --shutdown-timeout, then abort the rest); a second one stops at once.
+  std::thread signal_waiter([srv] {
+    int signals_seen = 0;
+    while (true) {
+      unsigned char sig = 0;
+      const ssize_t n = ::read(g_signal_pipe[0], &sig, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n != 1 || sig == 0) return;  // 0: listen() returned
+      if (++signals_seen == 1) {
+        LS_LOG_INFO("signal {}: draining (a second signal stops at once)", sig);
+        srv->request_stop();
+      } else {
+        LS_LOG_INFO("signal {}: stopping now", sig);
+        srv->stop();
+      }
     }
   });
   LS_LOG_INFO("serving {} on http://{}:{} (OpenAI API under /v1)", engine.model_name(),
               o.server.host, *port);
   Status st = (*server)->listen();
-  // Wake the waiter if listen() ended for another reason.
-  pthread_kill(signal_waiter.native_handle(), SIGTERM);
+  const unsigned char wake = 0;
+  [[maybe_unused]] const ssize_t w = ::write(g_signal_pipe[1], &wake, 1);
   signal_waiter.join();
+  LS_LOG_INFO("server stopped");
   if (!st.ok()) {
     fmt::print(stderr, "error: {}\n", st.message());
     return 1;
@@ -122,8 +161,19 @@ CommandRunner add_serve_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--http-threads", o->server.num_threads, "HTTP workers (bounds concurrent streams)")
       ->capture_default_str();
+  sub->add_option("--shutdown-timeout", o->shutdown_timeout_s,
+                  "Seconds live requests get to finish after SIGTERM/SIGINT before they are aborted")
+      ->capture_default_str();
+  sub->add_option("--header-timeout", o->header_timeout_s,
+                  "Seconds a client has to send a request's headers (408 after)")
+      ->capture_default_str();
+  sub->add_option("--body-timeout", o->server.read_timeout_s,
+                  "Seconds a client has to send a request's body once its headers are in")
+      ->capture_default_str();
   sub->add_option("--chat-template", o->chat_template_path, "Jinja chat template file");
   return [o] {
+    o->server.shutdown_timeout_ms = static_cast<int>(o->shutdown_timeout_s * 1000);
+    o->server.header_timeout_ms = static_cast<int>(o->header_timeout_s * 1000);
     if (!o->server.served_model_name.empty()) o->engine.served_model_name = o->server.served_model_name;
     return run_serve(*o);
   };
