@@ -196,6 +196,9 @@ Result<ModelConfig> gguf_model_config(const GgufFile& f) {
     return parse_model_config(c.dump(), f.name());
   } catch (const std::bad_alloc&) {
     return resource_exhausted("{}: out of memory", f.name());
+  } catch (const Json::exception&) {
+    // dump() refuses strings that are not UTF-8 (a metadata value copied into the config).
+    return data_loss("{}: a metadata string used for the config is not valid UTF-8", f.name());
   }
 }
 
@@ -318,6 +321,8 @@ Result<Checkpoint> gguf_checkpoint(const GgufFile& f, const ModelConfig& config,
     return Checkpoint::from_file(f.name(), std::move(st));
   } catch (const std::bad_alloc&) {
     return resource_exhausted("{}: out of memory while dequantizing", f.name());
+  } catch (const Json::exception&) {
+    return data_loss("{}: a tensor name is not valid UTF-8", f.name());
   }
 }
 

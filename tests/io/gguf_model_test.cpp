@@ -199,6 +199,27 @@ TEST(GgufModel, UnknownTensorKeepsItsName) {
   EXPECT_NE(ckpt->find("blk.0.mystery.weight"), nullptr);
 }
 
+TEST(GgufModel, NamesThatAreNotUtf8AreErrors) {
+  // Found by fuzz_gguf: the names go into the in-memory checkpoint's JSON header.
+  GgufBuilder b = tiny_llama("llama", false);
+  b.tensor("blk.0.\xc3", {4}, 0, bytes(iota(4, 0)));
+  auto f = GgufFile::from_memory("u.gguf", b.build());
+  ASSERT_TRUE(f.ok());
+  auto c = gguf_model_config(**f);
+  ASSERT_TRUE(c.ok());
+  auto ckpt = gguf_checkpoint(**f, *c, DType::kF32);
+  ASSERT_FALSE(ckpt.ok());
+  EXPECT_NE(ckpt.status().message().find("UTF-8"), std::string::npos);
+
+  GgufBuilder bad_type = tiny_llama("llama", false);
+  bad_type.kv_str("llama.rope.scaling.type", "\xff");
+  auto g = GgufFile::from_memory("v.gguf", bad_type.build());
+  ASSERT_TRUE(g.ok());
+  auto gc = gguf_model_config(**g);
+  ASSERT_FALSE(gc.ok());
+  EXPECT_NE(gc.status().message().find("v.gguf"), std::string::npos);
+}
+
 TEST(GgufModel, FindGgufModel) {
   TempDir dir;
   const auto bytes = tiny_llama("llama", true).build();
