@@ -70,6 +70,8 @@ python_env() {
     python3 -m venv "$build_dir/venv"
   fi
   "$build_dir/venv/bin/python" -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+  "$build_dir/venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+    -r tests/requirements-nodeps.txt
 }
 
 fuzz_build() {

@@ -68,7 +68,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   LS_ASSIGN_OR_RETURN(std::unique_ptr<EngineModel> model, EngineModel::load(o));
 
   std::shared_ptr<const Tokenizer> tokenizer;
-  if (std::filesystem::exists(config.model_dir / "tokenizer.json")) {
+  if (std::filesystem::exists(config.model_dir / "tokenizer.json") ||
+      Tokenizer::in_gguf(config.model_dir)) {
     LS_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::load(config.model_dir));
     tokenizer = std::move(tok);
   } else {

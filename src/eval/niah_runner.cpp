@@ -74,6 +74,7 @@ Result<std::vector<PromptResult>> run_prompts(EngineCore& engine,
       r.cut = s.cut;
       r.exact = s.exact;
       r.recall = s.recall;
+      r.contained = s.contained;
     }
     if (options.on_length_done) {
       options.on_length_done(length, static_cast<int32_t>(group.size()), now_seconds() - start);

@@ -21,6 +21,7 @@ struct PromptResult {
   std::string cut;         // what was compared (first line, stripped)
   bool exact = false;
   double recall = 0;
+  double contained = 0;  // RULER's string_match_all over the whole prediction (scoring.h)
   int32_t prompt_tokens = 0;  // as the engine counted them
   int32_t completion_tokens = 0;
   std::string finish_reason;

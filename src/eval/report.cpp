@@ -15,6 +15,7 @@ void add(CellStats& s, const PromptResult& r) {
   ++s.num_prompts;
   s.exact += ((r.exact ? 1.0 : 0.0) - s.exact) / s.num_prompts;
   s.recall += (r.recall - s.recall) / s.num_prompts;
+  s.contained += (r.contained - s.contained) / s.num_prompts;
 }
 
 // Red (0) through yellow (0.5) to green (1), the palette of LServe's Figure 9.
@@ -94,8 +95,23 @@ DepthGrid niah_depth_grid(const std::vector<PromptResult>& results) {
   return g;
 }
 
-std::string format_table(const AccuracyTable& t, bool recall) {
-  std::string out = fmt::format("{:<17}", recall ? "recall" : "exact match");
+double metric_of(const CellStats& c, TableMetric m) {
+  switch (m) {
+    case TableMetric::kContained:
+      return c.contained;
+    case TableMetric::kExact:
+      return c.exact;
+    case TableMetric::kRecall:
+      return c.recall;
+  }
+  return 0;
+}
+
+std::string format_table(const AccuracyTable& t, TableMetric metric) {
+  const char* title = metric == TableMetric::kContained ? "answer contained"
+                      : metric == TableMetric::kExact   ? "exact match"
+                                                        : "recall";
+  std::string out = fmt::format("{:<17}", title);
   for (int32_t L : t.lengths) out += fmt::format("{:>8}", length_label(L));
   out += "   prompts/cell\n";
   for (const std::string& task : t.tasks) {
@@ -107,7 +123,7 @@ std::string format_table(const AccuracyTable& t, bool recall) {
         out += fmt::format("{:>8}", "-");
         continue;
       }
-      out += fmt::format("{:>8.2f}", recall ? it->second.recall : it->second.exact);
+      out += fmt::format("{:>8.2f}", metric_of(it->second, metric));
       if (std::find(counts.begin(), counts.end(), it->second.num_prompts) == counts.end()) {
         counts.push_back(it->second.num_prompts);
       }
@@ -129,7 +145,8 @@ std::string format_markdown_table(const AccuracyTable& t) {
       auto it = t.cells.find({task, L});
       out += it == t.cells.end()
                  ? std::string(" - |")
-                 : fmt::format(" {:.2f} ({}) |", it->second.exact, it->second.num_prompts);
+                 : fmt::format(" {:.2f} / {:.2f} ({}) |", it->second.contained,
+                               it->second.exact, it->second.num_prompts);
     }
     out += "\n";
   }
@@ -165,10 +182,10 @@ std::string heatmap_svg(const DepthGrid& g, std::string_view title) {
       const CellStats& c = it->second;
       s += fmt::format(
           "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"white\">"
-          "<title>{} tokens, depth {:.0f}%: {:.2f} ({} prompts)</title></rect>\n"
+          "<title>{} tokens, depth {:.0f}%: {:.2f} answer contained ({} prompts)</title></rect>\n"
           "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"11\">{:.2f}</text>\n",
-          px, py, cell_w, cell_h, score_colour(c.exact), g.lengths[static_cast<size_t>(x)], d * 100,
-          c.exact, c.num_prompts, px + cell_w / 2, py + cell_h / 2 + 4, c.exact);
+          px, py, cell_w, cell_h, score_colour(c.contained), g.lengths[static_cast<size_t>(x)],
+          d * 100, c.contained, c.num_prompts, px + cell_w / 2, py + cell_h / 2 + 4, c.contained);
     }
   }
   for (int x = 0; x < nx; ++x) {
@@ -208,6 +225,7 @@ std::string results_json(const std::vector<PromptResult>& results, std::string_v
       summary.push_back({{"task", task},
                          {"context_tokens", L},
                          {"num_prompts", it->second.num_prompts},
+                         {"contained", it->second.contained},
                          {"exact", it->second.exact},
                          {"recall", it->second.recall}});
     }
@@ -219,6 +237,7 @@ std::string results_json(const std::vector<PromptResult>& results, std::string_v
     grid.push_back({{"context_tokens", key.first},
                     {"depth", key.second},
                     {"num_prompts", c.num_prompts},
+                    {"contained", c.contained},
                     {"exact", c.exact}});
   }
   j["depth_grid"] = grid;
@@ -232,6 +251,7 @@ std::string results_json(const std::vector<PromptResult>& results, std::string_v
                   {"needle_positions", r.prompt.needle_positions},
                   {"answer", r.prompt.answer},
                   {"prediction", r.prediction},
+                  {"contained", r.contained},
                   {"exact", r.exact},
                   {"recall", r.recall},
                   {"completion_tokens", r.completion_tokens},

@@ -18,6 +18,7 @@ struct CellStats {
   int32_t num_prompts = 0;
   double exact = 0;   // share of exact answers
   double recall = 0;  // mean recall
+  double contained = 0;  // mean share of answers contained in the prediction (RULER's score)
 };
 
 struct AccuracyTable {
@@ -37,10 +38,11 @@ AccuracyTable summarize(const std::vector<PromptResult>& results);
 // niah_single prompts whose depth is a grid point.
 DepthGrid niah_depth_grid(const std::vector<PromptResult>& results);
 
-// A fixed-width text table; `recall` selects the mean recall instead of exact match. Every row
-// ends with its prompt count per cell.
-std::string format_table(const AccuracyTable& table, bool recall);
-// Markdown version of the exact-match table (for the README and bench/results).
+enum class TableMetric { kContained, kExact, kRecall };
+// A fixed-width text table of one metric. Every row ends with its prompt count per cell.
+std::string format_table(const AccuracyTable& table, TableMetric metric);
+// Markdown version (for the README and bench/results): each cell is "contained / exact (prompts)",
+// answer-contained (RULER's string match) first.
 std::string format_markdown_table(const AccuracyTable& table);
 std::string heatmap_svg(const DepthGrid& grid, std::string_view title);
 

@@ -9,6 +9,14 @@ bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
+std::string ascii_lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string cut_prediction(std::string_view text) {
@@ -30,6 +38,14 @@ PredictionScore score_prediction(std::string_view prediction, std::string_view a
   for (const std::string& a : answers) found += s.cut.find(a) != std::string::npos ? 1 : 0;
   s.recall =
       answers.empty() ? 0.0 : static_cast<double>(found) / static_cast<double>(answers.size());
+  // RULER: sum(r.lower() in pred.lower() for r in ref) / len(ref).
+  const std::string pred = ascii_lower(prediction);
+  int contained = 0;
+  for (const std::string& a : answers) {
+    contained += pred.find(ascii_lower(a)) != std::string::npos ? 1 : 0;
+  }
+  s.contained =
+      answers.empty() ? 0.0 : static_cast<double>(contained) / static_cast<double>(answers.size());
   return s;
 }
 

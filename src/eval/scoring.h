@@ -1,7 +1,9 @@
 #pragma once
 // How a generation is scored (docs/training.md, "Scoring"; Python score_text): cut at the first
 // newline (the engine already stopped at the end tokens and dropped them), strip whitespace, then
-// exact match against the answer and RULER's string_match_all recall over the answer's items.
+// exact match against the answer and recall over the answer's items in that line. `contained` is
+// RULER's own metric (string_match_all): the share of the answer's items found, case-insensitively,
+// anywhere in the whole prediction, so " 3633662." or "The number is 3633662" count as right.
 
 #include <string>
 #include <string_view>
@@ -13,6 +15,7 @@ struct PredictionScore {
   std::string cut;     // the prediction as compared: first line, whitespace-stripped
   bool exact = false;  // cut == answer
   double recall = 0;   // share of `answers` found as substrings of cut
+  double contained = 0;  // share of `answers` found in the whole prediction, ignoring ASCII case
 };
 
 std::string cut_prediction(std::string_view text);

@@ -165,6 +165,15 @@ Result<Checkpoint> Checkpoint::open(const std::filesystem::path& dir) {
   }
 }
 
+Checkpoint Checkpoint::from_file(std::filesystem::path dir,
+                                 std::unique_ptr<SafetensorsFile> file) {
+  Checkpoint ckpt;
+  ckpt.dir_ = std::move(dir);
+  for (const TensorInfo& t : file->tensors()) ckpt.tensors_.emplace(t.name, &t);
+  ckpt.files_.push_back(std::move(file));
+  return ckpt;
+}
+
 Result<const TensorInfo*> Checkpoint::get(std::string_view name) const {
   const TensorInfo* info = find(name);
   if (info == nullptr)

@@ -37,6 +37,9 @@ namespace ls {
 class Checkpoint {
  public:
   static Result<Checkpoint> open(const std::filesystem::path& dir);
+  // A checkpoint made of one already validated file (a GGUF model converted in memory); `dir` is
+  // what messages name.
+  static Checkpoint from_file(std::filesystem::path dir, std::unique_ptr<SafetensorsFile> file);
 
   // kNotFound "tensor <name> not found in checkpoint <dir>" when absent.
   Result<const TensorInfo*> get(std::string_view name) const;

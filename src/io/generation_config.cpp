@@ -1,7 +1,10 @@
 #include "io/generation_config.h"
 
+#include <memory>
 #include <new>
+#include <optional>
 
+#include "io/gguf_model.h"
 #include "io/json_util.h"
 
 namespace ls {
@@ -51,6 +54,11 @@ Result<GenerationConfig> parse_generation_config(std::string_view json,
 }
 
 Result<GenerationConfig> load_generation_config(const std::filesystem::path& model_dir) {
+  LS_ASSIGN_OR_RETURN(std::optional<std::filesystem::path> gguf, find_gguf_model(model_dir));
+  if (gguf) {
+    LS_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::open(*gguf));
+    return gguf_generation_config(*file);
+  }
   const auto path = model_dir / "generation_config.json";
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return GenerationConfig{};

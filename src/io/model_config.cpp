@@ -1,9 +1,12 @@
 #include "io/model_config.h"
 
 #include <cmath>
+#include <memory>
 #include <new>
+#include <optional>
 
 #include "core/log.h"
+#include "io/gguf_model.h"
 #include "io/json_util.h"
 
 namespace ls {
@@ -316,6 +319,11 @@ Result<ModelConfig> parse_model_config(std::string_view json, std::string_view s
 }
 
 Result<ModelConfig> load_model_config(const std::filesystem::path& model_dir) {
+  LS_ASSIGN_OR_RETURN(std::optional<std::filesystem::path> gguf, find_gguf_model(model_dir));
+  if (gguf) {
+    LS_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::open(*gguf));
+    return gguf_model_config(*file);
+  }
   const auto path = model_dir / "config.json";
   LS_ASSIGN_OR_RETURN(std::string text, io_json::read_file(path));
   return parse_model_config(text, path.string());

@@ -4,6 +4,7 @@
 
 #include "core/log.h"
 #include "io/checkpoint.h"
+#include "io/gguf_model.h"
 
 namespace ls {
 
@@ -21,10 +22,18 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
   const ArchitectureSpec* arch = find_architecture(config.architecture());
   if (arch == nullptr) {
     return unimplemented("{}: architecture '{}' is not supported (supported: {})",
-                         (dir / "config.json").string(), config.architecture(),
+                         config.source(), config.architecture(),
                          fmt::join(supported_architectures(), ", "));
   }
-  LS_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(dir));
+  // A GGUF model is dequantized at load to the dtype the backend computes with (f32 on the CPU,
+  // bf16 on CUDA), so everything past the weights is the same as for a safetensors checkpoint.
+  LS_ASSIGN_OR_RETURN(std::optional<std::filesystem::path> gguf, find_gguf_model(dir));
+  auto open_checkpoint = [&]() -> Result<Checkpoint> {
+    if (!gguf) return Checkpoint::open(dir);
+    LS_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::open(*gguf));
+    return gguf_checkpoint(*file, config, backend.weight_dtype_for(DType::kF32));
+  };
+  LS_ASSIGN_OR_RETURN(Checkpoint ckpt, open_checkpoint());
   LS_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(ckpt, config, *arch, backend));
   backend.synchronize();
   LS_LOG_INFO("loaded {} ({}, {} layers, hidden {}, {}/{} heads, head_dim {}, vocab {}): {:.1f} MB of weights on {}",

@@ -1,10 +1,13 @@
 #include "tokenizer/chat_template.h"
 
 #include <exception>
+#include <memory>
 #include <fstream>
 #include <sstream>
 #include <system_error>
 
+#include "io/gguf.h"
+#include "io/gguf_model.h"
 #include "tokenizer/jinja/ast.h"
 #include "tokenizer/jinja/content_format.h"
 #include "tokenizer/jinja/interpreter.h"
@@ -116,6 +119,11 @@ Result<std::string> read_text_file(const std::filesystem::path& path) {
 }  // namespace
 
 Result<std::optional<std::string>> load_chat_template(const std::filesystem::path& model_dir) {
+  LS_ASSIGN_OR_RETURN(std::optional<std::filesystem::path> gguf, find_gguf_model(model_dir));
+  if (gguf) {  // GGUF: tokenizer.chat_template in the metadata
+    LS_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::open(*gguf));
+    return file->opt_string("tokenizer.chat_template");
+  }
   std::error_code ec;
   const auto jinja_path = model_dir / "chat_template.jinja";
   if (std::filesystem::is_regular_file(jinja_path, ec)) {

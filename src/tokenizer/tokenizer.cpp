@@ -5,6 +5,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "io/gguf.h"
+#include "io/gguf_model.h"
+#include "io/gguf_tokenizer.h"
 #include "tokenizer/added_vocabulary.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/decoder.h"
@@ -46,7 +49,23 @@ Result<std::optional<std::string>> config_token(const nlohmann::json& cfg, std::
 Tokenizer::Tokenizer() = default;
 Tokenizer::~Tokenizer() = default;
 
+bool Tokenizer::in_gguf(const std::filesystem::path& model) {
+  auto gguf = find_gguf_model(model);
+  if (!gguf.ok() || !gguf->has_value()) return false;
+  auto file = GgufFile::open(**gguf);
+  return file.ok() && (*file)->find("tokenizer.ggml.model") != nullptr;
+}
+
 Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::filesystem::path& model_dir) {
+  // A GGUF model (the file, or a directory holding one) carries its tokenizer in its metadata.
+  LS_ASSIGN_OR_RETURN(std::optional<std::filesystem::path> gguf, find_gguf_model(model_dir));
+  if (gguf) {
+    LS_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::open(*gguf));
+    LS_ASSIGN_OR_RETURN(GgufTokenizerJson json, gguf_tokenizer_json(*file));
+    auto result = from_json(json.tokenizer_json, json.tokenizer_config_json);
+    if (!result.ok()) return result.status().with_context(gguf->string());
+    return result;
+  }
   const auto json_path = model_dir / "tokenizer.json";
   std::error_code ec;
   if (!std::filesystem::exists(json_path, ec)) {

@@ -41,6 +41,9 @@ class Tokenizer {
   // token strings, add_bos_token, chat_template) and model_dir/chat_template.jinja (which takes
   // precedence over the config's chat_template, as in transformers).
   static Result<std::unique_ptr<Tokenizer>> load(const std::filesystem::path& model_dir);
+  // Whether `model` is a GGUF model (the file, or a directory holding one) with a tokenizer in
+  // its metadata; load() then reads that instead of tokenizer.json.
+  static bool in_gguf(const std::filesystem::path& model);
   // The same from file contents; tokenizer_config_json may be empty.
   static Result<std::unique_ptr<Tokenizer>> from_json(std::string_view tokenizer_json,
                                                       std::string_view tokenizer_config_json = {});

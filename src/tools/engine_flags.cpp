@@ -11,7 +11,7 @@ std::string default_model_dir() {
 
 void add_engine_flags(CLI::App& app, EngineConfig& c) {
   app.add_option("--model", c.model_dir,
-                 "Hugging Face model directory (default: the bundled model)");
+                 "Hugging Face model directory, or a GGUF file (or a directory holding one) (default: the bundled model)");
   app.add_option("--device", c.device, "cpu or cuda")->capture_default_str();
   app.add_option("--threads", c.num_threads, "CPU threads (0: all cores)")->capture_default_str();
   app.add_option("--max-model-len", c.max_model_len,

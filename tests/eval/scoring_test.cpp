@@ -33,6 +33,21 @@ TEST(Scoring, ExactNeedsTheWholeLine) {
   EXPECT_DOUBLE_EQ(score_prediction("\n4829137", "4829137", one).recall, 0.0);
 }
 
+TEST(Scoring, ContainedIsRulersStringMatchOverTheWholePrediction) {
+  const std::vector<std::string> one = {"3633662"};
+  // The answers a chat model gives: a period, a sentence around it, a later line, another case.
+  EXPECT_DOUBLE_EQ(score_prediction(" 3633662.", "3633662", one).contained, 1.0);
+  EXPECT_DOUBLE_EQ(score_prediction("The special number is 3633662", "3633662", one).contained,
+                   1.0);
+  EXPECT_DOUBLE_EQ(score_prediction("Sure!\n3633662", "3633662", one).contained, 1.0);
+  EXPECT_DOUBLE_EQ(score_prediction("Sure!\n3633662", "3633662", one).recall, 0.0);
+  EXPECT_DOUBLE_EQ(score_prediction(" 363366", "3633662", one).contained, 0.0);
+  const std::vector<std::string> names = {"AbcDE", "fghij"};
+  EXPECT_DOUBLE_EQ(score_prediction("abcde and FGHIJ", "AbcDE fghij", names).contained, 1.0);
+  EXPECT_DOUBLE_EQ(score_prediction("abcde only", "AbcDE fghij", names).contained, 0.5);
+  EXPECT_DOUBLE_EQ(score_prediction("anything", "", {}).contained, 0.0);
+}
+
 TEST(Scoring, RecallIsTheShareOfItemsFound) {
   const std::vector<std::string> values = {"1111111", "2222222", "3333333", "4444444"};
   const std::string answer = "1111111, 2222222, 3333333, 4444444";
@@ -52,7 +67,7 @@ TEST(Scoring, RecallIsTheShareOfItemsFound) {
 }
 
 PromptResult result(const std::string& task, int32_t length, double depth, bool on_grid, bool exact,
-                    double recall) {
+                    double recall, double contained = -1) {
   PromptResult r;
   r.prompt.id = task + "-x";
   r.prompt.task = task;
@@ -62,13 +77,14 @@ PromptResult result(const std::string& task, int32_t length, double depth, bool 
   r.prompt.answer = "1";
   r.exact = exact;
   r.recall = recall;
+  r.contained = contained < 0 ? recall : contained;
   return r;
 }
 
 TEST(Report, TableGridHeatmapAndJson) {
   std::vector<PromptResult> rs = {
       result("niah_single", 2048, 0.0, true, true, 1.0),
-      result("niah_single", 2048, 0.0, true, false, 0.0),
+      result("niah_single", 2048, 0.0, true, false, 0.0, 1.0),
       result("niah_single", 2048, 1.0, true, true, 1.0),
       result("niah_single", 1024, 0.5, true, true, 1.0),
       result("niah_multivalue", 1024, 0.3, false, false, 0.75),
@@ -84,16 +100,22 @@ TEST(Report, TableGridHeatmapAndJson) {
   EXPECT_NEAR(mv.exact, 0.5, 1e-12);
   EXPECT_NEAR(mv.recall, 0.875, 1e-12);
   EXPECT_EQ(t.cells.count({"niah_multivalue", 2048}), 0u);
-  const std::string text = format_table(t, false);
+  EXPECT_NEAR(single2k.contained, 1.0, 1e-12);
+  const std::string text = format_table(t, TableMetric::kExact);
+  EXPECT_NE(text.find("exact match"), std::string::npos);
   EXPECT_NE(text.find("0.67"), std::string::npos);
-  EXPECT_NE(format_table(t, true).find("0.88"), std::string::npos);
-  EXPECT_NE(format_markdown_table(t).find("| niah_single | 1.00 (1) | 0.67 (3) |"),
-            std::string::npos);
+  EXPECT_NE(format_table(t, TableMetric::kRecall).find("0.88"), std::string::npos);
+  EXPECT_NE(format_table(t, TableMetric::kContained).find("answer contained"), std::string::npos);
+  // Markdown cells: answer contained / exact (prompts).
+  EXPECT_NE(format_markdown_table(t).find("| niah_single | 1.00 / 1.00 (1) | 1.00 / 0.67 (3) |"),
+            std::string::npos)
+      << format_markdown_table(t);
 
   const DepthGrid g = niah_depth_grid(rs);
   EXPECT_EQ(g.lengths, (std::vector<int32_t>{1024, 2048}));
   EXPECT_EQ(g.depths, (std::vector<double>{0.0, 0.5, 1.0}));
   EXPECT_NEAR(g.cells.at({2048, 0.0}).exact, 0.5, 1e-12);
+  EXPECT_NEAR(g.cells.at({2048, 0.0}).contained, 1.0, 1e-12);
   const std::string svg = heatmap_svg(g, "title <x>");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("title &lt;x&gt;"), std::string::npos);

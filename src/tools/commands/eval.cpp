@@ -150,9 +150,11 @@ int run_eval_niah(EvalOptions& o) {
   const double elapsed = now_seconds() - start;
 
   const eval::AccuracyTable table = eval::summarize(*results);
-  fmt::print("model {}, {} attention\n{}\n{}", o.engine.model_dir.string(),
-             engine.attention_policy_name(), eval::format_table(table, false),
-             eval::format_table(table, true));
+  fmt::print("model {}, {} attention\n{}\n{}\n{}", o.engine.model_dir.string(),
+             engine.attention_policy_name(),
+             eval::format_table(table, eval::TableMetric::kContained),
+             eval::format_table(table, eval::TableMetric::kExact),
+             eval::format_table(table, eval::TableMetric::kRecall));
   const std::string config = config_json(o, engine, source, *depths, elapsed);
   if (!o.json_path.empty()) {
     Status st = write_file(o.json_path, eval::results_json(*results, config));
@@ -184,7 +186,8 @@ CommandRunner add_eval_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("eval", "Accuracy evaluations");
   sub->require_subcommand(1);
   CLI::App* niah = sub->add_subcommand(
-      "niah", "Needle-in-a-haystack grid and RULER-style retrieval tasks (greedy, exact match)");
+      "niah", "Needle-in-a-haystack grid and RULER-style retrieval tasks (greedy; answer contained, as "
+      "RULER scores, and exact match)");
   add_engine_flags(*niah, o->engine);
   niah->add_option("--lengths", o->lengths, "Context lengths in tokens, comma-separated (K = 1024)")
       ->capture_default_str()
@@ -209,7 +212,8 @@ CommandRunner add_eval_command(CLI::App& app) {
   niah->add_flag("--emit-only", o->emit_only, "Only write --emit-prompts; evaluate nothing");
   niah->add_option("--heatmap", o->heatmap_path, "niah_single depth x length heatmap (SVG)");
   niah->add_option("--json", o->json_path, "Every result, the summary and the configuration");
-  niah->add_option("--markdown", o->markdown_path, "The exact-match table in Markdown");
+  niah->add_option("--markdown", o->markdown_path,
+                   "The accuracy table in Markdown (answer contained / exact match per cell)");
   return [o] { return run_eval_niah(*o); };
 }
 

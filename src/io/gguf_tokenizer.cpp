@@ -1,0 +1,202 @@
+#include "io/gguf_tokenizer.h"
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "io/json_util.h"
+
+namespace ls {
+namespace {
+
+using io_json::Json;
+
+// Pre-tokenizer regexes of the Hugging Face tokenizer.json files these vocabularies come from
+// (llama.cpp's llama-vocab.cpp uses the same patterns for the same names).
+constexpr std::string_view kLlama3Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr std::string_view kQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+Json byte_level(bool use_regex) {
+  return {{"type", "ByteLevel"},
+          {"add_prefix_space", false},
+          {"trim_offsets", true},
+          {"use_regex", use_regex}};
+}
+
+Json split_then_bytes(std::string_view regex) {
+  return {{"type", "Sequence"},
+          {"pretokenizers",
+           Json::array({{{"type", "Split"},
+                         {"pattern", {{"Regex", std::string(regex)}}},
+                         {"behavior", "Isolated"},
+                         {"invert", false}},
+                        byte_level(false)})}};
+}
+
+// nullopt for a name this mapping does not know.
+std::optional<Json> pre_tokenizer(std::string_view pre) {
+  if (pre == "default" || pre == "gpt2" || pre == "gpt-2") return byte_level(true);
+  if (pre == "smollm") {
+    return Json{{"type", "Sequence"},
+                {"pretokenizers", Json::array({{{"type", "Digits"}, {"individual_digits", true}},
+                                               byte_level(true)})}};
+  }
+  if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "smaug-bpe") {
+    return split_then_bytes(kLlama3Regex);
+  }
+  if (pre == "qwen2" || pre == "deepseek-r1-qwen") return split_then_bytes(kQwen2Regex);
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<GgufTokenizerJson> gguf_tokenizer_json(const GgufFile& f) {
+  const std::string& file = f.name();
+  LS_ASSIGN_OR_RETURN(std::optional<std::string> model, f.opt_string("tokenizer.ggml.model"));
+  if (!model) return not_found("{}: no tokenizer (metadata key tokenizer.ggml.model)", file);
+  if (*model != "gpt2") {
+    return unimplemented("{}: tokenizer.ggml.model \"{}\" is not supported (only \"gpt2\", "
+                         "byte-level BPE, is)",
+                         file, *model);
+  }
+  LS_ASSIGN_OR_RETURN(const std::vector<std::string>* tokens,
+                      f.opt_string_array("tokenizer.ggml.tokens"));
+  if (tokens == nullptr) return not_found("{}: metadata key tokenizer.ggml.tokens is missing", file);
+  LS_ASSIGN_OR_RETURN(const std::vector<std::string>* merges,
+                      f.opt_string_array("tokenizer.ggml.merges"));
+  if (merges == nullptr) return not_found("{}: metadata key tokenizer.ggml.merges is missing", file);
+  LS_ASSIGN_OR_RETURN(const std::vector<int64_t>* types,
+                      f.opt_int_array("tokenizer.ggml.token_type"));
+  if (types != nullptr && types->size() != tokens->size()) {
+    return data_loss("{}: tokenizer.ggml.token_type has {} entries for {} tokens", file,
+                     types->size(), tokens->size());
+  }
+  LS_ASSIGN_OR_RETURN(std::optional<std::string> pre, f.opt_string("tokenizer.ggml.pre"));
+  const std::optional<Json> pre_json = pre_tokenizer(pre.value_or("default"));
+  if (!pre_json) {
+    return unimplemented("{}: tokenizer.ggml.pre \"{}\" is not supported (supported: default, "
+                         "gpt2, smollm, llama3, llama-bpe, smaug-bpe, qwen2, deepseek-r1-qwen)",
+                         file, *pre);
+  }
+  try {
+    Json vocab = Json::object();
+    Json added = Json::array();
+    for (size_t id = 0; id < tokens->size(); ++id) {
+      const std::string& tok = (*tokens)[id];
+      if (vocab.contains(tok)) {
+        return data_loss("{}: tokenizer.ggml.tokens: token {} (\"{}\") repeats an earlier token",
+                         file, id, tok);
+      }
+      vocab[tok] = id;
+      const int64_t type = types != nullptr ? (*types)[id] : 1;
+      if (type == 3 || type == 4) {
+        added.push_back({{"id", id},
+                         {"content", tok},
+                         {"single_word", false},
+                         {"lstrip", false},
+                         {"rstrip", false},
+                         {"normalized", false},
+                         {"special", type == 3}});
+      }
+    }
+    Json merge_list = Json::array();
+    for (size_t i = 0; i < merges->size(); ++i) {
+      const std::string& m = (*merges)[i];
+      const size_t space = m.find(' ');
+      if (space == std::string::npos || space == 0 || space + 1 == m.size() ||
+          m.find(' ', space + 1) != std::string::npos) {
+        return data_loss("{}: tokenizer.ggml.merges[{}] \"{}\" is not two tokens separated by "
+                         "one space",
+                         file, i, m);
+      }
+      merge_list.push_back(Json::array({m.substr(0, space), m.substr(space + 1)}));
+    }
+
+    auto token_of = [&](std::string_view key) -> Result<std::optional<std::string>> {
+      LS_ASSIGN_OR_RETURN(std::optional<int64_t> id, f.opt_int(key));
+      if (!id) return std::optional<std::string>();
+      if (*id < 0 || static_cast<size_t>(*id) >= tokens->size()) {
+        return data_loss("{}: {} = {} is not a token id (vocabulary of {})", file, key, *id,
+                         tokens->size());
+      }
+      return std::optional<std::string>((*tokens)[static_cast<size_t>(*id)]);
+    };
+    LS_ASSIGN_OR_RETURN(std::optional<std::string> bos, token_of("tokenizer.ggml.bos_token_id"));
+    LS_ASSIGN_OR_RETURN(std::optional<std::string> eos, token_of("tokenizer.ggml.eos_token_id"));
+    LS_ASSIGN_OR_RETURN(std::optional<std::string> unk,
+                        token_of("tokenizer.ggml.unknown_token_id"));
+    LS_ASSIGN_OR_RETURN(std::optional<std::string> pad,
+                        token_of("tokenizer.ggml.padding_token_id"));
+    LS_ASSIGN_OR_RETURN(std::optional<bool> add_bos, f.opt_bool("tokenizer.ggml.add_bos_token"));
+    LS_ASSIGN_OR_RETURN(std::optional<bool> add_eos, f.opt_bool("tokenizer.ggml.add_eos_token"));
+    LS_ASSIGN_OR_RETURN(std::optional<std::string> chat_template,
+                        f.opt_string("tokenizer.chat_template"));
+
+    // BOS/EOS insertion as a template around the sequence, when the metadata asks for it.
+    Json single = Json::array();
+    Json specials = Json::object();
+    auto special = [&](const std::optional<std::string>& tok, std::string_view what) -> Status {
+      if (!tok) {
+        return data_loss("{}: tokenizer.ggml.add_{}_token is set but there is no {} token id",
+                         file, what, what);
+      }
+      single.push_back({{"SpecialToken", {{"id", *tok}, {"type_id", 0}}}});
+      const size_t id = vocab[*tok].get<size_t>();
+      specials[*tok] = {{"id", *tok}, {"ids", Json::array({id})}, {"tokens", Json::array({*tok})}};
+      return {};
+    };
+    if (add_bos.value_or(false)) LS_RETURN_IF_ERROR(special(bos, "bos"));
+    single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+    if (add_eos.value_or(false)) LS_RETURN_IF_ERROR(special(eos, "eos"));
+    Json pair = single;
+    pair.push_back({{"Sequence", {{"id", "B"}, {"type_id", 1}}}});
+    Json post = {{"type", "TemplateProcessing"},
+                 {"single", single},
+                 {"pair", pair},
+                 {"special_tokens", specials}};
+
+    // llama.cpp (and Llama 3's tokenizer.json) look a whole pre-token up in the vocabulary before
+    // merging, for the llama3 family of pre-tokenizers.
+    const bool ignore_merges =
+        pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "smaug-bpe";
+    Json t = {{"version", "1.0"},
+              {"truncation", nullptr},
+              {"padding", nullptr},
+              {"added_tokens", added},
+              {"normalizer", nullptr},
+              {"pre_tokenizer", *pre_json},
+              {"post_processor", post},
+              {"decoder", byte_level(true)},
+              {"model",
+               {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", ignore_merges},
+                {"vocab", vocab},
+                {"merges", merge_list}}}};
+    if (pre == "qwen2" || pre == "deepseek-r1-qwen") t["normalizer"] = {{"type", "NFC"}};
+
+    Json config = Json::object();
+    if (bos) config["bos_token"] = *bos;
+    if (eos) config["eos_token"] = *eos;
+    if (unk) config["unk_token"] = *unk;
+    if (pad) config["pad_token"] = *pad;
+    if (add_bos) config["add_bos_token"] = *add_bos;
+    if (chat_template) config["chat_template"] = *chat_template;
+    // Tokens need not be valid UTF-8 in a GGUF; dump() would throw on them, so replace.
+    return GgufTokenizerJson{t.dump(-1, ' ', false, Json::error_handler_t::replace),
+                             config.dump(-1, ' ', false, Json::error_handler_t::replace)};
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("{}: out of memory while reading the tokenizer", file);
+  }
+}
+
+}  // namespace ls

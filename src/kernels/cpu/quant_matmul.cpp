@@ -1,0 +1,236 @@
+#include "kernels/cpu/quant_matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "core/dtype.h"
+
+namespace ls::kernels::cpu {
+namespace {
+
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+inline int32_t dot32(const int8_t* a, const int8_t* b) {
+  int32_t s = 0;
+  for (int i = 0; i < 32; ++i) s += static_cast<int32_t>(a[i]) * b[i];
+  return s;
+}
+
+inline void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// ---- scalar: one weight block against its activation blocks ----------------------------------
+
+float block_dot_scalar(QuantType type, const uint8_t* b, const Q8Block* a) {
+  int8_t q[32];
+  switch (type) {
+    case QuantType::kQ8_0:
+      return f16_at(b) * a->d * static_cast<float>(dot32(reinterpret_cast<const int8_t*>(b + 2), a->q));
+    case QuantType::kQ4_0: {
+      for (int j = 0; j < 16; ++j) {
+        q[j] = static_cast<int8_t>((b[2 + j] & 0xF) - 8);
+        q[j + 16] = static_cast<int8_t>((b[2 + j] >> 4) - 8);
+      }
+      return f16_at(b) * a->d * static_cast<float>(dot32(q, a->q));
+    }
+    case QuantType::kQ4_1: {
+      for (int j = 0; j < 16; ++j) {
+        q[j] = static_cast<int8_t>(b[4 + j] & 0xF);
+        q[j + 16] = static_cast<int8_t>(b[4 + j] >> 4);
+      }
+      return f16_at(b) * a->d * static_cast<float>(dot32(q, a->q)) +
+             f16_at(b + 2) * a->d * static_cast<float>(a->sum);
+    }
+    case QuantType::kQ4_K:
+    case QuantType::kQ5_K: {
+      const bool five = type == QuantType::kQ5_K;
+      const float d = f16_at(b), dmin = f16_at(b + 2);
+      const uint8_t* scales = b + 4;
+      const uint8_t* qh = b + 16;
+      const uint8_t* qs = b + (five ? 48 : 16);
+      float total = 0;
+      for (int j = 0; j < 8; ++j) {  // sub-block j: nibble (j & 1) of bytes 32 * (j / 2) ...
+        const uint8_t* p = qs + 32 * (j / 2);
+        for (int l = 0; l < 32; ++l) {
+          int v = (j & 1) ? (p[l] >> 4) : (p[l] & 0xF);
+          if (five && (qh[l] >> j) & 1) v += 16;
+          q[l] = static_cast<int8_t>(v);
+        }
+        int sc, m;
+        scale_min_k4(j, scales, &sc, &m);
+        total += a[j].d * (d * static_cast<float>(sc) * static_cast<float>(dot32(q, a[j].q)) -
+                           dmin * static_cast<float>(m) * static_cast<float>(a[j].sum));
+      }
+      return total;
+    }
+    case QuantType::kQ6_K: {
+      const float d = f16_at(b + 208);
+      const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+      float total = 0;
+      for (int n = 0; n < 2; ++n) {
+        const uint8_t* ql = b + 64 * n;
+        const uint8_t* qh = b + 128 + 32 * n;
+        for (int g = 0; g < 4; ++g) {
+          const Q8Block& x = a[4 * n + g];
+          int32_t s0 = 0, s1 = 0;
+          for (int l = 0; l < 32; ++l) {
+            const uint8_t lo = g & 1 ? ql[l + 32] : ql[l];
+            const int v = ((g < 2 ? lo & 0xF : lo >> 4) | (((qh[l] >> (2 * g)) & 3) << 4)) - 32;
+            (l < 16 ? s0 : s1) += v * x.q[l];
+          }
+          total += x.d * d *
+                   static_cast<float>(sc[8 * n + 2 * g] * s0 + sc[8 * n + 2 * g + 1] * s1);
+        }
+      }
+      return total;
+    }
+  }
+  return 0;
+}
+
+// ---- AVX2: the 32-weight types, as llama.cpp's ggml_vec_dot_q*_q8_* ---------------------------
+
+#if defined(__AVX2__)
+inline __m256 mul_sum_i8(__m256i x, __m256i y) {
+  // |x| * sign(y, x): maddubs wants one unsigned operand.
+  const __m256i ax = _mm256_sign_epi8(x, x);
+  const __m256i sy = _mm256_sign_epi8(y, x);
+  const __m256i dot16 = _mm256_maddubs_epi16(ax, sy);
+  const __m256i dot32 = _mm256_madd_epi16(dot16, _mm256_set1_epi16(1));
+  return _mm256_cvtepi32_ps(dot32);
+}
+
+inline __m256i unpack_nibbles(const uint8_t* p) {  // 16 bytes -> 32 values: low, then high
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+float row_dot_avx2(QuantType type, const uint8_t* w, const Q8Block* a, int64_t nblocks) {
+  __m256 acc = _mm256_setzero_ps();
+  float extra = 0;  // Q4_1's m * sum terms
+  const int64_t bytes = quant_block_bytes(type);
+  for (int64_t i = 0; i < nblocks; ++i) {
+    const uint8_t* b = w + i * bytes;
+    const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].q));
+    __m256i qw;
+    if (type == QuantType::kQ8_0) {
+      qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+    } else if (type == QuantType::kQ4_0) {
+      qw = _mm256_sub_epi8(unpack_nibbles(b + 2), _mm256_set1_epi8(8));
+    } else {
+      qw = unpack_nibbles(b + 4);
+      extra += f16_at(b + 2) * a[i].d * static_cast<float>(a[i].sum);
+    }
+    const __m256 scale = _mm256_set1_ps(f16_at(b) * a[i].d);
+    acc = _mm256_fmadd_ps(scale, mul_sum_i8(qw, qa), acc);
+  }
+  return hsum(acc) + extra;
+}
+#endif
+
+}  // namespace
+
+int64_t quant_block_elems(QuantType type) {
+  switch (type) {
+    case QuantType::kQ8_0:
+    case QuantType::kQ4_0:
+    case QuantType::kQ4_1:
+      return 32;
+    default:
+      return 256;
+  }
+}
+
+int64_t quant_block_bytes(QuantType type) {
+  switch (type) {
+    case QuantType::kQ8_0:
+      return 34;
+    case QuantType::kQ4_0:
+      return 18;
+    case QuantType::kQ4_1:
+      return 20;
+    case QuantType::kQ4_K:
+      return 144;
+    case QuantType::kQ5_K:
+      return 176;
+    case QuantType::kQ6_K:
+      return 210;
+  }
+  return 0;
+}
+
+void quantize_activations(const float* x, int64_t n, Q8Block* out) {
+  for (int64_t i = 0; i < n / 32; ++i) {
+    const float* v = x + 32 * i;
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    Q8Block& b = out[i];
+    b.d = d;
+    b.sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      b.q[j] = static_cast<int8_t>(std::lrintf(v[j] * id));
+      b.sum += b.q[j];
+    }
+  }
+}
+
+void quant_matmul(QuantType type, const void* w, int64_t rows, int64_t cols, const float* x,
+                  int64_t m, float* y, Isa isa) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const int64_t nblocks = cols / quant_block_elems(type);
+  const int64_t row_bytes = nblocks * quant_block_bytes(type);
+  const int64_t per_block = quant_block_elems(type) / 32;  // activation blocks per weight block
+  std::vector<Q8Block> act(static_cast<size_t>(cols / 32));
+  for (int64_t i = 0; i < m; ++i) {
+    quantize_activations(x + i * cols, cols, act.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* row = wb + r * row_bytes;
+#if defined(__AVX2__)
+      if (isa != Isa::kScalar && per_block == 1) {
+        y[i * rows + r] = row_dot_avx2(type, row, act.data(), nblocks);
+        continue;
+      }
+#endif
+      (void)isa;
+      float s = 0;
+      for (int64_t b = 0; b < nblocks; ++b) {
+        s += block_dot_scalar(type, row + b * quant_block_bytes(type), &act[b * per_block]);
+      }
+      y[i * rows + r] = s;
+    }
+  }
+}
+
+void quant_matmul(QuantType type, const void* w, int64_t rows, int64_t cols, const float* x,
+                  int64_t m, float* y) {
+  quant_matmul(type, w, rows, cols, x, m, y, best_isa());
+}
+
+}  // namespace ls::kernels::cpu

@@ -1,0 +1,117 @@
+// Quantized-weight matmul against dequantize-then-f32 (ggml's formulas in io/gguf_dequant, which
+// tests/io checks against gguf-py), over every ISA of the build, random blocks of every type, and
+// shapes with odd row counts and column counts that are not a power of two. The only allowed
+// difference is the activations' int8 rounding: half a step per element, so |y - ref| <=
+// sum over 32-blocks of (d_x / 2) * sum |w| (plus float rounding).
+#include "kernels/cpu/quant_matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "io/gguf_dequant.h"
+
+namespace ls::kernels::cpu {
+namespace {
+
+struct TypeCase {
+  QuantType type;
+  GgmlType ggml;
+  std::vector<int> f16_offsets;  // the block's f16 scale fields
+};
+
+const std::vector<TypeCase>& cases() {
+  static const std::vector<TypeCase> c = {
+      {QuantType::kQ8_0, GgmlType::kQ8_0, {0}},     {QuantType::kQ4_0, GgmlType::kQ4_0, {0}},
+      {QuantType::kQ4_1, GgmlType::kQ4_1, {0, 2}},  {QuantType::kQ4_K, GgmlType::kQ4_K, {0, 2}},
+      {QuantType::kQ5_K, GgmlType::kQ5_K, {0, 2}},  {QuantType::kQ6_K, GgmlType::kQ6_K, {208}},
+  };
+  return c;
+}
+
+std::vector<uint8_t> random_blocks(std::mt19937& rng, const TypeCase& tc, int64_t nblocks) {
+  const int64_t bytes = quant_block_bytes(tc.type);
+  std::vector<uint8_t> out(static_cast<size_t>(nblocks * bytes));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  for (auto& b : out) b = static_cast<uint8_t>(byte(rng));
+  for (int64_t i = 0; i < nblocks; ++i) {
+    for (int off : tc.f16_offsets) {
+      const uint16_t h = f32_to_f16(scale(rng));
+      std::memcpy(out.data() + i * bytes + off, &h, 2);
+    }
+  }
+  return out;
+}
+
+TEST(QuantMatmul, MatchesDequantizedF32WithinActivationRounding) {
+  std::mt19937 rng(24);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (const TypeCase& tc : cases()) {
+    const int64_t be = quant_block_elems(tc.type);
+    const std::vector<int64_t> col_choices =
+        be == 32 ? std::vector<int64_t>{32, 96, 288} : std::vector<int64_t>{256, 768};
+    for (int64_t cols : col_choices) {
+      for (int64_t rows : {1, 3, 17}) {
+        for (int64_t m : {1, 3}) {
+          const int64_t nblocks = rows * cols / be;
+          const auto w = random_blocks(rng, tc, nblocks);
+          std::vector<float> x(static_cast<size_t>(m * cols));
+          for (float& v : x) v = normal(rng);
+          x[0] = 25.f;  // an outlier widens the first activation block's step
+          std::vector<float> wf(static_cast<size_t>(rows * cols));
+          ASSERT_TRUE(dequantize_row(tc.ggml, w.data(), wf.data(), rows * cols).ok());
+          for (Isa isa : available_isas()) {
+            std::vector<float> y(static_cast<size_t>(m * rows), -1.f);
+            quant_matmul(tc.type, w.data(), rows, cols, x.data(), m, y.data(), isa);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t r = 0; r < rows; ++r) {
+                double ref = 0, bound = 0, mag = 0;
+                for (int64_t b = 0; b < cols / 32; ++b) {
+                  float amax = 0, wabs = 0;
+                  for (int64_t k = 32 * b; k < 32 * b + 32; ++k) {
+                    const double wv = wf[static_cast<size_t>(r * cols + k)];
+                    const double xv = x[static_cast<size_t>(i * cols + k)];
+                    ref += wv * xv;
+                    mag += std::fabs(wv * xv);
+                    amax = std::max(amax, std::fabs(static_cast<float>(xv)));
+                    wabs += static_cast<float>(std::fabs(wv));
+                  }
+                  bound += amax / 127.0 / 2.0 * wabs;
+                }
+                const double got = y[static_cast<size_t>(i * rows + r)];
+                EXPECT_LE(std::fabs(got - ref), bound * 1.0001 + 1e-5 * mag + 1e-6)
+                    << isa_name(isa) << " type " << static_cast<int>(tc.type) << " rows " << rows
+                    << " cols " << cols << " m " << m << " at " << i << "," << r;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantMatmul, ActivationsRoundToTheNearestStep) {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i - 20) * 0.37f;
+  Q8Block b[2];
+  quantize_activations(x.data(), 64, b);
+  for (int blk = 0; blk < 2; ++blk) {
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const float v = x[static_cast<size_t>(32 * blk + j)];
+      EXPECT_LE(std::fabs(b[blk].d * b[blk].q[j] - v), b[blk].d / 2 * 1.0001f);
+      sum += b[blk].q[j];
+    }
+    EXPECT_EQ(b[blk].sum, sum);
+    EXPECT_EQ(std::abs(static_cast<int>(b[blk].q[blk == 0 ? 0 : 31])), 127);
+  }
+}
+
+}  // namespace
+}  // namespace ls::kernels::cpu
