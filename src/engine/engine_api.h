@@ -62,6 +62,7 @@ struct EngineStats {
   // Hierarchical KV tier (--kv-offload on; docs/hierarchical-kv.md), zero when off.
   bool kv_offload = false;
   int64_t kv_host_bytes = 0;            // host pool (pinned on a GPU)
+  int64_t host_pinned_bytes = 0;        // page-locked host memory of the backend (0 on the CPU)
   int64_t kv_device_cache_bytes = 0;    // device page cache
   int64_t kv_offload_hits_total = 0;    // mandatory pages found in the device cache
   int64_t kv_offload_misses_total = 0;  // pages copied from host memory

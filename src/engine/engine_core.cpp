@@ -316,6 +316,7 @@ EngineStats EngineCore::stats() const {
   const KvTierStats t = executor_->kv_tier_stats();
   s.kv_offload = t.enabled;
   s.kv_host_bytes = t.host_bytes;
+  s.host_pinned_bytes = t.host_pinned_bytes;
   s.kv_device_cache_bytes = t.device_cache_bytes;
   s.kv_offload_hits_total = t.hits;
   s.kv_offload_misses_total = t.misses;

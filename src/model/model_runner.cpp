@@ -228,6 +228,7 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
 
 KvTierStats ModelRunner::kv_tier_stats() const {
   KvTierStats s;
+  s.host_pinned_bytes = backend_.host_memory_stats().pinned_bytes;
   if (!pool_.tiered()) return s;
   const KvCacheTier& t = pool_.tier();
   s.enabled = true;

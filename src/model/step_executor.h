@@ -14,6 +14,7 @@ namespace ls {
 struct KvTierStats {
   bool enabled = false;
   int64_t host_bytes = 0;          // the host pool (pinned on GPU backends)
+  int64_t host_pinned_bytes = 0;   // page-locked host memory the backend holds (0 on the CPU)
   int64_t device_cache_bytes = 0;  // the device page cache (K + V slots)
   int64_t hits = 0;                // mandatory pages found resident, since start
   int64_t misses = 0;              // pages copied from host homes, since start

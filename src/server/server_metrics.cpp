@@ -40,6 +40,35 @@ ServerMetrics::ServerMetrics(std::string model_name, int32_t max_model_len)
            .counter("vllm:num_preemptions_total",
                     "Cumulative number of preemption from the engine.", kLabelNames)
            .with(labels_);
+  kv_offload_host_bytes_ =
+      &registry_
+           .gauge("longserve:kv_offload_host_bytes",
+                  "Host KV pool of the retrieval heads' pages (--kv-offload on).", kLabelNames)
+           .with(labels_);
+  kv_offload_device_cache_bytes_ =
+      &registry_
+           .gauge("longserve:kv_offload_device_cache_bytes",
+                  "Device page cache of the host KV tier (--kv-offload on).", kLabelNames)
+           .with(labels_);
+  host_pinned_bytes_ = &registry_
+                            .gauge("longserve:host_pinned_bytes",
+                                   "Page-locked host memory the backend holds.", kLabelNames)
+                            .with(labels_);
+  kv_offload_hits_total_ =
+      &registry_
+           .counter("longserve:kv_offload_hits_total",
+                    "Pages attention read that were already in the device page cache.", kLabelNames)
+           .with(labels_);
+  kv_offload_misses_total_ =
+      &registry_
+           .counter("longserve:kv_offload_misses_total",
+                    "Pages copied from the host KV pool into the device page cache.", kLabelNames)
+           .with(labels_);
+  kv_offload_h2d_bytes_total_ =
+      &registry_
+           .counter("longserve:kv_offload_h2d_bytes_total",
+                    "Bytes those copies moved from host to device.", kLabelNames)
+           .with(labels_);
   prompt_tokens_total_ =
       &registry_
            .counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", kLabelNames)
@@ -112,6 +141,12 @@ std::string ServerMetrics::render(const EngineStats& stats) {
   num_preemptions_total_->set_total(static_cast<double>(stats.num_preemptions));
   prompt_tokens_total_->set_total(static_cast<double>(stats.prompt_tokens_total));
   generation_tokens_total_->set_total(static_cast<double>(stats.generation_tokens_total));
+  kv_offload_host_bytes_->set(static_cast<double>(stats.kv_host_bytes));
+  kv_offload_device_cache_bytes_->set(static_cast<double>(stats.kv_device_cache_bytes));
+  host_pinned_bytes_->set(static_cast<double>(stats.host_pinned_bytes));
+  kv_offload_hits_total_->set_total(static_cast<double>(stats.kv_offload_hits_total));
+  kv_offload_misses_total_->set_total(static_cast<double>(stats.kv_offload_misses_total));
+  kv_offload_h2d_bytes_total_->set_total(static_cast<double>(stats.kv_offload_bytes_total));
   return registry_.render();
 }
 

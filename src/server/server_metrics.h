@@ -39,6 +39,13 @@ class ServerMetrics {
   Counter* prompt_tokens_total_;
   Counter* generation_tokens_total_;
   Counter* num_preemptions_total_;
+  // The host KV tier (docs/hierarchical-kv.md); zero while --kv-offload is off.
+  Gauge* kv_offload_host_bytes_;
+  Gauge* kv_offload_device_cache_bytes_;
+  Gauge* host_pinned_bytes_;
+  Counter* kv_offload_hits_total_;
+  Counter* kv_offload_misses_total_;
+  Counter* kv_offload_h2d_bytes_total_;
   CounterFamily* request_success_total_;
   Histogram* time_to_first_token_;
   Histogram* inter_token_latency_;
