@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "io/file_bytes.h"
 
 namespace ls {
 
@@ -129,7 +130,7 @@ class GgufFile {
 
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
-  ~GgufFile();
+  ~GgufFile() = default;
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
@@ -161,10 +162,9 @@ class GgufFile {
   Status parse();
 
   std::string name_;
-  const uint8_t* bytes_ = nullptr;  // [size_bytes_] the whole file
+  FileBytes storage_;               // the mapped or owned file
+  const uint8_t* bytes_ = nullptr;  // [size_bytes_] the whole file (storage_'s bytes)
   size_t size_bytes_ = 0;
-  void* mapping_ = nullptr;
-  std::vector<uint8_t> memory_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   std::vector<GgufTensor> tensors_;

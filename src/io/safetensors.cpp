@@ -1,18 +1,12 @@
 #include "io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
-#include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <limits>
 #include <new>
 #include <set>
+#include <utility>
 
 #include "io/json_util.h"
 
@@ -255,46 +249,14 @@ int64_t TensorInfo::numel() const {
   return n;
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (mapping_ != nullptr) munmap(mapping_, size_bytes_);
-}
-
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::filesystem::path& path) {
-  const std::string name = path.string();
-  const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return not_found("{}: no such file", name);
-    return io_error("{}: cannot open: {}", name, std::strerror(err));
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return io_error("{}: cannot stat: {}", name, std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return io_error("{}: not a regular file", name);
-  }
+  LS_ASSIGN_OR_RETURN(FileBytes storage, FileBytes::map(path));
   std::unique_ptr<SafetensorsFile> file(new (std::nothrow) SafetensorsFile());
-  if (!file) {
-    ::close(fd);
-    return resource_exhausted("{}: out of memory", name);
-  }
-  file->name_ = name;
-  file->size_bytes_ = static_cast<size_t>(st.st_size);
-  if (file->size_bytes_ > 0) {
-    void* p = mmap(nullptr, file->size_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return io_error("{}: cannot mmap {} bytes: {}", name, file->size_bytes_, std::strerror(err));
-    }
-    file->mapping_ = p;
-    file->bytes_ = static_cast<const uint8_t*>(p);
-  }
-  ::close(fd);  // the mapping stays valid without the descriptor
+  if (!file) return resource_exhausted("{}: out of memory", path.string());
+  file->name_ = path.string();
+  file->storage_ = std::move(storage);
+  file->bytes_ = file->storage_.data();
+  file->size_bytes_ = file->storage_.size();
   LS_RETURN_IF_ERROR(file->parse());
   return file;
 }
@@ -304,9 +266,9 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::from_memory(std::strin
   std::unique_ptr<SafetensorsFile> file(new (std::nothrow) SafetensorsFile());
   if (!file) return resource_exhausted("{}: out of memory", name);
   file->name_ = std::move(name);
-  file->memory_ = std::move(bytes);
-  file->bytes_ = file->memory_.data();
-  file->size_bytes_ = file->memory_.size();
+  file->storage_ = FileBytes::own(std::move(bytes));
+  file->bytes_ = file->storage_.data();
+  file->size_bytes_ = file->storage_.size();
   LS_RETURN_IF_ERROR(file->parse());
   return file;
 }

@@ -23,6 +23,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "io/file_bytes.h"
 
 namespace ls {
 
@@ -88,7 +89,7 @@ class SafetensorsFile {
 
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
-  ~SafetensorsFile();
+  ~SafetensorsFile() = default;
 
   // In data-section order (ascending data_offsets).
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
@@ -104,10 +105,9 @@ class SafetensorsFile {
   Status parse();
 
   std::string name_;
-  const uint8_t* bytes_ = nullptr;  // [size_bytes_] the whole file
+  FileBytes storage_;               // the mapped or owned file
+  const uint8_t* bytes_ = nullptr;  // [size_bytes_] the whole file (storage_'s bytes)
   size_t size_bytes_ = 0;
-  void* mapping_ = nullptr;      // non-null when bytes_ comes from mmap
-  std::vector<uint8_t> memory_;  // owns bytes_ for from_memory
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> index_;  // name -> position in tensors_
   std::map<std::string, std::string> metadata_;
