@@ -281,22 +281,19 @@ std::vector<int64_t> GgufTensor::shape() const { return {ne.rbegin(), ne.rend()}
 
 Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::filesystem::path& path) {
   LS_ASSIGN_OR_RETURN(FileBytes storage, FileBytes::map(path));
-  std::unique_ptr<GgufFile> file(new (std::nothrow) GgufFile());
-  if (!file) return resource_exhausted("{}: out of memory", path.string());
-  file->name_ = path.string();
-  file->storage_ = std::move(storage);
-  file->bytes_ = file->storage_.data();
-  file->size_bytes_ = file->storage_.size();
-  LS_RETURN_IF_ERROR(file->parse());
-  return file;
+  return from_storage(path.string(), std::move(storage));
 }
 
 Result<std::unique_ptr<GgufFile>> GgufFile::from_memory(std::string name,
                                                         std::vector<uint8_t> bytes) {
+  return from_storage(std::move(name), FileBytes::own(std::move(bytes)));
+}
+
+Result<std::unique_ptr<GgufFile>> GgufFile::from_storage(std::string name, FileBytes storage) {
   std::unique_ptr<GgufFile> file(new (std::nothrow) GgufFile());
   if (!file) return resource_exhausted("{}: out of memory", name);
   file->name_ = std::move(name);
-  file->storage_ = FileBytes::own(std::move(bytes));
+  file->storage_ = std::move(storage);
   file->bytes_ = file->storage_.data();
   file->size_bytes_ = file->storage_.size();
   LS_RETURN_IF_ERROR(file->parse());

@@ -159,6 +159,8 @@ class GgufFile {
 
  private:
   GgufFile() = default;
+  // open and from_memory end here: takes the bytes, then validates them (parse).
+  static Result<std::unique_ptr<GgufFile>> from_storage(std::string name, FileBytes storage);
   Status parse();
 
   std::string name_;

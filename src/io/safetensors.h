@@ -100,6 +100,9 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
+  // open and from_memory end here: takes the bytes, then validates them (parse).
+  static Result<std::unique_ptr<SafetensorsFile>> from_storage(std::string name,
+                                                               FileBytes storage);
   // The one validation path behind open and from_memory: fills tensors_ and metadata_ from
   // [bytes_, bytes_ + size_bytes_).
   Status parse();
