@@ -12,7 +12,8 @@
 #                                         # .carry carried
 #
 # Sections, in order (names for --only / --skip): env, build, tests, kernels, transfers, torch,
-# e2e, hf, serve. Each section has its own time limit and a failing section never stops the others; the
+# e2e, hf, serve; only when named in --only: profile, tierk, tier32k, tier128k, tiercap (the host
+# KV tier). Each section has its own time limit and a failing section never stops the others; the
 # whole run keeps within GPU_CHECK_BUDGET_S seconds (default 540). Logs and results go to $OUT
 # (default ./gpu-out): gpu_check.log, build.log, ptxas.txt, tests.log, results.jsonl,
 # gpu_results.md (its table is printed last) and serve/.
@@ -198,8 +199,8 @@ build_section() {
   grep -E "error|warning|FAILED" "$OUT/build.log" | grep -v "^ptxas" | head -60
   # Registers / spills of the attention kernels, and what their SASS is made of.
   {
-    echo "# ptxas resource usage (attention, page_select, kv ops)"
-    grep -A3 -E "Compiling entry function '.*(attention|wgmma|select|bounds|summary|kv_append|page_copy)" "$OUT/build.log" |
+    echo "# ptxas resource usage (attention, page_select, kv ops, residency)"
+    grep -A3 -E "Compiling entry function '.*(attention|wgmma|select|bounds|summary|kv_append|page_copy|residency)" "$OUT/build.log" |
       grep -E "Compiling entry|registers|spill" | sed 's/ptxas info    ://'
     if command -v cuobjdump >/dev/null; then
       for o in "$BUILD"/src/kernels/cuda/CMakeFiles/ls_kernels_cuda.dir/attention_*_d128.cu.o; do
@@ -285,6 +286,42 @@ e2e_section() {
 }
 export -f e2e_section
 section e2e 200 e2e_section
+
+# ---- the host KV tier (only with --only ...: each fits one call's budget; docs/hierarchical-kv-gpu.md)
+# tierk: where one tiered decode layer's time goes (bench_cuda_kv_tier: residency op, copies of
+#   the misses, attention through slots vs without), batch 1 and 8, 32K and 128K.
+# tier32k / tier128k: the 8B-shaped model decoding with lserve at buffer ratios 1..8 against
+#   every page resident in the same process (TPOT, hit ratio, vs_resident), batch 1/8/32 at 32K
+#   and 1/8 at 128K (32 x 128K of homes is 256 GB of host memory); TTFT with the tier and with
+#   its write-through off (--kv-save 0) at the same length.
+# tiercap: the most 128K-token sequences that decode at once, dense and lserve, tier off and on.
+tierk_section() {
+  "$BUILD/bench/cuda/bench_cuda_kv_tier" --out "$RESULTS" --batches 1,8 --contexts 32768,131072
+}
+tier32k_section() {
+  [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
+  "$BUILD/bench/cuda/bench_cuda_e2e" --model "$MODEL_DIR" --out "$RESULTS" --policies lserve \
+    --ttft 32768 --tpot 32768 --steps 16 --batches 1,8,32 --offload-ratios 0,1,2,4,5,8
+  "$BUILD/bench/cuda/bench_cuda_e2e" --model "$MODEL_DIR" --out "$RESULTS" --policies lserve \
+    --ttft 32768 --tpot "" --batches 1 --offload-ratios 4 --kv-save 0
+}
+tier128k_section() {
+  [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
+  "$BUILD/bench/cuda/bench_cuda_e2e" --model "$MODEL_DIR" --out "$RESULTS" --policies lserve \
+    --ttft 131072 --tpot 131072 --steps 12 --batches 1,8 --offload-ratios 0,1,2,4,5,8
+  "$BUILD/bench/cuda/bench_cuda_e2e" --model "$MODEL_DIR" --out "$RESULTS" --policies lserve \
+    --ttft 131072 --tpot "" --batches 1 --offload-ratios 4 --kv-save 0
+}
+tiercap_section() {
+  [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
+  "$BUILD/bench/cuda/bench_cuda_e2e" --model "$MODEL_DIR" --out "$RESULTS" --policies dense,lserve \
+    --ttft "" --tpot "" --batches "" --capacity 131072 --capacity-ratio 4
+}
+export -f tierk_section tier32k_section tier128k_section tiercap_section
+if [[ "$ONLY" == *",tierk,"* ]]; then section tierk 150 tierk_section; fi
+if [[ "$ONLY" == *",tier32k,"* ]]; then wait_model; section tier32k 420 tier32k_section; fi
+if [[ "$ONLY" == *",tier128k,"* ]]; then wait_model; section tier128k 480 tier128k_section; fi
+if [[ "$ONLY" == *",tiercap,"* ]]; then wait_model; section tiercap 420 tiercap_section; fi
 
 # ---- profile (only with --only ...,profile): ncu per-kernel times of 4 decode steps, and the
 # decode / prefill attention kernels' limiters. Files: ncu_step.csv, ncu_step.md, ncu_*.txt ----
@@ -492,8 +529,8 @@ if em:
 md.append("| engine | TTFT 8K ms | TTFT 32K ms | TTFT 128K ms | TPOT 32K ms | TPOT 128K ms | TPOT 128K / floor |")
 md.append("|---|---|---|---|---|---|---|")
 for pol in ["dense", "streaming", "lserve"]:
-    t = {r["tokens"]: r.get("ms") for r in pick("ttft", policy=pol)}
-    p = {r["context"]: r for r in pick("tpot", policy=pol)}
+    t = {r["tokens"]: r.get("ms") for r in pick("ttft", policy=pol) if not r.get("offload_ratio") and r.get("batch", 1) == 1}
+    p = {r["context"]: r for r in pick("tpot", policy=pol) if not r.get("offload_ratio") and r.get("batch", 1) == 1}
     if not t and not p:
         continue
     p128 = p.get(131072)
@@ -540,6 +577,50 @@ if sv:
                   f"{f(r.get('mean_ttft_ms'), '{:.0f}')} | {f(r.get('p99_ttft_ms'), '{:.0f}')} | {f(r.get('mean_tpot_ms'), '{:.1f}')} | {f(r.get('p99_itl_ms'), '{:.1f}')} | "
                   f"{f(r.get('max_running'), '{:.0f}')} | {f(r.get('max_kv_usage') and 100 * r['max_kv_usage'], '{:.0f}%')} | {f(r.get('preemptions'), '{:.0f}')} |")
     md.append("")
+tl = pick("tier_layer")
+if tl:
+    md.append("## Host KV tier: one decode layer, kernel by kernel (bench_cuda_kv_tier, lserve 8B shape)\n")
+    md.append("| batch | context | ratio | slots/row | hit ratio | residency us | copy us | attention us (extra via slots) | extra per layer us | extra per 32-layer step ms |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|")
+    for r in tl:
+        md.append(f"| {r['batch']} | {k(r['context'])} | {r['ratio']} | {r['slots_per_row']} | {r['hit_ratio']:.2f} | "
+                  f"{r['residency_us']:.1f} | {r['copy_us']:.1f} | {r['attention_us']:.1f} ({r['attention_extra_us']:+.1f}) | "
+                  f"{r['layer_extra_us']:.1f} | {r['step_extra_ms']:.2f} |")
+    md.append("")
+tier_keys = {(r["policy"], r["context"]) for r in pick("tpot") if r.get("offload_ratio")}
+tt = [r for r in pick("tpot") if (r.get("policy"), r.get("context")) in tier_keys and "median_ms" in r]
+if tt:
+    md.append("## Host KV tier: decode with the tier vs every page resident (same process), 8B-shaped random model\n")
+    md.append("Random weights select pages nearly at random: the hit ratios say nothing about a real model's locality.\n")
+    md.append("| policy | context | batch | buffer ratio | TPOT ms | vs resident | hit ratio |")
+    md.append("|---|---|---|---|---|---|---|")
+    for r in tt:
+        md.append(f"| {r['policy']} | {k(r['context'])} | {r['batch']} | {r['offload_ratio'] or 'off'} | {r['median_ms']:.2f} | "
+                  f"{r['vs_resident']:.2f} | {r['hit_ratio'] if r['hit_ratio'] >= 0 else '-'} |")
+    md.append("")
+ts = [r for r in pick("ttft") if r.get("offload_ratio") and "ms" in r]
+if ts:
+    md.append("## Host KV tier: prefill (TTFT) with the tier, saving on and off\n")
+    md.append("| policy | tokens | buffer ratio | write-through | ms | vs resident |")
+    md.append("|---|---|---|---|---|---|")
+    for r in ts:
+        base = [x for x in pick("ttft", policy=r["policy"], tokens=r["tokens"]) if not x.get("offload_ratio") and "ms" in x]
+        md.append(f"| {r['policy']} | {k(r['tokens'])} | {r['offload_ratio']} | {'on' if r.get('kv_save', True) else 'off'} | {r['ms']:.0f} | "
+                  f"{(r['ms'] / base[0]['ms']) if base else float('nan'):.2f} |")
+    md.append("")
+cap = pick("capacity")
+if cap:
+    md.append("## Host KV tier: capacity, sequences decoding at once\n")
+    md.append("| policy | context | tier | sequences | step ms | device GB / seq | host GB / seq | device bound | host bound |")
+    md.append("|---|---|---|---|---|---|---|---|---|")
+    for r in cap:
+        if "max_seqs" not in r:
+            md.append(f"| {r['policy']} | {k(r['context'])} | {'on' if r['kv_offload'] else 'off'} | error: {r.get('error', '')} | | | | | |")
+            continue
+        md.append(f"| {r['policy']} | {k(r['context'])} | {'on (ratio %g)' % r['offload_ratio'] if r['kv_offload'] else 'off'} | "
+                  f"{r['max_seqs']} | {r['step_ms']:.1f} | {r['device_gb_per_seq']:.2f} | {r['host_gb_per_seq']:.2f} | {r['by_device']} | {r['by_host']} |")
+    md.append("")
+
 md.append("## Tests\n")
 tl = os.path.join(out, "tests.log")
 if os.path.exists(tl):

@@ -14,17 +14,35 @@
 //        [--profile-step 1] [--record 0|1] [--gemv 0|1]
 // --record 0 runs decode steps op by op (no CUDA graphs); --gemv 0 sends decode-sized linear
 // layers to cuBLASLt instead of the gemv kernel.
+// The host KV tier (docs/hierarchical-kv.md): --offload-ratios 0,2,4 runs every case once per
+// entry, 0 with every page resident (the tier off), R > 0 with the tier on at buffer ratio R (the
+// device cache sized as model_stack sizes it; the homes filled with random values instead of the
+// cache). --batches 1,8,32 times TPOT for B sequences decoding together (one step's wall time;
+// "hit_ratio" from the tier's counters over the timed steps; "vs_resident" against ratio 0 of the
+// same policy, context and batch, which must come first). --kv-save 0 stops the write-through of
+// new KV to the homes (TTFT with saving off: what the write-through costs a prefill; outputs are
+// then wrong). --capacity C: for dense and lserve, tier off and on (--capacity-ratio, default 4),
+// the most sequences of C tokens that decode together: the memory estimate (device for the tier
+// off, min(device, 70% of the available host RAM) on) tried first, then fewer until a stack is
+// allocated and two decode steps run.
 
 #include <cuda_profiler_api.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
 #include <random>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "attention/policy_registry.h"
 #include "bench_common.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_pool.h"
+#include "kv/kv_tier_config.h"
 #include "model/model.h"
 #include "model/model_runner.h"
 
@@ -38,9 +56,16 @@ struct PolicyStack {
   std::unique_ptr<ModelRunner> runner;
 };
 
+// Batch and host KV tier of a stack.
+struct StackShape {
+  int32_t batch = 1;
+  double offload_ratio = 0;  // > 0: the tier on at this buffer ratio
+  bool kv_save = true;
+};
+
 Result<PolicyStack> make_policy_stack(const Model& model, Backend& backend,
                                       const AttentionConfig& attention, int32_t max_len,
-                                      int32_t chunk, bool record) {
+                                      int32_t chunk, bool record, const StackShape& shape = {}) {
   const ModelConfig& c = model.config();
   PolicyModelInfo info;
   info.num_layers = static_cast<int32_t>(c.num_hidden_layers());
@@ -53,22 +78,38 @@ Result<PolicyStack> make_policy_stack(const Model& model, Backend& backend,
   g.dtype = backend.act_dtype();
   g.max_chunk_tokens = chunk;
   LS_RETURN_IF_ERROR(g.validate());
-  const int32_t rb =
-      g.roles.num_retrieval() > 0 ? (max_len + g.page_tokens - 1) / g.page_tokens + 2 : 0;
+  const int32_t B = shape.batch;
+  const int32_t one_seq = (max_len + g.page_tokens - 1) / g.page_tokens;
+  const int32_t rb = g.roles.num_retrieval() > 0 ? B * (one_seq + 2) : 0;
   const int32_t sb =
       g.roles.num_streaming() > 0
-          ? g.num_sink_pages() + std::max(g.prefill_ring_pages(), g.decode_ring_pages()) + 2
+          ? B * (g.num_sink_pages() + std::max(g.prefill_ring_pages(), g.decode_ring_pages()) + 2)
           : 0;
-  LS_ASSIGN_OR_RETURN(KvPool pool, KvPool::create(g, backend, rb, sb));
+  KvTierConfig tier;
+  if (shape.offload_ratio > 0 && g.roles.num_retrieval() > 0) {  // as model_stack sizes it
+    const int64_t layer_need = tier_slots_for_layer(g, max_len);
+    const int64_t step_need = tier_slots_for_step(g, max_len, st.policy->decode_pages_per_head());
+    const int64_t per_row = std::min<int64_t>(
+        int64_t{one_seq} * g.roles.num_retrieval(),
+        std::max<int64_t>(layer_need, static_cast<int64_t>(std::ceil(
+                                          shape.offload_ratio * static_cast<double>(step_need)))));
+    tier.enabled = true;
+    tier.num_rows = B;
+    tier.slots_per_row = static_cast<int32_t>(per_row);
+    tier.bucket_ticks = std::max(1, info.num_layers);
+    tier.num_buckets = 64;
+  }
+  LS_ASSIGN_OR_RETURN(KvPool pool, KvPool::create(g, backend, rb, sb, tier));
   st.pool = std::make_unique<KvPool>(std::move(pool));
-  st.kv = std::make_unique<KvManager>(g, rb, sb, 1);
-  LS_RETURN_IF_ERROR(st.policy->bind(backend, 1));
+  st.kv = std::make_unique<KvManager>(g, rb, sb, B);
+  LS_RETURN_IF_ERROR(st.policy->bind(backend, B));
   RunnerConfig rc;
-  rc.max_step_tokens = chunk;
-  rc.max_seqs = 1;
-  rc.max_logit_rows = 1;
+  rc.max_step_tokens = std::max(chunk, B);
+  rc.max_seqs = B;
+  rc.max_logit_rows = B;
   rc.max_model_len = max_len;
   rc.record_decode_steps = record;
+  rc.kv_save = shape.kv_save;
   LS_ASSIGN_OR_RETURN(st.runner, ModelRunner::create(model, *st.kv, *st.pool, *st.policy, rc));
   return st;
 }
@@ -79,9 +120,12 @@ void fill_cache(CudaBackend& b, const PolicyStack& st) {
   uint64_t seed = 100;
   for (const kernels::PagedKvPool& p : {st.pool->retrieval(), st.pool->streaming()}) {
     if (!p.k) continue;
+    // Tiered: the homes (pinned host memory, written through UVA); the cache fills on misses.
+    void* k = p.page_slot ? p.home_k : p.k;
+    void* v = p.page_slot ? p.home_v : p.v;
     const int64_t n = int64_t{p.num_blocks} * p.heads_per_block * p.page_tokens * p.head_dim;
-    die_on(fill_uniform_bf16(p.k, n, seed++, -1, 1, stream), "fill");
-    die_on(fill_uniform_bf16(p.v, n, seed++, -1, 1, stream), "fill");
+    die_on(fill_uniform_bf16(k, n, seed++, -1, 1, stream), "fill");
+    die_on(fill_uniform_bf16(v, n, seed++, -1, 1, stream), "fill");
   }
   const kernels::PageSummaries s = st.pool->summaries();
   const kernels::PagedKvPool r = st.pool->retrieval();
@@ -139,39 +183,56 @@ constexpr int kTpotWarmup = 10;
 
 struct Tpot {
   double median_ms = 0, mean_ms = 0;
+  double hit_ratio = -1;  // tier on: device-cache hits over the timed steps
 };
 
 // Decode steps at a context of `context` tokens already (randomly) in the cache.
 // profile: the last 4 steps (one reselection with lserve) run between cudaProfilerStart/Stop (for ncu --profile-from-start off).
+// With batch > 1, `batch` sequences of `context` tokens decode together (a step's wall time).
 Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t chunk, int32_t steps,
-                  std::mt19937& rng, int32_t vocab, bool profile) {
+                  std::mt19937& rng, int32_t vocab, bool profile, int32_t batch = 1,
+                  int32_t warmup = kTpotWarmup) {
   std::uniform_int_distribution<int32_t> id(0, vocab - 1);
-  LS_ASSIGN_OR_RETURN(const int32_t slot, st.kv->add_sequence());
-  const SequenceGuard guard(*st.kv, slot);
-  // Grown chunk by chunk as a prefill would (a streaming ring takes at most one chunk at once).
-  for (int32_t len = 0; len < context;) {
-    len = std::min(context, len + chunk);
-    LS_RETURN_IF_ERROR(st.kv->grow(slot, len));
+  std::vector<int32_t> slots;
+  std::vector<std::unique_ptr<SequenceGuard>> guards;
+  for (int32_t b = 0; b < batch; ++b) {
+    LS_ASSIGN_OR_RETURN(const int32_t slot, st.kv->add_sequence());
+    guards.push_back(std::make_unique<SequenceGuard>(*st.kv, slot));
+    slots.push_back(slot);
+    // Grown chunk by chunk as a prefill would (a streaming ring takes at most one chunk at once).
+    for (int32_t len = 0; len < context;) {
+      len = std::min(context, len + chunk);
+      LS_RETURN_IF_ERROR(st.kv->grow(slot, len));
+    }
+    st.kv->finish_prefill(slot);
   }
-  st.kv->finish_prefill(slot);
   std::vector<float> logits;
   std::vector<double> t;
   int32_t len = context;
-  for (int32_t i = 0; i < steps + kTpotWarmup; ++i) {
-    LS_RETURN_IF_ERROR(st.kv->grow(slot, len + 1));
+  KvTierStats before;
+  for (int32_t i = 0; i < steps + warmup; ++i) {
     StepInput in;
-    in.tokens = {id(rng)};
-    in.seqs.push_back({slot, 1, len + 1, false});
-    in.logit_rows = {0};
-    const bool last = i + 1 == steps + kTpotWarmup;
-    if (profile && i + 4 == steps + kTpotWarmup) cudaProfilerStart();
+    for (int32_t b = 0; b < batch; ++b) {
+      LS_RETURN_IF_ERROR(st.kv->grow(slots[static_cast<size_t>(b)], len + 1));
+      in.tokens.push_back(id(rng));
+      in.seqs.push_back({slots[static_cast<size_t>(b)], 1, len + 1, false});
+      in.logit_rows.push_back(b);
+    }
+    const bool last = i + 1 == steps + warmup;
+    if (profile && i + 4 == steps + warmup) cudaProfilerStart();
+    if (i == warmup) before = st.runner->kv_tier_stats();
     const auto t0 = std::chrono::steady_clock::now();
     LS_RETURN_IF_ERROR(st.runner->forward(in, logits));
-    if (i >= kTpotWarmup) t.push_back(seconds_since(t0) * 1e3);
+    if (i >= warmup) t.push_back(seconds_since(t0) * 1e3);
     if (profile && last) cudaProfilerStop();
     ++len;
   }
   Tpot r;
+  const KvTierStats after = st.runner->kv_tier_stats();
+  if (after.enabled && after.hits + after.misses > before.hits + before.misses) {
+    r.hit_ratio = static_cast<double>(after.hits - before.hits) /
+                  static_cast<double>(after.hits + after.misses - before.hits - before.misses);
+  }
   for (double x : t) r.mean_ms += x / static_cast<double>(t.size());
   std::sort(t.begin(), t.end());
   r.median_ms = t[t.size() / 2];
@@ -179,6 +240,85 @@ Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t chunk, int32_t steps
 }
 
 bool b_gemv = true;
+
+// MemAvailable of /proc/meminfo, bytes (0 if unreadable).
+int64_t host_available_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  int64_t kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "MemAvailable: %ld kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb * 1024;
+}
+
+// The most sequences of `context` tokens that decode together, for dense and lserve with the tier
+// off and on: the estimate from one sequence's memory first, then fewer until a stack is
+// allocated and two decode steps run. One JSON line per (policy, tier).
+void capacity(const Model& model, CudaBackend& b, JsonLines& out, const std::string& policies,
+              int32_t context, double ratio, bool record, std::mt19937& rng, int32_t vocab) {
+  constexpr int32_t kChunk = 2048;  // no prefill runs: small activations
+  const int32_t max_len = context + 16;
+  for (const char* name : {"dense", "lserve"}) {
+    if (policies.find(name) == std::string::npos) continue;
+    for (const bool tier : {false, true}) {
+      AttentionConfig a;
+      a.policy = name;
+      StackShape one;
+      one.offload_ratio = tier ? ratio : 0;
+      int64_t device_per_seq = 0, host_per_seq = 0;
+      {
+        auto st = make_policy_stack(model, b, a, max_len, kChunk, record, one);
+        if (!st.ok()) {
+          out.write(fmt::format(
+              R"({{"bench": "capacity", "policy": "{}", "context": {}, "kv_offload": {}, "error": "{}"}})",
+              name, context, tier, json_safe(st.status().message())));
+          (void)b.take_error();
+          continue;
+        }
+        device_per_seq = st->pool->bytes();
+        host_per_seq = st->pool->host_bytes();
+      }
+      b.synchronize();
+      const int64_t device_free = b.device_memory_free_bytes() - (int64_t{3} << 30);
+      const int64_t by_device = std::max<int64_t>(0, device_free / std::max<int64_t>(1, device_per_seq));
+      const int64_t by_host =
+          host_per_seq > 0 ? static_cast<int64_t>(0.7 * static_cast<double>(host_available_bytes())) /
+                                 host_per_seq
+                           : by_device;
+      int64_t n = std::min<int64_t>(std::min(by_device, by_host), 256);
+      int64_t ok_n = 0;
+      double step_ms = 0;
+      std::string last_error;
+      for (; n >= 1; --n) {
+        StackShape shape = one;
+        shape.batch = static_cast<int32_t>(n);
+        auto st = make_policy_stack(model, b, a, max_len, kChunk, record, shape);
+        if (!st.ok()) {
+          last_error = st.status().message();
+          (void)b.take_error();
+          continue;
+        }
+        fill_cache(b, *st);
+        auto r = tpot(*st, context, kChunk, 2, rng, vocab, false, static_cast<int32_t>(n), 1);
+        const Status err = b.take_error();
+        if (r.ok() && err.ok()) {
+          ok_n = n;
+          step_ms = r->median_ms;
+          break;
+        }
+        last_error = r.ok() ? err.message() : r.status().message();
+      }
+      out.write(fmt::format(
+          R"({{"bench": "capacity", "policy": "{}", "context": {}, "kv_offload": {}, "offload_ratio": {}, "max_seqs": {}, "step_ms": {:.1f}, "device_gb_per_seq": {:.2f}, "host_gb_per_seq": {:.2f}, "by_device": {}, "by_host": {}, "last_error": "{}"}})",
+          name, context, tier, tier ? ratio : 0.0, ok_n, step_ms,
+          static_cast<double>(device_per_seq) / 1e9, static_cast<double>(host_per_seq) / 1e9,
+          by_device, by_host, json_safe(last_error)));
+    }
+  }
+}
 
 int run(int argc, char** argv) {
   const std::string model_dir = arg(argc, argv, "--model", "");
@@ -195,6 +335,15 @@ int run(int argc, char** argv) {
   const bool profile = arg(argc, argv, "--profile-step", "0") == "1";
   const bool record = arg(argc, argv, "--record", "1") == "1";  // decode steps as CUDA graphs
   b_gemv = arg(argc, argv, "--gemv", "1") == "1";
+  std::vector<double> ratios;
+  for (const int64_t r : parse_list(arg(argc, argv, "--offload-ratios", "0"))) {
+    ratios.push_back(static_cast<double>(r));
+  }
+  const auto batches = parse_list(arg(argc, argv, "--batches", "1"));
+  const bool kv_save = arg(argc, argv, "--kv-save", "1") == "1";
+  const int64_t capacity_len = parse_list(arg(argc, argv, "--capacity", "0"))[0];
+  const double capacity_ratio =
+      static_cast<double>(parse_list(arg(argc, argv, "--capacity-ratio", "4"))[0]);
 
   auto backend = CudaBackend::create(0);
   if (!backend.ok()) {
@@ -224,49 +373,70 @@ int run(int argc, char** argv) {
   for (int64_t x : tpot_lens) max_len = std::max(max_len, x + steps + kTpotWarmup + 8);
   std::mt19937 rng(5);
 
+  std::map<std::tuple<std::string, int64_t, int64_t>, double> resident_ms;  // (policy, C, B)
   for (const std::string& name :
        {std::string("dense"), std::string("streaming"), std::string("lserve")}) {
     if (policies.find(name) == std::string::npos) continue;
-    AttentionConfig a;
-    a.policy = name;
-    auto st = make_policy_stack(**model, b, a, static_cast<int32_t>(max_len), chunk, record);
-    if (!st.ok()) {
-      out.write(fmt::format(R"({{"bench": "e2e", "policy": "{}", "error": "{}"}})", name,
-                            json_safe(st.status().message())));
-      continue;
-    }
-    fill_cache(b, *st);
-    auto warm =
-        ttft(*st, std::min<int32_t>(chunk, 2048) + 17, chunk, rng, vocab);  // plans, scratch
-    if (!warm.ok()) {
-      out.write(fmt::format(R"({{"bench": "e2e", "policy": "{}", "error": "{}"}})", name,
-                            json_safe(warm.status().message())));
-      continue;
-    }
-    for (int64_t T : ttft_lens) {
-      auto s = ttft(*st, static_cast<int32_t>(T), chunk, rng, vocab);
-      const Status err = b.take_error();
-      if (!s.ok() || !err.ok()) {
-        out.write(fmt::format(R"({{"bench": "ttft", "policy": "{}", "tokens": {}, "error": "{}"}})",
-                              name, T, json_safe(s.ok() ? err.message() : s.status().message())));
-        continue;
+    for (const double ratio : ratios) {
+      for (const int64_t B : batches) {
+        AttentionConfig a;
+        a.policy = name;
+        StackShape shape;
+        shape.batch = static_cast<int32_t>(B);
+        shape.offload_ratio = ratio;
+        shape.kv_save = kv_save;
+        const std::string tag = fmt::format(R"("policy": "{}", "batch": {}, "offload_ratio": {}, "kv_save": {})",
+                                            name, B, ratio, kv_save);
+        auto st =
+            make_policy_stack(**model, b, a, static_cast<int32_t>(max_len), chunk, record, shape);
+        if (!st.ok()) {
+          out.write(fmt::format(R"({{"bench": "e2e", {}, "error": "{}"}})", tag,
+                                json_safe(st.status().message())));
+          (void)b.take_error();
+          continue;
+        }
+        fill_cache(b, *st);
+        auto warm =
+            ttft(*st, std::min<int32_t>(chunk, 2048) + 17, chunk, rng, vocab);  // plans, scratch
+        if (!warm.ok()) {
+          out.write(fmt::format(R"({{"bench": "e2e", {}, "error": "{}"}})", tag,
+                                json_safe(warm.status().message())));
+          continue;
+        }
+        for (int64_t T : B == 1 ? ttft_lens : std::vector<int64_t>{}) {
+          auto s = ttft(*st, static_cast<int32_t>(T), chunk, rng, vocab);
+          const Status err = b.take_error();
+          if (!s.ok() || !err.ok()) {
+            out.write(fmt::format(R"({{"bench": "ttft", {}, "tokens": {}, "error": "{}"}})", tag, T,
+                                  json_safe(s.ok() ? err.message() : s.status().message())));
+            continue;
+          }
+          out.write(fmt::format(R"({{"bench": "ttft", {}, "tokens": {}, "ms": {:.1f}}})", tag, T,
+                                *s * 1e3));
+        }
+        for (int64_t C : tpot_lens) {
+          auto r = tpot(*st, static_cast<int32_t>(C), chunk, steps, rng, vocab, profile,
+                        static_cast<int32_t>(B));
+          const Status err = b.take_error();
+          if (!r.ok() || !err.ok()) {
+            out.write(fmt::format(R"({{"bench": "tpot", {}, "context": {}, "error": "{}"}})", tag,
+                                  C, json_safe(r.ok() ? err.message() : r.status().message())));
+            continue;
+          }
+          const auto key = std::make_tuple(name, C, B);
+          if (ratio <= 0) resident_ms[key] = r->median_ms;
+          const auto base = resident_ms.find(key);
+          out.write(fmt::format(
+              R"({{"bench": "tpot", {}, "context": {}, "median_ms": {:.3f}, "mean_ms": {:.3f}, "floor_ms": {:.3f}, "vs_floor": {:.2f}, "hit_ratio": {:.3f}, "vs_resident": {:.3f}, "recorded": {}, "gemv": {}}})",
+              tag, C, r->median_ms, r->mean_ms, floor_ms, r->mean_ms / floor_ms, r->hit_ratio,
+              base != resident_ms.end() ? r->median_ms / base->second : -1.0, record, b_gemv));
+        }
       }
-      out.write(fmt::format(R"({{"bench": "ttft", "policy": "{}", "tokens": {}, "ms": {:.1f}}})",
-                            name, T, *s * 1e3));
     }
-    for (int64_t C : tpot_lens) {
-      auto r = tpot(*st, static_cast<int32_t>(C), chunk, steps, rng, vocab, profile);
-      const Status err = b.take_error();
-      if (!r.ok() || !err.ok()) {
-        out.write(
-            fmt::format(R"({{"bench": "tpot", "policy": "{}", "context": {}, "error": "{}"}})",
-                        name, C, json_safe(r.ok() ? err.message() : r.status().message())));
-        continue;
-      }
-      out.write(fmt::format(
-          R"({{"bench": "tpot", "policy": "{}", "context": {}, "median_ms": {:.3f}, "mean_ms": {:.3f}, "floor_ms": {:.3f}, "vs_floor": {:.2f}, "recorded": {}, "gemv": {}}})",
-          name, C, r->median_ms, r->mean_ms, floor_ms, r->mean_ms / floor_ms, record, b_gemv));
-    }
+  }
+  if (capacity_len > 0) {
+    capacity(**model, b, out, policies, static_cast<int32_t>(capacity_len), capacity_ratio,
+             record, rng, vocab);
   }
   return 0;
 }

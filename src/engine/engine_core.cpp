@@ -154,10 +154,12 @@ Status EngineCore::validate_request(const GenerateRequest& r) const {
   // A sequence must fit the KV cache on its own, or it would wait forever.
   const BlockCount need = kv_->blocks_for_new_sequence(static_cast<int32_t>(n) + r.stop.max_tokens);
   if (need.retrieval > kv_->num_retrieval_blocks() || need.streaming > kv_->num_streaming_blocks()) {
+    // With the host tier on, retrieval blocks are homes in the host pool.
     return out_of_range(
-        "the request needs {} tokens of KV cache, more than the cache holds; raise "
-        "--kv-cache-bytes or shorten the request",
-        n + r.stop.max_tokens);
+        "the request needs {} tokens of KV cache, more than the {} holds; raise {} or shorten "
+        "the request",
+        n + r.stop.max_tokens, config_.kv_offload ? "host KV pool" : "cache",
+        config_.kv_offload ? "--host-kv-cache-bytes" : "--kv-cache-bytes");
   }
   return {};
 }

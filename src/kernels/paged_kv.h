@@ -166,6 +166,10 @@ struct KvAppendParams {
   const int32_t* ring_pages = nullptr;  // [num_seqs]
   PageSummaries summaries;              // index request, kept per retrieval head-page (retrieval's
                                         //   heads_per_block and page_tokens); kmin == nullptr: none
+  // Tiered retrieval pool: false skips the write-through to the homes (only the resident slot is
+  // written). For benchmarks only (what saving costs a step): the homes go stale, so a page
+  // fetched later is wrong.
+  bool write_homes = true;
 };
 
 // Fold this step's keys into the per-logical-page key min/max of retrieval heads (the "index"

@@ -392,6 +392,7 @@ void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs,
   ap.streaming_blocks = meta_i32(layout_.streaming_blocks);
   ap.streaming_blocks_stride = streaming_stride_;
   ap.ring_pages = meta_i32(layout_.ring_pages);
+  ap.write_homes = config_.kv_save;
   policy_.fill_append(layer, pool_.summaries(), ap);
   backend_.kv_append(ap);  // and the policy's index, if it placed one
 

@@ -29,6 +29,9 @@ struct RunnerConfig {
   // Decode steps (one token per sequence) are recorded once per shape and replayed (CUDA
   // graphs) on backends that can record; see forward().
   bool record_decode_steps = true;
+  // Host KV tier: false stops kv_append's write-through to the homes (KvAppendParams::
+  // write_homes). Benchmarks only: it measures what saving costs and makes later fetches wrong.
+  bool kv_save = true;
 };
 
 class ModelRunner final : public StepExecutor {

@@ -205,6 +205,7 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
                                   stack->policy->name());
     LS_ASSIGN_OR_RETURN(sizes, size_pools(g, o, stack->max_model_len, budget));
   }
+  const int64_t requested_host_blocks = sizes.retrieval_blocks;
   Result<KvPool> created = KvPool::create(g, backend, sizes.retrieval_blocks,
                                           sizes.streaming_blocks, tier);
   // A host pool that cannot be pinned whole (locked-memory limits, fragmentation) shrinks by
@@ -221,6 +222,24 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
     created = KvPool::create(g, backend, sizes.retrieval_blocks, sizes.streaming_blocks, tier);
   }
   LS_ASSIGN_OR_RETURN(KvPool pool, std::move(created));
+  if (tier.enabled) {
+    const int64_t block_bytes = 2 * int64_t{g.roles.num_retrieval()} * g.page_bytes();
+    if (sizes.retrieval_blocks < requested_host_blocks) {
+      LS_LOG_WARN("KV offload: the host KV pool is {:.1f} MB, not the {:.1f} MB asked for: "
+                  "pinning more host memory failed (see above); fewer or shorter requests fit. "
+                  "/metrics reports longserve:host_pinned_bytes and longserve:kv_offload_host_bytes",
+                  static_cast<double>(int64_t{sizes.retrieval_blocks} * block_bytes) / 1e6,
+                  static_cast<double>(requested_host_blocks * block_bytes) / 1e6);
+    }
+    // The GPU reads homes through unified virtual addressing: pageable homes would fail every
+    // tiered step, so refuse them at start-up instead.
+    if (backend.device() != Device::kCpu && backend.host_memory_stats().pageable_bytes > 0) {
+      return resource_exhausted(
+          "KV offload: the host KV pool could not be pinned (page-locked), and the GPU reads it "
+          "directly; raise the locked-memory limit (ulimit -l), lower --host-kv-cache-bytes, or "
+          "run with --kv-offload off");
+    }
+  }
   stack->pool = std::make_unique<KvPool>(std::move(pool));
   stack->kv = std::make_unique<KvManager>(g, sizes.retrieval_blocks, sizes.streaming_blocks,
                                           o.max_num_seqs);

@@ -296,4 +296,40 @@ TEST(GpuServer, CudaErrorInsideAStepFailsThatRequestOnlyAndTheServerKeepsServing
   EXPECT_FALSE(p.exited());
 }
 
+// The host KV tier on the GPU: a failed page transfer (LONGSERVE_FAULT_COPY_PAGES=2: the 2nd
+// copy_pages call copies nothing and reports an error, after the residency op marked its pages
+// resident) fails the request of that step with the error; the server keeps serving, and the next
+// requests, on the same partition and host blocks, answer exactly as a server that never failed.
+TEST(GpuServer, KvTierTransferErrorFailsThatRequestOnlyAndTheServerKeepsServing) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  const std::vector<std::string> args = {"--max-num-seqs", "2",  "--attention", "quest",
+                                         "--token-budget", "64", "--kv-offload",  "on",
+                                         "--offload-buffer-ratio", "1"};
+  const Json body = {{"prompt", prompt_ids(300)}, {"max_tokens", 8}, {"temperature", 0}};
+  std::string reference;
+  {
+    ServeProcess ref(args);
+    const int port = ref.wait_listening();
+    ASSERT_GT(port, 0) << ref.log();
+    int status = 0;
+    const Json r = post(port, body, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    reference = r["choices"][0]["text"].get<std::string>();
+  }
+  ServeProcess p(args, {{"LONGSERVE_FAULT_COPY_PAGES", "2"}});
+  const int port = p.wait_listening();
+  ASSERT_GT(port, 0) << p.log();
+  int status = 0;
+  Json r = post(port, {{"prompt", prompt_ids(200)}, {"max_tokens", 4}}, &status);
+  EXPECT_GE(status, 500) << r.dump();
+  EXPECT_NE(r.dump().find("injected fault"), std::string::npos) << r.dump();
+  for (int i = 0; i < 2; ++i) {
+    r = post(port, body, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    EXPECT_EQ(r["choices"][0]["text"].get<std::string>(), reference) << i;
+  }
+  EXPECT_TRUE(healthy(port));
+  EXPECT_FALSE(p.exited());
+}
+
 }  // namespace

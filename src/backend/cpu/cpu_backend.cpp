@@ -52,7 +52,11 @@ bool f32_contiguous(const TensorView& t) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {}
+CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {
+  if (copy_fault_.armed()) {
+    LS_LOG_WARN("cpu backend: fault injection on: copy_pages call {} fails", copy_fault_.at());
+  }
+}
 
 std::string CpuBackend::name() const {
   return fmt::format("cpu ({} threads, {})", pool_.num_threads(),
@@ -330,6 +334,14 @@ void CpuBackend::page_select(const kernels::PageSelectParams& params) {
 }
 
 void CpuBackend::copy_pages(const kernels::PageCopyParams& params) {
+  if (copy_fault_.trip()) {
+    if (error_.ok()) {
+      error_ = internal_error("copy_pages: injected fault (LONGSERVE_FAULT_COPY_PAGES={}): the "
+                              "transfer failed, nothing was copied",
+                              copy_fault_.at());
+    }
+    return;
+  }
   Status status = kernels::cpu::page_copy(params, pool_);
   if (!status.ok() && error_.ok()) error_ = std::move(status);
 }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/copy_fault.h"
 #include "core/thread_pool.h"
 
 namespace ls {
@@ -62,6 +63,7 @@ class CpuBackend final : public Backend {
  private:
   ThreadPool pool_;
   Status error_;  // the first op skipped since the last take_error()
+  CopyFault copy_fault_;  // LONGSERVE_FAULT_COPY_PAGES (backend/copy_fault.h)
 };
 
 }  // namespace ls

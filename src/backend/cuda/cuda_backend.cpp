@@ -90,10 +90,22 @@ Status CudaBackend::init(int device) {
         prop.name, prop.major, prop.minor);
   }
   num_sms_ = prop.multiProcessorCount;
+  {
+    int same = 0;
+    if (cudaDeviceGetAttribute(&same, cudaDevAttrCanUseHostPointerForRegisteredMem, device) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      same = 0;
+    }
+    host_pointer_is_device_pointer_ = same != 0;
+  }
   if (const char* fault = std::getenv("LONGSERVE_CUDA_FAULT_ATTENTION_TOKENS")) {
     fault_attention_tokens_ = std::strtoll(fault, nullptr, 10);
     LS_LOG_WARN("cuda backend: fault injection on: attention over {} tokens fails",
                 fault_attention_tokens_);
+  }
+  if (copy_fault_.armed()) {
+    LS_LOG_WARN("cuda backend: fault injection on: copy_pages call {} fails", copy_fault_.at());
   }
   name_ = fmt::format("cuda:{} {} ({} SMs, sm_{}{}, {:.1f} GiB)", device, prop.name, num_sms_,
                       prop.major, prop.minor,
@@ -187,6 +199,10 @@ Result<Buffer> CudaBackend::allocate(int64_t bytes, MemoryTier tier) {
 // (warned once per kind) pageable pages, so a host pool larger than what may be locked still
 // works, slowly and visibly (host_memory_stats, the gather kernel's refusal).
 Result<void*> CudaBackend::allocate_host(int64_t n) {
+  if (host_pinning_ == HostPinning::kAlloc && n >= 2 * kHostChunkBytes) {
+    LS_ASSIGN_OR_RETURN(void* chunked, allocate_host_chunked(n));
+    if (chunked != nullptr) return chunked;
+  }
   const double mib = static_cast<double>(n) / 1048576.0;
   void* data = nullptr;
   const cudaError_t err = host_pinning_ == HostPinning::kAlloc
@@ -238,6 +254,55 @@ Result<void*> CudaBackend::allocate_host(int64_t n) {
   return data;
 }
 
+// One mapping, registered in kHostChunkBytes pieces: a machine that cannot lock all of it (the
+// memlock limit, fragmentation of pinnable memory) pins a prefix, and the error says how large,
+// instead of one all-or-nothing cudaHostAlloc. Kernels address the whole range as one array, so
+// this needs registered memory at its own host address on the device (UVA on Linux x86-64 with
+// Hopper: true); without that the caller takes the single-allocation path.
+Result<void*> CudaBackend::allocate_host_chunked(int64_t n) {
+  if (!host_pointer_is_device_pointer_) return static_cast<void*>(nullptr);
+  const double mib = static_cast<double>(n) / 1048576.0;
+  void* data = mmap(nullptr, static_cast<size_t>(n), PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (data == MAP_FAILED) {
+    return resource_exhausted("cuda backend: cannot map {:.1f} MiB of host memory", mib);
+  }
+  auto* base = static_cast<char*>(data);
+  int64_t pinned = 0;
+  cudaError_t err = cudaSuccess;
+  while (pinned < n) {
+    const int64_t len = std::min(kHostChunkBytes, n - pinned);
+    err = cudaHostRegister(base + pinned, static_cast<size_t>(len),
+                           cudaHostRegisterPortable | cudaHostRegisterMapped);
+    if (err != cudaSuccess) break;
+    void* dev = nullptr;
+    if (cudaHostGetDevicePointer(&dev, base + pinned, 0) != cudaSuccess || dev != base + pinned) {
+      cudaGetLastError();
+      cudaHostUnregister(base + pinned);
+      err = cudaErrorInvalidDevicePointer;
+      break;
+    }
+    pinned += len;
+  }
+  if (pinned == n) {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    host_blocks_[data] = HostBlock{n, HostKind::kRegisteredChunks};
+    return data;
+  }
+  cudaGetLastError();
+  for (int64_t off = 0; off < pinned; off += kHostChunkBytes) cudaHostUnregister(base + off);
+  munmap(data, static_cast<size_t>(n));
+  LS_LOG_WARN(
+      "cuda backend: pinned only {:.1f} of {:.1f} MiB of host memory in {} MiB chunks "
+      "(cudaHostRegister: {}); nothing of it is kept. Raise the locked-memory limit (ulimit -l, "
+      "memlock) or ask for less",
+      static_cast<double>(pinned) / 1048576.0, mib, kHostChunkBytes >> 20,
+      cudaGetErrorString(err));
+  return resource_exhausted(
+      "cuda backend: could pin only {:.1f} of the {:.1f} MiB of host memory asked for ({})",
+      static_cast<double>(pinned) / 1048576.0, mib, cudaGetErrorString(err));
+}
+
 void CudaBackend::release(void* data, int64_t, MemoryTier tier) {
   if (!data) return;
   // Kernels still queued, and saves in flight, may read the buffer: let them finish first.
@@ -262,6 +327,14 @@ void CudaBackend::release(void* data, int64_t, MemoryTier tier) {
       break;
     case HostKind::kRegistered:
       report(cuda_status(cudaHostUnregister(data), "cudaHostUnregister"), "release");
+      munmap(data, static_cast<size_t>(block.bytes));
+      break;
+    case HostKind::kRegisteredChunks:
+      for (int64_t off = 0; off < block.bytes; off += kHostChunkBytes) {
+        report(cuda_status(cudaHostUnregister(static_cast<char*>(data) + off),
+                           "cudaHostUnregister"),
+               "release");
+      }
       munmap(data, static_cast<size_t>(block.bytes));
       break;
     case HostKind::kPageable:
@@ -369,9 +442,22 @@ void CudaBackend::fill_zero(void* dst, int64_t bytes) {
     std::memset(dst, 0, static_cast<size_t>(bytes));
     return;
   }
-  report(
-      cuda_status(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream_), "cudaMemsetAsync"),
-      "fill_zero");
+  // A chunk-pinned block is several registrations: one memset per chunk, so no driver call
+  // spans two of them.
+  int64_t chunk = bytes;
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    auto it = host_blocks_.find(dst);
+    if (it != host_blocks_.end() && it->second.kind == HostKind::kRegisteredChunks) {
+      chunk = kHostChunkBytes;
+    }
+  }
+  for (int64_t off = 0; off < bytes; off += chunk) {
+    report(cuda_status(cudaMemsetAsync(static_cast<char*>(dst) + off, 0,
+                                       static_cast<size_t>(std::min(chunk, bytes - off)), stream_),
+                       "cudaMemsetAsync"),
+           "fill_zero");
+  }
 }
 
 void CudaBackend::synchronize() {

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/copy_fault.h"
 #include "backend/cuda/page_saver.h"
 #include "core/status.h"
 #include "kernels/cuda/attention.h"
@@ -55,6 +56,9 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int device);
 
 // Number of CUDA devices usable by this process (0 without a driver or device).
 int cuda_device_count();
+
+// Host allocations of at least two of these are pinned chunk by chunk (the host KV pool).
+inline constexpr int64_t kHostChunkBytes = int64_t{1} << 30;
 
 class CudaBackend final : public Backend {
  public:
@@ -105,7 +109,8 @@ class CudaBackend final : public Backend {
   Status set_save_options(const PageSaveOptions& options);
   // How allocate(kHost) gets its memory from now on: kAlloc (cudaHostAlloc, falling back as
   // below), kRegister (start at the cudaHostRegister fallback), kNone (pageable, with the
-  // warning). The fallbacks are tested through it.
+  // warning). The fallbacks are tested through it. With kAlloc, an allocation of two chunks
+  // (kHostChunkBytes) or more is pinned in chunks instead (allocate_host_chunked).
   enum class HostPinning : uint8_t { kAlloc, kRegister, kNone };
   void set_host_pinning(HostPinning pinning) { host_pinning_ = pinning; }
   void page_residency(const kernels::PageResidencyParams& params) override;
@@ -163,8 +168,13 @@ class CudaBackend final : public Backend {
   // kernel's stream drained.
   static Status take_copy_flag(int32_t* flag);
   Result<void*> allocate_host(int64_t bytes);
+  // A large host allocation (at least two kHostChunkBytes chunks) pinned chunk by chunk in one
+  // contiguous mapping: all of it pinned, or an error that says how much could be pinned (the
+  // caller asks for less). Null when this device cannot address registered memory at its host
+  // address (then the chunks would not be contiguous for kernels): the caller falls back.
+  Result<void*> allocate_host_chunked(int64_t bytes);
 
-  enum class HostKind : uint8_t { kAllocated, kRegistered, kPageable };
+  enum class HostKind : uint8_t { kAllocated, kRegistered, kRegisteredChunks, kPageable };
   struct HostBlock {
     int64_t bytes = 0;
     HostKind kind = HostKind::kAllocated;
@@ -190,6 +200,7 @@ class CudaBackend final : public Backend {
   // tokens (LONGSERVE_CUDA_FAULT_ATTENTION_TOKENS) is replaced by a real, non-sticky CUDA error
   // from the runtime, as a failed launch would give. 0: off.
   int64_t fault_attention_tokens_ = 0;
+  CopyFault copy_fault_;  // LONGSERVE_FAULT_COPY_PAGES (backend/copy_fault.h)
   Status error_;
   bool capturing_ = false;
   Status capture_error_;
@@ -204,6 +215,7 @@ class CudaBackend final : public Backend {
   // Live kHost allocations and how each was obtained (released accordingly).
   mutable std::mutex host_mu_;
   std::unordered_map<void*, HostBlock> host_blocks_;
+  bool host_pointer_is_device_pointer_ = false;  // cudaDevAttrCanUseHostPointerForRegisteredMem
   HostPinning host_pinning_ = HostPinning::kAlloc;
   bool warned_registered_ = false;
   bool warned_pageable_ = false;

@@ -175,6 +175,13 @@ Status CudaBackend::copy_pages_on(const PageCopyParams& p, cudaStream_t stream,
 }
 
 void CudaBackend::copy_pages(const PageCopyParams& params) {
+  if (!capturing_ && copy_fault_.trip()) {
+    report(internal_error("copy_pages: injected fault (LONGSERVE_FAULT_COPY_PAGES={}): the "
+                          "transfer failed, nothing was copied",
+                          copy_fault_.at()),
+           "copy_pages");
+    return;
+  }
   report(copy_pages_on(params, stream_, copy_flag_device_), "copy_pages");
 }
 

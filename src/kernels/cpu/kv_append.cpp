@@ -80,21 +80,32 @@ void kv_append(const KvAppendParams& p, ThreadPool& pool) {
         void* dst_k = pool_g.page_slot ? pool_g.home_k : pool_g.k;
         void* dst_v = pool_g.page_slot ? pool_g.home_v : pool_g.v;
         const int64_t offset = head_page * page_bytes + row_offset;
+        const bool tiered = pool_g.page_slot != nullptr;
+        int32_t cache_slot = -1;
+        if (tiered) {
+          cache_slot = pool_g.page_slot[head_page];
+          if (cache_slot >= pool_g.num_cache_slots) cache_slot = -1;
+        }
+        if (tiered && !p.write_homes) {  // benchmarks: the resident slot only
+          if (cache_slot >= 0) {
+            const int64_t cache_offset = cache_slot * page_bytes + row_offset;
+            copy_row(k_src + src_offset, p.src_dtype, static_cast<char*>(pool_g.k) + cache_offset,
+                     pool_g.dtype, d, tmp.data());
+            copy_row(v_src + src_offset, p.src_dtype, static_cast<char*>(pool_g.v) + cache_offset,
+                     pool_g.dtype, d, tmp.data());
+          }
+          continue;
+        }
         copy_row(k_src + src_offset, p.src_dtype, static_cast<char*>(dst_k) + offset, pool_g.dtype,
                  d, tmp.data());
         copy_row(v_src + src_offset, p.src_dtype, static_cast<char*>(dst_v) + offset, pool_g.dtype,
                  d, tmp.data());
-        if (pool_g.page_slot) {
-          const int32_t cache_slot = pool_g.page_slot[head_page];
-          if (cache_slot >= 0 && cache_slot < pool_g.num_cache_slots) {
-            const int64_t cache_offset = cache_slot * page_bytes + row_offset;
-            std::memcpy(static_cast<char*>(pool_g.k) + cache_offset,
-                        static_cast<const char*>(dst_k) + offset,
-                        static_cast<size_t>(dst_row_bytes));
-            std::memcpy(static_cast<char*>(pool_g.v) + cache_offset,
-                        static_cast<const char*>(dst_v) + offset,
-                        static_cast<size_t>(dst_row_bytes));
-          }
+        if (cache_slot >= 0) {
+          const int64_t cache_offset = cache_slot * page_bytes + row_offset;
+          std::memcpy(static_cast<char*>(pool_g.k) + cache_offset,
+                      static_cast<const char*>(dst_k) + offset, static_cast<size_t>(dst_row_bytes));
+          std::memcpy(static_cast<char*>(pool_g.v) + cache_offset,
+                      static_cast<const char*>(dst_v) + offset, static_cast<size_t>(dst_row_bytes));
         }
       }
     }

@@ -173,18 +173,35 @@ __device__ __forceinline__ PendingRow fetch_row(const HeadView& hv, const Span& 
   return pr;
 }
 
+// kTiered (the pool has a residency table): the kernel reads cache slots, and translate_row
+// replaces the row's loaded block-table entry by its head-page's slot one pipeline stage before
+// the row is used, so the extra dependent load (table -> page_slot -> K/V) overlaps a block of
+// compute instead of stalling the copy issue. After translate_row, pr.block is the slot (-1: not
+// resident, or no page: not read). The untiered kernel is a separate instantiation and does
+// neither (no branch, no register for it).
+template <bool kTiered>
+__device__ __forceinline__ void translate_row(const HeadView& hv, PendingRow& pr) {
+  if constexpr (kTiered) {
+    pr.block = pr.position >= 0 && pr.block >= 0 && pr.block < hv.num_blocks
+                   ? hv.page_slot[pr.block * hv.heads_per_block + hv.slot]
+                   : -1;
+  }
+}
+
+template <bool kTiered>
 __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const PendingRow& pr) {
   PoolRow kr;
-  if (pr.position < 0 || pr.block < 0 || pr.block >= hv.num_blocks) return kr;
-  int32_t page = pr.block * hv.heads_per_block + hv.slot;
-  if (hv.page_slot != nullptr) {
-    // Tiered pool: the cache slot (uniform branch; null page_slot is the untiered pool, and the
-    // host bounds home and cache pages below 2^31 rows alike). A page not resident is not read.
-    page = hv.page_slot[page];
-    if (page < 0) return kr;
+  if constexpr (kTiered) {
+    // pr.block is the cache slot (translate_row); the host bounds cache rows below 2^31.
+    if (pr.position < 0 || pr.block < 0) return kr;
+    kr.position = pr.position;
+    kr.row = pr.block * hv.page_tokens + pr.in_page;
+  } else {
+    if (pr.position < 0 || pr.block < 0 || pr.block >= hv.num_blocks) return kr;
+    const int32_t page = pr.block * hv.heads_per_block + hv.slot;
+    kr.position = pr.position;
+    kr.row = page * hv.page_tokens + pr.in_page;
   }
-  kr.position = pr.position;
-  kr.row = page * hv.page_tokens + pr.in_page;
   return kr;
 }
 
@@ -193,8 +210,9 @@ __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const Pending
 // scoreboard stalls): with the ticket code compiled in but unused, the fixed-splits kernel ran
 // lserve batch 8 at 128K in 39.7 us per call instead of 37.8 on an H100, and an unused early-copy
 // path cost 13% the same way (docs/history/cuda-decode.md). Keep rarely used paths in their own
-// instantiation.
-template <int kD, typename T, bool kTicketed>
+// instantiation. kTiered: the retrieval pool is the tier's page cache (pool.page_slot set; see
+// translate_row), picked by launch_decode the same way.
+template <int kD, typename T, bool kTicketed, bool kTiered>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
     decode_attention_kernel(const AttentionParams p, const DecodeArgs a) {
   using Shape = DecodeShape<kD>;
@@ -366,7 +384,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const char* k_lane = reinterpret_cast<const char*>(k_pool) + (lane % kChunks) * 16;
   const char* v_lane = reinterpret_cast<const char*>(v_pool) + (lane % kChunks) * 16;
   auto issue = [&](int stage, const PendingRow& pr) {
-    const PoolRow kr = resolve_row(hv, pr);
+    const PoolRow kr = resolve_row<kTiered>(hv, pr);
     if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
     const int32_t own_row = kr.position >= 0 ? kr.row : -1;  // -1: zero-fill
     const int sub = lane / kChunks, c = lane % kChunks;
@@ -389,7 +407,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // blocks are in flight while one is computed, without more shared memory. (Two to four blocks
   // ahead measured 5-45% slower on an H100: 264 blocks' prefetched rows overflow the L2.)
   auto prefetch_rows = [&](const PendingRow& pr) {
-    const PoolRow kr = resolve_row(hv, pr);
+    const PoolRow kr = resolve_row<kTiered>(hv, pr);
     if (kr.position < 0) return;
     constexpr int kStep = kRowBytes % 128 == 0 ? 128 : 64;  // every line the row touches
     constexpr int kPairSteps = (kRowBytes + 2 * kStep - 1) / (2 * kStep);  // per thread
@@ -416,6 +434,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 #pragma unroll
   for (int s = 0; s <= kDecodeStages; ++s) {
     if (s < n) first[s] = fetch_row(hv, sp, listed, (b_begin + s) * kKeyBlock + my_row, page_shift);
+  }
+  if constexpr (kTiered) {  // the slots of the first blocks, loaded together
+#pragma unroll
+    for (int s = 0; s <= kDecodeStages; ++s) translate_row<kTiered>(hv, first[s]);
   }
   if (!waited && l2_prefetch) {  // still overlapping the previous kernel: warm L2 for the copies
 #pragma unroll
@@ -504,6 +526,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     const int nxt = i + kDecodeStages - 1;
     if (block_of(nxt) >= 0) issue(nxt % kDecodeStages, qa);
     cp_async_commit();
+    // qb (block i + 3) was fetched last iteration; its slot is read now and used at issue next
+    // iteration (at i == 0 it is first[3], translated above).
+    if constexpr (kTiered) {
+      if (i > 0) translate_row<kTiered>(hv, qb);
+    }
     if (l2_prefetch && block_of(nxt + 1) >= 0) prefetch_rows(qb);
     const int32_t bf = block_of(nxt + 2);
     qa = bf >= 0 ? fetch_row(hv, sp, listed, bf * kKeyBlock + my_row, page_shift) : PendingRow{};

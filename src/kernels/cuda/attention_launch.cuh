@@ -99,30 +99,34 @@ Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tile
   return launch_status("prefill_wgmma_ws_kernel");
 }
 
-template <int kD, typename T, bool kTicketed>
+template <int kD, typename T, bool kTicketed, bool kTiered>
 Status launch_decode_kernel(const AttentionParams& p, const DecodeArgs& args, int32_t items,
                             int32_t max_splits, cudaStream_t stream) {
   using Shape = DecodeShape<kD>;
   static std::once_flag once;
   static cudaError_t err = cudaSuccess;
-  LS_RETURN_IF_ERROR(allow_smem(decode_attention_kernel<kD, T, kTicketed>,
+  LS_RETURN_IF_ERROR(allow_smem(decode_attention_kernel<kD, T, kTicketed, kTiered>,
                                 Shape::template smem_bytes<T>(kMaxListedPages), once, err));
   const dim3 grid(static_cast<unsigned>(items),
                   static_cast<unsigned>(p.num_kv_heads * args.head_chunks),
                   static_cast<unsigned>(max_splits));
-  return launch_pdl(decode_attention_kernel<kD, T, kTicketed>, grid, kDecodeThreads,
+  return launch_pdl(decode_attention_kernel<kD, T, kTicketed, kTiered>, grid, kDecodeThreads,
                     static_cast<size_t>(Shape::template smem_bytes<T>(args.listed_cap)), stream,
                     "decode_attention_kernel", p, args);
 }
 
-// The ticketed-splits kernel when the call has ticket counters, else the fixed-splits one.
+// The ticketed-splits kernel when the call has ticket counters, else the fixed-splits one; the
+// tiered instantiation when the retrieval pool is the tier's page cache.
 template <int kD, typename T>
 Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t items,
                      int32_t max_splits, cudaStream_t stream) {
+  const bool tiered = p.retrieval.page_slot != nullptr;
   if (args.row_tickets != nullptr) {
-    return launch_decode_kernel<kD, T, true>(p, args, items, max_splits, stream);
+    return tiered ? launch_decode_kernel<kD, T, true, true>(p, args, items, max_splits, stream)
+                  : launch_decode_kernel<kD, T, true, false>(p, args, items, max_splits, stream);
   }
-  return launch_decode_kernel<kD, T, false>(p, args, items, max_splits, stream);
+  return tiered ? launch_decode_kernel<kD, T, false, true>(p, args, items, max_splits, stream)
+                : launch_decode_kernel<kD, T, false, false>(p, args, items, max_splits, stream);
 }
 
 #define LS_INSTANTIATE_PREFILL(D, W)                                                               \

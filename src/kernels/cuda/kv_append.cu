@@ -101,7 +101,9 @@ __device__ __forceinline__ void append_item(const KvAppendParams& p, int filter,
   }
   Td* base_k = static_cast<Td*>(tiered ? pool.home_k : pool.k);
   Td* base_v = static_cast<Td*>(tiered ? pool.home_v : pool.v);
-  for (int copy = 0; copy < (cache_row >= 0 ? 2 : 1); ++copy) {
+  // write_homes false (benchmarks): the resident slot only.
+  const int first_copy = tiered && !p.write_homes ? 1 : 0;
+  for (int copy = first_copy; copy < (cache_row >= 0 ? 2 : 1); ++copy) {
     Td* dk = (copy == 0 ? base_k + dst_row : static_cast<Td*>(pool.k) + cache_row);
     Td* dv = (copy == 0 ? base_v + dst_row : static_cast<Td*>(pool.v) + cache_row);
     if (cached) {
