@@ -29,6 +29,11 @@ struct RequestOutput {
   // For each new token when logprobs were asked: its logprob and the top-N alternatives.
   std::vector<TokenLogprob> logprobs;
   std::vector<std::vector<TokenLogprob>> top_logprobs;
+  // Prompt logprobs (SamplingParams::prompt_logprobs >= 0), in the choice's first output only:
+  // entry i is prompt token i + 1 (the first prompt token has none), with its top-N alternatives.
+  std::vector<TokenLogprob> prompt_logprobs;                   // [num_prompt_tokens - 1]
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;  // [num_prompt_tokens - 1][N]
+  std::vector<int32_t> prompt_ranks;  // [num_prompt_tokens - 1] 1 + ids with a larger logit
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_reason;  // the matched stop string, or the stop token id as text

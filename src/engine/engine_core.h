@@ -75,6 +75,11 @@ class EngineCore {
   void finish(Sequence* seq, RequestOutput& out);
   void fail_sequences(const SchedulerOutput& out, const Status& error);
   void process_sample(Sequence* seq, std::span<float> logits);
+  // Prompt logprobs: limits prefill chunks so a step's logit rows fit, and turns `num_positions`
+  // rows of [vocab] logits (prompt positions first_position...) into the sequence's entries.
+  void cap_prompt_logprob_chunks();
+  void collect_prompt_logprobs(Sequence* seq, int32_t first_position, int32_t num_positions,
+                               const float* rows);
 
   EngineConfig config_;
   std::unique_ptr<EngineModel> model_;  // null for a test engine

@@ -110,6 +110,29 @@ void GenerationSession::apply(const ChannelItem& item, std::vector<std::string>*
   }
 
   ChoiceResult& result = choice.result;
+  const PromptInput& prompt = request_.prompts[static_cast<size_t>(item.prompt_index)];
+  if (!out.prompt_logprobs.empty() || !out.prompt_ranks.empty()) {
+    result.prompt_logprobs = out.prompt_logprobs;
+    result.prompt_top_logprobs = out.prompt_top_logprobs;
+    result.prompt_ranks = out.prompt_ranks;
+  }
+  if (request_.echo_without_generation) {
+    // The one token run for an echo with max_tokens 0 is not shown (vLLM).
+    RequestOutput hidden = out;
+    hidden.text.clear();
+    hidden.token_ids.clear();
+    hidden.logprobs.clear();
+    hidden.top_logprobs.clear();
+    apply_output(index, prompt, hidden, events);
+    return;
+  }
+  apply_output(index, prompt, out, events);
+}
+
+void GenerationSession::apply_output(int32_t index, const PromptInput& prompt,
+                                     const RequestOutput& out, std::vector<std::string>* events) {
+  ChoiceState& choice = choices_[static_cast<size_t>(index)];
+  ChoiceResult& result = choice.result;
   result.text += out.text;
   result.token_ids.insert(result.token_ids.end(), out.token_ids.begin(), out.token_ids.end());
   result.logprobs.insert(result.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
@@ -129,7 +152,7 @@ void GenerationSession::apply(const ChannelItem& item, std::vector<std::string>*
     // Outputs with neither tokens nor text (a chunked-prefill step) are not sent, as in vLLM;
     // the final output of a choice always is, since it carries finish_reason.
     const bool has_content = !out.token_ids.empty() || !out.text.empty() || out.finished;
-    const TokenDelta delta{&out.token_ids, &out.logprobs, &out.top_logprobs};
+    TokenDelta delta{&out.token_ids, &out.logprobs, &out.top_logprobs, {}};
     const FinishReason reason = out.finished ? out.finish_reason : FinishReason::kNone;
     if (request_.kind == ApiKind::kChat) {
       if (!role_sent_) {
@@ -144,7 +167,11 @@ void GenerationSession::apply(const ChannelItem& item, std::vector<std::string>*
     } else if (has_content) {
       std::string text = out.text;
       if (request_.echo && !choice.echoed) {
-        text = request_.prompts[static_cast<size_t>(item.prompt_index)].text + text;
+        text = prompt.text + text;
+        if (request_.prompt_logprobs >= 0 && request_.num_logprobs >= 0) {
+          delta.prompt = {&prompt.token_ids, &result.prompt_logprobs,
+                          &result.prompt_top_logprobs};
+        }
         choice.echoed = true;
       }
       events->push_back(writer_.completion_chunk(index, text, delta, choice.text_sent_chars, reason,
@@ -181,9 +208,12 @@ Result<std::string> GenerationSession::wait_for_response(
   results.reserve(choices_.size());
   for (size_t i = 0; i < choices_.size(); ++i) {
     ChoiceResult result = choices_[i].result;
-    if (request_.echo) {
-      result.text = request_.prompts[i / static_cast<size_t>(request_.n)].text + result.text;
-    }
+    const PromptInput& prompt = request_.prompts[i / static_cast<size_t>(request_.n)];
+    if (request_.echo) result.text = prompt.text + result.text;
+    result.prompt_ids = &prompt.token_ids;
+    result.with_prompt_logprobs = request_.prompt_logprobs >= 0;
+    result.echo_logprobs = request_.echo && request_.prompt_logprobs >= 0 &&
+                           request_.num_logprobs >= 0;
     results.push_back(std::move(result));
   }
   return dump_json(writer_.full_response(results, usage()));
