@@ -189,6 +189,7 @@ Status EngineCore::add_request(GenerateRequest request, OutputSink sink) {
 
 void EngineCore::finish(Sequence* seq, RequestOutput& out) {
   out.finished = true;
+  if (out.scheduled_ns == 0) out.scheduled_ns = seq->first_scheduled_ns;
   out.prompt_tokens = seq->prompt_len();
   out.completion_tokens = static_cast<int32_t>(seq->output_ids.size());
   scheduler_.remove(seq);
@@ -243,6 +244,7 @@ void EngineCore::process_sample(Sequence* seq, std::span<float> logits) {
   StopResult stop = seq->stop.on_token(token, text);
   RequestOutput out;
   out.index = seq->index;
+  out.scheduled_ns = seq->first_scheduled_ns;
   out.token_ids.push_back(token);
   out.text = std::move(stop.emit);
   if (want_logprobs) {
@@ -315,6 +317,13 @@ Status EngineCore::step() {
   cap_prompt_logprob_chunks();
   SchedulerOutput out = scheduler_.schedule();
   if (out.empty()) return {};
+  const int64_t step_ns = now_ns();
+  const auto bucket = static_cast<size_t>(
+      std::lower_bound(kIterationTokenBuckets.begin(), kIterationTokenBuckets.end(),
+                       out.num_tokens) -
+      kIterationTokenBuckets.begin());
+  ++iteration_tokens_counts_[bucket];
+  iteration_tokens_sum_ += out.num_tokens;
   StepInput input;
   input.tokens.reserve(static_cast<size_t>(out.num_tokens));
   // Per chunk: the prompt positions whose logits give prompt logprobs, [first, first + count).
@@ -322,6 +331,7 @@ Status EngineCore::step() {
   for (size_t ci = 0; ci < out.chunks.size(); ++ci) {
     const ScheduledChunk& c = out.chunks[ci];
     Sequence* seq = c.seq;
+    if (seq->first_scheduled_ns == 0) seq->first_scheduled_ns = step_ns;
     const auto chunk_begin = static_cast<int32_t>(input.tokens.size());
     for (int32_t i = 0; i < c.num_tokens; ++i) input.tokens.push_back(seq->token_at(seq->num_computed + i));
     StepSequence s;
@@ -386,6 +396,8 @@ EngineStats EngineCore::stats() const {
   s.num_preemptions = scheduler_.num_preemptions();
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = generation_tokens_total_;
+  s.iteration_tokens_counts = iteration_tokens_counts_;
+  s.iteration_tokens_sum = iteration_tokens_sum_;
   const KvTierStats t = executor_->kv_tier_stats();
   s.kv_offload = t.enabled;
   s.kv_host_bytes = t.host_bytes;

@@ -4,6 +4,7 @@
 // request's sink. Single-threaded by design; AsyncEngine (async_engine.h) runs it on its own
 // thread behind the thread-safe Engine API, and the CLI drives it directly.
 
+#include <array>
 #include <map>
 #include <memory>
 #include <random>
@@ -98,6 +99,8 @@ class EngineCore {
   std::map<std::string, std::vector<std::unique_ptr<Sequence>>> requests_;  // id -> choices
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;
+  std::array<int64_t, kIterationTokenBuckets.size() + 1> iteration_tokens_counts_{};
+  int64_t iteration_tokens_sum_ = 0;
   std::vector<float> logits_;  // [rows, vocab] scratch of the last step
 };
 

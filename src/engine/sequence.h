@@ -38,6 +38,7 @@ struct Sequence {
   int32_t slot = -1;          // KV slot while running
   int32_t num_computed = 0;   // tokens whose K/V are in the cache
   int64_t arrival_order = 0;  // FCFS key (preempted sequences keep theirs)
+  int64_t first_scheduled_ns = 0;  // now_ns() of its first step (0: not yet scheduled)
   SequenceSamplingState sampling;
   StopChecker stop;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;  // null without a tokenizer

@@ -1,5 +1,7 @@
 #include "server/generation_session.h"
 
+#include <algorithm>
+
 #include "core/clock.h"
 #include "core/log.h"
 #include "server/api_error.h"
@@ -54,10 +56,24 @@ Status GenerationSession::start() {
     auto timers = std::make_shared<std::vector<RequestTimer>>(
         static_cast<size_t>(request_.n),
         RequestTimer(metrics_, submit_ns, static_cast<int32_t>(prompt.token_ids.size())));
-    OutputSink sink = [channel = channel_, timers,
+    // Per engine request: the parameter histograms are observed once all its choices ended.
+    struct Params {
+      int32_t unfinished = 0;
+      int32_t max_generation_tokens = 0;
+    };
+    auto params = std::make_shared<Params>(Params{request_.n, 0});
+    OutputSink sink = [channel = channel_, timers, params, metrics = metrics_, n = request_.n,
+                       max_tokens = request_.stop.max_tokens,
                        prompt_index = static_cast<int32_t>(p)](const RequestOutput& output) {
       if (output.index >= 0 && static_cast<size_t>(output.index) < timers->size()) {
         (*timers)[static_cast<size_t>(output.index)].on_output(output, now_ns());
+      }
+      if (output.finished && params->unfinished > 0) {
+        params->max_generation_tokens =
+            std::max(params->max_generation_tokens, output.completion_tokens);
+        if (--params->unfinished == 0 && metrics) {
+          metrics->observe_request_params(n, max_tokens, params->max_generation_tokens);
+        }
       }
       channel->push(prompt_index, output);
     };
