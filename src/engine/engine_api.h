@@ -3,6 +3,7 @@
 // submit or abort; one engine thread owns the model and runs the step loop; results are
 // delivered to each request's OutputSink from that thread (sinks must not block for long).
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -29,6 +30,11 @@ struct RequestOutput {
   // For each new token when logprobs were asked: its logprob and the top-N alternatives.
   std::vector<TokenLogprob> logprobs;
   std::vector<std::vector<TokenLogprob>> top_logprobs;
+  // Prompt logprobs (SamplingParams::prompt_logprobs >= 0), in the choice's first output only:
+  // entry i is prompt token i + 1 (the first prompt token has none), with its top-N alternatives.
+  std::vector<TokenLogprob> prompt_logprobs;                   // [num_prompt_tokens - 1]
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;  // [num_prompt_tokens - 1][N]
+  std::vector<int32_t> prompt_ranks;  // [num_prompt_tokens - 1] 1 + ids with a larger logit
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_reason;  // the matched stop string, or the stop token id as text
@@ -37,6 +43,9 @@ struct RequestOutput {
   // Counts for usage, valid when finished.
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
+  // core/clock now_ns() when the sequence was first scheduled (0: not yet), for the queue /
+  // prefill / decode time metrics.
+  int64_t scheduled_ns = 0;
 };
 
 // Called on the engine thread for every RequestOutput of a request, in order; the last one per
@@ -51,6 +60,10 @@ struct GenerateRequest {
   int32_t n = 1;  // independent choices; choice i uses seed + i when a seed is given
 };
 
+// Bucket bounds of vLLM's vllm:iteration_tokens_total histogram (tokens per engine step).
+inline constexpr std::array<int32_t, 13> kIterationTokenBuckets = {
+    1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+
 struct EngineStats {
   int32_t num_running = 0;
   int32_t num_waiting = 0;
@@ -59,6 +72,10 @@ struct EngineStats {
   int64_t num_preemptions = 0;      // since start
   int64_t prompt_tokens_total = 0;  // prompt tokens prefilled, since start
   int64_t generation_tokens_total = 0;
+  // Steps by tokens computed: [i] counts steps with at most kIterationTokenBuckets[i] tokens and
+  // more than the bound before; the last entry counts the rest. Not cumulative.
+  std::array<int64_t, kIterationTokenBuckets.size() + 1> iteration_tokens_counts{};
+  int64_t iteration_tokens_sum = 0;
   // Hierarchical KV tier (--kv-offload on; docs/hierarchical-kv.md), zero when off.
   bool kv_offload = false;
   int64_t kv_host_bytes = 0;            // host pool (pinned on a GPU)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/clock.h"
 #include "core/log.h"
@@ -190,6 +191,7 @@ Status EngineCore::add_request(GenerateRequest request, OutputSink sink) {
 
 void EngineCore::finish(Sequence* seq, RequestOutput& out) {
   out.finished = true;
+  if (out.scheduled_ns == 0) out.scheduled_ns = seq->first_scheduled_ns;
   out.prompt_tokens = seq->prompt_len();
   out.completion_tokens = static_cast<int32_t>(seq->output_ids.size());
   scheduler_.remove(seq);
@@ -244,11 +246,21 @@ void EngineCore::process_sample(Sequence* seq, std::span<float> logits) {
   StopResult stop = seq->stop.on_token(token, text);
   RequestOutput out;
   out.index = seq->index;
+  out.scheduled_ns = seq->first_scheduled_ns;
   out.token_ids.push_back(token);
   out.text = std::move(stop.emit);
   if (want_logprobs) {
     out.logprobs.push_back({token, sample_out.logprob});
     out.top_logprobs.push_back(std::move(sample_out.top_logprobs));
+  }
+  if (req.sampling.prompt_logprobs >= 0 && !seq->prompt_logprobs_sent) {
+    out.prompt_logprobs = std::move(seq->prompt_logprobs);
+    out.prompt_top_logprobs = std::move(seq->prompt_top_logprobs);
+    out.prompt_ranks = std::move(seq->prompt_ranks);
+    seq->prompt_logprobs.clear();
+    seq->prompt_top_logprobs.clear();
+    seq->prompt_ranks.clear();
+    seq->prompt_logprobs_sent = true;
   }
   if (!stop.finished) {
     req.sink(out);
@@ -264,13 +276,65 @@ void EngineCore::process_sample(Sequence* seq, std::span<float> logits) {
   finish(seq, out);
 }
 
+void EngineCore::cap_prompt_logprob_chunks() {
+  // Every step returns at most max_logit_rows(config_) rows: one per sampling sequence (at most
+  // max_num_seqs) plus the prompt positions of sequences that asked for prompt logprobs. Those
+  // share what is left (each chunk gives at most its length in rows); with less left than such
+  // sequences, each takes one-token chunks, and all rows then fit under max_num_seqs.
+  std::vector<Sequence*> wanting;
+  for (auto& [id, seqs] : requests_) {
+    for (auto& seq : seqs) {
+      seq->max_chunk_tokens = 0;
+      if (seq->status != SequenceStatus::kFinished && seq->wants_prompt_logprobs()) {
+        wanting.push_back(seq.get());
+      }
+    }
+  }
+  if (wanting.empty()) return;
+  const int32_t spare = max_logit_rows(config_) - config_.max_num_seqs;
+  const auto k = static_cast<int32_t>(wanting.size());
+  const int32_t cap = spare >= k ? spare / k : 1;
+  for (Sequence* seq : wanting) seq->max_chunk_tokens = cap;
+}
+
+void EngineCore::collect_prompt_logprobs(Sequence* seq, int32_t first_position,
+                                         int32_t num_positions, const float* rows) {
+  const int32_t num_top = seq->request->sampling.prompt_logprobs;
+  const auto vocab = static_cast<size_t>(vocab_size());
+  for (int32_t i = 0; i < num_positions; ++i) {
+    const int32_t next = seq->request->prompt_ids[static_cast<size_t>(first_position + i + 1)];
+    SampleOutput lp;
+    const std::span<const float> row(rows + static_cast<size_t>(i) * vocab, vocab);
+    raw_logprobs(row, next, num_top, &lp);
+    const float value = row[static_cast<size_t>(next)];
+    seq->prompt_ranks.push_back(
+        1 + static_cast<int32_t>(std::count_if(row.begin(), row.end(),
+                                               [value](float x) { return x > value; })));
+    seq->prompt_logprobs.push_back({next, lp.logprob});
+    seq->prompt_top_logprobs.push_back(std::move(lp.top_logprobs));
+  }
+}
+
 Status EngineCore::step() {
+  cap_prompt_logprob_chunks();
   SchedulerOutput out = scheduler_.schedule();
   if (out.empty()) return {};
+  const int64_t step_ns = now_ns();
+  const auto bucket = static_cast<size_t>(
+      std::lower_bound(kIterationTokenBuckets.begin(), kIterationTokenBuckets.end(),
+                       out.num_tokens) -
+      kIterationTokenBuckets.begin());
+  ++iteration_tokens_counts_[bucket];
+  iteration_tokens_sum_ += out.num_tokens;
   StepInput input;
   input.tokens.reserve(static_cast<size_t>(out.num_tokens));
-  for (const ScheduledChunk& c : out.chunks) {
+  // Per chunk: the prompt positions whose logits give prompt logprobs, [first, first + count).
+  std::vector<std::pair<int32_t, int32_t>> prompt_rows(out.chunks.size(), {0, 0});
+  for (size_t ci = 0; ci < out.chunks.size(); ++ci) {
+    const ScheduledChunk& c = out.chunks[ci];
     Sequence* seq = c.seq;
+    if (seq->first_scheduled_ns == 0) seq->first_scheduled_ns = step_ns;
+    const auto chunk_begin = static_cast<int32_t>(input.tokens.size());
     for (int32_t i = 0; i < c.num_tokens; ++i) input.tokens.push_back(seq->token_at(seq->num_computed + i));
     StepSequence s;
     s.slot = seq->slot;
@@ -278,6 +342,19 @@ Status EngineCore::step() {
     s.kv_len = seq->num_computed + c.num_tokens;
     s.prefilling = c.prefilling;
     input.seqs.push_back(s);
+    if (c.prefilling && seq->wants_prompt_logprobs()) {
+      // Position j's logits give prompt token j + 1: positions up to prompt_len - 2, from the
+      // first not collected yet (a recompute after preemption skips those).
+      const int32_t first =
+          std::max(seq->num_computed, static_cast<int32_t>(seq->prompt_logprobs.size()));
+      const int32_t end = std::min(seq->num_computed + c.num_tokens, seq->prompt_len() - 1);
+      if (end > first) {
+        prompt_rows[ci] = {first, end - first};
+        for (int32_t j = first; j < end; ++j) {
+          input.logit_rows.push_back(chunk_begin + (j - seq->num_computed));
+        }
+      }
+    }
     if (c.samples) input.logit_rows.push_back(static_cast<int32_t>(input.tokens.size()) - 1);
   }
   Status st = executor_->forward(input, logits_);
@@ -288,7 +365,13 @@ Status EngineCore::step() {
   scheduler_.on_step_done(out);
   const auto vocab = static_cast<size_t>(vocab_size());
   size_t row = 0;
-  for (const ScheduledChunk& c : out.chunks) {
+  for (size_t ci = 0; ci < out.chunks.size(); ++ci) {
+    const ScheduledChunk& c = out.chunks[ci];
+    if (prompt_rows[ci].second > 0) {
+      collect_prompt_logprobs(c.seq, prompt_rows[ci].first, prompt_rows[ci].second,
+                              logits_.data() + row * vocab);
+      row += static_cast<size_t>(prompt_rows[ci].second);
+    }
     if (!c.samples) continue;
     std::span<float> logits(logits_.data() + row * vocab, vocab);
     ++row;
@@ -315,6 +398,8 @@ EngineStats EngineCore::stats() const {
   s.num_preemptions = scheduler_.num_preemptions();
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = generation_tokens_total_;
+  s.iteration_tokens_counts = iteration_tokens_counts_;
+  s.iteration_tokens_sum = iteration_tokens_sum_;
   const KvTierStats t = executor_->kv_tier_stats();
   s.kv_offload = t.enabled;
   s.kv_host_bytes = t.host_bytes;

@@ -4,6 +4,7 @@
 // request's sink. Single-threaded by design; AsyncEngine (async_engine.h) runs it on its own
 // thread behind the thread-safe Engine API, and the CLI drives it directly.
 
+#include <array>
 #include <map>
 #include <memory>
 #include <random>
@@ -75,6 +76,11 @@ class EngineCore {
   void finish(Sequence* seq, RequestOutput& out);
   void fail_sequences(const SchedulerOutput& out, const Status& error);
   void process_sample(Sequence* seq, std::span<float> logits);
+  // Prompt logprobs: limits prefill chunks so a step's logit rows fit, and turns `num_positions`
+  // rows of [vocab] logits (prompt positions first_position...) into the sequence's entries.
+  void cap_prompt_logprob_chunks();
+  void collect_prompt_logprobs(Sequence* seq, int32_t first_position, int32_t num_positions,
+                               const float* rows);
 
   EngineConfig config_;
   std::unique_ptr<EngineModel> model_;  // null for a test engine
@@ -93,6 +99,8 @@ class EngineCore {
   std::map<std::string, std::vector<std::unique_ptr<Sequence>>> requests_;  // id -> choices
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;
+  std::array<int64_t, kIterationTokenBuckets.size() + 1> iteration_tokens_counts_{};
+  int64_t iteration_tokens_sum_ = 0;
   std::vector<float> logits_;  // [rows, vocab] scratch of the last step
 };
 

@@ -630,12 +630,19 @@ int32_t sample(std::span<float> logits, const SamplingParams& params, SequenceSa
   const bool want_logprobs = out != nullptr && params.logprobs >= 0;
   if (want_logprobs) s.raw_logits.assign(logits.begin(), logits.end());
 
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id >= 0 && static_cast<size_t>(id) < logits.size()) logits[static_cast<size_t>(id)] += bias;
+  }
   apply_penalties(logits, params, state);
   apply_forbidden(logits, state, s);
   const int32_t token = params.greedy() ? argmax(logits) : draw(logits, params, state, s);
 
   if (want_logprobs) fill_logprobs(s.raw_logits, token, params.logprobs, out);
   return token;
+}
+
+void raw_logprobs(std::span<const float> logits, int32_t token, int32_t num_top, SampleOutput* out) {
+  fill_logprobs(logits, token, num_top, out);
 }
 
 }  // namespace ls

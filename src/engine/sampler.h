@@ -2,7 +2,7 @@
 // Token sampling for one sequence at a time, with vLLM / Hugging Face semantics.
 //
 // Pipeline, in vLLM v1's order (HF's warpers agree):
-//   repetition penalty -> presence / frequency penalties -> forbidden ids (-inf)
+//   logit_bias -> repetition penalty -> presence / frequency penalties -> forbidden ids (-inf)
 //   -> greedy (temperature < 1e-5): argmax, ties to the lowest id
 //   -> else temperature -> min_p -> top_k -> top_p -> one draw from the renormalized rest.
 // top_k keeps every token whose value ties the k-th largest (vLLM and HF do the same); top_p keeps
@@ -98,6 +98,10 @@ struct SampleOutput {
 // token once it accepts it. `out` may be null.
 int32_t sample(std::span<float> logits, const SamplingParams& params, SequenceSamplingState& state,
                SampleOutput* out);
+
+// Raw log-softmax of one [vocab] row: `token`'s logprob and the `num_top` most likely ids (as
+// SampleOutput; the prompt logprobs use it on prompt positions).
+void raw_logprobs(std::span<const float> logits, int32_t token, int32_t num_top, SampleOutput* out);
 
 // The penalties step alone, in place on [vocab] logits (exposed for tests and for callers that
 // need the penalized logits):

@@ -40,6 +40,21 @@ Status SamplingParams::validate(int32_t vocab_size) const {
   if (logprobs > vocab_size) {
     return invalid_argument("logprobs ({}) exceeds the vocabulary size ({})", logprobs, vocab_size);
   }
+  if (prompt_logprobs < -1) {
+    return invalid_argument("prompt_logprobs must be non-negative, got {}", prompt_logprobs);
+  }
+  if (prompt_logprobs > kMaxLogprobs) {
+    return invalid_argument(
+        "Requested prompt logprobs of {}, which is greater than max allowed: {}", prompt_logprobs,
+        kMaxLogprobs);
+  }
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0 || id >= vocab_size) {
+      return invalid_argument("token_id(s) [{}] in logit_bias contain out-of-vocab token ids. "
+                              "Vocabulary size: {}", id, vocab_size);
+    }
+    if (!std::isfinite(bias)) return invalid_argument("logit_bias values must be finite");
+  }
   return {};
 }
 

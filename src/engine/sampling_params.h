@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -25,6 +26,12 @@ struct SamplingParams {
   std::optional<uint64_t> seed;     // per-request RNG seed; unset: drawn from the engine's RNG
   int32_t logprobs = -1;            // -1: none; N >= 0: chosen token's logprob + top N
                                     // (at most kMaxLogprobs, vLLM's default max_logprobs)
+  int32_t prompt_logprobs = -1;     // -1: none; N >= 0: each prompt token's logprob (from the
+                                    // first on; the first has none) + top N, delivered with the
+                                    // choice's first output. Costs logit rows of prompt positions
+                                    // only when asked.
+  // Added to the raw logits before penalties (vLLM's logit_bias), values within [-100, 100].
+  std::vector<std::pair<int32_t, float>> logit_bias;  // [num_biased] (token id, bias)
 
   bool greedy() const { return temperature < 1e-5f; }
   Status validate(int32_t vocab_size) const;

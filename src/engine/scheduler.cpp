@@ -1,8 +1,18 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace ls {
+
+namespace {
+
+// A sequence's own chunk limit (prompt logprobs), none when 0.
+int32_t chunk_cap(const Sequence* seq) {
+  return seq->max_chunk_tokens > 0 ? seq->max_chunk_tokens : std::numeric_limits<int32_t>::max();
+}
+
+}  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvManager& kv) : config_(config), kv_(kv) {}
 
@@ -35,7 +45,7 @@ SchedulerOutput Scheduler::schedule() {
     Sequence* seq = running_[i];
     const bool prefilling = kv_.sequence(seq->slot).prefilling;
     const int32_t want = prefilling ? std::min({seq->num_uncomputed(), budget,
-                                                config_.max_chunk_tokens})
+                                                config_.max_chunk_tokens, chunk_cap(seq)})
                                     : 1;
     const int32_t new_len = seq->num_computed + want;
     bool scheduled = false;
@@ -67,7 +77,8 @@ SchedulerOutput Scheduler::schedule() {
   while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
-    const int32_t want = std::min({seq->num_uncomputed(), budget, config_.max_chunk_tokens});
+    const int32_t want =
+        std::min({seq->num_uncomputed(), budget, config_.max_chunk_tokens, chunk_cap(seq)});
     if (!kv_.can_allocate(kv_.blocks_for_new_sequence(want))) break;
     auto slot = kv_.add_sequence();
     if (!slot.ok()) break;

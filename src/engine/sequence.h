@@ -38,9 +38,25 @@ struct Sequence {
   int32_t slot = -1;          // KV slot while running
   int32_t num_computed = 0;   // tokens whose K/V are in the cache
   int64_t arrival_order = 0;  // FCFS key (preempted sequences keep theirs)
+  int64_t first_scheduled_ns = 0;  // now_ns() of its first step (0: not yet scheduled)
   SequenceSamplingState sampling;
   StopChecker stop;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;  // null without a tokenizer
+  // Prompt logprobs (sampling.prompt_logprobs >= 0): entry j is prompt token j + 1, collected
+  // from the logits of prompt position j as prefill chunks run; sent with the first output.
+  std::vector<TokenLogprob> prompt_logprobs;                   // [collected]
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;  // [collected][N]
+  std::vector<int32_t> prompt_ranks;                           // [collected]
+  bool prompt_logprobs_sent = false;
+  // The most tokens one prefill chunk may take (0: no limit beyond the scheduler's); set by the
+  // engine so that the prompt positions' logit rows of a step fit its row buffer.
+  int32_t max_chunk_tokens = 0;
+
+  // Whether the next prefill chunk needs prompt-position logits.
+  bool wants_prompt_logprobs() const {
+    return request->sampling.prompt_logprobs >= 0 && !prompt_logprobs_sent &&
+           static_cast<int32_t>(prompt_logprobs.size()) < prompt_len() - 1;
+  }
 
   int32_t prompt_len() const { return static_cast<int32_t>(request->prompt_ids.size()); }
   int32_t num_tokens() const { return prompt_len() + static_cast<int32_t>(output_ids.size()); }

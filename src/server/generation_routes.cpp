@@ -98,6 +98,9 @@ void Server::Impl::install_generation_routes() {
   router.add("POST", "/v1/chat/completions", [this](HttpRequest& req, HttpResponse& res) {
     handle_generation(ApiKind::kChat, req, res);
   });
+  router.add("POST", "/v1/responses", [this](HttpRequest& req, HttpResponse& res) {
+    handle_responses(req, res);
+  });
 }
 
 }  // namespace ls

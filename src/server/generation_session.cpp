@@ -1,5 +1,7 @@
 #include "server/generation_session.h"
 
+#include <algorithm>
+
 #include "core/clock.h"
 #include "core/log.h"
 #include "server/api_error.h"
@@ -54,10 +56,24 @@ Status GenerationSession::start() {
     auto timers = std::make_shared<std::vector<RequestTimer>>(
         static_cast<size_t>(request_.n),
         RequestTimer(metrics_, submit_ns, static_cast<int32_t>(prompt.token_ids.size())));
-    OutputSink sink = [channel = channel_, timers,
+    // Per engine request: the parameter histograms are observed once all its choices ended.
+    struct Params {
+      int32_t unfinished = 0;
+      int32_t max_generation_tokens = 0;
+    };
+    auto params = std::make_shared<Params>(Params{request_.n, 0});
+    OutputSink sink = [channel = channel_, timers, params, metrics = metrics_, n = request_.n,
+                       max_tokens = request_.stop.max_tokens,
                        prompt_index = static_cast<int32_t>(p)](const RequestOutput& output) {
       if (output.index >= 0 && static_cast<size_t>(output.index) < timers->size()) {
         (*timers)[static_cast<size_t>(output.index)].on_output(output, now_ns());
+      }
+      if (output.finished && params->unfinished > 0) {
+        params->max_generation_tokens =
+            std::max(params->max_generation_tokens, output.completion_tokens);
+        if (--params->unfinished == 0 && metrics) {
+          metrics->observe_request_params(n, max_tokens, params->max_generation_tokens);
+        }
       }
       channel->push(prompt_index, output);
     };
@@ -110,6 +126,29 @@ void GenerationSession::apply(const ChannelItem& item, std::vector<std::string>*
   }
 
   ChoiceResult& result = choice.result;
+  const PromptInput& prompt = request_.prompts[static_cast<size_t>(item.prompt_index)];
+  if (!out.prompt_logprobs.empty() || !out.prompt_ranks.empty()) {
+    result.prompt_logprobs = out.prompt_logprobs;
+    result.prompt_top_logprobs = out.prompt_top_logprobs;
+    result.prompt_ranks = out.prompt_ranks;
+  }
+  if (request_.echo_without_generation) {
+    // The one token run for an echo with max_tokens 0 is not shown (vLLM).
+    RequestOutput hidden = out;
+    hidden.text.clear();
+    hidden.token_ids.clear();
+    hidden.logprobs.clear();
+    hidden.top_logprobs.clear();
+    apply_output(index, prompt, hidden, events);
+    return;
+  }
+  apply_output(index, prompt, out, events);
+}
+
+void GenerationSession::apply_output(int32_t index, const PromptInput& prompt,
+                                     const RequestOutput& out, std::vector<std::string>* events) {
+  ChoiceState& choice = choices_[static_cast<size_t>(index)];
+  ChoiceResult& result = choice.result;
   result.text += out.text;
   result.token_ids.insert(result.token_ids.end(), out.token_ids.begin(), out.token_ids.end());
   result.logprobs.insert(result.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
@@ -129,7 +168,7 @@ void GenerationSession::apply(const ChannelItem& item, std::vector<std::string>*
     // Outputs with neither tokens nor text (a chunked-prefill step) are not sent, as in vLLM;
     // the final output of a choice always is, since it carries finish_reason.
     const bool has_content = !out.token_ids.empty() || !out.text.empty() || out.finished;
-    const TokenDelta delta{&out.token_ids, &out.logprobs, &out.top_logprobs};
+    TokenDelta delta{&out.token_ids, &out.logprobs, &out.top_logprobs, {}};
     const FinishReason reason = out.finished ? out.finish_reason : FinishReason::kNone;
     if (request_.kind == ApiKind::kChat) {
       if (!role_sent_) {
@@ -144,7 +183,11 @@ void GenerationSession::apply(const ChannelItem& item, std::vector<std::string>*
     } else if (has_content) {
       std::string text = out.text;
       if (request_.echo && !choice.echoed) {
-        text = request_.prompts[static_cast<size_t>(item.prompt_index)].text + text;
+        text = prompt.text + text;
+        if (request_.prompt_logprobs >= 0 && request_.num_logprobs >= 0) {
+          delta.prompt = {&prompt.token_ids, &result.prompt_logprobs,
+                          &result.prompt_top_logprobs};
+        }
         choice.echoed = true;
       }
       events->push_back(writer_.completion_chunk(index, text, delta, choice.text_sent_chars, reason,
@@ -181,9 +224,12 @@ Result<std::string> GenerationSession::wait_for_response(
   results.reserve(choices_.size());
   for (size_t i = 0; i < choices_.size(); ++i) {
     ChoiceResult result = choices_[i].result;
-    if (request_.echo) {
-      result.text = request_.prompts[i / static_cast<size_t>(request_.n)].text + result.text;
-    }
+    const PromptInput& prompt = request_.prompts[i / static_cast<size_t>(request_.n)];
+    if (request_.echo) result.text = prompt.text + result.text;
+    result.prompt_ids = &prompt.token_ids;
+    result.with_prompt_logprobs = request_.prompt_logprobs >= 0;
+    result.echo_logprobs = request_.echo && request_.prompt_logprobs >= 0 &&
+                           request_.num_logprobs >= 0;
     results.push_back(std::move(result));
   }
   return dump_json(writer_.full_response(results, usage()));

@@ -77,6 +77,9 @@ class GenerationSession {
 
   // Applies one output to its choice; appends stream events when `events` is given.
   void apply(const ChannelItem& item, std::vector<std::string>* events);
+  // The part of apply() after prompt logprobs were taken: text, tokens, finish, events.
+  void apply_output(int32_t index, const PromptInput& prompt, const RequestOutput& out,
+                    std::vector<std::string>* events);
   void finish_stream(std::vector<std::string>* events);
   Usage usage() const;
 

@@ -1,8 +1,13 @@
 // GET /v1/models, /health, /metrics and POST /tokenize, /detokenize: the small endpoints,
 // with vLLM's response shapes.
 
+#include <memory>
+#include <mutex>
+#include <string>
+
 #include "core/clock.h"
 #include "server/server_impl.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ls {
@@ -81,6 +86,28 @@ void handle_detokenize(const Server::Impl& impl, const HttpRequest& req, HttpRes
   send_json(res, dump_json(Json{{"prompt", text}}));
 }
 
+// GET /tokenizer_info: vLLM's shape (tokenizer_config.json's fields, tokenizer_class,
+// chat_template), plus "tokenizer_json", the whole tokenizer.json, so that a client such as
+// `longserve bench serve` can rebuild the exact tokenizer without the model files.
+std::string tokenizer_info_body(const Server::Impl& impl) {
+  const Tokenizer& tokenizer = *impl.tokenizer;
+  Json out = Json::object();
+  if (!tokenizer.source_config_json().empty()) {
+    Json config = Json::parse(tokenizer.source_config_json(), nullptr, false);
+    if (config.is_object()) {
+      for (auto& [key, value] : config.items()) {
+        // vLLM leaves out the per-id table of added tokens; tokenizer_json has it.
+        if (key != "added_tokens_decoder") out[key] = value;
+      }
+    }
+  }
+  out["tokenizer_class"] = "PreTrainedTokenizerFast";
+  if (impl.chat_template != nullptr) out["chat_template"] = impl.chat_template->source();
+  Json tokenizer_json = Json::parse(tokenizer.source_json(), nullptr, false);
+  if (!tokenizer_json.is_discarded()) out["tokenizer_json"] = std::move(tokenizer_json);
+  return dump_json(out);
+}
+
 }  // namespace
 
 void Server::Impl::install_info_routes() {
@@ -88,6 +115,27 @@ void Server::Impl::install_info_routes() {
   router.add("GET", "/health", [this](HttpRequest&, HttpResponse& res) {
     res.status = stopping || draining ? 503 : 200;
   });
+  // SageMaker's health probe, as vLLM serves it (GET and POST).
+  for (const char* method : {"GET", "POST"}) {
+    router.add(method, "/ping", [this](HttpRequest&, HttpResponse& res) {
+      res.status = stopping || draining ? 503 : 200;
+    });
+  }
+  router.add("GET", "/version", [](HttpRequest&, HttpResponse& res) {
+    send_json(res, dump_json(Json{{"version", LONGSERVE_VERSION}}));
+  });
+  // vLLM's server load: generation requests in flight (one per prompt of a request).
+  router.add("GET", "/load", [this](HttpRequest&, HttpResponse& res) {
+    send_json(res, dump_json(Json{{"server_load", live.snapshot().size()}}));
+  });
+  auto tokenizer_info = std::make_shared<std::string>();
+  auto tokenizer_info_once = std::make_shared<std::once_flag>();
+  router.add("GET", "/tokenizer_info",
+             [this, tokenizer_info, tokenizer_info_once](HttpRequest&, HttpResponse& res) {
+               std::call_once(*tokenizer_info_once,
+                              [&] { *tokenizer_info = tokenizer_info_body(*this); });
+               send_json(res, *tokenizer_info);
+             });
   router.add("GET", "/v1/models", [this, created](HttpRequest&, HttpResponse& res) {
     Json model = {{"id", config.served_model_name},
                   {"object", "model"},

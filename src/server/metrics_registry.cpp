@@ -20,6 +20,16 @@ void Histogram::observe(double value) {
   ++count_;
 }
 
+void Histogram::set_counts(const std::vector<uint64_t>& per_bucket, double sum) {
+  if (per_bucket.size() != counts_.size()) return;
+  uint64_t total = 0;
+  for (uint64_t c : per_bucket) total += c;
+  std::lock_guard lock(mu_);
+  counts_ = per_bucket;
+  sum_ = sum;
+  count_ = total;
+}
+
 Histogram::Snapshot Histogram::snapshot() const {
   Snapshot snap;
   snap.upper_bounds = upper_bounds_;

@@ -46,6 +46,10 @@ class Histogram {
   explicit Histogram(std::vector<double> upper_bounds);
 
   void observe(double value);
+  // Replaces the state with counts kept elsewhere (the engine's per-step histogram):
+  // `per_bucket` [num_buckets + 1], not cumulative, the last for +Inf. Ignored on a size
+  // mismatch.
+  void set_counts(const std::vector<uint64_t>& per_bucket, double sum);
 
   struct Snapshot {
     std::vector<double> upper_bounds;  // [num_buckets] without +Inf

@@ -1,8 +1,11 @@
 #include "server/openai_request.h"
 
 #include <algorithm>
+#include <charconv>
+#include <system_error>
 #include <limits>
 
+#include "server/chat_messages.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -38,7 +41,68 @@ Status read_sampling(const Json& body, const Engine& engine, SamplingParams* sam
   std::optional<int64_t> seed;
   LS_RETURN_IF_ERROR(read_int64(body, "seed", &seed));
   if (seed) sampling->seed = static_cast<uint64_t>(*seed);
+  // logit_bias: {"token id": bias}, each bias clamped to [-100, 100] as vLLM does; ids are
+  // checked against the vocabulary by SamplingParams::validate.
+  if (const Json* bias = find_field(body, "logit_bias")) {
+    if (!bias->is_object()) return invalid_argument("'logit_bias' must be an object");
+    for (const auto& [key, value] : bias->items()) {
+      int64_t id = 0;
+      const char* end = key.data() + key.size();
+      const auto [ptr, ec] = std::from_chars(key.data(), end, id);
+      if (key.empty() || ec != std::errc() || ptr != end || id < 0 ||
+          id > std::numeric_limits<int32_t>::max()) {
+        return invalid_argument("'logit_bias' keys must be token ids, got '{}'", key);
+      }
+      if (!value.is_number()) {
+        return invalid_argument("'logit_bias' values must be numbers (token '{}')", key);
+      }
+      const double clamped = std::clamp(value.get<double>(), -100.0, 100.0);
+      sampling->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(clamped));
+    }
+  }
   return Status::ok_status();
+}
+
+// prompt_logprobs (vLLM's extra field on both endpoints): -1 when not given.
+Status read_prompt_logprobs(const Json& body, int32_t* out) {
+  std::optional<int64_t> value;
+  LS_RETURN_IF_ERROR(read_int64(body, "prompt_logprobs", &value));
+  if (!value) return Status::ok_status();
+  if (*value < 0) {
+    // vLLM's -1 means "the whole vocabulary", which max_logprobs (20) refuses anyway.
+    return invalid_argument("prompt_logprobs must be non-negative, got {}", *value);
+  }
+  *out = clamp_to_int32(*value);
+  return Status::ok_status();
+}
+
+// truncate_prompt_tokens: keep the last k prompt tokens (-1: max_model_len), as vLLM truncates
+// from the left. 0 when not given.
+Status read_truncate_prompt_tokens(const Json& body, const Engine& engine, int32_t* out) {
+  std::optional<int64_t> value;
+  LS_RETURN_IF_ERROR(read_int64(body, "truncate_prompt_tokens", &value));
+  if (!value) return Status::ok_status();
+  if (*value == -1) {
+    *out = engine.max_model_len();
+    return Status::ok_status();
+  }
+  if (*value < 1) {
+    return invalid_argument("truncate_prompt_tokens must be -1 or at least 1, got {}", *value);
+  }
+  if (*value > engine.max_model_len()) {
+    return invalid_argument(
+        "truncate_prompt_tokens value ({}) is greater than max_model_len ({}). Please, select a "
+        "smaller truncation size.",
+        *value, engine.max_model_len());
+  }
+  *out = static_cast<int32_t>(*value);
+  return Status::ok_status();
+}
+
+void truncate_left(std::vector<int32_t>& ids, int32_t keep) {
+  if (keep > 0 && static_cast<int64_t>(ids.size()) > keep) {
+    ids.erase(ids.begin(), ids.end() - keep);
+  }
 }
 
 // Stop fields shared by both endpoints; max_tokens is set by the caller.
@@ -61,6 +125,15 @@ Status read_stop(const Json& body, const Engine& engine, StopParams* stop) {
   LS_RETURN_IF_ERROR(
       read_bool(body, "include_stop_str_in_output", &stop->include_stop_str_in_output));
   LS_RETURN_IF_ERROR(read_bool(body, "skip_special_tokens", &stop->skip_special_tokens));
+  // The tokenizer.json decode puts no spaces between special tokens (true, vLLM's default, is
+  // what it does); false only matters while special tokens are shown, and is not implemented.
+  bool spaces_between_special_tokens = true;
+  LS_RETURN_IF_ERROR(
+      read_bool(body, "spaces_between_special_tokens", &spaces_between_special_tokens));
+  if (!spaces_between_special_tokens && !stop->skip_special_tokens) {
+    return invalid_argument(
+        "spaces_between_special_tokens=false with skip_special_tokens=false is not supported");
+  }
   return Status::ok_status();
 }
 
@@ -122,16 +195,21 @@ Result<std::vector<int32_t>> json_token_ids(const Json& list) {
 
 // "prompt": a string, a list of strings, a list of token ids, or a list of token id lists.
 Result<std::vector<PromptInput>> read_prompts(const Json& body, bool want_text,
-                                              const RequestContext& ctx) {
+                                              int32_t truncate_to, const RequestContext& ctx) {
   const Json* prompt = find_field(body, "prompt");
   if (prompt == nullptr) return invalid_argument("'prompt' is required");
   bool add_special_tokens = true;
   LS_RETURN_IF_ERROR(read_bool(body, "add_special_tokens", &add_special_tokens));
   const Tokenizer& tokenizer = *ctx.tokenizer;
   auto from_text = [&](std::string text) -> Result<PromptInput> {
-    LS_RETURN_IF_ERROR(check_prompt_bytes(text, ctx));
+    // A truncated prompt may be longer than the context: no size check then.
+    if (truncate_to == 0) LS_RETURN_IF_ERROR(check_prompt_bytes(text, ctx));
     PromptInput input;
     input.token_ids = tokenizer.encode(text, add_special_tokens);
+    if (truncate_to > 0 && static_cast<int64_t>(input.token_ids.size()) > truncate_to) {
+      truncate_left(input.token_ids, truncate_to);
+      if (want_text) text = tokenizer.decode(input.token_ids, /*skip_special_tokens=*/false);
+    }
     input.text = std::move(text);
     return input;
   };
@@ -139,6 +217,7 @@ Result<std::vector<PromptInput>> read_prompts(const Json& body, bool want_text,
     PromptInput input;
     LS_ASSIGN_OR_RETURN(input.token_ids, json_token_ids(list));
     LS_RETURN_IF_ERROR(check_token_ids(input.token_ids, ctx.engine->vocab_size()));
+    truncate_left(input.token_ids, truncate_to);
     if (want_text) input.text = tokenizer.decode(input.token_ids, /*skip_special_tokens=*/false);
     return input;
   };
@@ -238,14 +317,25 @@ Result<ParsedRequest> parse_completion_request(const Json& body, const RequestCo
   }
   request.sampling.logprobs = request.num_logprobs;
   LS_RETURN_IF_ERROR(read_bool(body, "echo", &request.echo));
-  if (request.echo && request.num_logprobs >= 0) {
-    return unimplemented("echo together with logprobs is not supported (no prompt logprobs)");
+  // Prompt logprobs as vLLM: the explicit field, else logprobs N when echoing.
+  LS_RETURN_IF_ERROR(read_prompt_logprobs(body, &request.prompt_logprobs));
+  if (request.prompt_logprobs < 0 && request.echo) request.prompt_logprobs = request.num_logprobs;
+  request.sampling.prompt_logprobs = request.prompt_logprobs;
+  if (request.stream && find_field(body, "prompt_logprobs") != nullptr) {
+    return invalid_argument("`prompt_logprobs` are not available when `stream=True`.");
   }
 
   std::optional<int64_t> max_tokens;
   LS_RETURN_IF_ERROR(read_int64(body, "max_tokens", &max_tokens));
-  const int64_t max_new_tokens = max_tokens.value_or(16);
-  LS_ASSIGN_OR_RETURN(request.prompts, read_prompts(body, request.echo, ctx));
+  int64_t max_new_tokens = max_tokens.value_or(16);
+  if (request.echo && max_new_tokens == 0) {
+    // Score the prompt only: one token is generated and left out of the response (vLLM).
+    request.echo_without_generation = true;
+    max_new_tokens = 1;
+  }
+  int32_t truncate_to = 0;
+  LS_RETURN_IF_ERROR(read_truncate_prompt_tokens(body, engine, &truncate_to));
+  LS_ASSIGN_OR_RETURN(request.prompts, read_prompts(body, request.echo, truncate_to, ctx));
   // A list of prompts multiplies the choices: the same bound as n holds for prompts x n.
   const auto choices = static_cast<int64_t>(request.prompts.size()) * request.n;
   if (choices > ctx.max_n) {
@@ -261,42 +351,6 @@ Result<ParsedRequest> parse_completion_request(const Json& body, const RequestCo
   return request;
 }
 
-Result<Json> normalize_chat_messages(const Json& messages) {
-  if (!messages.is_array()) return invalid_argument("'messages' must be a list of messages");
-  if (messages.empty()) return invalid_argument("'messages' must not be empty");
-  Json normalized = Json::array();
-  for (const Json& message : messages) {
-    if (!message.is_object()) return invalid_argument("each message must be an object");
-    const auto role = message.find("role");
-    if (role == message.end() || !role->is_string()) {
-      return invalid_argument("each message needs a string 'role'");
-    }
-    Json copy = message;
-    const auto content = message.find("content");
-    if (content != message.end() && content->is_array()) {
-      std::string joined;
-      for (const Json& part : *content) {
-        if (!part.is_object()) return invalid_argument("message content parts must be objects");
-        const auto type = part.find("type");
-        if (type == part.end() || !type->is_string() || type->get<std::string>() != "text") {
-          return invalid_argument("only content parts of type 'text' are supported");
-        }
-        const auto text = part.find("text");
-        if (text == part.end() || !text->is_string()) {
-          return invalid_argument("a 'text' content part needs a string 'text'");
-        }
-        if (!joined.empty()) joined += '\n';
-        joined += text->get<std::string>();
-      }
-      copy["content"] = std::move(joined);
-    } else if (content != message.end() && !content->is_string() && !content->is_null()) {
-      return invalid_argument("message 'content' must be a string or a list of content parts");
-    }
-    normalized.push_back(std::move(copy));
-  }
-  return normalized;
-}
-
 Result<std::vector<int32_t>> tokenize_chat(const Json& body, bool default_add_special_tokens,
                                            const RequestContext& ctx, bool refuse_past_context) {
   if (ctx.chat_template == nullptr) {
@@ -305,9 +359,15 @@ Result<std::vector<int32_t>> tokenize_chat(const Json& body, bool default_add_sp
   }
   const Json* messages = find_field(body, "messages");
   if (messages == nullptr) return invalid_argument("'messages' is required");
-  LS_ASSIGN_OR_RETURN(Json normalized, normalize_chat_messages(*messages));
+  LS_ASSIGN_OR_RETURN(Json normalized, prepare_chat_messages(*messages, *ctx.chat_template));
   bool add_generation_prompt = true;
   LS_RETURN_IF_ERROR(read_bool(body, "add_generation_prompt", &add_generation_prompt));
+  bool continue_final_message = false;
+  LS_RETURN_IF_ERROR(read_bool(body, "continue_final_message", &continue_final_message));
+  if (continue_final_message && add_generation_prompt) {
+    return invalid_argument(
+        "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
+  }
   bool add_special_tokens = default_add_special_tokens;
   LS_RETURN_IF_ERROR(read_bool(body, "add_special_tokens", &add_special_tokens));
 
@@ -334,6 +394,9 @@ Result<std::vector<int32_t>> tokenize_chat(const Json& body, bool default_add_sp
   if (!rendered.ok()) {
     return invalid_argument("chat template: {}", rendered.status().message());
   }
+  if (continue_final_message) {
+    LS_ASSIGN_OR_RETURN(*rendered, cut_after_final_message(*rendered, normalized));
+  }
   if (refuse_past_context) LS_RETURN_IF_ERROR(check_prompt_bytes(*rendered, ctx));
   return ctx.tokenizer->encode(*rendered, add_special_tokens);
 }
@@ -359,6 +422,13 @@ Result<ParsedRequest> parse_chat_request(const Json& body, const RequestContext&
   }
   if (logprobs) request.num_logprobs = clamp_to_int32(top_logprobs.value_or(0));
   request.sampling.logprobs = request.num_logprobs;
+  LS_RETURN_IF_ERROR(read_prompt_logprobs(body, &request.prompt_logprobs));
+  request.sampling.prompt_logprobs = request.prompt_logprobs;
+  if (request.stream && request.prompt_logprobs >= 0) {
+    return invalid_argument("`prompt_logprobs` are not available when `stream=True`.");
+  }
+  int32_t truncate_to = 0;
+  LS_RETURN_IF_ERROR(read_truncate_prompt_tokens(body, engine, &truncate_to));
 
   // max_completion_tokens wins over the deprecated max_tokens; neither means "the rest of the
   // context".
@@ -369,7 +439,8 @@ Result<ParsedRequest> parse_chat_request(const Json& body, const RequestContext&
   PromptInput prompt;
   LS_ASSIGN_OR_RETURN(prompt.token_ids,
                       tokenize_chat(body, /*default_add_special_tokens=*/false, ctx,
-                                    /*refuse_past_context=*/true));
+                                    /*refuse_past_context=*/truncate_to == 0));
+  truncate_left(prompt.token_ids, truncate_to);
   const int64_t num_prompt_tokens = static_cast<int64_t>(prompt.token_ids.size());
   LS_RETURN_IF_ERROR(
       check_context_length(num_prompt_tokens, max_tokens.value_or(-1), engine.max_model_len()));

@@ -34,6 +34,12 @@ struct ParsedRequest {
   // -1: no logprobs. Completions: the int N; chat: top_logprobs when logprobs is true.
   int32_t num_logprobs = -1;
   bool echo = false;  // completions only: prepend the prompt to the text
+  // Completions with echo and max_tokens 0 (lm-eval's loglikelihood requests): the engine runs
+  // one token, as vLLM does, and the response shows only the prompt.
+  bool echo_without_generation = false;
+  // -1: none. Prompt tokens' logprobs + top N (vLLM's prompt_logprobs; echo with logprobs N
+  // asks for them too), in sampling.prompt_logprobs as well.
+  int32_t prompt_logprobs = -1;
 };
 
 // What parsing needs from the server around it.
@@ -55,10 +61,6 @@ Result<ParsedRequest> parse_chat_request(const Json& body, const RequestContext&
 
 // The "model" field, if given, must name the served model.
 Status check_model_name(const Json& body, const RequestContext& ctx);
-
-// Validates OpenAI chat messages and flattens content parts ([{type:"text",text}] joined with
-// "\n", as vLLM does) into plain strings, ready for the template.
-Result<Json> normalize_chat_messages(const Json& messages);
 
 // Renders the chat template over `body`'s messages and tokenizes the result without special
 // tokens (the template emits BOS itself). Used by chat completions and /tokenize. With

@@ -90,9 +90,7 @@ Json ResponseWriter::completion_logprobs(const TokenDelta& delta, int64_t text_o
   Json token_logprobs = Json::array();
   Json tokens = Json::array();
   Json top = Json::array();
-  const size_t num_tokens = delta.logprobs->size();
-  for (size_t i = 0; i < num_tokens; ++i) {
-    const TokenLogprob& chosen = (*delta.logprobs)[i];
+  auto add = [&](const TokenLogprob& chosen, const std::vector<TokenLogprob>* alternatives) {
     std::string text = token_text(chosen.token_id);
     offsets.push_back(text_offset);
     text_offset += utf8_length(text);
@@ -101,15 +99,34 @@ Json ResponseWriter::completion_logprobs(const TokenDelta& delta, int64_t text_o
     // keeps its first position and takes the later value, like a Python dict).
     Json step = Json::object();
     step[text] = clamp_logprob(chosen.logprob);
-    if (delta.top_logprobs != nullptr && i < delta.top_logprobs->size()) {
-      const auto& alternatives = (*delta.top_logprobs)[i];
-      const size_t count = std::min(alternatives.size(), static_cast<size_t>(num_logprobs_));
+    if (alternatives != nullptr) {
+      const size_t count = std::min(alternatives->size(), static_cast<size_t>(num_logprobs_));
       for (size_t k = 0; k < count; ++k) {
-        step[token_text(alternatives[k].token_id)] = clamp_logprob(alternatives[k].logprob);
+        step[token_text((*alternatives)[k].token_id)] = clamp_logprob((*alternatives)[k].logprob);
       }
     }
     tokens.push_back(std::move(text));
     top.push_back(std::move(step));
+  };
+  if (delta.prompt.token_ids != nullptr && !delta.prompt.token_ids->empty()) {
+    // The first prompt token has no logprob: its text with nulls, as vLLM echoes it.
+    std::string text = token_text(delta.prompt.token_ids->front());
+    offsets.push_back(text_offset);
+    text_offset += utf8_length(text);
+    token_logprobs.push_back(nullptr);
+    tokens.push_back(std::move(text));
+    top.push_back(nullptr);
+    const std::vector<TokenLogprob>& prompt = *delta.prompt.logprobs;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      const bool has_top =
+          delta.prompt.top_logprobs != nullptr && i < delta.prompt.top_logprobs->size();
+      add(prompt[i], has_top ? &(*delta.prompt.top_logprobs)[i] : nullptr);
+    }
+  }
+  const size_t num_tokens = delta.logprobs->size();
+  for (size_t i = 0; i < num_tokens; ++i) {
+    const bool has_top = delta.top_logprobs != nullptr && i < delta.top_logprobs->size();
+    add((*delta.logprobs)[i], has_top ? &(*delta.top_logprobs)[i] : nullptr);
   }
   return Json{{"text_offset", std::move(offsets)},
               {"token_logprobs", std::move(token_logprobs)},
@@ -148,7 +165,10 @@ Json ResponseWriter::full_response(const std::vector<ChoiceResult>& choices,
   Json out_choices = Json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& choice = choices[i];
-    const TokenDelta delta{&choice.token_ids, &choice.logprobs, &choice.top_logprobs};
+    TokenDelta delta{&choice.token_ids, &choice.logprobs, &choice.top_logprobs, {}};
+    if (choice.echo_logprobs && choice.prompt_ids != nullptr) {
+      delta.prompt = {choice.prompt_ids, &choice.prompt_logprobs, &choice.prompt_top_logprobs};
+    }
     Json item = {{"index", static_cast<int64_t>(i)}};
     if (chat) {
       item["message"] = {
@@ -160,6 +180,9 @@ Json ResponseWriter::full_response(const std::vector<ChoiceResult>& choices,
     }
     item["finish_reason"] = finish_reason_json(choice.finish_reason);
     item["stop_reason"] = stop_reason_json(choice.finish_reason, choice.stop_reason);
+    if (!chat && choice.with_prompt_logprobs && choice.prompt_ids != nullptr) {
+      item["prompt_logprobs"] = prompt_logprobs_json(*choice.prompt_ids, choice);
+    }
     out_choices.push_back(std::move(item));
   }
   Json out = {{"id", meta_.id},
@@ -168,6 +191,10 @@ Json ResponseWriter::full_response(const std::vector<ChoiceResult>& choices,
               {"model", meta_.model},
               {"choices", std::move(out_choices)},
               {"usage", usage_json(usage, /*with_details=*/true)}};
+  if (chat && !choices.empty() && choices.front().with_prompt_logprobs &&
+      choices.front().prompt_ids != nullptr) {
+    out["prompt_logprobs"] = prompt_logprobs_json(*choices.front().prompt_ids, choices.front());
+  }
   return out;
 }
 
@@ -218,6 +245,33 @@ std::string ResponseWriter::chat_chunk(int32_t index, const std::string& text,
   }
   chunk["choices"] = Json::array({std::move(choice)});
   return sse_event(chunk);
+}
+
+Json ResponseWriter::prompt_logprobs_json(const std::vector<int32_t>& prompt_ids,
+                                          const ChoiceResult& choice) const {
+  Json out = Json::array();
+  if (prompt_ids.empty()) return out;
+  out.push_back(nullptr);
+  for (size_t i = 0; i < choice.prompt_logprobs.size(); ++i) {
+    const TokenLogprob& token = choice.prompt_logprobs[i];
+    Json step = Json::object();
+    auto entry = [&](const TokenLogprob& lp, int64_t rank) {
+      return Json{{"logprob", clamp_logprob(lp.logprob)},
+                  {"rank", rank},
+                  {"decoded_token", token_text(lp.token_id)}};
+    };
+    const int64_t rank = i < choice.prompt_ranks.size() ? choice.prompt_ranks[i] : 0;
+    step[std::to_string(token.token_id)] = entry(token, rank);
+    if (i < choice.prompt_top_logprobs.size()) {
+      const auto& top = choice.prompt_top_logprobs[i];
+      for (size_t k = 0; k < top.size(); ++k) {
+        const std::string key = std::to_string(top[k].token_id);
+        if (!step.contains(key)) step[key] = entry(top[k], static_cast<int64_t>(k) + 1);
+      }
+    }
+    out.push_back(std::move(step));
+  }
+  return out;
 }
 
 std::string ResponseWriter::usage_chunk(const Usage& usage) const {

@@ -34,6 +34,21 @@ struct ChoiceResult {
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // [num_tokens][N] when asked
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_reason;
+  // Prompt logprobs when asked (RequestOutput's fields): entry i is prompt token i + 1.
+  std::vector<TokenLogprob> prompt_logprobs;
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
+  std::vector<int32_t> prompt_ranks;
+  const std::vector<int32_t>* prompt_ids = nullptr;  // the choice's prompt, for the two below
+  bool echo_logprobs = false;         // completions echo + logprobs: prompt entries go first
+  bool with_prompt_logprobs = false;  // add vLLM's "prompt_logprobs"
+};
+
+// The prompt's part of an echoed completion's logprobs: the first token gets nulls, token i + 1
+// the entries of prompt_logprobs[i].
+struct PromptDelta {
+  const std::vector<int32_t>* token_ids = nullptr;  // [num_prompt_tokens]
+  const std::vector<TokenLogprob>* logprobs = nullptr;
+  const std::vector<std::vector<TokenLogprob>>* top_logprobs = nullptr;
 };
 
 // One output's new tokens and their logprobs, for a stream chunk.
@@ -41,6 +56,7 @@ struct TokenDelta {
   const std::vector<int32_t>* token_ids = nullptr;
   const std::vector<TokenLogprob>* logprobs = nullptr;
   const std::vector<std::vector<TokenLogprob>>* top_logprobs = nullptr;
+  PromptDelta prompt;  // completions with echo: goes first
 };
 
 class ResponseWriter {
@@ -63,6 +79,10 @@ class ResponseWriter {
   std::string chat_chunk(int32_t index, const std::string& text, const TokenDelta& delta,
                          FinishReason finish_reason, const std::string& stop_reason) const;
   std::string usage_chunk(const Usage& usage) const;
+  // vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...],
+  // each dict the prompt token first, then its top N.
+  Json prompt_logprobs_json(const std::vector<int32_t>& prompt_ids,
+                            const ChoiceResult& choice) const;
 
  private:
   Json chunk_envelope() const;

@@ -40,6 +40,7 @@ struct Server::Impl {
   void install_generation_routes();
   void install_info_routes();
   void handle_generation(ApiKind kind, HttpRequest& req, HttpResponse& res);
+  void handle_responses(HttpRequest& req, HttpResponse& res);  // responses_route.cpp
   // Graceful stop: stop accepting, let live requests finish for up to shutdown_timeout_ms, then
   // abort what is left (streams end with their final events and [DONE]) and close.
   void drain_and_stop();

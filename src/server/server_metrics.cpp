@@ -1,5 +1,8 @@
 #include "server/server_metrics.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "server/openai_names.h"
 
 namespace ls {
@@ -80,10 +83,69 @@ ServerMetrics::ServerMetrics(std::string model_name, int32_t max_model_len)
   request_success_total_ =
       &registry_.counter("vllm:request_success_total", "Count of successfully processed requests.",
                          {"model_name", "engine", "finished_reason"});
-  // vLLM creates the three usual reasons up front so that rate() sees them from zero.
-  for (FinishReason reason : {FinishReason::kStop, FinishReason::kLength, FinishReason::kAbort}) {
-    request_success_total_->with({labels_[0], labels_[1], finish_reason_text(reason)});
+  // vLLM creates every finished reason up front so that rate() sees them from zero
+  // ("repetition" never happens here: there is no repetition detection).
+  for (const char* reason : {"stop", "length", "abort", "error", "repetition"}) {
+    request_success_total_->with({labels_[0], labels_[1], reason});
   }
+  auto latency = [&](const char* name, const char* help) {
+    return &registry_.histogram(name, help, kLabelNames, kRequestLatencyBuckets).with(labels_);
+  };
+  request_queue_time_ = latency("vllm:request_queue_time_seconds",
+                                "Histogram of time spent in WAITING phase for request.");
+  request_inference_time_ = latency("vllm:request_inference_time_seconds",
+                                    "Histogram of time spent in RUNNING phase for request.");
+  request_prefill_time_ = latency("vllm:request_prefill_time_seconds",
+                                  "Histogram of time spent in PREFILL phase for request.");
+  request_decode_time_ = latency("vllm:request_decode_time_seconds",
+                                 "Histogram of time spent in DECODE phase for request.");
+  request_prefill_kv_computed_tokens_ =
+      &registry_
+           .histogram("vllm:request_prefill_kv_computed_tokens",
+                      "Histogram of new KV tokens computed during prefill (excluding cached "
+                      "tokens).",
+                      kLabelNames, buckets_1_2_5(max_model_len))
+           .with(labels_);
+  request_params_n_ = &registry_
+                           .histogram("vllm:request_params_n",
+                                      "Histogram of the n request parameter.", kLabelNames,
+                                      {1, 2, 5, 10, 20})
+                           .with(labels_);
+  request_params_max_tokens_ =
+      &registry_
+           .histogram("vllm:request_params_max_tokens",
+                      "Histogram of the max_tokens request parameter.", kLabelNames,
+                      buckets_1_2_5(max_model_len))
+           .with(labels_);
+  request_max_num_generation_tokens_ =
+      &registry_
+           .histogram("vllm:request_max_num_generation_tokens",
+                      "Histogram of maximum number of requested generation tokens.", kLabelNames,
+                      buckets_1_2_5(max_model_len))
+           .with(labels_);
+  std::vector<double> iteration_bounds(kIterationTokenBuckets.begin(),
+                                       kIterationTokenBuckets.end());
+  iteration_tokens_ = &registry_
+                           .histogram("vllm:iteration_tokens_total",
+                                      "Histogram of number of tokens per engine_step.",
+                                      kLabelNames, std::move(iteration_bounds))
+                           .with(labels_);
+  auto& waiting_by_reason = registry_.gauge(
+      "vllm:num_requests_waiting_by_reason", "Number of requests waiting, by reason.",
+      {"model_name", "engine", "reason"});
+  waiting_capacity_ = &waiting_by_reason.with({labels_[0], labels_[1], "capacity"});
+  waiting_deferred_ = &waiting_by_reason.with({labels_[0], labels_[1], "deferred"});
+  // No prefix cache yet: both stay zero.
+  prefix_cache_queries_ =
+      &registry_
+           .counter("vllm:prefix_cache_queries_total",
+                    "Prefix cache queries, in terms of number of queried tokens.", kLabelNames)
+           .with(labels_);
+  prefix_cache_hits_ =
+      &registry_
+           .counter("vllm:prefix_cache_hits_total",
+                    "Prefix cache hits, in terms of number of cached tokens.", kLabelNames)
+           .with(labels_);
   request_prompt_tokens_ =
       &registry_
            .histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
@@ -132,11 +194,34 @@ void ServerMetrics::observe_finished(FinishReason reason, double e2e_seconds, do
   if (num_output_tokens > 1) request_time_per_output_token_->observe(tpot_seconds);
   request_prompt_tokens_->observe(num_prompt_tokens);
   request_generation_tokens_->observe(num_output_tokens);
+  // Without a prefix cache every prompt token is computed.
+  request_prefill_kv_computed_tokens_->observe(num_prompt_tokens);
+}
+
+void ServerMetrics::observe_phases(double queue_s, double prefill_s, double decode_s,
+                                   double inference_s) {
+  request_queue_time_->observe(queue_s);
+  request_prefill_time_->observe(prefill_s);
+  request_decode_time_->observe(decode_s);
+  request_inference_time_->observe(inference_s);
+}
+
+void ServerMetrics::observe_request_params(int32_t n, int32_t max_tokens,
+                                           int32_t max_generation_tokens) {
+  request_params_n_->observe(n);
+  request_params_max_tokens_->observe(max_tokens);
+  request_max_num_generation_tokens_->observe(max_generation_tokens);
 }
 
 std::string ServerMetrics::render(const EngineStats& stats) {
   num_requests_running_->set(stats.num_running);
   num_requests_waiting_->set(stats.num_waiting);
+  // Every waiting request here waits for capacity; nothing is deferred.
+  waiting_capacity_->set(stats.num_waiting);
+  waiting_deferred_->set(0);
+  std::vector<uint64_t> iteration_counts(stats.iteration_tokens_counts.begin(),
+                                         stats.iteration_tokens_counts.end());
+  iteration_tokens_->set_counts(iteration_counts, static_cast<double>(stats.iteration_tokens_sum));
   kv_cache_usage_perc_->set(stats.kv_usage);
   num_preemptions_total_->set_total(static_cast<double>(stats.num_preemptions));
   prompt_tokens_total_->set_total(static_cast<double>(stats.prompt_tokens_total));
@@ -152,6 +237,7 @@ std::string ServerMetrics::render(const EngineStats& stats) {
 
 void RequestTimer::on_output(const RequestOutput& output, int64_t now_ns) {
   if (finished_) return;
+  if (output.scheduled_ns > 0) scheduled_ns_ = output.scheduled_ns;
   if (!output.token_ids.empty()) {
     if (first_token_ns_ < 0) {
       first_token_ns_ = now_ns;
@@ -172,6 +258,14 @@ void RequestTimer::on_output(const RequestOutput& output, int64_t now_ns) {
   }
   metrics_->observe_finished(output.finish_reason, e2e_seconds, tpot_seconds, num_output_tokens_,
                              num_prompt_tokens_);
+  // Phase times as vLLM defines them; a sequence aborted before it was scheduled spent all its
+  // time queued.
+  const int64_t scheduled = scheduled_ns_ > 0 ? scheduled_ns_ : now_ns;
+  const int64_t first = first_token_ns_ >= 0 ? first_token_ns_ : now_ns;
+  const int64_t last = last_token_ns_ >= 0 ? last_token_ns_ : now_ns;
+  auto seconds = [](int64_t ns) { return static_cast<double>(std::max<int64_t>(ns, 0)) * 1e-9; };
+  metrics_->observe_phases(seconds(scheduled - submit_ns_), seconds(first - scheduled),
+                           seconds(last - first), seconds(last - scheduled));
 }
 
 }  // namespace ls

@@ -26,6 +26,12 @@ class ServerMetrics {
   // produced more than one token), and its token counts.
   void observe_finished(FinishReason reason, double e2e_seconds, double tpot_seconds,
                         int32_t num_output_tokens, int32_t num_prompt_tokens);
+  // vLLM's phase times of a finished sequence (seconds): queued until first scheduled, first
+  // scheduled until the first token, first to last token, first scheduled to last token.
+  void observe_phases(double queue_s, double prefill_s, double decode_s, double inference_s);
+  // Per engine request once all its choices finished: n, max_tokens and the most tokens one of
+  // its choices generated.
+  void observe_request_params(int32_t n, int32_t max_tokens, int32_t max_generation_tokens);
 
   // Refreshes the engine-backed series from `stats` and renders everything.
   std::string render(const EngineStats& stats);
@@ -53,6 +59,19 @@ class ServerMetrics {
   Histogram* e2e_request_latency_;
   Histogram* request_prompt_tokens_;
   Histogram* request_generation_tokens_;
+  Histogram* request_queue_time_;
+  Histogram* request_prefill_time_;
+  Histogram* request_decode_time_;
+  Histogram* request_inference_time_;
+  Histogram* request_prefill_kv_computed_tokens_;
+  Histogram* request_params_n_;
+  Histogram* request_params_max_tokens_;
+  Histogram* request_max_num_generation_tokens_;
+  Histogram* iteration_tokens_;
+  Gauge* waiting_capacity_;
+  Gauge* waiting_deferred_;
+  Counter* prefix_cache_queries_;
+  Counter* prefix_cache_hits_;
 };
 
 // Follows one sequence: call on_output for each of its outputs in order (the engine delivers
@@ -73,6 +92,7 @@ class RequestTimer {
   int32_t num_prompt_tokens_;
   int64_t first_token_ns_ = -1;
   int64_t last_token_ns_ = -1;
+  int64_t scheduled_ns_ = 0;
   int32_t num_output_tokens_ = 0;
   bool finished_ = false;
 };

@@ -100,6 +100,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json(std::string_view tokeniz
       s = t->apply_config(tokenizer_config_json);
       if (!s.ok()) return s.with_context("tokenizer_config.json");
     }
+    t->source_json_ = std::string(tokenizer_json);
+    t->source_config_json_ = std::string(tokenizer_config_json);
   } catch (const std::exception& e) {
     return data_loss("tokenizer.json: {}", e.what());
   }

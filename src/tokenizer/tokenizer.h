@@ -76,6 +76,10 @@ class Tokenizer {
   std::optional<bool> add_bos_token() const { return add_bos_token_; }
   // The raw chat template text, if any (a named list in the config yields the "default" one).
   const std::optional<std::string>& chat_template() const { return chat_template_; }
+  // The tokenizer.json / tokenizer_config.json text it was built from (the config may be
+  // empty), for clients that rebuild the tokenizer from the server (/tokenizer_info).
+  const std::string& source_json() const { return source_json_; }
+  const std::string& source_config_json() const { return source_config_json_; }
 
   // For the streaming detokenizer: whether the decoder groups runs of "<0xNN>" byte tokens,
   // whether id is such a token, and whether decode() drops id (an unknown id, or a special
@@ -107,6 +111,8 @@ class Tokenizer {
   std::optional<int32_t> eos_token_id_;
   std::optional<bool> add_bos_token_;
   std::optional<std::string> chat_template_;
+  std::string source_json_;
+  std::string source_config_json_;
 };
 
 }  // namespace ls

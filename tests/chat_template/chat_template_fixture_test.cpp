@@ -105,5 +105,23 @@ TEST(JinjaConstructs, RenderLikeJinja2) {
   EXPECT_GE(num_cases, 150);
 }
 
+// Dict literals with integer keys (Seed-OSS's thinking-budget table), against jinja2's own
+// rendering (scripts/fixtures/make_jinja_int_key_fixtures.py).
+TEST(JinjaConstructs, IntKeysLikeJinja2) {
+  const ordered_json fixtures = load_json("int_keys.json");
+  int num_cases = 0;
+  for (const auto& c : fixtures["cases"]) {
+    ++num_cases;
+    SCOPED_TRACE(fmt::format("{}: {}", c["name"].get<std::string>(),
+                             c["template"].get<std::string>()));
+    auto tmpl = ChatTemplate::parse(c["template"].get<std::string>());
+    ASSERT_TRUE(tmpl.ok()) << tmpl.status().to_string();
+    Result<std::string> out = tmpl->render(ordered_json::array(), false, c["context"]);
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_EQ(*out, c["expected"].get<std::string>());
+  }
+  EXPECT_GE(num_cases, 20);
+}
+
 }  // namespace
 }  // namespace ls

@@ -115,6 +115,9 @@ TEST(BenchServe, CountsLengthsAndKeysAgainstTheFakeServer) {
     }
   }
   EXPECT_FALSE(r.contains("ttfts"));  // per-request arrays only with --save-detailed
+  EXPECT_FALSE(r.contains("latencies"));
+  EXPECT_FALSE(r.contains("mean_client_queue_time_ms"));  // only with --max-concurrency
+  EXPECT_EQ(r["rtfx"], 0.0);                               // no audio
 
   const double duration = r["duration"];
   EXPECT_GT(duration, 0.0);
@@ -195,7 +198,58 @@ TEST(BenchServe, RateBurstinessConcurrencyAndRangeRatio) {
   EXPECT_GT(*std::max_element(input_lens.begin(), input_lens.end()),
             *std::min_element(input_lens.begin(), input_lens.end()));
   EXPECT_LE(server.engine().max_live(), 3);
+
+  // --save-detailed: per-request latencies, send times and client queue times; with
+  // --max-concurrency the client-queue statistics, consistent with those arrays.
+  const std::vector<double> latencies = r["latencies"].get<std::vector<double>>();
+  const std::vector<double> queue_times = r["queue_times"].get<std::vector<double>>();
+  const std::vector<double> start_times = r["start_times"].get<std::vector<double>>();
+  ASSERT_EQ(latencies.size(), 20u);
+  ASSERT_EQ(queue_times.size(), 20u);
+  ASSERT_EQ(start_times.size(), 20u);
+  double sum_latency = 0.0, sum_queue = 0.0;
+  for (size_t i = 0; i < 20; ++i) {
+    EXPECT_GE(queue_times[i], 0.0);
+    EXPECT_GE(start_times[i], 0.0);
+    sum_latency += latencies[i];
+    sum_queue += queue_times[i];
+  }
+  EXPECT_NEAR(r["mean_client_queue_time_ms"].get<double>(), sum_queue / 20 * 1000.0, 1e-6);
+  EXPECT_NEAR(r["mean_e2el_including_client_queue_ms"].get<double>(),
+              (sum_latency + sum_queue) / 20 * 1000.0, 1e-6);
+  EXPECT_TRUE(r.contains("p99_client_queue_time_ms"));
   std::filesystem::remove_all(o.result_dir);
+}
+
+// Without --tokenizer (and a model name that is no directory) the tokenizer comes from the
+// server's GET /tokenizer_info, and the prompts are the same as with the tokenizer's directory.
+TEST(BenchServe, TokenizerFromTheServer) {
+  TestServerOptions server_options = default_test_options();
+  server_options.engine.step_interval = std::chrono::milliseconds(1);
+  TestServer server(server_options);
+  for (int from_server = 0; from_server < 2; ++from_server) {
+    BenchServeOptions o = bench_options(server.port());
+    o.num_prompts = 4;
+    if (from_server) o.tokenizer.clear();
+    o.skip_initial_test = true;
+    std::FILE* out = std::tmpfile();
+    auto result = run_bench_serve(o, out);
+    std::fclose(out);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    if (from_server) {
+      const std::string id = (*result)["tokenizer_id"].get<std::string>();
+      EXPECT_NE(id.find("/tokenizer_info"), std::string::npos) << id;
+    }
+  }
+  // Both runs sent the same prompts (same seed, same tokenizer).
+  const auto& submitted = server.engine().submitted();
+  ASSERT_EQ(submitted.size(), 8u);
+  std::vector<std::vector<int32_t>> first, second;
+  for (size_t j = 0; j < 4; ++j) first.push_back(submitted[j].prompt_ids);
+  for (size_t j = 4; j < 8; ++j) second.push_back(submitted[j].prompt_ids);
+  std::sort(first.begin(), first.end());
+  std::sort(second.begin(), second.end());
+  EXPECT_EQ(first, second);
 }
 
 TEST(BenchServe, FailsClearlyWhenTheServerIsUnreachable) {

@@ -2,6 +2,8 @@
 // and list values that templates call, argument binding and iteration.
 
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/interpreter.h"
@@ -270,14 +272,16 @@ Result<Value> str_format(Interpreter& interp, const Value& self, CallArgs& args)
 Result<Value> dict_items(Interpreter&, const Value& self, CallArgs& args) {
   LS_ASSIGN_OR_RETURN(auto a, bind_args("items", args, {}));
   ValueList items;
-  for (const auto& [k, v] : self.get_dict().entries()) items.push_back(Value::tuple({Value(k), v}));
+  for (const auto& [k, v] : self.get_dict().entries()) {
+    items.push_back(Value::tuple({dict_key_value(k), v}));
+  }
   return Value::list(std::move(items));
 }
 
 Result<Value> dict_keys(Interpreter&, const Value& self, CallArgs& args) {
   LS_ASSIGN_OR_RETURN(auto a, bind_args("keys", args, {}));
   ValueList items;
-  for (const auto& entry : self.get_dict().entries()) items.emplace_back(entry.first);
+  for (const auto& entry : self.get_dict().entries()) items.push_back(dict_key_value(entry.first));
   return Value::list(std::move(items));
 }
 
@@ -291,8 +295,8 @@ Result<Value> dict_values(Interpreter&, const Value& self, CallArgs& args) {
 Result<Value> dict_get(Interpreter&, const Value& self, CallArgs& args) {
   LS_ASSIGN_OR_RETURN(auto a, bind_args("get", args, {"key", "default"}));
   if (!a[0]) return invalid_argument("get expected at least 1 argument, got 0");
-  if (a[0]->is_string()) {
-    if (const Value* v = self.get_dict().find(a[0]->get_string())) return *v;
+  if (const std::optional<std::string> stored = dict_key(*a[0])) {
+    if (const Value* v = self.get_dict().find(*stored)) return *v;
   }
   return a[1] ? *a[1] : Value::none();
 }
@@ -411,8 +415,8 @@ Value get_attribute(const Value& obj, std::string_view name) {
 Value get_item(const Value& obj, const Value& key) {
   switch (obj.kind()) {
     case ValueKind::kDict:
-      if (key.is_string()) {
-        if (const Value* v = obj.get_dict().find(key.get_string())) return *v;
+      if (const std::optional<std::string> stored = dict_key(key)) {
+        if (const Value* v = obj.get_dict().find(*stored)) return *v;
       }
       break;
     case ValueKind::kList:
@@ -472,7 +476,9 @@ Result<ValueList> iterate(const Value& value) {
     case ValueKind::kDict: {
       ValueList keys;
       keys.reserve(value.get_dict().size());
-      for (const auto& entry : value.get_dict().entries()) keys.emplace_back(entry.first);
+      for (const auto& entry : value.get_dict().entries()) {
+        keys.push_back(dict_key_value(entry.first));
+      }
       return keys;
     }
     case ValueKind::kString: {

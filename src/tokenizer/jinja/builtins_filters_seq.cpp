@@ -3,6 +3,8 @@
 // slice, items, reverse, list and length.
 
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/filters_internal.h"
@@ -183,8 +185,9 @@ Result<Value> f_dictsort(Interpreter& interp, const Value& v, CallArgs& args) {
   LS_RETURN_IF_ERROR(interp.charge(static_cast<int64_t>(v.get_dict().size())));
   std::vector<std::pair<Value, Value>> keyed;
   for (const auto& [k, item] : v.get_dict().entries()) {
-    const Value key = by == "key" ? Value(k) : item;
-    keyed.emplace_back(case_sensitive ? key : ignore_case(key), Value::tuple({Value(k), item}));
+    const Value key = by == "key" ? dict_key_value(k) : item;
+    keyed.emplace_back(case_sensitive ? key : ignore_case(key),
+                       Value::tuple({dict_key_value(k), item}));
   }
   LS_RETURN_IF_ERROR(stable_sort_by(keyed, a[2] && a[2]->truthy()));
   ValueList out;
@@ -213,7 +216,7 @@ Result<Value> f_items(Interpreter&, const Value& v, CallArgs& args) {
   if (!v.is_dict()) return invalid_argument("Can only get item pairs from a mapping.");
   ValueList out;
   for (const auto& [k, item] : v.get_dict().entries())
-    out.push_back(Value::tuple({Value(k), item}));
+    out.push_back(Value::tuple({dict_key_value(k), item}));
   return Value::list(std::move(out));
 }
 

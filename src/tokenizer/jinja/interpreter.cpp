@@ -554,12 +554,13 @@ Result<Value> Interpreter::eval_inner(const Expr& e) {
       ValueDict dict;
       for (const auto& [k, v] : e.pairs) {
         LS_ASSIGN_OR_RETURN(Value key, eval(*k));
-        if (!key.is_string()) {
-          return unimplemented("dict keys must be strings in chat templates, got {}",
+        std::optional<std::string> stored = dict_key(key);
+        if (!stored) {
+          return unimplemented("dict keys must be strings or integers in chat templates, got {}",
                                key.type_name());
         }
         LS_ASSIGN_OR_RETURN(Value value, eval(*v));
-        dict.set(key.get_string(), std::move(value));
+        dict.set(std::move(*stored), std::move(value));
       }
       return Value::dict(std::move(dict));
     }

@@ -172,7 +172,7 @@ class JsonWriter {
     for (size_t i = 0; i < entries.size(); ++i) {
       if (i > 0) out += options_.item_separator;
       newline(out, depth + 1);
-      append_escaped(out, entries[i]->first, options_.ensure_ascii);
+      append_escaped(out, dict_key_text(entries[i]->first), options_.ensure_ascii);
       out += options_.key_separator;
       LS_RETURN_IF_ERROR(write(out, entries[i]->second, depth + 1));
     }

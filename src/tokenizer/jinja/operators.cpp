@@ -1,6 +1,8 @@
 #include "tokenizer/jinja/operators.h"
 
 #include <cmath>
+#include <optional>
+#include <string>
 #include <limits>
 
 #include "tokenizer/jinja/builtins.h"
@@ -329,7 +331,10 @@ Result<bool> contains(const Value& container, const Value& item) {
     case ValueKind::kDict:
       if (item.is_list() && !item.is_tuple()) return invalid_argument("unhashable type: 'list'");
       if (item.is_dict()) return invalid_argument("unhashable type: 'dict'");
-      return item.is_string() && container.get_dict().find(item.get_string()) != nullptr;
+      if (const std::optional<std::string> key = dict_key(item)) {
+        return container.get_dict().find(*key) != nullptr;
+      }
+      return false;
     case ValueKind::kGenerator: {
       LS_ASSIGN_OR_RETURN(ValueList items, iterate(container));
       for (const Value& v : items) {

@@ -1,6 +1,10 @@
 #include "tokenizer/jinja/value.h"
 
+#include <charconv>
 #include <cmath>
+#include <optional>
+#include <string>
+#include <system_error>
 
 #include "tokenizer/jinja/pystr.h"
 
@@ -15,6 +19,40 @@ const Value* ValueDict::find(std::string_view key) const {
     if (k == key) return &v;
   }
   return nullptr;
+}
+
+namespace {
+constexpr char kIntKeyMark = '\x01';
+
+// The int an encoded key holds, if it is one.
+std::optional<int64_t> int_key(const std::string& stored) {
+  if (stored.size() < 2 || stored[0] != kIntKeyMark) return std::nullopt;
+  int64_t value = 0;
+  const char* end = stored.data() + stored.size();
+  const auto [ptr, ec] = std::from_chars(stored.data() + 1, end, value);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return value;
+}
+}  // namespace
+
+std::optional<std::string> dict_key(const Value& key) {
+  if (key.is_string()) return key.get_string();
+  if (key.is_int() || key.is_bool()) return kIntKeyMark + std::to_string(key.get_int());
+  if (key.is_float() && std::isfinite(key.get_float()) &&
+      key.get_float() == std::trunc(key.get_float()) && std::fabs(key.get_float()) < 9.0e18) {
+    return kIntKeyMark + std::to_string(static_cast<int64_t>(key.get_float()));
+  }
+  return std::nullopt;
+}
+
+Value dict_key_value(const std::string& stored) {
+  if (const std::optional<int64_t> i = int_key(stored)) return Value(*i);
+  return Value(stored);
+}
+
+std::string dict_key_text(const std::string& stored) {
+  if (const std::optional<int64_t> i = int_key(stored)) return std::to_string(*i);
+  return stored;
 }
 
 void ValueDict::set(std::string key, Value value) {
@@ -227,7 +265,12 @@ void append_dict(std::string& out, const ValueDict& d) {
   for (const auto& [k, v] : d.entries()) {
     if (!first) out += ", ";
     first = false;
-    out += py::repr_string(k);
+    const Value key = dict_key_value(k);
+    if (key.is_int()) {
+      out += std::to_string(key.get_int());
+    } else {
+      out += py::repr_string(k);
+    }
     out += ": ";
     append_repr(out, v);
   }

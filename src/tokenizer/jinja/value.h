@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -158,6 +159,16 @@ struct Generator {
   ValueList items;
   Status error;  // non-ok: consuming the generator fails with it
 };
+
+// Dict keys. One string-keyed map holds both kinds a chat template builds: strings as they are,
+// and integers (Seed-OSS's {0: 0, 512: 128, ...}) as "\x01" + their decimal, so that 512 and
+// "512" stay different keys, as in Python. bool and integral float keys are the int (Python
+// hashes True == 1 == 1.0 alike). nullopt: a key type templates do not use (None, list, ...).
+std::optional<std::string> dict_key(const Value& key);
+// The Value a stored key stands for (an int for an encoded int key).
+Value dict_key_value(const std::string& stored);
+// A stored key as JSON writes it (json.dumps turns int keys into their decimal).
+std::string dict_key_text(const std::string& stored);
 
 // str(x): what {{ x }} prints.
 std::string to_str(const Value& v);

@@ -7,6 +7,8 @@
 #include <limits>
 #include <numeric>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace ls {
 
@@ -210,14 +212,44 @@ Json compute_benchmark_result(const std::vector<RequestOutcome>& outcomes, doubl
       config.goodput_slo_ms.empty() ? Json(nullptr) : Json(static_cast<double>(good) / duration);
   result["output_throughput"] = static_cast<double>(total_output) / duration;
   result["total_token_throughput"] = static_cast<double>(total_input + total_output) / duration;
+  // No audio datasets here: the real-time factor (audio seconds / duration) is 0, as vLLM
+  // reports it for text.
+  result["rtfx"] = 0.0;
   Json input_lens = Json::array(), ttft_list = Json::array(), itl_list = Json::array(),
-       texts = Json::array(), errors = Json::array();
+       texts = Json::array(), errors = Json::array(), latencies = Json::array(),
+       start_times = Json::array(), queue_times = Json::array();
+  double first_dispatch = std::numeric_limits<double>::infinity();
+  for (const RequestOutcome& out : outcomes) first_dispatch = std::min(first_dispatch, out.dispatch_s);
+  std::vector<double> client_queue, e2el_with_queue;  // seconds, successful requests
   for (const RequestOutcome& out : outcomes) {
     input_lens.push_back(out.prompt_len);
     ttft_list.push_back(out.ttft_s);
     itl_list.push_back(out.itl_s);
     texts.push_back(out.generated_text);
     errors.push_back(out.error);
+    latencies.push_back(out.latency_s);
+    // Send times from the first request's due time; the time each waited for a sender.
+    start_times.push_back(out.start_s - first_dispatch);
+    const double queued = std::max(0.0, out.start_s - out.dispatch_s);
+    queue_times.push_back(queued);
+    if (out.success) {
+      client_queue.push_back(queued);
+      e2el_with_queue.push_back(queued + out.latency_s);
+    }
+  }
+  result["latencies"] = std::move(latencies);
+  result["start_times"] = std::move(start_times);
+  result["queue_times"] = std::move(queue_times);
+  for (const auto& [name, values] :
+       {std::pair<const char*, const std::vector<double>*>{"client_queue_time", &client_queue},
+        {"e2el_including_client_queue", &e2el_with_queue}}) {
+    result[fmt::format("mean_{}_ms", name)] = mean(*values) * 1000.0;
+    result[fmt::format("median_{}_ms", name)] = percentile(*values, 50.0) * 1000.0;
+    result[fmt::format("std_{}_ms", name)] = population_std(*values) * 1000.0;
+    for (double p : config.percentiles) {
+      result[fmt::format("p{}_{}_ms", percentile_word(p), name)] =
+          percentile(*values, p) * 1000.0;
+    }
   }
   result["input_lens"] = std::move(input_lens);
   result["output_lens"] = output_lens;

@@ -11,6 +11,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -118,6 +119,7 @@ std::pair<std::vector<RequestOutcome>, double> run_traffic(const Endpoint& endpo
   std::mutex mu;
   std::condition_variable cv;
   std::deque<size_t> ready;
+  std::vector<double> dispatch_s(specs.size(), 0.0);  // when each request was due
   bool closed = false;
   std::vector<std::thread> senders;
   senders.reserve(static_cast<size_t>(num_senders));
@@ -133,6 +135,10 @@ std::pair<std::vector<RequestOutcome>, double> run_traffic(const Endpoint& endpo
           ready.pop_front();
         }
         outcomes[index] = send_streaming_request(endpoint, specs[index]);
+        {
+          std::lock_guard lock(mu);
+          outcomes[index].dispatch_s = dispatch_s[index];
+        }
         progress.advance();
       }
     });
@@ -146,6 +152,7 @@ std::pair<std::vector<RequestOutcome>, double> run_traffic(const Endpoint& endpo
     }
     {
       std::lock_guard lock(mu);
+      dispatch_s[i] = now_seconds();
       ready.push_back(i);
     }
     cv.notify_one();
@@ -157,6 +164,35 @@ std::pair<std::vector<RequestOutcome>, double> run_traffic(const Endpoint& endpo
   cv.notify_all();
   for (std::thread& sender : senders) sender.join();
   return {std::move(outcomes), now_seconds() - start_s};
+}
+
+// The tokenizer a longserve server serves on GET /tokenizer_info ("tokenizer_json" plus the
+// tokenizer_config.json fields).
+Result<std::unique_ptr<Tokenizer>> tokenizer_from_server(const std::string& base_url,
+                                                         const std::string& api_key) {
+  httplib::Client client(base_url);
+  client.set_connection_timeout(10, 0);
+  client.set_read_timeout(60, 0);
+  httplib::Headers headers;
+  if (!api_key.empty()) headers.emplace("Authorization", "Bearer " + api_key);
+  const httplib::Result res = client.Get("/tokenizer_info", headers);
+  if (!res) {
+    return io_error("no --tokenizer given and GET {}/tokenizer_info failed: {}", base_url,
+                    httplib::to_string(res.error()));
+  }
+  if (res->status != 200) {
+    return io_error("no --tokenizer given and GET {}/tokenizer_info: HTTP {}", base_url,
+                    res->status);
+  }
+  Json info = Json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+  if (!info.is_object() || !info.contains("tokenizer_json") || !info["tokenizer_json"].is_object()) {
+    return data_loss(
+        "{}/tokenizer_info has no tokenizer_json (not a longserve server?): pass --tokenizer DIR",
+        base_url);
+  }
+  const std::string tokenizer_json = info["tokenizer_json"].dump();
+  info.erase("tokenizer_json");
+  return Tokenizer::from_json(tokenizer_json, info.dump());
 }
 
 }  // namespace
@@ -183,10 +219,14 @@ Result<Json> run_bench_serve(const BenchServeOptions& o, std::FILE* out) {
   if (tokenizer_dir.empty() && !o.model.empty() && std::filesystem::is_directory(o.model)) {
     tokenizer_dir = o.model;
   }
+  std::unique_ptr<Tokenizer> tokenizer;
   if (tokenizer_dir.empty()) {
-    return invalid_argument("bench serve needs the model's tokenizer: pass --tokenizer DIR");
+    // The server's own tokenizer (GET /tokenizer_info carries tokenizer.json).
+    LS_ASSIGN_OR_RETURN(tokenizer, tokenizer_from_server(endpoint.base_url, endpoint.api_key));
+    tokenizer_dir = endpoint.base_url + "/tokenizer_info";
+  } else {
+    LS_ASSIGN_OR_RETURN(tokenizer, Tokenizer::load(tokenizer_dir));
   }
-  LS_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::load(tokenizer_dir));
 
   std::string model_id = o.model;
   if (model_id.empty()) {
@@ -264,7 +304,10 @@ Result<Json> run_bench_serve(const BenchServeOptions& o, std::FILE* out) {
   result["max_concurrency"] = o.max_concurrency > 0 ? Json(o.max_concurrency) : Json(nullptr);
   for (const auto& [key, value] : benchmark.items()) {
     const bool detailed = key == "input_lens" || key == "output_lens" || key == "ttfts" ||
-                          key == "itls" || key == "generated_texts" || key == "errors";
+                          key == "itls" || key == "generated_texts" || key == "errors" ||
+                          key == "latencies" || key == "start_times" || key == "queue_times";
+    // The client-queue statistics only mean something under a concurrency cap.
+    if (key.find("client_queue") != std::string::npos && o.max_concurrency <= 0) continue;
     if (!detailed || o.save_detailed) result[key] = value;
   }
 

@@ -34,6 +34,9 @@ struct RequestOutcome {
   int32_t prompt_len = 0;
   int32_t output_tokens = 0;  // usage.completion_tokens; 0 when the server sent no usage
   double start_s = 0.0;       // monotonic send time
+  // Monotonic time the request was due (its arrival offset); start_s - dispatch_s is the time it
+  // waited in the client for a free sender under --max-concurrency.
+  double dispatch_s = 0.0;
   double ttft_s = 0.0;
   double latency_s = 0.0;
   std::vector<double> itl_s;  // [num_token_messages - 1]
