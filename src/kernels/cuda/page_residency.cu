@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kThreads) residency_kernel(const PageResidency
   const int64_t num_home = static_cast<int64_t>(p.num_blocks) * p.heads_per_block;
   int32_t* misses = p.scratch + begin;
   int num_misses = 0;
-  int64_t hits = 0;
+  int64_t hits = 0, reused = 0;
 
   for (int32_t g = 0; g < p.num_kv_heads; ++g) {
     const int32_t mode = p.head_mode[g];
@@ -140,6 +140,7 @@ __global__ void __launch_bounds__(kThreads) residency_kernel(const PageResidency
         if (page >= 0) {
           const int32_t slot = p.page_slot[page];
           if (slot >= begin && slot < end && p.slot_page[slot] == page) {
+            reused += now - p.slot_stamp[slot] <= p.bucket_ticks ? 1 : 0;
             p.slot_stamp[slot] = now;
             ++hits;
           } else {
@@ -156,6 +157,19 @@ __global__ void __launch_bounds__(kThreads) residency_kernel(const PageResidency
   }
 
   if (hits != 0) atomicAdd(reinterpret_cast<unsigned long long*>(p.counters), static_cast<unsigned long long>(hits));
+  auto* row_counters = p.row_counters != nullptr
+                           ? reinterpret_cast<unsigned long long*>(p.row_counters + static_cast<int64_t>(row) * kRowCounters)
+                           : nullptr;
+  if (row_counters != nullptr) {
+    if (hits != 0) {
+      atomicAdd(row_counters + kRowMandatory, static_cast<unsigned long long>(hits));
+      atomicAdd(row_counters + kRowHits, static_cast<unsigned long long>(hits));
+    }
+    if (reused != 0) atomicAdd(row_counters + kRowReused, static_cast<unsigned long long>(reused));
+    if (threadIdx.x == 0 && num_misses != 0) {
+      atomicAdd(row_counters + kRowMandatory, static_cast<unsigned long long>(num_misses));
+    }
+  }
   __syncthreads();  // every stamp of this call is written before keys are read
   const int m = num_misses;
   if (m == 0) return;
@@ -197,6 +211,7 @@ __global__ void __launch_bounds__(kThreads) residency_kernel(const PageResidency
   if (threadIdx.x == 0) {
     s_base = atomicAdd(p.copy_count, m);
     atomicAdd(reinterpret_cast<unsigned long long*>(p.counters) + 1, static_cast<unsigned long long>(m));
+    if (row_counters != nullptr) atomicAdd(row_counters + kRowMisses, static_cast<unsigned long long>(m));
   }
   __syncthreads();
   const int base = s_base;
