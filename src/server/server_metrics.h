@@ -27,6 +27,9 @@ class ServerMetrics {
   void observe_finished(FinishReason reason, double e2e_seconds, double tpot_seconds,
                         int32_t num_output_tokens, int32_t num_prompt_tokens);
 
+  // A finished sequence's preemption count (vllm:request_num_preemptions).
+  void observe_preemptions(int32_t num_preemptions);
+
   // Refreshes the engine-backed series from `stats` and renders everything.
   std::string render(const EngineStats& stats);
 
@@ -53,6 +56,12 @@ class ServerMetrics {
   Histogram* e2e_request_latency_;
   Histogram* request_prompt_tokens_;
   Histogram* request_generation_tokens_;
+  // Admission control (docs/working-set-scheduling.md).
+  Histogram* request_num_preemptions_;
+  Counter* recomputed_tokens_total_;
+  Gauge* kv_working_set_pages_;
+  Gauge* kv_device_cache_pages_;
+  Gauge* kv_selection_overlap_;
 };
 
 // Follows one sequence: call on_output for each of its outputs in order (the engine delivers
