@@ -1,6 +1,7 @@
 #include "engine/working_set.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/log.h"
 #include "kernels/page_residency.h"
