@@ -383,15 +383,21 @@ section hf 120 hf_section
 
 # ---- serving: `longserve serve --device cuda` on the 8B-shaped model under `longserve bench
 # serve`, dense and lserve. SERVE_WORKLOADS: "NAME:INPUT:OUTPUT:PROMPTS:CONCURRENCY" entries
-# (CONCURRENCY 0 = all at once); SERVE_POLICIES; SERVE_REQUEST_TIMEOUT_S caps one request. ----
+# (CONCURRENCY 0 = all at once); SERVE_POLICIES (dense, lserve, lserve+tier: the host KV tier
+# on); SERVE_EXTRA_FLAGS; SERVE_REQUEST_TIMEOUT_S caps one request. ----
 serve_section() {
   [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
   local workloads=${SERVE_WORKLOADS:-"c16-16k:16384:128:32:16 burst-32k:32768:1024:40:0"}
   local policies=${SERVE_POLICIES:-"dense lserve"} port=8123 rc=0
   mkdir -p "$OUT/serve"
   for policy in $policies; do
-    local flags="--attention $policy"
-    [ "$policy" = lserve ] && flags="$flags --streaming-ratio 0.5 --token-budget 4096"
+    # A "+tier" suffix (e.g. lserve+tier) serves with the host KV tier on; SERVE_EXTRA_FLAGS
+    # (e.g. "--working-set-admission off") go to every server.
+    local base=${policy%+tier}
+    local flags="--attention $base"
+    [ "$base" = lserve ] && flags="$flags --streaming-ratio 0.5 --token-budget 4096"
+    [ "$base" != "$policy" ] && flags="$flags --kv-offload on"
+    flags="$flags ${SERVE_EXTRA_FLAGS:-}"
     # shellcheck disable=SC2086
     "$BUILD/longserve" serve --device cuda --model "$MODEL_DIR" --served-model-name llama3-8b-shape --port $port --max-num-seqs 64 \
       --max-model-len 65536 $flags >"$OUT/serve/server-$policy.log" 2>&1 &

@@ -6,7 +6,9 @@
 // Prints a markdown table. Example:
 //   bench_generation --model /tmp/bench30m --contexts 0,4096,16384 --attention dense
 // With --kv-offload on (docs/hierarchical-kv.md) the table adds the decode steps' device-cache
-// hit ratio (hits / (hits + misses) of the pages the timed steps' attention read).
+// hit ratio (hits / (hits + misses) of the pages the timed steps' attention read) and the
+// selection overlap (share of a step's selected pages the same layer read one step earlier;
+// docs/working-set-scheduling.md).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -21,6 +23,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "kernels/page_residency.h"
 #include "model/model_stack.h"
 
 namespace ls {
@@ -81,6 +84,7 @@ struct Row {
   double decode_tps;
   double decode_ms;
   double hit_ratio = -1;  // decode steps' page-cache hits, with the tier on
+  double overlap = -1;    // decode steps' selection overlap |S_t ∩ S_t-1| / |S_t|, tier on
 };
 
 }  // namespace
@@ -163,7 +167,7 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   for (int32_t ctx : contexts) {
     std::vector<double> prefill_s, decode_s;
-    int64_t hits = 0, misses = 0;
+    int64_t hits = 0, misses = 0, selected = 0, reused = 0;
     for (int32_t r = 0; r < repeats; ++r) {
       auto slot = kv.add_sequence();
       if (!slot.ok()) return 1;
@@ -194,12 +198,23 @@ int main(int argc, char** argv) {
       const KvTierStats after = runner.kv_tier_stats();
       hits += after.hits - before.hits;
       misses += after.misses - before.misses;
+      for (size_t i = 0; i + kernels::kRowCounters <= after.row_counters.size() &&
+                         i + kernels::kRowCounters <= before.row_counters.size();
+           i += kernels::kRowCounters) {
+        selected += after.row_counters[i + kernels::kRowMandatory] -
+                    before.row_counters[i + kernels::kRowMandatory];
+        reused += after.row_counters[i + kernels::kRowReused] -
+                  before.row_counters[i + kernels::kRowReused];
+      }
       kv.remove_sequence(*slot);
     }
     const double p = median(prefill_s), d = median(decode_s);
     Row row{ctx, chunk / p, 1.0 / d, d * 1e3};
     if (stack.pool->tiered() && hits + misses > 0) {
       row.hit_ratio = static_cast<double>(hits) / static_cast<double>(hits + misses);
+    }
+    if (stack.pool->tiered() && selected > 0) {
+      row.overlap = static_cast<double>(reused) / static_cast<double>(selected);
     }
     rows.push_back(row);
   }
@@ -222,8 +237,9 @@ int main(int argc, char** argv) {
   }
   const bool tiered = stack.pool->tiered();
   fmt::print("\n| context | prefill tok/s (chunk {}) | decode tok/s | decode ms/token |{}{}\n", chunk,
-             bw > 0 ? " decode / floor |" : "", tiered ? " decode hit ratio |" : "");
-  fmt::print("|---:|---:|---:|---:|{}{}\n", bw > 0 ? "---:|" : "", tiered ? "---:|" : "");
+             bw > 0 ? " decode / floor |" : "",
+             tiered ? " decode hit ratio | selection overlap |" : "");
+  fmt::print("|---:|---:|---:|---:|{}{}\n", bw > 0 ? "---:|" : "", tiered ? "---:|---:|" : "");
   for (const Row& r : rows) {
     std::string floor;
     if (bw > 0) {
@@ -231,7 +247,8 @@ int main(int argc, char** argv) {
       floor = fmt::format(" {:.2f}x |", r.decode_ms / floor_ms);
     }
     const std::string hit =
-        tiered ? (r.hit_ratio >= 0 ? fmt::format(" {:.3f} |", r.hit_ratio) : std::string(" - |"))
+        tiered ? (r.hit_ratio >= 0 ? fmt::format(" {:.3f} |", r.hit_ratio) : std::string(" - |")) +
+                     (r.overlap >= 0 ? fmt::format(" {:.3f} |", r.overlap) : std::string(" - |"))
                : std::string();
     fmt::print("| {} | {:.0f} | {:.1f} | {:.2f} |{}{}\n", r.context, r.prefill_tps, r.decode_tps,
                r.decode_ms, floor, hit);

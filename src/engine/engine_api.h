@@ -46,6 +46,7 @@ struct RequestOutput {
   // core/clock now_ns() when the sequence was first scheduled (0: not yet), for the queue /
   // prefill / decode time metrics.
   int64_t scheduled_ns = 0;
+  int32_t num_preemptions = 0;  // times the choice was preempted and recomputed
 };
 
 // Called on the engine thread for every RequestOutput of a request, in order; the last one per
@@ -84,6 +85,12 @@ struct EngineStats {
   int64_t kv_offload_hits_total = 0;    // mandatory pages found in the device cache
   int64_t kv_offload_misses_total = 0;  // pages copied from host memory
   int64_t kv_offload_bytes_total = 0;   // host-to-device bytes of those copies
+  // Admission control (docs/working-set-scheduling.md).
+  int64_t num_recomputed_tokens = 0;    // tokens prefilled again after preemptions, since start
+  int64_t kv_cache_pages = 0;           // device page cache in head-pages (tier on)
+  int64_t kv_working_set_pages = 0;     // running requests' summed working sets (tier on)
+  int64_t kv_selected_pages_total = 0;  // decode steps' mandatory pages, since start (tier on)
+  int64_t kv_reused_pages_total = 0;    // of them, read one step earlier too: overlap = ratio
 };
 
 class Engine {

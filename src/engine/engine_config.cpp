@@ -31,6 +31,12 @@ Status EngineConfig::validate() const {
     return invalid_argument("--kv-cache-replacement must be bucketed-lru or lru (got '{}')",
                             kv_cache_replacement);
   }
+  if (!(decode_reserve_ratio >= 0.0 && decode_reserve_ratio <= 1.0)) {
+    return invalid_argument("--decode-reserve-ratio must be in [0, 1] (got {})", decode_reserve_ratio);
+  }
+  if (working_set_window < 1) {
+    return invalid_argument("--working-set-window must be at least 1 (got {})", working_set_window);
+  }
   return attention.validate();
 }
 

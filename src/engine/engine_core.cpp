@@ -23,6 +23,7 @@ SchedulerConfig scheduler_config(const EngineConfig& c) {
   s.max_num_seqs = c.max_num_seqs;
   s.max_num_batched_tokens = c.max_num_batched_tokens;
   s.max_chunk_tokens = c.max_num_batched_tokens;
+  s.decode_reserve_ratio = c.decode_reserve_ratio;
   return s;
 }
 
@@ -100,6 +101,16 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<EngineModel> 
   model_name_ = config.served_model_name.empty() ? config.model_dir.filename().string()
                                                  : config.served_model_name;
   if (model_name_.empty()) model_name_ = config.model_dir.parent_path().filename().string();
+  init_working_sets();
+}
+
+void EngineCore::init_working_sets() {
+  const KvTierStats t = executor_->kv_tier_stats();
+  if (!t.enabled) return;
+  working_sets_ = std::make_unique<WorkingSetTracker>(kv_->geometry(), config_.working_set_window,
+                                                      t.cache_pages, t.decode_pages_per_head,
+                                                      kv_->max_seqs());
+  if (config_.working_set_admission) scheduler_.set_working_set_model(working_sets_.get());
 }
 
 EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<StepExecutor> executor,
@@ -117,7 +128,9 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<StepExecutor>
       default_sampling_(default_sampling),
       model_name_(config.served_model_name.empty() ? "test" : config.served_model_name),
       scheduler_(scheduler_config(config), *kv_),
-      seed_rng_(config.seed) {}
+      seed_rng_(config.seed) {
+  init_working_sets();
+}
 
 EngineCore::~EngineCore() = default;
 
@@ -194,6 +207,13 @@ void EngineCore::finish(Sequence* seq, RequestOutput& out) {
   if (out.scheduled_ns == 0) out.scheduled_ns = seq->first_scheduled_ns;
   out.prompt_tokens = seq->prompt_len();
   out.completion_tokens = static_cast<int32_t>(seq->output_ids.size());
+  out.num_preemptions = seq->num_preemptions;
+  if (working_sets_ && seq->slot >= 0 && spdlog::should_log(spdlog::level::debug)) {
+    const SelectionLocality& l = working_sets_->row(seq->slot);
+    spdlog::debug("request {}: {} decode steps, selection overlap {:.3f}, hit ratio {:.3f}, {} "
+                 "preemptions", seq->request->request_id, l.decode_steps, l.overlap(),
+                 l.hit_ratio(), seq->num_preemptions);
+  }
   scheduler_.remove(seq);
   RequestState& req = *seq->request;
   --req.num_unfinished;
@@ -330,10 +350,14 @@ Status EngineCore::step() {
   input.tokens.reserve(static_cast<size_t>(out.num_tokens));
   // Per chunk: the prompt positions whose logits give prompt logprobs, [first, first + count).
   std::vector<std::pair<int32_t, int32_t>> prompt_rows(out.chunks.size(), {0, 0});
+  std::vector<RowStep> rows;
   for (size_t ci = 0; ci < out.chunks.size(); ++ci) {
     const ScheduledChunk& c = out.chunks[ci];
     Sequence* seq = c.seq;
     if (seq->first_scheduled_ns == 0) seq->first_scheduled_ns = step_ns;
+    if (working_sets_) {
+      rows.push_back({seq->slot, seq->num_computed == 0, !c.prefilling, &seq->request->request_id});
+    }
     const auto chunk_begin = static_cast<int32_t>(input.tokens.size());
     for (int32_t i = 0; i < c.num_tokens; ++i) input.tokens.push_back(seq->token_at(seq->num_computed + i));
     StepSequence s;
@@ -362,6 +386,7 @@ Status EngineCore::step() {
     fail_sequences(out, st);
     return st;
   }
+  if (working_sets_) working_sets_->observe(rows, executor_->kv_tier_stats().row_counters);
   scheduler_.on_step_done(out);
   const auto vocab = static_cast<size_t>(vocab_size());
   size_t row = 0;
@@ -408,6 +433,13 @@ EngineStats EngineCore::stats() const {
   s.kv_offload_hits_total = t.hits;
   s.kv_offload_misses_total = t.misses;
   s.kv_offload_bytes_total = t.bytes_retrieved;
+  s.num_recomputed_tokens = scheduler_.num_recomputed_tokens();
+  if (working_sets_) {
+    s.kv_cache_pages = t.cache_pages;
+    s.kv_working_set_pages = scheduler_.working_set_pages();
+    s.kv_selected_pages_total = working_sets_->total().selected_pages;
+    s.kv_reused_pages_total = working_sets_->total().reused_pages;
+  }
   return s;
 }
 

@@ -17,6 +17,7 @@
 #include "engine/engine_config.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/working_set.h"
 #include "kv/kv_manager.h"
 #include "model/engine_model.h"
 #include "model/step_executor.h"
@@ -68,6 +69,10 @@ class EngineCore {
   // "dense", "lserve", ... (empty for a test engine).
   std::string attention_policy_name() const;
   const EngineConfig& config() const { return config_; }
+  // Tokens prefilled again after preemptions, since start (the thrash admission prevents).
+  int64_t recomputed_tokens() const { return scheduler_.num_recomputed_tokens(); }
+  // Selection locality and working sets (--kv-offload on; null otherwise).
+  const WorkingSetTracker* working_sets() const { return working_sets_.get(); }
 
  private:
   EngineCore(const EngineConfig& config, std::unique_ptr<EngineModel> model,
@@ -81,6 +86,7 @@ class EngineCore {
   void cap_prompt_logprob_chunks();
   void collect_prompt_logprobs(Sequence* seq, int32_t first_position, int32_t num_positions,
                                const float* rows);
+  void init_working_sets();
 
   EngineConfig config_;
   std::unique_ptr<EngineModel> model_;  // null for a test engine
@@ -94,6 +100,7 @@ class EngineCore {
   SamplingParams default_sampling_;
   std::string model_name_;
   Scheduler scheduler_;
+  std::unique_ptr<WorkingSetTracker> working_sets_;  // --kv-offload on
   std::mt19937_64 seed_rng_;
 
   std::map<std::string, std::vector<std::unique_ptr<Sequence>>> requests_;  // id -> choices

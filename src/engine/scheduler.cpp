@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <cmath>
 
 namespace ls {
 
@@ -22,7 +23,41 @@ void Scheduler::add(Sequence* seq) {
   waiting_.push_back(seq);
 }
 
+int32_t Scheduler::reserve_target(const Sequence& seq) const {
+  const int32_t len = seq.num_tokens();
+  const int32_t remaining =
+      std::max(0, seq.max_output_tokens - static_cast<int32_t>(seq.output_ids.size()));
+  const auto share = static_cast<int32_t>(std::ceil(config_.decode_reserve_ratio * len));
+  return len + std::min(remaining, std::max(kv_.geometry().page_tokens, share));
+}
+
+int64_t Scheduler::working_set(const Sequence& seq) const {
+  if (working_set_ == nullptr) return 0;
+  const bool prefilling = seq.slot < 0 || kv_.sequence(seq.slot).prefilling;
+  return prefilling ? working_set_->prefill_pages(seq.num_tokens())
+                    : working_set_->decode_pages(seq.slot, seq.num_tokens());
+}
+
+bool Scheduler::admissible(const Sequence& seq) const {
+  // a. KV blocks: what the running sequences are still owed, plus the newcomer's whole target.
+  BlockCount owed = kv_.blocks_for_new_sequence(reserve_target(seq));
+  for (const Sequence* r : running_) {
+    const BlockCount b = kv_.blocks_needed(r->slot, reserve_target(*r));
+    owed.retrieval += b.retrieval;
+    owed.streaming += b.streaming;
+  }
+  if (!kv_.can_allocate(owed)) return false;
+  // b. Device page cache. A request alone always runs (validate_request refuses one that could
+  //    never fit), so a large working set delays a request but never blocks it for good.
+  if (working_set_ == nullptr || running_.empty()) return true;
+  int64_t sum = working_set(seq);
+  for (const Sequence* r : running_) sum += working_set(*r);
+  return sum <= working_set_->cache_pages();
+}
+
 void Scheduler::preempt(Sequence* seq) {
+  num_recomputed_tokens_ += seq->num_computed;
+  ++seq->num_preemptions;
   kv_.remove_sequence(seq->slot);
   seq->slot = -1;
   seq->num_computed = 0;
@@ -79,7 +114,7 @@ SchedulerOutput Scheduler::schedule() {
     Sequence* seq = waiting_.front();
     const int32_t want =
         std::min({seq->num_uncomputed(), budget, config_.max_chunk_tokens, chunk_cap(seq)});
-    if (!kv_.can_allocate(kv_.blocks_for_new_sequence(want))) break;
+    if (!admissible(*seq)) break;
     auto slot = kv_.add_sequence();
     if (!slot.ok()) break;
     if (!kv_.grow(*slot, want).ok()) {
@@ -97,6 +132,8 @@ SchedulerOutput Scheduler::schedule() {
     out.num_tokens += want;
     budget -= want;
   }
+  working_set_pages_ = 0;
+  for (const Sequence* r : running_) working_set_pages_ += working_set(*r);
   return out;
 }
 

@@ -6,10 +6,20 @@
 //  1. running sequences in arrival order: decoding ones take one token, prefilling ones a chunk of
 //     what the budget leaves. A sequence whose KV cannot grow preempts the latest-arrived running
 //     sequence (its KV is freed and it waits at the front, to be recomputed) until it fits or is
-//     itself the latest, which then waits;
-//  2. waiting sequences in arrival order are admitted while the budget, a slot and the KV blocks
-//     for their first chunk are available. No waiting sequence jumps an earlier one (FCFS).
+//     itself the latest, which then waits. Admission below makes this the last resort;
+//  2. waiting sequences in arrival order are admitted while the budget and a slot are available
+//     and admission control agrees. No waiting sequence jumps an earlier one (FCFS).
 // Decode tokens go first so running streams keep their pace; prefill chunks fill what is left.
+//
+// Admission control (docs/working-set-scheduling.md), so that admitted work never has to be
+// thrown away and recomputed:
+//  a. KV blocks: every sequence is owed its target length, reserve_target(): the tokens it still
+//     has to prefill plus a decode reserve of min(output tokens it may still produce,
+//     max(one page, decode_reserve_ratio x its length)). A waiting sequence is admitted only if
+//     the free blocks cover what the running sequences are still owed plus its whole target.
+//     Long requests, whose preemption costs the most recompute, get the largest reserve.
+//  b. Device page cache (the host KV tier on; SparseServe's Algorithm 1): with a WorkingSetModel,
+//     also only if the running sequences' working sets plus the newcomer's fit the cache.
 
 #include <cstdint>
 #include <deque>
@@ -24,6 +34,19 @@ struct SchedulerConfig {
   int32_t max_num_seqs = 16;
   int32_t max_num_batched_tokens = 2048;
   int32_t max_chunk_tokens = 2048;  // one sequence's prefill chunk at most (the KV ring's bound)
+  double decode_reserve_ratio = 1.0 / 16;  // decode reserve per sequence, share of its length
+};
+
+// The device page cache as admission sees it, in head-pages (the host KV tier on).
+class WorkingSetModel {
+ public:
+  virtual ~WorkingSetModel() = default;
+  virtual int64_t cache_pages() const = 0;
+  // Working set of a sequence that still prefills up to `prompt_end` tokens: what its largest
+  // (last) chunk needs resident at once, and what its first decode steps will read.
+  virtual int64_t prefill_pages(int32_t prompt_end) const = 0;
+  // Working set of the decoding sequence in KV slot `slot` at `context` tokens.
+  virtual int64_t decode_pages(int32_t slot, int32_t context) const = 0;
 };
 
 struct ScheduledChunk {
@@ -43,6 +66,8 @@ struct SchedulerOutput {
 class Scheduler {
  public:
   Scheduler(const SchedulerConfig& config, KvManager& kv);
+  // Turns on working-set admission (b); `model` must outlive the scheduler.
+  void set_working_set_model(const WorkingSetModel* model) { working_set_ = model; }
 
   void add(Sequence* seq);  // a new sequence waits at the back
   SchedulerOutput schedule();
@@ -54,10 +79,19 @@ class Scheduler {
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
+  // Tokens computed again because their sequence was preempted, since start.
+  int64_t num_recomputed_tokens() const { return num_recomputed_tokens_; }
+  // Summed working sets of the running sequences after the last schedule() (0 without a model).
+  int64_t working_set_pages() const { return working_set_pages_; }
+  // The working set of a running sequence as admission counts it (0 without a model).
+  int64_t working_set(const Sequence& seq) const;
+  // The length a sequence is owed KV blocks for (admission a).
+  int32_t reserve_target(const Sequence& seq) const;
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
 
  private:
   void preempt(Sequence* seq);
+  bool admissible(const Sequence& seq) const;
 
   SchedulerConfig config_;
   KvManager& kv_;
@@ -65,6 +99,9 @@ class Scheduler {
   std::deque<Sequence*> waiting_;   // in arrival order (preempted ones re-enter at their place)
   int64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;
+  int64_t num_recomputed_tokens_ = 0;
+  int64_t working_set_pages_ = 0;
+  const WorkingSetModel* working_set_ = nullptr;
 };
 
 }  // namespace ls

@@ -29,7 +29,7 @@ struct RequestState {
 
 struct Sequence {
   Sequence(std::shared_ptr<RequestState> request, int32_t index, uint64_t seed,
-           const Tokenizer* tokenizer, int32_t max_output_tokens);
+           const Tokenizer* tokenizer, int32_t max_out);
 
   std::shared_ptr<RequestState> request;
   int32_t index = 0;                // choice index
@@ -39,6 +39,8 @@ struct Sequence {
   int32_t num_computed = 0;   // tokens whose K/V are in the cache
   int64_t arrival_order = 0;  // FCFS key (preempted sequences keep theirs)
   int64_t first_scheduled_ns = 0;  // now_ns() of its first step (0: not yet scheduled)
+  int32_t max_output_tokens = 0;  // min(max_tokens, what the context leaves)
+  int32_t num_preemptions = 0;    // times the scheduler freed its KV to recompute it later
   SequenceSamplingState sampling;
   StopChecker stop;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;  // null without a tokenizer

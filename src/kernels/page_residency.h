@@ -75,7 +75,20 @@ struct PageResidencyParams {
   int32_t* error = nullptr;       // [1] set to kResidencyOverflow on overflow (never cleared)
   int32_t* scratch = nullptr;     // [num_cache_slots] GPU: each row's miss list; CPU: unused
   int64_t* counters = nullptr;    // optional [2]: hits, misses, accumulated
+  // optional [num_rows, kRowCounters], accumulated per request row: the selection locality
+  // that working-set admission and the overlap metric read (docs/working-set-scheduling.md).
+  int64_t* row_counters = nullptr;
 };
+
+// Per-row counters of the residency op, in this order.
+enum RowCounter : int32_t {
+  kRowMandatory = 0,  // mandatory pages (|S_t| summed over layer calls)
+  kRowReused = 1,     // of them, hits last stamped at most bucket_ticks ago: read by the same
+                      // layer one step earlier too (|S_t ∩ S_t-1|, as far as still resident)
+  kRowHits = 2,
+  kRowMisses = 3,
+};
+inline constexpr int32_t kRowCounters = 4;
 
 // Empties one partition: each slot of `row` that holds a page is freed (the page's page_slot
 // cleared if it still points there), its stamps and the row clock are reset.

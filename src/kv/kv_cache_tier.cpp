@@ -44,6 +44,9 @@ Result<KvCacheTier> KvCacheTier::create(const KvGeometry& g, Backend& backend,
   LS_ASSIGN_OR_RETURN(t.scratch_, filled(backend, slots, 0));
   LS_ASSIGN_OR_RETURN(t.small_, backend.allocate(kSmallBytes));
   backend.fill_zero(t.small_.data(), kSmallBytes);
+  const int64_t row_counter_bytes = int64_t{config.num_rows} * kernels::kRowCounters * 8;
+  LS_ASSIGN_OR_RETURN(t.row_counters_, backend.allocate(row_counter_bytes));
+  backend.fill_zero(t.row_counters_.data(), row_counter_bytes);
   backend.synchronize();
   return t;
 }
@@ -51,7 +54,7 @@ Result<KvCacheTier> KvCacheTier::create(const KvGeometry& g, Backend& backend,
 int64_t KvCacheTier::bytes() const {
   return cache_k_.bytes() + cache_v_.bytes() + page_slot_.bytes() + slot_page_.bytes() +
          slot_stamp_.bytes() + row_clock_.bytes() + copy_src_.bytes() + copy_dst_.bytes() +
-         scratch_.bytes() + small_.bytes();
+         scratch_.bytes() + small_.bytes() + row_counters_.bytes();
 }
 
 kernels::PagedKvPool KvCacheTier::tiered_view(const kernels::PagedKvPool& homes) const {
@@ -88,6 +91,7 @@ void KvCacheTier::retrieve(Backend& backend, const kernels::AttentionParams& a,
   r.error = reinterpret_cast<int32_t*>(small + kErrorOffset);
   r.counters = reinterpret_cast<int64_t*>(small + kCountersOffset);
   r.scratch = scratch_.as<int32_t>();
+  r.row_counters = row_counters_.as<int64_t>();
   backend.page_residency(r);
 
   kernels::PageCopyParams c;
@@ -121,6 +125,8 @@ void KvCacheTier::reset_row(Backend& backend, int32_t row) const {
 Status KvCacheTier::finish_step(Backend& backend, KvTierCounters& counters) const {
   int64_t host[3] = {0, 0, 0};  // [count | error], hits, misses
   backend.copy_bytes(host, small_.data(), kSmallBytes);
+  counters.rows.resize(static_cast<size_t>(config_.num_rows) * kernels::kRowCounters);
+  backend.copy_bytes(counters.rows.data(), row_counters_.data(), row_counters_.bytes());
   backend.synchronize();
   counters.hits = host[1];
   counters.misses = host[2];
@@ -140,7 +146,10 @@ KvTierCounters KvCacheTier::counters(Backend& backend) const {
   int64_t host[2] = {0, 0};
   backend.copy_bytes(host, static_cast<char*>(small_.data()) + kCountersOffset, 16);
   backend.synchronize();
-  return KvTierCounters{host[0], host[1]};
+  KvTierCounters c;
+  c.hits = host[0];
+  c.misses = host[1];
+  return c;
 }
 
 std::vector<int32_t> KvCacheTier::page_slots(Backend& backend) const {

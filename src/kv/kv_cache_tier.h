@@ -19,6 +19,9 @@ namespace ls {
 struct KvTierCounters {
   int64_t hits = 0;    // mandatory pages found resident
   int64_t misses = 0;  // pages copied from their homes
+  // [num_rows, kernels::kRowCounters] per request row, accumulated since start: mandatory pages,
+  // those reused from the previous step, hits, misses (kernels/page_residency.h)
+  std::vector<int64_t> rows;
 };
 
 class KvCacheTier {
@@ -64,6 +67,7 @@ class KvCacheTier {
   Buffer copy_dst_;    // [num_cache_slots] i32
   Buffer scratch_;     // [num_cache_slots] i32, the GPU op's per-row miss lists
   Buffer small_;       // [copy_count i32, error i32, hits i64, misses i64]
+  Buffer row_counters_;  // [num_rows, kernels::kRowCounters] i64
 };
 
 }  // namespace ls

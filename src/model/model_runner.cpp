@@ -237,6 +237,10 @@ KvTierStats ModelRunner::kv_tier_stats() const {
   s.hits = tier_counters_.hits;
   s.misses = tier_counters_.misses;
   s.bytes_retrieved = tier_counters_.misses * 2 * t.page_bytes();
+  s.cache_pages = t.config().num_cache_slots();
+  s.slots_per_row = t.config().slots_per_row;
+  s.decode_pages_per_head = policy_.decode_pages_per_head();
+  s.row_counters = tier_counters_.rows;
   return s;
 }
 

@@ -19,6 +19,13 @@ struct KvTierStats {
   int64_t hits = 0;                // mandatory pages found resident, since start
   int64_t misses = 0;              // pages copied from host homes, since start
   int64_t bytes_retrieved = 0;     // host-to-device bytes those copies moved
+  // The cache in head-pages, for working-set admission (docs/working-set-scheduling.md).
+  int64_t cache_pages = 0;             // device cache slots, all rows
+  int32_t slots_per_row = 0;           // one request row's partition
+  int32_t decode_pages_per_head = 0;   // pages a selecting head reads per decode step (0: all)
+  // [rows, kernels::kRowCounters] per request row since start: mandatory pages, those reused
+  // from the previous step, hits, misses (kernels/page_residency.h)
+  std::vector<int64_t> row_counters;
 };
 
 class StepExecutor {

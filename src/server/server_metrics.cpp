@@ -172,6 +172,35 @@ ServerMetrics::ServerMetrics(std::string model_name, int32_t max_model_len)
                       "Histogram of time_per_output_token_seconds per request.", kLabelNames,
                       kTokenLatencyBuckets)
            .with(labels_);
+  request_num_preemptions_ =
+      &registry_
+           .histogram("vllm:request_num_preemptions", "Number of preemptions per request.",
+                      kLabelNames, {0, 1, 2, 5, 10, 20, 50, 100})
+           .with(labels_);
+  recomputed_tokens_total_ =
+      &registry_
+           .counter("longserve:recomputed_tokens_total",
+                    "Tokens prefilled again because their request was preempted.", kLabelNames)
+           .with(labels_);
+  kv_working_set_pages_ =
+      &registry_
+           .gauge("longserve:kv_working_set_pages",
+                  "Summed working sets of the running requests in head-pages (--kv-offload on).",
+                  kLabelNames)
+           .with(labels_);
+  kv_device_cache_pages_ =
+      &registry_
+           .gauge("longserve:kv_device_cache_pages",
+                  "Device page cache of the host KV tier in head-pages (--kv-offload on).",
+                  kLabelNames)
+           .with(labels_);
+  kv_selection_overlap_ =
+      &registry_
+           .gauge("longserve:kv_selection_overlap",
+                  "Share of a decode step's selected pages the same layer read one step earlier, "
+                  "since start (--kv-offload on).",
+                  kLabelNames)
+           .with(labels_);
   e2e_request_latency_ = &registry_
                               .histogram("vllm:e2e_request_latency_seconds",
                                          "Histogram of e2e request latency in seconds.",
@@ -185,6 +214,10 @@ void ServerMetrics::observe_time_to_first_token(double seconds) {
 
 void ServerMetrics::observe_inter_token_latency(double seconds) {
   inter_token_latency_->observe(seconds);
+}
+
+void ServerMetrics::observe_preemptions(int32_t num_preemptions) {
+  request_num_preemptions_->observe(num_preemptions);
 }
 
 void ServerMetrics::observe_finished(FinishReason reason, double e2e_seconds, double tpot_seconds,
@@ -232,6 +265,13 @@ std::string ServerMetrics::render(const EngineStats& stats) {
   kv_offload_hits_total_->set_total(static_cast<double>(stats.kv_offload_hits_total));
   kv_offload_misses_total_->set_total(static_cast<double>(stats.kv_offload_misses_total));
   kv_offload_h2d_bytes_total_->set_total(static_cast<double>(stats.kv_offload_bytes_total));
+  recomputed_tokens_total_->set_total(static_cast<double>(stats.num_recomputed_tokens));
+  kv_working_set_pages_->set(static_cast<double>(stats.kv_working_set_pages));
+  kv_device_cache_pages_->set(static_cast<double>(stats.kv_cache_pages));
+  kv_selection_overlap_->set(stats.kv_selected_pages_total > 0
+                                 ? static_cast<double>(stats.kv_reused_pages_total) /
+                                       static_cast<double>(stats.kv_selected_pages_total)
+                                 : 0.0);
   return registry_.render();
 }
 
@@ -266,6 +306,7 @@ void RequestTimer::on_output(const RequestOutput& output, int64_t now_ns) {
   auto seconds = [](int64_t ns) { return static_cast<double>(std::max<int64_t>(ns, 0)) * 1e-9; };
   metrics_->observe_phases(seconds(scheduled - submit_ns_), seconds(first - scheduled),
                            seconds(last - first), seconds(last - scheduled));
+  metrics_->observe_preemptions(output.num_preemptions);
 }
 
 }  // namespace ls

@@ -33,6 +33,9 @@ class ServerMetrics {
   // its choices generated.
   void observe_request_params(int32_t n, int32_t max_tokens, int32_t max_generation_tokens);
 
+  // A finished sequence's preemption count (vllm:request_num_preemptions).
+  void observe_preemptions(int32_t num_preemptions);
+
   // Refreshes the engine-backed series from `stats` and renders everything.
   std::string render(const EngineStats& stats);
 
@@ -72,6 +75,12 @@ class ServerMetrics {
   Gauge* waiting_deferred_;
   Counter* prefix_cache_queries_;
   Counter* prefix_cache_hits_;
+  // Admission control (docs/working-set-scheduling.md).
+  Histogram* request_num_preemptions_;
+  Counter* recomputed_tokens_total_;
+  Gauge* kv_working_set_pages_;
+  Gauge* kv_device_cache_pages_;
+  Gauge* kv_selection_overlap_;
 };
 
 // Follows one sequence: call on_output for each of its outputs in order (the engine delivers

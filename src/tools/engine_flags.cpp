@@ -49,6 +49,17 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
   app.add_option("--kv-cache-replacement", c.kv_cache_replacement,
                  "Device page cache replacement: bucketed-lru (Spin) or lru")
       ->capture_default_str();
+  app.add_option("--decode-reserve-ratio", c.decode_reserve_ratio,
+                 "Admission reserves KV for min(output tokens left, max(one page, this share of "
+                 "the request's length)) of decode per request (docs/working-set-scheduling.md)")
+      ->capture_default_str();
+  app.add_option("--working-set-admission", c.working_set_admission,
+                 "on|off: with --kv-offload on, admit a request only if the running requests' "
+                 "working sets and its own fit the device page cache")
+      ->capture_default_str();
+  app.add_option("--working-set-window", c.working_set_window,
+                 "Decode steps a request's working set spans (the union of their selections)")
+      ->capture_default_str();
   AttentionConfig& a = c.attention;
   app.add_option("--attention", a.policy, "Attention policy: dense, streaming, quest or lserve")
       ->capture_default_str();

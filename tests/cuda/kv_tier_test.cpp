@@ -47,6 +47,9 @@ TEST(CudaKvTier, ResidencyOpEqualsTheCpuOp) {
     DeviceArray d_src(slots * 4), d_dst(slots * 4), d_scratch(slots * 4), d_small(24);
     gpu()->fill_zero(d_small.data(), 24);
     int64_t counters[2] = {0, 0};
+    std::vector<int64_t> row_counters(static_cast<size_t>(rows) * kernels::kRowCounters, 0);
+    DeviceArray d_row_counters(static_cast<int64_t>(row_counters.size()) * 8);
+    gpu()->fill_zero(d_row_counters.data(), d_row_counters.bytes());
     int32_t cpu_error = 0;
     // Each row owns a disjoint run of blocks (a sequence's table).
     std::vector<int32_t> perm(blocks);
@@ -133,6 +136,7 @@ TEST(CudaKvTier, ResidencyOpEqualsTheCpuOp) {
       c.copy_count = &count;
       c.error = &cpu_error;
       c.counters = counters;
+      c.row_counters = row_counters.data();
       ASSERT_TRUE(kernels::cpu::page_residency(c, cpu_pool()).ok());
       // GPU
       DeviceArray d_kv = DeviceArray::of(kv_lens), d_mode = DeviceArray::of(mode),
@@ -159,6 +163,7 @@ TEST(CudaKvTier, ResidencyOpEqualsTheCpuOp) {
       g.copy_count = reinterpret_cast<int32_t*>(small);
       g.error = reinterpret_cast<int32_t*>(small + 4);
       g.counters = reinterpret_cast<int64_t*>(small + 8);
+      g.row_counters = d_row_counters.as<int64_t>();
       gpu()->page_residency(g);
       ASSERT_TRUE(gpu()->take_error().ok());
       const auto small_host = d_small.download_as<int32_t>();
@@ -167,6 +172,7 @@ TEST(CudaKvTier, ResidencyOpEqualsTheCpuOp) {
       const auto d_counters = d_small.download_as<int64_t>();
       ASSERT_EQ(d_counters[1], counters[0]);
       ASSERT_EQ(d_counters[2], counters[1]);
+      ASSERT_EQ(d_row_counters.download_as<int64_t>(), row_counters) << "call " << call;
       std::vector<std::pair<int32_t, int32_t>> want, got;
       const auto gs = d_src.download_as<int32_t>(), gd = d_dst.download_as<int32_t>();
       for (int32_t i = 0; i < count; ++i) {

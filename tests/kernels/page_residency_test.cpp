@@ -62,6 +62,8 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
   std::vector<int32_t> copy_src(static_cast<size_t>(num_slots)), copy_dst(static_cast<size_t>(num_slots));
   int32_t copy_count = -7, error = 0;
   int64_t counters[2] = {0, 0};
+  std::vector<int64_t> row_counters(static_cast<size_t>(num_rows) * kRowCounters, 0);
+  std::vector<int64_t> want_row_counters = row_counters;
   // Homes and cache hold page payloads; the cache starts poisoned.
   std::vector<int32_t> homes(static_cast<size_t>(num_pages) * kPageInts);
   for (auto& v : homes) v = static_cast<int32_t>(rng());
@@ -223,6 +225,7 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
     p.max_copies = num_slots;
     p.error = &error;
     p.counters = counters;
+    p.row_counters = row_counters.data();
     ASSERT_TRUE(cpu::page_residency(p, pool).ok());
     ASSERT_EQ(error, 0) << "step " << step;
 
@@ -233,10 +236,15 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
       auto& rowmap = shadow.rows[static_cast<size_t>(r)];
       const int32_t now = ++shadow.clock[static_cast<size_t>(r)];
       std::vector<int32_t> misses;
+      int64_t* want_rc = want_row_counters.data() + static_cast<size_t>(r) * kRowCounters;
       for (int32_t page : mandatory[static_cast<size_t>(s)]) {
         auto hit = std::find_if(rowmap.begin(), rowmap.end(),
                                 [&](const auto& e) { return e.second.first == page; });
+        ++want_rc[kRowMandatory];
         if (hit != rowmap.end()) {
+          // Reused: read by the same row at most one bucket (one step of layer calls) ago.
+          if (now - hit->second.second <= ticks) ++want_rc[kRowReused];
+          ++want_rc[kRowHits];
           hit->second.second = now;
         } else {
           misses.push_back(page);
@@ -266,6 +274,7 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
       ASSERT_GE(cands.size(), misses.size());
       std::vector<int32_t> victims;
       for (size_t i = 0; i < misses.size(); ++i) victims.push_back(cands[i].slot);
+      want_rc[kRowMisses] += static_cast<int64_t>(misses.size());
       std::sort(victims.begin(), victims.end());
       for (size_t i = 0; i < misses.size(); ++i) {
         rowmap[victims[i]] = {misses[i], now};
@@ -281,6 +290,7 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
     std::sort(got_copies.begin(), got_copies.end());
     std::sort(want_copies.begin(), want_copies.end());
     ASSERT_EQ(got_copies, want_copies) << "step " << step;
+    ASSERT_EQ(row_counters, want_row_counters) << "step " << step;
     // Tables equal the shadow: slot_page/stamp per slot, page_slot a consistent inverse.
     for (int32_t r = 0; r < num_rows; ++r) {
       for (int32_t slot = r * slots_per_row; slot < (r + 1) * slots_per_row; ++slot) {
@@ -335,6 +345,9 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
   EXPECT_GT(total_misses, 0);
   EXPECT_EQ(counters[1], total_misses);
   EXPECT_GT(counters[0], 0);
+  int64_t reused = 0;
+  for (int32_t r = 0; r < num_rows; ++r) reused += row_counters[static_cast<size_t>(r) * kRowCounters + kRowReused];
+  EXPECT_GT(reused, 0);
   for (int32_t r = 0; r < num_rows; ++r) end_row(r);
   for (int32_t v : slot_page) ASSERT_EQ(v, -1);
   for (int32_t v : page_slot) ASSERT_EQ(v, -1);

@@ -116,25 +116,35 @@ Status page_residency(const PageResidencyParams& p, ThreadPool& /*pool*/) {
     const int32_t end = begin + p.slots_per_row;
     const int32_t now = ++p.row_clock[row];
     sc.misses.clear();
+    int64_t row_hits = 0, reused = 0;
     for (int32_t g = 0; g < p.num_kv_heads; ++g) {
       for_each_mandatory_page(p, s, g, [&](int64_t page) {
         if (page >= num_pages) return;
         const int32_t slot = p.page_slot[page];
         if (slot >= begin && slot < end && p.slot_page[slot] == page) {
+          reused += now - p.slot_stamp[slot] <= p.bucket_ticks ? 1 : 0;
           p.slot_stamp[slot] = now;
-          ++hits;
+          ++row_hits;
         } else {
           sc.misses.push_back(page);
         }
       });
     }
-    if (sc.misses.empty()) continue;
+    hits += row_hits;
     const auto want = static_cast<int32_t>(sc.misses.size());
+    if (p.row_counters) {
+      int64_t* rc = p.row_counters + static_cast<int64_t>(row) * kRowCounters;
+      rc[kRowMandatory] += row_hits + want;
+      rc[kRowReused] += reused;
+      rc[kRowHits] += row_hits;
+    }
+    if (want == 0) continue;
     choose_victims(p, begin, now, want, sc);
     if (static_cast<int32_t>(sc.victims.size()) < want) {
       *p.error = kResidencyOverflow;
       continue;
     }
+    if (p.row_counters) p.row_counters[static_cast<int64_t>(row) * kRowCounters + kRowMisses] += want;
     std::sort(sc.victims.begin(), sc.victims.end());  // pairing: misses with victims by slot
     for (int32_t i = 0; i < want; ++i) {
       const int32_t slot = sc.victims[static_cast<size_t>(i)];

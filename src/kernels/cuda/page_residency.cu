@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) residency_kernel(const PageResidency
       p.selected_rows && p.selected && p.num_selected ? p.selected_rows[s] : -1;
   int32_t* misses = p.scratch + begin;
   int num_misses = 0;
-  int hits = 0;
+  int hits = 0, reused = 0;  // reused: hits on a page stamped within the last bucket
 
   for (int32_t g = 0; g < p.num_kv_heads; ++g) {
     const int32_t mode = p.head_mode[g];
@@ -187,6 +187,7 @@ __global__ void __launch_bounds__(kThreads) residency_kernel(const PageResidency
         if (page >= 0) {
           const int32_t slot = p.page_slot[page];
           if (slot >= begin && slot < end && p.slot_page[slot] == page) {
+            reused += now - p.slot_stamp[slot] <= p.bucket_ticks ? 1 : 0;
             p.slot_stamp[slot] = now;
             ++hits;
           } else {
@@ -207,6 +208,24 @@ __global__ void __launch_bounds__(kThreads) residency_kernel(const PageResidency
   if (tid == 0 && block_hits != 0) {
     atomicAdd(reinterpret_cast<unsigned long long*>(p.counters),
               static_cast<unsigned long long>(block_hits));
+  }
+  // The row's selection-locality counters (working-set scheduling): num_misses is uniform.
+  auto* row_counters =
+      p.row_counters != nullptr
+          ? reinterpret_cast<unsigned long long*>(p.row_counters +
+                                                  static_cast<int64_t>(row) * kRowCounters)
+          : nullptr;
+  if (row_counters != nullptr) {
+    int block_reused = 0;
+    block_exclusive_scan<false>(reused, &block_reused, scan_smem);
+    if (tid == 0) {
+      if (block_hits != 0) atomicAdd(row_counters + kRowHits, static_cast<unsigned long long>(block_hits));
+      if (block_reused != 0) atomicAdd(row_counters + kRowReused, static_cast<unsigned long long>(block_reused));
+      if (block_hits + num_misses != 0) {
+        atomicAdd(row_counters + kRowMandatory,
+                  static_cast<unsigned long long>(block_hits + num_misses));
+      }
+    }
   }
   const int m = num_misses;
   if (m == 0) return;
@@ -331,6 +350,7 @@ __global__ void __launch_bounds__(kThreads) residency_kernel(const PageResidency
     s_victims[lane] = v;
     if (lane == 0) {
       s_base = atomicAdd(p.copy_count, m);
+      if (row_counters != nullptr) atomicAdd(row_counters + kRowMisses, static_cast<unsigned long long>(m));
       atomicAdd(reinterpret_cast<unsigned long long*>(p.counters) + 1,
                 static_cast<unsigned long long>(m));
     }
