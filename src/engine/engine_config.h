@@ -30,6 +30,16 @@ struct EngineConfig {
   int64_t device_kv_cache_bytes = 0;     // device page cache; 0: from offload_buffer_ratio
   double offload_buffer_ratio = 4.0;     // auto cache: decode steps' worth of pages per request
   std::string kv_cache_replacement = "bucketed-lru";  // bucketed-lru | lru
+  // Prefill of long prompts (docs/layer-segmented-prefill.md): chunked | layer-segmented | auto
+  // (layer-segmented with kv_offload, chunked without).
+  std::string prefill_mode = "auto";
+  int32_t layer_segmented_min_tokens = 8192;  // prompts this long or longer take it
+  int32_t prefill_segment_tokens = 0;         // 0: max_num_batched_tokens (the chunk size)
+
+  // Whether prefill_mode resolves to layer-segmented prefill.
+  bool layer_segmented_prefill() const {
+    return prefill_mode == "layer-segmented" || (prefill_mode == "auto" && kv_offload);
+  }
 
   Status validate() const;
 };

@@ -75,6 +75,12 @@ class EngineCore {
   void finish(Sequence* seq, RequestOutput& out);
   void fail_sequences(const SchedulerOutput& out, const Status& error);
   void process_sample(Sequence* seq, std::span<float> logits);
+  // The step's tokens (decodes, prefill chunks) through the executor into logits_.
+  Status forward_chunks(const SchedulerOutput& out);
+  // The layer-segmented prefill's share (if any) into segment_logits_.
+  Status forward_segments(const LayerSegmentShare& share);
+  // Samples from one row of logits, or fails the sequence when they are not finite.
+  void deliver_sample(Sequence* seq, std::span<float> logits);
 
   EngineConfig config_;
   std::unique_ptr<EngineModel> model_;  // null for a test engine
@@ -94,6 +100,7 @@ class EngineCore {
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;
   std::vector<float> logits_;  // [rows, vocab] scratch of the last step
+  std::vector<float> segment_logits_;  // [1, vocab] a layer-segmented prefill's last token
 };
 
 }  // namespace ls

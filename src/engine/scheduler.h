@@ -10,6 +10,14 @@
 //  2. waiting sequences in arrival order are admitted while the budget, a slot and the KV blocks
 //     for their first chunk are available. No waiting sequence jumps an earlier one (FCFS).
 // Decode tokens go first so running streams keep their pace; prefill chunks fill what is left.
+//
+// Layer-segmented prefill (docs/layer-segmented-prefill.md), when layer_segment_min_tokens > 0:
+// a waiting sequence with at least that many tokens to prefill is admitted only when the KV
+// blocks for all of them are free (reserved at once, so it is never preempted for growth) and no
+// other layer-segmented prefill runs (the runner has one hidden-state arena). While it runs, each
+// step gives it a share of units (layer, segment) worth the token budget left after the running
+// sequences' tokens times the number of layers (SparseServe's maxInjectToken = chunk x layers),
+// at least one unit; it is preempted like any running sequence and then starts over.
 
 #include <cstdint>
 #include <deque>
@@ -24,6 +32,20 @@ struct SchedulerConfig {
   int32_t max_num_seqs = 16;
   int32_t max_num_batched_tokens = 2048;
   int32_t max_chunk_tokens = 2048;  // one sequence's prefill chunk at most (the KV ring's bound)
+  // Layer-segmented prefill; layer_segment_min_tokens == 0 turns it off.
+  int32_t layer_segment_min_tokens = 0;  // prompts (tokens to prefill) of at least this many
+  int32_t segment_tokens = 2048;         // tokens per segment (<= max_chunk_tokens)
+  int32_t num_layers = 0;                // units per segment
+  int32_t max_layer_segment_tokens = 0;  // the longest prefill the runner's arena holds
+};
+
+// A step's share of the running layer-segmented prefill (model/step_input.h, LayerSegmentInput).
+struct LayerSegmentShare {
+  Sequence* seq = nullptr;  // null: no share this step
+  int32_t num_tokens = 0;   // tokens being prefilled: [0, num_tokens)
+  int32_t unit_begin = 0;
+  int32_t unit_end = 0;
+  bool samples = false;  // the share ends the prefill: the last token's logits give the next token
 };
 
 struct ScheduledChunk {
@@ -37,7 +59,8 @@ struct SchedulerOutput {
   std::vector<ScheduledChunk> chunks;
   int32_t num_tokens = 0;
   std::vector<Sequence*> preempted;  // sequences preempted by this step (for metrics)
-  bool empty() const { return chunks.empty(); }
+  LayerSegmentShare segments;        // the layer-segmented prefill's share, if any
+  bool empty() const { return chunks.empty() && segments.seq == nullptr; }
 };
 
 class Scheduler {
@@ -46,18 +69,29 @@ class Scheduler {
 
   void add(Sequence* seq);  // a new sequence waits at the back
   SchedulerOutput schedule();
-  // After the step ran: advances num_computed, ends prefill phases.
+  // After the step ran: advances num_computed (and a layer-segmented prefill's units), ends
+  // prefill phases. The sequences in `out` must all still be scheduled (not removed).
   void on_step_done(const SchedulerOutput& out);
   // Frees everything a finished or aborted sequence holds and forgets it.
   void remove(Sequence* seq);
 
+  const SchedulerConfig& config() const { return config_; }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  // The sequence whose prefill runs layer by layer now, or null.
+  const Sequence* layer_segmented() const { return segmented_; }
 
  private:
   void preempt(Sequence* seq);
+  bool wants_layer_segments(const Sequence* seq) const;
+  // Admits `seq` (the first waiting one) into layer-segmented prefill if its blocks fit.
+  bool admit_layer_segmented(Sequence* seq);
+  // The running layer-segmented prefill's units for this step, out of `budget` tokens.
+  void schedule_segments(SchedulerOutput& out, int32_t& budget) const;
+  // After the step: advances the share's progress; the last share ends the prefill.
+  void finish_segments(const LayerSegmentShare& share);
 
   SchedulerConfig config_;
   KvManager& kv_;
@@ -65,6 +99,7 @@ class Scheduler {
   std::deque<Sequence*> waiting_;   // in arrival order (preempted ones re-enter at their place)
   int64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;
+  Sequence* segmented_ = nullptr;  // the running layer-segmented prefill
 };
 
 }  // namespace ls

@@ -38,6 +38,10 @@ struct Sequence {
   int32_t slot = -1;          // KV slot while running
   int32_t num_computed = 0;   // tokens whose K/V are in the cache
   int64_t arrival_order = 0;  // FCFS key (preempted sequences keep theirs)
+  // Layer-segmented prefill (docs/layer-segmented-prefill.md): set while the sequence's prefill
+  // runs layer by layer over all its uncomputed tokens; segment_units_done counts finished units.
+  bool layer_segmented = false;
+  int32_t segment_units_done = 0;
   SequenceSamplingState sampling;
   StopChecker stop;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;  // null without a tokenizer

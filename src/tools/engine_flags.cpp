@@ -49,6 +49,18 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
   app.add_option("--kv-cache-replacement", c.kv_cache_replacement,
                  "Device page cache replacement: bucketed-lru (Spin) or lru")
       ->capture_default_str();
+  app.add_option("--prefill-mode", c.prefill_mode,
+                 "Prefill of long prompts: chunked, layer-segmented (layer by layer over "
+                 "segments, docs/layer-segmented-prefill.md) or auto (layer-segmented with "
+                 "--kv-offload on, chunked otherwise)")
+      ->capture_default_str();
+  app.add_option("--layer-segmented-min-tokens", c.layer_segmented_min_tokens,
+                 "Prompts of at least this many tokens take layer-segmented prefill")
+      ->capture_default_str();
+  app.add_option("--prefill-segment-tokens", c.prefill_segment_tokens,
+                 "Tokens per segment of a layer-segmented prefill (0: --max-num-batched-tokens, "
+                 "the chunk boundaries of chunked prefill)")
+      ->capture_default_str();
   AttentionConfig& a = c.attention;
   app.add_option("--attention", a.policy, "Attention policy: dense, streaming, quest or lserve")
       ->capture_default_str();

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -320,6 +321,138 @@ TEST(LayerSegmentedErrors, RefusedCleanly) {
   EXPECT_TRUE(s.runner->forward_layer_segments(in, logits).ok());
   EXPECT_EQ(logits.size(), static_cast<size_t>(s.runner->vocab_size()));
 }
+
+}  // namespace
+}  // namespace ls
+
+#include "engine/engine_core.h"
+
+namespace ls {
+namespace {
+
+struct EngineRun {
+  std::map<std::string, std::vector<int32_t>> tokens;
+  std::map<std::string, std::vector<float>> logprobs;  // the chosen tokens', bit for bit
+  std::map<std::string, FinishReason> finish;
+  EngineStats stats;
+  int32_t steps = 0;
+};
+
+struct Request {
+  std::string id;
+  std::vector<int32_t> prompt;
+  int32_t max_tokens = 0;
+};
+
+EngineConfig engine_config(bool offload, const std::string& mode, int32_t batched_tokens,
+                           int32_t max_seqs) {
+  EngineConfig c;
+  c.model_dir = fixture_dir("llama3");
+  c.num_threads = 2;
+  c.max_num_seqs = max_seqs;
+  c.max_num_batched_tokens = batched_tokens;
+  c.max_model_len = 640;
+  c.attention.policy = "lserve";
+  c.attention.token_budget = 128;
+  c.attention.select_interval = 2;
+  c.attention.sink_tokens = 16;
+  c.attention.decode_local_tokens = 64;
+  c.attention.prefill_local_tokens = 128;
+  c.kv_offload = offload;
+  c.offload_buffer_ratio = 0;  // the smallest cache: one layer of a max-length request
+  c.prefill_mode = mode;
+  c.layer_segmented_min_tokens = 200;
+  c.prefill_segment_tokens = 64;
+  return c;
+}
+
+// Runs `requests` (submitted at once) to the end. `abort_len` > 0: the request with a prompt of
+// that many tokens is aborted after its second step in layer-segmented prefill (its whole prompt
+// reserved and still prefilling); `aborted_mid_prefill` tells whether that happened.
+EngineRun run_engine(const EngineConfig& c, const std::vector<Request>& requests,
+                     int32_t abort_len = 0, bool* aborted_mid_prefill = nullptr) {
+  EngineRun run;
+  auto core_or = EngineCore::create(c);
+  EXPECT_TRUE(core_or.ok()) << core_or.status().to_string();
+  if (!core_or.ok()) return run;
+  EngineCore& core = **core_or;
+  for (const Request& r : requests) {
+    GenerateRequest g;
+    g.request_id = r.id;
+    g.prompt_ids = r.prompt;
+    g.sampling.temperature = 0;
+    g.sampling.logprobs = 0;
+    g.stop.max_tokens = r.max_tokens;
+    g.stop.eos_token_ids = {};
+    const std::string id = r.id;
+    EXPECT_TRUE(core.add_request(g, [&run, id](const RequestOutput& o) {
+                      auto& t = run.tokens[id];
+                      t.insert(t.end(), o.token_ids.begin(), o.token_ids.end());
+                      for (const TokenLogprob& l : o.logprobs) run.logprobs[id].push_back(l.logprob);
+                      if (o.finished) run.finish[id] = o.finish_reason;
+                    }).ok());
+  }
+  int32_t prefill_steps = 0;
+  while (core.has_work() && run.steps < 5000) {
+    EXPECT_TRUE(core.step().ok());
+    ++run.steps;
+    if (abort_len == 0) continue;
+    for (int32_t slot = 0; slot < core.kv().max_seqs(); ++slot) {
+      const SequenceKv& kv = core.kv().sequence(slot);
+      if (kv.active && kv.prefilling && kv.num_tokens == abort_len && ++prefill_steps == 2) {
+        for (const Request& r : requests) {
+          if (static_cast<int32_t>(r.prompt.size()) == abort_len) core.abort(r.id);
+        }
+        if (aborted_mid_prefill != nullptr) *aborted_mid_prefill = true;
+      }
+    }
+  }
+  run.stats = core.stats();
+  return run;
+}
+
+// Through the engine: long prompts (all above the threshold, so every step's token batch is
+// decodes only) take layer-segmented prefill while the others decode, one is aborted mid-prefill;
+// each request's greedy tokens and their logprobs equal, bit for bit, the request run alone with
+// chunked prefill at the same boundaries. Afterwards no KV is in use.
+class LayerSegmentedEngine : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LayerSegmentedEngine, EachRequestAsIfAloneWithChunkedPrefill) {
+  const bool offload = GetParam();
+  std::mt19937 rng(9);
+  std::vector<Request> requests;
+  const std::vector<int32_t> lengths = {260, 455, 333, 201, 390};
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    Request r;
+    r.id = "r" + std::to_string(i);
+    for (int32_t t = 0; t < lengths[i]; ++t) r.prompt.push_back(static_cast<int32_t>(rng() % 300));
+    r.max_tokens = 24;
+    requests.push_back(std::move(r));
+  }
+  // r1 is admitted (layer-segmented) once r0's prefill ends; it is aborted during its prefill.
+  bool aborted_mid_prefill = false;
+  const EngineRun lsp = run_engine(engine_config(offload, "layer-segmented", 128, 3), requests,
+                                   lengths[1], &aborted_mid_prefill);
+  EXPECT_TRUE(aborted_mid_prefill);
+  EXPECT_EQ(lsp.stats.kv_bytes_in_use, 0);
+  EXPECT_EQ(lsp.stats.num_running + lsp.stats.num_waiting, 0);
+  EXPECT_EQ(lsp.finish.at("r1"), FinishReason::kAbort);
+  EXPECT_TRUE(lsp.tokens.count("r1") == 0 || lsp.tokens.at("r1").empty());
+  for (const Request& r : requests) {
+    if (r.id == "r1") continue;
+    // Alone, chunked, in chunks of the segment size: the reference.
+    const EngineRun alone = run_engine(engine_config(offload, "chunked", 64, 1), {r});
+    ASSERT_EQ(alone.tokens.at(r.id).size(), 24u);
+    EXPECT_EQ(lsp.tokens.at(r.id), alone.tokens.at(r.id)) << r.id;
+    const auto& a = alone.logprobs.at(r.id);
+    const auto& b = lsp.logprobs.at(r.id);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << r.id;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TierOnOff, LayerSegmentedEngine, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "tier" : "resident"; });
 
 }  // namespace
 }  // namespace ls
