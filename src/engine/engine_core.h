@@ -67,6 +67,9 @@ class EngineCore {
   // "dense", "lserve", ... (empty for a test engine).
   std::string attention_policy_name() const;
   const EngineConfig& config() const { return config_; }
+  // Layer-segmented prefill: whether the scheduler uses it, and the runner's hidden-state arena.
+  bool layer_segmented_prefill() const { return scheduler_.config().layer_segment_min_tokens > 0; }
+  int64_t layer_segment_arena_bytes() const { return executor_->layer_segment_arena_bytes(); }
 
  private:
   EngineCore(const EngineConfig& config, std::unique_ptr<EngineModel> model,

@@ -52,6 +52,9 @@ class ModelRunner final : public StepExecutor {
                                           : 0;
   }
   int32_t max_layer_segment_tokens() const override { return config_.layer_segment_rows; }
+  int64_t layer_segment_arena_bytes() const override {
+    return config_.layer_segment_rows > 0 ? segment_x_.bytes() : 0;
+  }
   const RunnerConfig& config() const { return config_; }
   // Steps that ran by replaying a recording (see forward()).
   int64_t replayed_steps() const { return replayed_steps_; }

@@ -39,6 +39,8 @@ class StepExecutor {
   virtual int32_t num_layers() const { return 0; }
   // Longest prompt a layer-segmented prefill may hold (the hidden-state arena's rows); 0: none.
   virtual int32_t max_layer_segment_tokens() const { return 0; }
+  // Device bytes of the hidden-state arena ([max_layer_segment_tokens, hidden] act dtype).
+  virtual int64_t layer_segment_arena_bytes() const { return 0; }
 };
 
 }  // namespace ls
