@@ -320,7 +320,12 @@ Status EngineCore::forward_segments(const LayerSegmentShare& share) {
     in.tokens.reserve(static_cast<size_t>(share.num_tokens));
     for (int32_t i = 0; i < share.num_tokens; ++i) in.tokens.push_back(share.seq->token_at(i));
   }
-  return executor_->forward_layer_segments(in, segment_logits_);
+  LS_RETURN_IF_ERROR(executor_->forward_layer_segments(in, segment_logits_));
+  if (share.samples && segment_logits_.size() != static_cast<size_t>(vocab_size())) {
+    return internal_error("the last share of a layer-segmented prefill returned {} logits, not {}",
+                          segment_logits_.size(), vocab_size());
+  }
+  return {};
 }
 
 void EngineCore::deliver_sample(Sequence* seq, std::span<float> logits) {
