@@ -37,6 +37,19 @@ Status EngineConfig::validate() const {
   if (working_set_window < 1) {
     return invalid_argument("--working-set-window must be at least 1 (got {})", working_set_window);
   }
+  if (prefill_mode != "chunked" && prefill_mode != "layer-segmented" && prefill_mode != "auto") {
+    return invalid_argument("--prefill-mode must be chunked, layer-segmented or auto (got '{}')",
+                            prefill_mode);
+  }
+  if (layer_segmented_min_tokens < 1) {
+    return invalid_argument("--layer-segmented-min-tokens must be >= 1 (got {})",
+                            layer_segmented_min_tokens);
+  }
+  if (prefill_segment_tokens < 0 || prefill_segment_tokens > max_num_batched_tokens) {
+    return invalid_argument(
+        "--prefill-segment-tokens must be in [0, --max-num-batched-tokens = {}] (got {})",
+        max_num_batched_tokens, prefill_segment_tokens);
+  }
   return attention.validate();
 }
 

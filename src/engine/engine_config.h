@@ -34,6 +34,16 @@ struct EngineConfig {
   double decode_reserve_ratio = 1.0 / 16;  // KV reserved for decode, share of a request's length
   bool working_set_admission = true;       // --kv-offload on: admit by working sets (SparseServe)
   int32_t working_set_window = 12;         // decode steps a working set spans
+  // Prefill of long prompts (docs/layer-segmented-prefill.md): chunked | layer-segmented | auto
+  // (layer-segmented with kv_offload, chunked without).
+  std::string prefill_mode = "auto";
+  int32_t layer_segmented_min_tokens = 8192;  // prompts this long or longer take it
+  int32_t prefill_segment_tokens = 0;         // 0: max_num_batched_tokens (the chunk size)
+
+  // Whether prefill_mode resolves to layer-segmented prefill.
+  bool layer_segmented_prefill() const {
+    return prefill_mode == "layer-segmented" || (prefill_mode == "auto" && kv_offload);
+  }
 
   Status validate() const;
 };

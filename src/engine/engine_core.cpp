@@ -18,12 +18,20 @@ int32_t max_logit_rows(const EngineConfig& c) {
   return std::max(c.max_num_seqs, std::min(c.max_num_batched_tokens, 512));
 }
 
-SchedulerConfig scheduler_config(const EngineConfig& c) {
+SchedulerConfig scheduler_config(const EngineConfig& c, const StepExecutor& executor) {
   SchedulerConfig s;
   s.max_num_seqs = c.max_num_seqs;
   s.max_num_batched_tokens = c.max_num_batched_tokens;
   s.max_chunk_tokens = c.max_num_batched_tokens;
   s.decode_reserve_ratio = c.decode_reserve_ratio;
+  // Layer-segmented prefill where asked for and the executor can (its arena exists).
+  if (c.layer_segmented_prefill() && executor.num_layers() > 0) {
+    s.layer_segment_min_tokens = c.layer_segmented_min_tokens;
+    s.segment_tokens = c.prefill_segment_tokens > 0 ? c.prefill_segment_tokens
+                                                    : c.max_num_batched_tokens;
+    s.num_layers = executor.num_layers();
+    s.max_layer_segment_tokens = executor.max_layer_segment_tokens();
+  }
   return s;
 }
 
@@ -67,6 +75,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   o.device_kv_cache_bytes = config.device_kv_cache_bytes;
   o.offload_buffer_ratio = config.offload_buffer_ratio;
   o.kv_plain_lru = config.kv_cache_replacement == "lru";
+  o.layer_segmented_prefill = config.layer_segmented_prefill();
   LS_ASSIGN_OR_RETURN(std::unique_ptr<EngineModel> model, EngineModel::load(o));
 
   std::shared_ptr<const Tokenizer> tokenizer;
@@ -96,7 +105,7 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<EngineModel> 
       max_model_len_(model_->max_model_len()),
       default_stop_(std::move(default_stop)),
       default_sampling_(default_sampling),
-      scheduler_(scheduler_config(config), *kv_),
+      scheduler_(scheduler_config(config, *executor_), *kv_),
       seed_rng_(config.seed) {
   model_name_ = config.served_model_name.empty() ? config.model_dir.filename().string()
                                                  : config.served_model_name;
@@ -127,7 +136,7 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<StepExecutor>
       default_stop_(std::move(default_stop)),
       default_sampling_(default_sampling),
       model_name_(config.served_model_name.empty() ? "test" : config.served_model_name),
-      scheduler_(scheduler_config(config), *kv_),
+      scheduler_(scheduler_config(config, *executor_), *kv_),
       seed_rng_(config.seed) {
   init_working_sets();
 }
@@ -346,10 +355,88 @@ Status EngineCore::step() {
       kIterationTokenBuckets.begin());
   ++iteration_tokens_counts_[bucket];
   iteration_tokens_sum_ += out.num_tokens;
-  StepInput input;
-  input.tokens.reserve(static_cast<size_t>(out.num_tokens));
   // Per chunk: the prompt positions whose logits give prompt logprobs, [first, first + count).
   std::vector<std::pair<int32_t, int32_t>> prompt_rows(out.chunks.size(), {0, 0});
+  if (!out.chunks.empty()) {
+    Status st = forward_chunks(out, step_ns, prompt_rows);
+    if (!st.ok()) {
+      fail_sequences(out, st);
+      return st;
+    }
+  } else {
+    logits_.clear();
+  }
+  if (out.segments.seq != nullptr && out.segments.seq->first_scheduled_ns == 0) {
+    out.segments.seq->first_scheduled_ns = step_ns;
+  }
+  // The layer-segmented prefill's share runs after the step's tokens (decodes first); if it
+  // fails, only its sequence fails.
+  Status segments_status = forward_segments(out.segments);
+  if (!segments_status.ok()) {
+    LS_LOG_ERROR("layer-segmented prefill failed: {}", segments_status.to_string());
+    Sequence* seq = out.segments.seq;
+    out.segments = {};
+    RequestOutput ro;
+    ro.index = seq->index;
+    ro.finish_reason = FinishReason::kError;
+    ro.error = segments_status.message();
+    finish(seq, ro);
+  }
+  scheduler_.on_step_done(out);
+  const auto vocab = static_cast<size_t>(vocab_size());
+  size_t row = 0;
+  for (size_t ci = 0; ci < out.chunks.size(); ++ci) {
+    const ScheduledChunk& c = out.chunks[ci];
+    if (prompt_rows[ci].second > 0) {
+      collect_prompt_logprobs(c.seq, prompt_rows[ci].first, prompt_rows[ci].second,
+                              logits_.data() + row * vocab);
+      row += static_cast<size_t>(prompt_rows[ci].second);
+    }
+    if (!c.samples) continue;
+    deliver_sample(c.seq, std::span<float>(logits_.data() + row * vocab, vocab));
+    ++row;
+  }
+  if (out.segments.samples) deliver_sample(out.segments.seq, segment_logits_);
+  return segments_status;
+}
+
+Status EngineCore::forward_segments(const LayerSegmentShare& share) {
+  if (share.seq == nullptr) return {};
+  LayerSegmentInput in;
+  in.slot = share.seq->slot;
+  in.num_tokens = share.num_tokens;
+  in.segment_tokens = scheduler_.config().segment_tokens;
+  in.unit_begin = share.unit_begin;
+  in.unit_end = share.unit_end;
+  if (share.unit_begin < in.num_segments()) {  // layer-0 units embed the tokens
+    in.tokens.reserve(static_cast<size_t>(share.num_tokens));
+    for (int32_t i = 0; i < share.num_tokens; ++i) in.tokens.push_back(share.seq->token_at(i));
+  }
+  LS_RETURN_IF_ERROR(executor_->forward_layer_segments(in, segment_logits_));
+  if (share.samples && segment_logits_.size() != static_cast<size_t>(vocab_size())) {
+    return internal_error("the last share of a layer-segmented prefill returned {} logits, not {}",
+                          segment_logits_.size(), vocab_size());
+  }
+  return {};
+}
+
+void EngineCore::deliver_sample(Sequence* seq, std::span<float> logits) {
+  if (!std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); })) {
+    RequestOutput ro;
+    ro.index = seq->index;
+    ro.finish_reason = FinishReason::kError;
+    ro.error = "the model produced non-finite logits";
+    LS_LOG_ERROR("request {}: {}", seq->request->request_id, ro.error);
+    finish(seq, ro);
+    return;
+  }
+  process_sample(seq, logits);
+}
+
+Status EngineCore::forward_chunks(const SchedulerOutput& out, int64_t step_ns,
+                                  std::vector<std::pair<int32_t, int32_t>>& prompt_rows) {
+  StepInput input;
+  input.tokens.reserve(static_cast<size_t>(out.num_tokens));
   std::vector<RowStep> rows;
   for (size_t ci = 0; ci < out.chunks.size(); ++ci) {
     const ScheduledChunk& c = out.chunks[ci];
@@ -381,36 +468,8 @@ Status EngineCore::step() {
     }
     if (c.samples) input.logit_rows.push_back(static_cast<int32_t>(input.tokens.size()) - 1);
   }
-  Status st = executor_->forward(input, logits_);
-  if (!st.ok()) {
-    fail_sequences(out, st);
-    return st;
-  }
+  LS_RETURN_IF_ERROR(executor_->forward(input, logits_));
   if (working_sets_) working_sets_->observe(rows, executor_->kv_tier_stats().row_counters);
-  scheduler_.on_step_done(out);
-  const auto vocab = static_cast<size_t>(vocab_size());
-  size_t row = 0;
-  for (size_t ci = 0; ci < out.chunks.size(); ++ci) {
-    const ScheduledChunk& c = out.chunks[ci];
-    if (prompt_rows[ci].second > 0) {
-      collect_prompt_logprobs(c.seq, prompt_rows[ci].first, prompt_rows[ci].second,
-                              logits_.data() + row * vocab);
-      row += static_cast<size_t>(prompt_rows[ci].second);
-    }
-    if (!c.samples) continue;
-    std::span<float> logits(logits_.data() + row * vocab, vocab);
-    ++row;
-    if (!std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); })) {
-      RequestOutput ro;
-      ro.index = c.seq->index;
-      ro.finish_reason = FinishReason::kError;
-      ro.error = "the model produced non-finite logits";
-      LS_LOG_ERROR("request {}: {}", c.seq->request->request_id, ro.error);
-      finish(c.seq, ro);
-      continue;
-    }
-    process_sample(c.seq, logits);
-  }
   return {};
 }
 

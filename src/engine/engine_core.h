@@ -10,6 +10,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -73,6 +74,9 @@ class EngineCore {
   int64_t recomputed_tokens() const { return scheduler_.num_recomputed_tokens(); }
   // Selection locality and working sets (--kv-offload on; null otherwise).
   const WorkingSetTracker* working_sets() const { return working_sets_.get(); }
+  // Layer-segmented prefill: whether the scheduler uses it, and the runner's hidden-state arena.
+  bool layer_segmented_prefill() const { return scheduler_.config().layer_segment_min_tokens > 0; }
+  int64_t layer_segment_arena_bytes() const { return executor_->layer_segment_arena_bytes(); }
 
  private:
   EngineCore(const EngineConfig& config, std::unique_ptr<EngineModel> model,
@@ -87,6 +91,14 @@ class EngineCore {
   void collect_prompt_logprobs(Sequence* seq, int32_t first_position, int32_t num_positions,
                                const float* rows);
   void init_working_sets();
+  // The step's tokens (decodes, prefill chunks) through the executor into logits_; fills
+  // prompt_rows (per chunk: the prompt positions whose logits give prompt logprobs).
+  Status forward_chunks(const SchedulerOutput& out, int64_t step_ns,
+                        std::vector<std::pair<int32_t, int32_t>>& prompt_rows);
+  // The layer-segmented prefill's share (if any) into segment_logits_.
+  Status forward_segments(const LayerSegmentShare& share);
+  // Samples from one row of logits, or fails the sequence when they are not finite.
+  void deliver_sample(Sequence* seq, std::span<float> logits);
 
   EngineConfig config_;
   std::unique_ptr<EngineModel> model_;  // null for a test engine
@@ -109,6 +121,7 @@ class EngineCore {
   std::array<int64_t, kIterationTokenBuckets.size() + 1> iteration_tokens_counts_{};
   int64_t iteration_tokens_sum_ = 0;
   std::vector<float> logits_;  // [rows, vocab] scratch of the last step
+  std::vector<float> segment_logits_;  // [1, vocab] a layer-segmented prefill's last token
 };
 
 }  // namespace ls

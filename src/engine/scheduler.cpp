@@ -58,6 +58,9 @@ bool Scheduler::admissible(const Sequence& seq) const {
 void Scheduler::preempt(Sequence* seq) {
   num_recomputed_tokens_ += seq->num_computed;
   ++seq->num_preemptions;
+  if (seq == segmented_) segmented_ = nullptr;  // starts over when admitted again
+  seq->layer_segmented = false;
+  seq->segment_units_done = 0;
   kv_.remove_sequence(seq->slot);
   seq->slot = -1;
   seq->num_computed = 0;
@@ -78,6 +81,10 @@ SchedulerOutput Scheduler::schedule() {
   // 1. Running sequences, oldest first.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
+    if (seq->layer_segmented) {  // its share is planned below, after the running tokens
+      ++i;
+      continue;
+    }
     const bool prefilling = kv_.sequence(seq->slot).prefilling;
     const int32_t want = prefilling ? std::min({seq->num_uncomputed(), budget,
                                                 config_.max_chunk_tokens, chunk_cap(seq)})
@@ -105,6 +112,8 @@ SchedulerOutput Scheduler::schedule() {
     ++i;
   }
 
+  schedule_segments(out, budget);
+
   // 2. Waiting sequences, in order, while everything fits; the first that does not fit blocks
   //    the rest (FCFS). Not in a step that preempted: the blocks just freed belong to the
   //    running sequences that needed them, and re-admitting the victim would only restart its
@@ -112,6 +121,17 @@ SchedulerOutput Scheduler::schedule() {
   while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
+    if (wants_layer_segments(seq)) {
+      // Its blocks, the running sequences' reserves or the arena are not free yet.
+      if (!admissible(*seq) || !admit_layer_segmented(seq)) break;
+      waiting_.pop_front();
+      running_.push_back(seq);
+      std::stable_sort(running_.begin(), running_.end(), [](const Sequence* a, const Sequence* b) {
+        return a->arrival_order < b->arrival_order;
+      });
+      schedule_segments(out, budget);
+      continue;
+    }
     const int32_t want =
         std::min({seq->num_uncomputed(), budget, config_.max_chunk_tokens, chunk_cap(seq)});
     if (!admissible(*seq)) break;
@@ -143,9 +163,12 @@ void Scheduler::on_step_done(const SchedulerOutput& out) {
     seq->num_computed += c.num_tokens;
     if (c.prefilling && seq->num_computed == seq->num_tokens()) kv_.finish_prefill(seq->slot);
   }
+  finish_segments(out.segments);
 }
 
 void Scheduler::remove(Sequence* seq) {
+  if (seq == segmented_) segmented_ = nullptr;
+  seq->layer_segmented = false;
   if (seq->slot >= 0) kv_.remove_sequence(seq->slot);
   seq->slot = -1;
   seq->status = SequenceStatus::kFinished;

@@ -20,6 +20,13 @@
 //     Long requests, whose preemption costs the most recompute, get the largest reserve.
 //  b. Device page cache (the host KV tier on; SparseServe's Algorithm 1): with a WorkingSetModel,
 //     also only if the running sequences' working sets plus the newcomer's fit the cache.
+// Layer-segmented prefill (docs/layer-segmented-prefill.md), when layer_segment_min_tokens > 0:
+// a waiting sequence with at least that many tokens to prefill is admitted only when the KV
+// blocks for all of them are free (reserved at once, so it is never preempted for growth) and no
+// other layer-segmented prefill runs (the runner has one hidden-state arena). While it runs, each
+// step gives it a share of units (layer, segment) worth the token budget left after the running
+// sequences' tokens times the number of layers (SparseServe's maxInjectToken = chunk x layers),
+// at least one unit; it is preempted like any running sequence and then starts over.
 
 #include <cstdint>
 #include <deque>
@@ -35,6 +42,11 @@ struct SchedulerConfig {
   int32_t max_num_batched_tokens = 2048;
   int32_t max_chunk_tokens = 2048;  // one sequence's prefill chunk at most (the KV ring's bound)
   double decode_reserve_ratio = 1.0 / 16;  // decode reserve per sequence, share of its length
+  // Layer-segmented prefill; layer_segment_min_tokens == 0 turns it off.
+  int32_t layer_segment_min_tokens = 0;  // prompts (tokens to prefill) of at least this many
+  int32_t segment_tokens = 2048;         // tokens per segment (<= max_chunk_tokens)
+  int32_t num_layers = 0;                // units per segment
+  int32_t max_layer_segment_tokens = 0;  // the longest prefill the runner's arena holds
 };
 
 // The device page cache as admission sees it, in head-pages (the host KV tier on).
@@ -49,6 +61,15 @@ class WorkingSetModel {
   virtual int64_t decode_pages(int32_t slot, int32_t context) const = 0;
 };
 
+// A step's share of the running layer-segmented prefill (model/step_input.h, LayerSegmentInput).
+struct LayerSegmentShare {
+  Sequence* seq = nullptr;  // null: no share this step
+  int32_t num_tokens = 0;   // tokens being prefilled: [0, num_tokens)
+  int32_t unit_begin = 0;
+  int32_t unit_end = 0;
+  bool samples = false;  // the share ends the prefill: the last token's logits give the next token
+};
+
 struct ScheduledChunk {
   Sequence* seq = nullptr;
   int32_t num_tokens = 0;   // tokens computed this step: [seq->num_computed, + num_tokens)
@@ -60,7 +81,8 @@ struct SchedulerOutput {
   std::vector<ScheduledChunk> chunks;
   int32_t num_tokens = 0;
   std::vector<Sequence*> preempted;  // sequences preempted by this step (for metrics)
-  bool empty() const { return chunks.empty(); }
+  LayerSegmentShare segments;        // the layer-segmented prefill's share, if any
+  bool empty() const { return chunks.empty() && segments.seq == nullptr; }
 };
 
 class Scheduler {
@@ -71,11 +93,13 @@ class Scheduler {
 
   void add(Sequence* seq);  // a new sequence waits at the back
   SchedulerOutput schedule();
-  // After the step ran: advances num_computed, ends prefill phases.
+  // After the step ran: advances num_computed (and a layer-segmented prefill's units), ends
+  // prefill phases. The sequences in `out` must all still be scheduled (not removed).
   void on_step_done(const SchedulerOutput& out);
   // Frees everything a finished or aborted sequence holds and forgets it.
   void remove(Sequence* seq);
 
+  const SchedulerConfig& config() const { return config_; }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
@@ -88,10 +112,19 @@ class Scheduler {
   // The length a sequence is owed KV blocks for (admission a).
   int32_t reserve_target(const Sequence& seq) const;
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  // The sequence whose prefill runs layer by layer now, or null.
+  const Sequence* layer_segmented() const { return segmented_; }
 
  private:
   void preempt(Sequence* seq);
   bool admissible(const Sequence& seq) const;
+  bool wants_layer_segments(const Sequence* seq) const;
+  // Admits `seq` (the first waiting one) into layer-segmented prefill if its blocks fit.
+  bool admit_layer_segmented(Sequence* seq);
+  // The running layer-segmented prefill's units for this step, out of `budget` tokens.
+  void schedule_segments(SchedulerOutput& out, int32_t& budget) const;
+  // After the step: advances the share's progress; the last share ends the prefill.
+  void finish_segments(const LayerSegmentShare& share);
 
   SchedulerConfig config_;
   KvManager& kv_;
@@ -102,6 +135,7 @@ class Scheduler {
   int64_t num_recomputed_tokens_ = 0;
   int64_t working_set_pages_ = 0;
   const WorkingSetModel* working_set_ = nullptr;
+  Sequence* segmented_ = nullptr;  // the running layer-segmented prefill
 };
 
 }  // namespace ls

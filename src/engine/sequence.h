@@ -41,6 +41,10 @@ struct Sequence {
   int64_t first_scheduled_ns = 0;  // now_ns() of its first step (0: not yet scheduled)
   int32_t max_output_tokens = 0;  // min(max_tokens, what the context leaves)
   int32_t num_preemptions = 0;    // times the scheduler freed its KV to recompute it later
+  // Layer-segmented prefill (docs/layer-segmented-prefill.md): set while the sequence's prefill
+  // runs layer by layer over all its uncomputed tokens; segment_units_done counts finished units.
+  bool layer_segmented = false;
+  int32_t segment_units_done = 0;
   SequenceSamplingState sampling;
   StopChecker stop;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;  // null without a tokenizer

@@ -56,6 +56,9 @@ Status ModelRunner::allocate() {
   LS_RETURN_IF_ERROR(alloc(rows_, r * c.hidden_size(), act));
   LS_RETURN_IF_ERROR(alloc(logits_, r * c.vocab_size(), act));
   if (act != DType::kF32) LS_RETURN_IF_ERROR(alloc(logits_f32_, r * c.vocab_size(), DType::kF32));
+  if (config_.layer_segment_rows > 0) {
+    LS_RETURN_IF_ERROR(alloc(segment_x_, int64_t{config_.layer_segment_rows} * c.hidden_size(), act));
+  }
 
   const KvGeometry& g = kv_.geometry();
   const auto retrieval_cols =
@@ -328,15 +331,22 @@ void ModelRunner::enqueue_step(int32_t num_tokens, int32_t num_seqs, bool any_se
   TensorView delta = delta_.view(act, {num_tokens, c.hidden_size()});
   backend_.rmsnorm(x, w.layers[0].input_norm, eps, xn);
   for (int32_t layer = 0; layer < num_layers; ++layer) {
-    run_layer(layer, num_tokens, num_seqs, any_select);
+    run_layer(layer, x, num_tokens, num_seqs, any_select);
     if (layer + 1 < num_layers) {
       backend_.add_rmsnorm(x, delta, w.layers[static_cast<size_t>(layer) + 1].input_norm, eps, xn);
     } else {
       backend_.add_inplace(x, delta);
     }
   }
+  enqueue_logits(x);
+}
 
+void ModelRunner::enqueue_logits(const TensorView& x) {
   if (num_logit_rows_ == 0) return;
+  const ModelConfig& c = model_.config();
+  const ModelWeights& w = model_.weights();
+  const DType act = backend_.act_dtype();
+  auto* meta = static_cast<uint8_t*>(meta_.data());
   const int32_t rows = num_logit_rows_;
   TensorView row_ids(meta + layout_.logit_rows, DType::kI32, {rows}, backend_.device());
   TensorView xr = rows_.view(act, {rows, c.hidden_size()});
@@ -350,7 +360,8 @@ void ModelRunner::enqueue_step(int32_t num_tokens, int32_t num_seqs, bool any_se
   }
 }
 
-void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs, bool any_select) {
+void ModelRunner::run_layer(int32_t layer, const TensorView& x, int32_t num_tokens,
+                            int32_t num_seqs, bool any_select) {
   const ModelConfig& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
   const DType act = backend_.act_dtype();
@@ -363,7 +374,6 @@ void ModelRunner::run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs,
   auto* meta = static_cast<uint8_t*>(meta_.data());
   auto meta_i32 = [&](int64_t field) { return reinterpret_cast<const int32_t*>(meta + field); };
 
-  TensorView x = x_.view(act, {num_tokens, hidden});
   TensorView xn = xn_.view(act, {num_tokens, hidden});
   TensorView delta = delta_.view(act, {num_tokens, hidden});
   TensorView q = q_.view(act, {num_tokens, heads, head_dim});

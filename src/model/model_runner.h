@@ -32,6 +32,9 @@ struct RunnerConfig {
   // Host KV tier: false stops kv_append's write-through to the homes (KvAppendParams::
   // write_homes). Benchmarks only: it measures what saving costs and makes later fetches wrong.
   bool kv_save = true;
+  // Layer-segmented prefill (docs/layer-segmented-prefill.md): rows of the hidden-state arena
+  // ([rows, hidden] act dtype, one prompt at a time); 0 turns the mode off.
+  int32_t layer_segment_rows = 0;
 };
 
 class ModelRunner final : public StepExecutor {
@@ -43,6 +46,18 @@ class ModelRunner final : public StepExecutor {
   // Runs the step; `logits` becomes [logit_rows.size(), vocab] f32 (host).
   Status forward(const StepInput& step, std::vector<float>& logits) override;
   int32_t vocab_size() const override { return static_cast<int32_t>(model_.config().vocab_size()); }
+  // Runs a share of a layer-segmented prefill (step_input.h, LayerSegmentInput): each unit is one
+  // layer over one segment, the same ops as that segment's chunk in that layer under chunked
+  // prefill, with the segment's rows of the hidden-state arena as the residual stream.
+  Status forward_layer_segments(const LayerSegmentInput& in, std::vector<float>& logits) override;
+  int32_t num_layers() const override {
+    return config_.layer_segment_rows > 0 ? static_cast<int32_t>(model_.config().num_hidden_layers())
+                                          : 0;
+  }
+  int32_t max_layer_segment_tokens() const override { return config_.layer_segment_rows; }
+  int64_t layer_segment_arena_bytes() const override {
+    return config_.layer_segment_rows > 0 ? segment_x_.bytes() : 0;
+  }
   const RunnerConfig& config() const { return config_; }
   // Steps that ran by replaying a recording (see forward()).
   int64_t replayed_steps() const { return replayed_steps_; }
@@ -65,7 +80,16 @@ class ModelRunner final : public StepExecutor {
   // enqueue_step through a recording: the first step of a shape runs plainly (sizing scratch),
   // the second is recorded, later ones replay it.
   Status enqueue_recorded(int32_t num_tokens, int32_t num_seqs, bool any_select);
-  void run_layer(int32_t layer, int32_t num_tokens, int32_t num_seqs, bool any_select);
+  // One layer over the step's rows: x [num_tokens, hidden] is the residual stream (x_ for a
+  // step, a segment of the arena for a layer-segmented unit), xn_ holds rmsnorm(x) on entry;
+  // the MLP's output is left in delta_.
+  void run_layer(int32_t layer, const TensorView& x, int32_t num_tokens, int32_t num_seqs,
+                 bool any_select);
+  // Final norm and lm_head over the num_logit_rows_ rows of x that layout_.logit_rows lists.
+  void enqueue_logits(const TensorView& x);
+  // One layer-segmented unit: `layer` over the arena rows [begin, begin + len).
+  void enqueue_unit(int32_t layer, int32_t begin, int32_t len, bool any_select);
+  Status validate_segments(const LayerSegmentInput& in) const;
   // Tier: resets the partitions of ended rows and of rows a new sequence starts in this step.
   void sync_tier(const StepInput& step);
 
@@ -119,6 +143,14 @@ class ModelRunner final : public StepExecutor {
   int64_t replayed_steps_ = 0;
   KvTierCounters tier_counters_;  // as of the last step's end
   std::vector<bool> row_dirty_;  // [kv max_seqs] the row's cache partition may hold pages
+
+  // Layer-segmented prefill: the prompt's residual stream between units, and whose it is.
+  Buffer segment_x_;  // [layer_segment_rows, hidden] act dtype
+  struct SegmentProgress {
+    int32_t slot = -1;  // -1: the arena holds nobody's prefill
+    int32_t num_tokens = 0, segment_tokens = 0, next_unit = 0;
+  } segment_progress_;
+  StepInput unit_step_;  // scratch: one unit as a one-sequence step (its metadata)
 };
 
 }  // namespace ls

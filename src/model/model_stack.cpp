@@ -174,8 +174,12 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
     if (backend.device() == Device::kCpu) {
       budget = std::min(want, backend.device_memory_total_bytes() / 4);
     } else {
+      const int64_t arena =
+          o.layer_segmented_prefill
+              ? dtype_nbytes(g.dtype, int64_t{stack->max_model_len} * c.hidden_size())
+              : 0;  // the layer-segmented prefill's hidden states
       const int64_t reserve = activation_bytes(c, o.max_step_tokens, logit_rows, g.dtype) +
-                              (int64_t{1} << 30);  // workspace, metadata, fragmentation
+                              arena + (int64_t{1} << 30);  // workspace, metadata, fragmentation
       const int64_t usable = static_cast<int64_t>(
           static_cast<double>(backend.device_memory_total_bytes()) * o.gpu_memory_utilization);
       const int64_t used = backend.device_memory_total_bytes() - backend.device_memory_free_bytes();
@@ -251,6 +255,7 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
   rc.max_logit_rows = logit_rows;
   rc.max_model_len = stack->max_model_len;
   rc.record_decode_steps = o.record_decode_steps;
+  rc.layer_segment_rows = o.layer_segmented_prefill ? stack->max_model_len : 0;
   LS_ASSIGN_OR_RETURN(stack->runner, ModelRunner::create(*stack->model, *stack->kv, *stack->pool,
                                                          *stack->policy, rc));
   LS_LOG_INFO(

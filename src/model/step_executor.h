@@ -35,6 +35,19 @@ class StepExecutor {
   // Appends the step's K/V, runs the layers and returns `logits` [logit_rows, vocab] f32 (host).
   virtual Status forward(const StepInput& step, std::vector<float>& logits) = 0;
   virtual int32_t vocab_size() const = 0;
+  // Layer-segmented prefill (docs/layer-segmented-prefill.md): runs `in`'s units; `logits`
+  // becomes [1, vocab] f32 (the last token's) when the share ends the prefill, else empty.
+  // Executors that cannot (layer_segment_tokens() == 0) refuse.
+  virtual Status forward_layer_segments(const LayerSegmentInput& /*in*/,
+                                        std::vector<float>& /*logits*/) {
+    return unimplemented("this executor has no layer-segmented prefill");
+  }
+  // Layers of the model (the scheduler's unit count); 0 when layer-segmented prefill is off.
+  virtual int32_t num_layers() const { return 0; }
+  // Longest prompt a layer-segmented prefill may hold (the hidden-state arena's rows); 0: none.
+  virtual int32_t max_layer_segment_tokens() const { return 0; }
+  // Device bytes of the hidden-state arena ([max_layer_segment_tokens, hidden] act dtype).
+  virtual int64_t layer_segment_arena_bytes() const { return 0; }
 };
 
 }  // namespace ls

@@ -59,6 +59,17 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
       ->capture_default_str();
   app.add_option("--working-set-window", c.working_set_window,
                  "Decode steps a request's working set spans (the union of their selections)")
+  app.add_option("--prefill-mode", c.prefill_mode,
+                 "Prefill of long prompts: chunked, layer-segmented (layer by layer over "
+                 "segments, docs/layer-segmented-prefill.md) or auto (layer-segmented with "
+                 "--kv-offload on, chunked otherwise)")
+      ->capture_default_str();
+  app.add_option("--layer-segmented-min-tokens", c.layer_segmented_min_tokens,
+                 "Prompts of at least this many tokens take layer-segmented prefill")
+      ->capture_default_str();
+  app.add_option("--prefill-segment-tokens", c.prefill_segment_tokens,
+                 "Tokens per segment of a layer-segmented prefill (0: --max-num-batched-tokens, "
+                 "the chunk boundaries of chunked prefill)")
       ->capture_default_str();
   AttentionConfig& a = c.attention;
   app.add_option("--attention", a.policy, "Attention policy: dense, streaming, quest or lserve")
