@@ -59,6 +59,7 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
       ->capture_default_str();
   app.add_option("--working-set-window", c.working_set_window,
                  "Decode steps a request's working set spans (the union of their selections)")
+      ->capture_default_str();
   app.add_option("--prefill-mode", c.prefill_mode,
                  "Prefill of long prompts: chunked, layer-segmented (layer by layer over "
                  "segments, docs/layer-segmented-prefill.md) or auto (layer-segmented with "
