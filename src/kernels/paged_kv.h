@@ -58,6 +58,25 @@ struct PageSummaries {
   DType dtype = DType::kF32;
   int32_t logical_page_tokens = 0;  // tokens per logical page; page_tokens % this == 0
   int32_t logical_per_page = 0;     // page_tokens / logical_page_tokens
+
+  // Two-level summaries (docs/two-level-summaries.md). group_pages > 0 adds a coarse level: per
+  // sequence row, per retrieval head-page slot, per group of `group_pages` consecutive physical
+  // pages of the sequence (group j = pages [j * group_pages, (j + 1) * group_pages)), the
+  // element-wise min of its keys and max of its keys (= min of the members' kmin, max of their
+  // kmax), so its Quest bound dominates every member logical page's bound. The coarse level is
+  // indexed by the sequence's row (`rows`, set per step by the runner) rather than by head-page,
+  // so it is sized by rows x groups of the longest context, not by the pool. Writers fold keys
+  // into both levels; page_select scores groups first and refines only the groups whose bound
+  // can still reach the chosen pages (kernels/cpu/page_select.h). group_pages == 0: one level,
+  // the coarse fields unused. The fine arrays above may then live in host memory (pinned on a
+  // GPU: kernels read them through unified addressing).
+  void* coarse_kmin = nullptr;    // [num_rows, heads_per_block, max_groups, head_dim] dtype
+  void* coarse_kmax = nullptr;    // same
+  int32_t group_pages = 0;        // physical pages per group; 0: one level
+  int32_t max_groups = 0;         // groups per row (ceil(max pages per sequence / group_pages))
+  int32_t num_rows = 0;           // rows of the coarse arrays
+  const int32_t* rows = nullptr;  // [num_seqs] the coarse row of each sequence of the step
+  bool two_level() const { return group_pages > 0 && coarse_kmin && coarse_kmax && rows; }
 };
 
 // How one kv head of a layer chooses the keys it attends to.
@@ -243,8 +262,11 @@ struct PageSelectParams {
   int32_t* selected = nullptr;          // [num_rows, num_kv_heads, max_selected] out
   int32_t* num_selected = nullptr;      // [num_rows, num_kv_heads] out
   int32_t max_selected = 0;             // >= max(3, budget_pages)
-  float* page_scores = nullptr;         // optional [num_seqs, num_kv_heads, max_pages] out
+  float* page_scores = nullptr;         // optional [num_seqs, num_kv_heads, max_pages] out; with
+                                        //   two levels, pages of groups not refined are -inf
   int32_t max_pages = 0;                // stride of page_scores
+  int32_t* refined_pages = nullptr;     // optional [num_seqs, num_kv_heads] out: physical pages
+                                        //   whose fine summaries were read (all, one level)
 };
 
 }  // namespace ls::kernels
