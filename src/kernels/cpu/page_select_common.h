@@ -69,8 +69,8 @@ inline constexpr int32_t kPrefetchPages = 8;  // how far ahead summaries are req
 // time (the query scratch is padded to a multiple of four heads with zeros).
 template <class S, DType kDt>
 inline void score_logical_pages(const PageSelectParams& p, const SelectItem& it, const float* q,
-                         int32_t padded_heads, int32_t page_begin, int32_t page_end,
-                         float* bounds) {
+                                int32_t padded_heads, int32_t page_begin, int32_t page_end,
+                                float* bounds) {
   const int64_t d = p.head_dim;
   const int32_t lpp = p.summaries.logical_per_page;
   const int32_t slot = p.head_slot[it.kv_head];
@@ -99,8 +99,8 @@ inline void score_logical_pages(const PageSelectParams& p, const SelectItem& it,
       }
       const int64_t row =
           ((static_cast<int64_t>(block) * p.heads_per_block + slot) * lpp + lp % lpp) * d;
-      row_bounds<S, kDt>(p.summaries.kmax, p.summaries.kmin, row, d, q, padded_heads,
-                         bounds + lp, it.num_logical);
+      row_bounds<S, kDt>(p.summaries.kmax, p.summaries.kmin, row, d, q, padded_heads, bounds + lp,
+                         it.num_logical);
     }
   }
 }

@@ -4,7 +4,8 @@
 //
 // Notation for one (sequence, kv head): CB_h(g) the Quest bound of query head h on group g's
 // coarse row, b_h(lp) on logical page lp's fine row; CB_h(g) >= b_h(lp) for every lp of g (the
-// coarse row is the members' min / max, and the bound code is monotone in the summary values).
+// coarse row is the members' min / max as stored, and the bound code is monotone in the summary
+// values).
 // The one-level score of a physical page is max over its logical pages and heads of
 // b_h(lp) - M_h, M_h = max over all logical pages of b_h. Three rounds, each refining a set of
 // groups (all its logical pages' fine bounds computed exactly as one level does):
@@ -40,9 +41,9 @@ constexpr float kPosInf = std::numeric_limits<float>::infinity();
 struct GroupState {
   int32_t num_groups = 0;
   bool coarse_ok = false;
-  std::vector<float> coarse;         // [padded_heads, num_groups] CB_h(g)
-  std::vector<uint8_t> refined;      // [num_groups]
-  std::vector<int32_t> pending;      // groups to refine in the current round
+  std::vector<float> coarse;     // [padded_heads, num_groups] CB_h(g)
+  std::vector<uint8_t> refined;  // [num_groups]
+  std::vector<int32_t> pending;  // groups to refine in the current round
 };
 
 // m_h over the refined logical pages of the item (NaN ignored, as one level's max).
@@ -98,46 +99,51 @@ void select_two_level(const PageSelectParams& p, const std::vector<SelectItem>& 
 
   // Coarse bounds of every group (all groups fully refined where the coarse row is missing).
   simd::dispatch_isa(isa, [&]<class S>() {
-    simd::dispatch_float_dtype(sm.dtype, [&]<DType kDt>() {
-      pool.parallel_for(n_items, 1, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-          const SelectItem& it = items[static_cast<size_t>(i)];
-          GroupState& st = states[static_cast<size_t>(i)];
-          st.num_groups = (it.num_pages + gp - 1) / gp;
-          st.refined.assign(static_cast<size_t>(st.num_groups), 0);
-          st.pending.clear();
-          const int32_t crow = sm.rows[it.seq];
-          st.coarse_ok = crow >= 0 && crow < sm.num_rows && st.num_groups <= sm.max_groups;
-          if (!st.coarse_ok || it.num_pages <= p.budget_pages) {
-            // No coarse row: refine everything. Within the budget every page is chosen anyway.
-            if (!st.coarse_ok) {
-              for (int32_t g = 0; g < st.num_groups; ++g) st.pending.push_back(g);
-            }
-            continue;
+    pool.parallel_for(n_items, 1, [&](int64_t i0, int64_t i1) {
+      std::vector<float> lo(static_cast<size_t>(d)), hi(static_cast<size_t>(d));
+      for (int64_t i = i0; i < i1; ++i) {
+        const SelectItem& it = items[static_cast<size_t>(i)];
+        GroupState& st = states[static_cast<size_t>(i)];
+        st.num_groups = (it.num_pages + gp - 1) / gp;
+        st.refined.assign(static_cast<size_t>(st.num_groups), 0);
+        st.pending.clear();
+        const int32_t crow = sm.rows[it.seq];
+        st.coarse_ok = crow >= 0 && crow < sm.num_rows && st.num_groups <= sm.max_groups;
+        if (!st.coarse_ok || it.num_pages <= p.budget_pages) {
+          // No coarse row: refine everything. Within the budget every page is chosen anyway.
+          if (!st.coarse_ok) {
+            for (int32_t g = 0; g < st.num_groups; ++g) st.pending.push_back(g);
           }
-          st.coarse.resize(static_cast<size_t>(padded_heads) * st.num_groups);
-          const int32_t slot = p.head_slot[it.kv_head];
+          continue;
+        }
+        st.coarse.resize(static_cast<size_t>(padded_heads) * st.num_groups);
+        const int32_t slot = p.head_slot[it.kv_head];
+        for (int32_t g = 0; g < st.num_groups; ++g) {
+          // The coarse row's keys back to floats (exactly the members' stored extremes).
+          const int64_t row =
+              ((static_cast<int64_t>(crow) * p.heads_per_block + slot) * sm.max_groups + g) * d;
+          const auto* cmax = static_cast<const uint32_t*>(sm.coarse_kmax) + row;
+          const auto* cmin = static_cast<const uint32_t*>(sm.coarse_kmin) + row;
+          for (int64_t e = 0; e < d; ++e) {
+            hi[static_cast<size_t>(e)] = coarse_value(cmax[e]);
+            lo[static_cast<size_t>(e)] = -coarse_value(cmin[e]);
+          }
+          row_bounds<S, DType::kF32>(hi.data(), lo.data(), 0, d, q_scratch.data() + it.q_offset,
+                                     padded_heads, st.coarse.data() + g, st.num_groups);
+        }
+        // Round 1 (seed): each head's best group.
+        for (int32_t h = 0; h < group; ++h) {
+          const float* cb = st.coarse.data() + h * int64_t{st.num_groups};
+          int32_t arg = -1;
           for (int32_t g = 0; g < st.num_groups; ++g) {
-            const int64_t row =
-                ((static_cast<int64_t>(crow) * p.heads_per_block + slot) * sm.max_groups + g) * d;
-            row_bounds<S, kDt>(sm.coarse_kmax, sm.coarse_kmin, row, d,
-                               q_scratch.data() + it.q_offset, padded_heads,
-                               st.coarse.data() + g, st.num_groups);
+            if (cb[g] == cb[g] && (arg < 0 || cb[g] > cb[arg])) arg = g;
           }
-          // Round 1 (seed): each head's best group.
-          for (int32_t h = 0; h < group; ++h) {
-            const float* cb = st.coarse.data() + h * int64_t{st.num_groups};
-            int32_t arg = -1;
-            for (int32_t g = 0; g < st.num_groups; ++g) {
-              if (cb[g] == cb[g] && (arg < 0 || cb[g] > cb[arg])) arg = g;
-            }
-            if (arg >= 0 && std::find(st.pending.begin(), st.pending.end(), arg) ==
-                                st.pending.end()) {
-              st.pending.push_back(arg);
-            }
+          if (arg >= 0 &&
+              std::find(st.pending.begin(), st.pending.end(), arg) == st.pending.end()) {
+            st.pending.push_back(arg);
           }
         }
-      });
+      }
     });
   });
 
@@ -159,8 +165,8 @@ void select_two_level(const PageSelectParams& p, const std::vector<SelectItem>& 
           for (int64_t u = u0; u < u1; ++u) {
             const auto [i, g] = units[static_cast<size_t>(u)];
             const SelectItem& it = items[static_cast<size_t>(i)];
-            score_logical_pages<S, kDt>(p, it, q_scratch.data() + it.q_offset, padded_heads,
-                                        g * gp, std::min(it.num_pages, (g + 1) * gp),
+            score_logical_pages<S, kDt>(p, it, q_scratch.data() + it.q_offset, padded_heads, g * gp,
+                                        std::min(it.num_pages, (g + 1) * gp),
                                         bounds.data() + it.bounds_offset);
           }
         });
@@ -205,7 +211,8 @@ void select_two_level(const PageSelectParams& p, const std::vector<SelectItem>& 
       const int32_t take = std::max(0, std::min(k - 1, it.num_pages - 1));
       cand.clear();
       for (int32_t pg = 0; pg + 1 < it.num_pages; ++pg) {
-        if (st.refined[static_cast<size_t>(pg / gp)]) cand.push_back(page_score[static_cast<size_t>(pg)]);
+        if (st.refined[static_cast<size_t>(pg / gp)])
+          cand.push_back(page_score[static_cast<size_t>(pg)]);
       }
       float threshold = kNegInf;
       if (take > 0 && static_cast<int32_t>(cand.size()) >= take) {
@@ -219,8 +226,8 @@ void select_two_level(const PageSelectParams& p, const std::vector<SelectItem>& 
         float u = kNegInf;
         bool nan = false;
         for (int32_t h = 0; h < group; ++h) {
-          const float diff =
-              st.coarse[static_cast<size_t>(h * int64_t{st.num_groups} + g)] - m[static_cast<size_t>(h)];
+          const float diff = st.coarse[static_cast<size_t>(h * int64_t{st.num_groups} + g)] -
+                             m[static_cast<size_t>(h)];
           if (diff != diff) nan = true;
           u = std::max(u, diff);
         }
@@ -244,7 +251,8 @@ void select_two_level(const PageSelectParams& p, const std::vector<SelectItem>& 
       if (p.refined_pages) {
         int32_t n = 0;
         for (int32_t g = 0; g < st.num_groups; ++g) {
-          if (st.refined[static_cast<size_t>(g)]) n += std::min(it.num_pages, (g + 1) * gp) - g * gp;
+          if (st.refined[static_cast<size_t>(g)])
+            n += std::min(it.num_pages, (g + 1) * gp) - g * gp;
         }
         p.refined_pages[static_cast<int64_t>(it.seq) * p.num_kv_heads + it.kv_head] = n;
       }

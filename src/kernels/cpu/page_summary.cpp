@@ -9,57 +9,20 @@ namespace ls::kernels::cpu {
 
 namespace {
 
-// The coarse level (PageSummaries::group_pages): runs of this step's tokens within one group of
-// pages are folded into the group's row of the sequence's coarse arrays, the group's first token
-// initialising it (as for logical pages). Min and max are exact, so the coarse row equals the
-// min / max of the member logical pages' summaries.
-void fold_coarse(const SummaryUpdateParams& p, int32_t s, int32_t g, int32_t slot,
-                 int32_t q_begin, int32_t q_len, int64_t first_pos, std::vector<float>& key,
-                 std::vector<float>& lo, std::vector<float>& hi) {
-  const PageSummaries& sm = p.summaries;
-  const int32_t row = sm.rows[s];
-  if (row < 0 || row >= sm.num_rows) return;
-  const int64_t d = p.head_dim;
-  const int64_t group_tokens = static_cast<int64_t>(sm.group_pages) * p.page_tokens;
-  const int64_t sum_row_bytes = dtype_nbytes(sm.dtype, d);
-  const auto* k_src = static_cast<const char*>(p.k);
-  const int64_t src_row_bytes = dtype_nbytes(p.src_dtype, d);
-  int32_t t = 0;
-  while (t < q_len) {
-    const int64_t pos = first_pos + t;
-    const int64_t grp = pos / group_tokens;
-    const int32_t run =
-        static_cast<int32_t>(std::min<int64_t>(q_len - t, (grp + 1) * group_tokens - pos));
-    if (grp < sm.max_groups) {
-      const int64_t offset =
-          ((static_cast<int64_t>(row) * p.heads_per_block + slot) * sm.max_groups + grp) *
-          sum_row_bytes;
-      const bool fresh = pos % group_tokens == 0;
-      if (!fresh) {
-        convert_to_f32(sm.dtype, static_cast<const char*>(sm.coarse_kmin) + offset, lo.data(), d);
-        convert_to_f32(sm.dtype, static_cast<const char*>(sm.coarse_kmax) + offset, hi.data(), d);
-      }
-      for (int32_t i = 0; i < run; ++i) {
-        const int64_t src = (q_begin + t + i) * static_cast<int64_t>(p.num_kv_heads) + g;
-        simd::dispatch_isa(best_isa(), [&]<class S>() {
-          simd::widen_to_f32<S>(p.src_dtype, k_src + src * src_row_bytes, key.data(), d);
-        });
-        if (fresh && i == 0) {
-          lo = key;
-          hi = key;
-          continue;
-        }
-        for (int64_t e = 0; e < d; ++e) {
-          lo[static_cast<size_t>(e)] =
-              std::min(lo[static_cast<size_t>(e)], key[static_cast<size_t>(e)]);
-          hi[static_cast<size_t>(e)] =
-              std::max(hi[static_cast<size_t>(e)], key[static_cast<size_t>(e)]);
-        }
-      }
-      convert_from_f32(lo.data(), sm.dtype, static_cast<char*>(sm.coarse_kmin) + offset, d);
-      convert_from_f32(hi.data(), sm.dtype, static_cast<char*>(sm.coarse_kmax) + offset, d);
-    }
-    t += run;
+// The coarse level (PageSummaries::group_pages): folds one logical page's stored summary (lo/hi,
+// as read back from the summary dtype) into its group's coarse row of the sequence's row, as
+// order keys that only grow (kmax: key(max), kmin: key(-min)).
+void fold_coarse(const PageSummaries& sm, int32_t row, int32_t heads_per_block, int32_t slot,
+                 int64_t group, int64_t d, const std::vector<float>& lo,
+                 const std::vector<float>& hi) {
+  if (row < 0 || row >= sm.num_rows || group >= sm.max_groups) return;
+  const int64_t offset =
+      ((static_cast<int64_t>(row) * heads_per_block + slot) * sm.max_groups + group) * d;
+  uint32_t* cmin = static_cast<uint32_t*>(sm.coarse_kmin) + offset;
+  uint32_t* cmax = static_cast<uint32_t*>(sm.coarse_kmax) + offset;
+  for (int64_t e = 0; e < d; ++e) {
+    cmin[e] = std::max(cmin[e], coarse_key(-lo[static_cast<size_t>(e)]));
+    cmax[e] = std::max(cmax[e], coarse_key(hi[static_cast<size_t>(e)]));
   }
 }
 
@@ -135,10 +98,15 @@ void page_summary_update(const SummaryUpdateParams& p, ThreadPool& pool) {
           }
           convert_from_f32(lo.data(), sm.dtype, static_cast<char*>(sm.kmin) + offset, d);
           convert_from_f32(hi.data(), sm.dtype, static_cast<char*>(sm.kmax) + offset, d);
+          if (two_level) {  // the stored (rounded) values, so the coarse row bounds them exactly
+            convert_to_f32(sm.dtype, static_cast<const char*>(sm.kmin) + offset, lo.data(), d);
+            convert_to_f32(sm.dtype, static_cast<const char*>(sm.kmax) + offset, hi.data(), d);
+            fold_coarse(sm, sm.rows[s], p.heads_per_block, slot,
+                        pos / (static_cast<int64_t>(sm.group_pages) * p.page_tokens), d, lo, hi);
+          }
         }
         t += run;
       }
-      if (two_level) fold_coarse(p, s, g, slot, q_begin, q_len, first_pos, key, lo, hi);
     }
   });
 }
