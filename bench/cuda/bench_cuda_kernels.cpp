@@ -25,6 +25,10 @@
 //  - linear layers at decode shapes (M = 1, 8, 32 rows; the Llama-3-8B weight shapes): the bytes
 //    of the weight read per call against the copy bandwidth, timed as a graph of calls that
 //    rotate over enough weight copies to defeat the L2.
+//  - page selection (section "select", bench_select.cpp, not in the default sections): one level
+//    against two levels (a coarse level per --summary-group-pages pages) at --batches and
+//    --select-contexts, on random keys and on keys with planted hot spans (--select-data), with
+//    the fine summaries on the device and in pinned host memory (--select-fine).
 //  - small per-layer ops at decode and prefill sizes (section "small", Llama-3-8B shapes): rmsnorm
 //    and add_rmsnorm (hidden 4096), rope of q (32 heads) and of k (8 heads), silu_mul (inter
 //    14336), kv_append and page_summary_update (8 kv heads, pages of 64, logical pages of 16, 32K
@@ -40,6 +44,8 @@
 //        [--decode-l2-prefetch 1,0] [--decode-prewait-prefetch 0,2,4]
 //        [--decode-min-blocks 0,2,8] [--decode-ticketed -1,0,1] [--decode-chunk-blocks 1,2]
 //        [--decode-rounds 3] [--decode-trace FILE]
+//        [--sections select --select-contexts 32768,131072,262144 --select-data random,planted
+//         --select-fine device,host --summary-group-pages 16]
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -53,6 +59,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "bench_select.h"
 #include "kernels/cuda/gemv.h"
 
 namespace ls::bench {
@@ -800,6 +807,13 @@ int run(int argc, char** argv) {
   if (has("prefill")) {
     bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")),
                   arg(argc, argv, "--prefill-kernels", "mma,wgmma"));
+  }
+  if (has("select")) {  // bench_select.cpp: one level against two levels
+    bench_select(*dev.b, dev.stream, out, parse_list(arg(argc, argv, "--batches", "1,8,32")),
+                 parse_list(arg(argc, argv, "--select-contexts", "32768,131072,262144")),
+                 arg(argc, argv, "--select-data", "random,planted"),
+                 arg(argc, argv, "--select-fine", "device,host"),
+                 static_cast<int32_t>(parse_list(arg(argc, argv, "--summary-group-pages", "16"))[0]));
   }
   if (has("decode")) {
     std::vector<DecodeVariant> variants;

@@ -18,6 +18,13 @@ struct AttentionConfig {
   int32_t page_tokens = -1;          // physical page; lserve 64, quest 16, dense/streaming 64
   int32_t logical_page_tokens = -1;  // summary granularity; lserve 16 (quest: = page)
   int32_t select_interval = 4;       // decode steps a selection is reused for
+  // Page summaries in two levels (docs/two-level-summaries.md): 1 = one level (every logical
+  // page scored each selection); 2 = a coarse level per group of pages on the device, refined
+  // only where it can matter (the same pages are chosen).
+  int32_t page_summary_levels = 1;
+  int32_t summary_group_pages = -1;         // pages per coarse group; -1: 1024 tokens' worth
+  std::string fine_summary_memory = "auto";  // auto | device | host (auto: host with --kv-offload
+                                             //   on and two levels, else device)
   int32_t sink_tokens = 128;
   int32_t prefill_local_tokens = 8192;
   int32_t decode_local_tokens = 256;

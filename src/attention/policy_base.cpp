@@ -1,5 +1,6 @@
 #include "attention/policy_base.h"
 
+#include <algorithm>
 #include <cassert>
 
 namespace ls {
@@ -74,6 +75,11 @@ KvGeometry make_policy_geometry(const AttentionConfig& config, const PolicyModel
   g.page_tokens = page_tokens;
   g.logical_page_tokens = logical_page_tokens;
   g.keep_summaries = keep_summaries;
+  if (keep_summaries && config.page_summary_levels == 2) {
+    g.summary_group_pages = config.summary_group_pages > 0
+                                ? config.summary_group_pages
+                                : std::max(1, kDefaultSummaryGroupTokens / page_tokens);
+  }
   g.roles = HeadRoles(model.num_layers, model.num_kv_heads, streaming);
   g.sink_tokens = config.sink_tokens;
   g.prefill_local_tokens = config.prefill_local_tokens;

@@ -40,7 +40,12 @@ class PolicyBase : public AttentionPolicy {
 
 namespace ls {
 
-// The geometry shared by every policy: windows from the config, roles from `streaming`.
+// Tokens a coarse summary group covers by default (--summary-group-pages -1): 64 logical pages of
+// 16 tokens, so the coarse level is 1/64 of the fine one for both quest and lserve paging.
+inline constexpr int32_t kDefaultSummaryGroupTokens = 1024;
+
+// The geometry shared by every policy: windows from the config, roles from `streaming`; with
+// --page-summary-levels 2 and summaries kept, the coarse group size.
 KvGeometry make_policy_geometry(const AttentionConfig& config, const PolicyModelInfo& model,
                                 const std::vector<bool>& streaming, int32_t page_tokens,
                                 int32_t logical_page_tokens, bool keep_summaries);

@@ -43,6 +43,20 @@ struct PagedKvPool {
   int32_t num_cache_slots = 0;
 };
 
+// Monotone map of a float to an unsigned key, a > b iff coarse_key(a) > coarse_key(b) (no NaN;
+// -0 < +0), and back. Coarse summaries are stored as these keys (PageSummaries).
+inline uint32_t coarse_key(float f) {
+  uint32_t u = 0;
+  __builtin_memcpy(&u, &f, 4);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+inline float coarse_value(uint32_t key) {
+  const uint32_t u = (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key;
+  float f = 0.0f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
 // Where a kernel reads head-page `head_page` of `pool`: its index into pool.k / pool.v, or -1
 // when the tiered pool does not hold it on the device.
 inline int64_t storage_page(const PagedKvPool& pool, int64_t head_page) {
@@ -58,6 +72,28 @@ struct PageSummaries {
   DType dtype = DType::kF32;
   int32_t logical_page_tokens = 0;  // tokens per logical page; page_tokens % this == 0
   int32_t logical_per_page = 0;     // page_tokens / logical_page_tokens
+
+  // Two-level summaries (docs/two-level-summaries.md). group_pages > 0 adds a coarse level: per
+  // sequence row, per retrieval head-page slot, per group of `group_pages` consecutive physical
+  // pages of the sequence (group j = pages [j * group_pages, (j + 1) * group_pages)), the
+  // element-wise min of the members' kmin and max of their kmax as stored (so exactly), hence a
+  // Quest bound that dominates every member logical page's bound. The coarse level is indexed by
+  // the sequence's row (`rows`, set per step by the runner) rather than by head-page, so it is
+  // sized by rows x groups of the longest context, not by the pool. Stored as order keys
+  // (coarse_key below) that only ever grow: coarse_kmax holds key(max), coarse_kmin key(-min);
+  // 0 is "empty", so a row is reset by zeroing it (the runner does, when a sequence starts in
+  // the row), and writers fold with a plain or atomic max, in any order. Writers fold every fine
+  // summary they store into its group; page_select scores groups first and refines only the
+  // groups whose bound can still reach the chosen pages (kernels/cpu/page_select.h).
+  // group_pages == 0: one level, the coarse fields unused. The fine arrays above may live in
+  // host memory (pinned on a GPU: kernels read them through unified addressing).
+  void* coarse_kmin = nullptr;    // [num_rows, heads_per_block, max_groups, head_dim] u32
+  void* coarse_kmax = nullptr;    // same
+  int32_t group_pages = 0;        // physical pages per group; 0: one level
+  int32_t max_groups = 0;         // groups per row (ceil(max pages per sequence / group_pages))
+  int32_t num_rows = 0;           // rows of the coarse arrays
+  const int32_t* rows = nullptr;  // [num_seqs] the coarse row of each sequence of the step
+  bool two_level() const { return group_pages > 0 && coarse_kmin && coarse_kmax && rows; }
 };
 
 // How one kv head of a layer chooses the keys it attends to.
@@ -247,8 +283,11 @@ struct PageSelectParams {
   int32_t* selected = nullptr;          // [num_rows, num_kv_heads, max_selected] out
   int32_t* num_selected = nullptr;      // [num_rows, num_kv_heads] out
   int32_t max_selected = 0;             // >= max(3, budget_pages)
-  float* page_scores = nullptr;         // optional [num_seqs, num_kv_heads, max_pages] out
+  float* page_scores = nullptr;         // optional [num_seqs, num_kv_heads, max_pages] out; with
+                                        //   two levels, pages of groups not refined are -inf
   int32_t max_pages = 0;                // stride of page_scores
+  int32_t* refined_pages = nullptr;     // optional [num_seqs, num_kv_heads] out: physical pages
+                                        //   whose fine summaries were read (all, one level)
 };
 
 }  // namespace ls::kernels

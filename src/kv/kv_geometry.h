@@ -61,6 +61,7 @@ struct KvGeometry {
   int32_t page_tokens = 64;          // physical page (head-page) size
   int32_t logical_page_tokens = 16;  // summary granularity; divides page_tokens
   bool keep_summaries = false;       // retrieval heads keep key min/max per logical page
+  int32_t summary_group_pages = 0;   // > 0: a coarse summary level per group of this many pages
   HeadRoles roles;
 
   int32_t sink_tokens = 128;

@@ -202,6 +202,13 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   num_logit_rows_ = static_cast<int32_t>(step.logit_rows.size());
 
   if (pool_.tiered()) sync_tier(step);
+  // Two-level summaries: a sequence that starts in a row (new, or recomputing after preemption)
+  // finds the row's coarse level empty (the previous sequence's groups would bound nothing).
+  if (pool_.summaries().group_pages > 0) {
+    for (const StepSequence& s : step.seqs) {
+      if (s.kv_len == s.q_len) pool_.reset_coarse_row(backend_, s.slot);
+    }
+  }
   StepAttentionPlan plan;
   policy_.plan_step(step.seqs, plan);
   // A decode step (one token per sequence) has the same ops and pointers every time for a given
@@ -407,7 +414,10 @@ void ModelRunner::run_layer(int32_t layer, const TensorView& x, int32_t num_toke
   ap.streaming_blocks_stride = streaming_stride_;
   ap.ring_pages = meta_i32(layout_.ring_pages);
   ap.write_homes = config_.kv_save;
-  policy_.fill_append(layer, pool_.summaries(), ap);
+  // Two-level summaries keep their coarse level per sequence row: this step's rows.
+  kernels::PageSummaries summaries = pool_.summaries();
+  if (summaries.group_pages > 0) summaries.rows = meta_i32(layout_.cache_rows);
+  policy_.fill_append(layer, summaries, ap);
   backend_.kv_append(ap);  // and the policy's index, if it placed one
 
   LayerAttentionContext ctx;
@@ -426,7 +436,7 @@ void ModelRunner::run_layer(int32_t layer, const TensorView& x, int32_t num_toke
   ctx.selected_rows = meta_i32(layout_.selected_rows);
   ctx.select_rows = meta_i32(layout_.select_rows);
   ctx.retrieval = pool_.retrieval();
-  ctx.summaries = pool_.summaries();
+  ctx.summaries = summaries;
   if (any_select) policy_.select(backend_, ctx);
 
   kernels::AttentionParams p;

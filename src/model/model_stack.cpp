@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "attention/policy_registry.h"
 #include "backend/backend_factory.h"
@@ -196,6 +197,12 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
       }
     }
   }
+  if (g.summary_group_pages > 0) {
+    // The coarse summaries (per request row, u32 order keys) come out of the same device budget.
+    const int64_t pages = (stack->max_model_len + g.page_tokens - 1) / g.page_tokens;
+    const int64_t groups = (pages + g.summary_group_pages - 1) / g.summary_group_pages;
+    budget -= 2 * int64_t{o.max_num_seqs} * g.roles.num_retrieval() * groups * g.head_dim * 4;
+  }
   KvTierConfig tier;
   PoolSizes sizes;
   if (o.kv_offload && g.roles.num_retrieval() > 0) {
@@ -210,8 +217,16 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
     LS_ASSIGN_OR_RETURN(sizes, size_pools(g, o, stack->max_model_len, budget));
   }
   const int64_t requested_host_blocks = sizes.retrieval_blocks;
+  SummaryPlacement summaries;
+  if (g.summary_group_pages > 0) {
+    summaries.num_rows = o.max_num_seqs;
+    summaries.max_pages_per_seq =
+        static_cast<int32_t>((stack->max_model_len + g.page_tokens - 1) / g.page_tokens);
+    const std::string& where = o.attention.fine_summary_memory;
+    summaries.fine_on_host = where == "host" || (where == "auto" && tier.enabled);
+  }
   Result<KvPool> created = KvPool::create(g, backend, sizes.retrieval_blocks,
-                                          sizes.streaming_blocks, tier);
+                                          sizes.streaming_blocks, tier, summaries);
   // A host pool that cannot be pinned whole (locked-memory limits, fragmentation) shrinks by
   // halves, with a warning, while it still holds one sequence of max_model_len; never silently.
   const int32_t one_seq = (stack->max_model_len + g.page_tokens - 1) / g.page_tokens;
@@ -223,7 +238,8 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
                                     g.page_bytes()) / 1e6,
                 created.status().message());
     sizes.retrieval_blocks /= 2;
-    created = KvPool::create(g, backend, sizes.retrieval_blocks, sizes.streaming_blocks, tier);
+    created = KvPool::create(g, backend, sizes.retrieval_blocks, sizes.streaming_blocks, tier,
+                             summaries);
   }
   LS_ASSIGN_OR_RETURN(KvPool pool, std::move(created));
   if (tier.enabled) {
@@ -264,6 +280,14 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
       stack->policy->name(), g.roles.num_retrieval(), g.roles.num_streaming(), g.page_tokens,
       g.logical_page_tokens, static_cast<double>(stack->pool->bytes()) / 1e6,
       sizes.retrieval_blocks, sizes.streaming_blocks, stack->max_model_len);
+  if (g.summary_group_pages > 0) {
+    LS_LOG_INFO("page summaries in two levels: coarse per {} pages ({} tokens) on the device "
+                "{:.1f} MB, fine per logical page in {} {:.1f} MB",
+                g.summary_group_pages, g.summary_group_pages * g.page_tokens,
+                static_cast<double>(stack->pool->coarse_summary_bytes()) / 1e6,
+                stack->pool->fine_summaries_on_host() ? "host memory" : "device memory",
+                static_cast<double>(stack->pool->fine_summary_bytes()) / 1e6);
+  }
   if (stack->pool->tiered()) {
     LS_LOG_INFO("KV offload on: host pool {:.1f} MB ({}), device page cache {} head-pages per "
                 "request x {} requests ({:.1f} MB), {} LRU",

@@ -92,6 +92,17 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
   app.add_option("--select-interval", a.select_interval,
                  "Decode steps a page selection is reused for")
       ->capture_default_str();
+  app.add_option("--page-summary-levels", a.page_summary_levels,
+                 "Page summaries in 1 level, or 2: a coarse level per group of pages that page "
+                 "selection scores first, refining only the groups that can matter (same pages)")
+      ->capture_default_str();
+  app.add_option("--summary-group-pages", a.summary_group_pages,
+                 "Pages per coarse summary group with --page-summary-levels 2 (-1: 1024 tokens)")
+      ->capture_default_str();
+  app.add_option("--fine-summary-memory", a.fine_summary_memory,
+                 "Where the per-logical-page summaries live with 2 levels: auto (host with "
+                 "--kv-offload on), device or host")
+      ->capture_default_str();
   app.add_option("--sink-tokens", a.sink_tokens, "Attention-sink tokens of streaming heads")
       ->capture_default_str();
   app.add_option("--prefill-local-tokens", a.prefill_local_tokens,

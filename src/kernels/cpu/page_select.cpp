@@ -4,89 +4,20 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/page_select_common.h"
 #include "kernels/cpu/simd.h"
 
 namespace ls::kernels::cpu {
 
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+using detail::choose_from_scores;
+using detail::kNegInf;
+using detail::score_logical_pages;
+using detail::SelectItem;
+using detail::write_page_scores;
+
 constexpr int32_t kPagesPerUnit = 64;  // physical pages scored per parallel work unit
-constexpr int32_t kPrefetchPages = 8;  // how far ahead summaries are requested (~1 us of work)
-
-// One (sequence, kv head) to score.
-struct SelectItem {
-  int32_t seq = 0;
-  int32_t kv_head = 0;
-  int32_t row = 0;            // output row
-  int32_t num_pages = 0;      // physical pages holding tokens
-  int32_t num_logical = 0;    // logical pages holding tokens
-  int64_t bounds_offset = 0;  // into the bounds scratch: [padded_heads, num_logical] f32
-  int64_t q_offset = 0;       // into the query scratch: [padded_heads, head_dim] f32
-};
-
-// bounds[h][lp] = sum_d max(q_h[d] * kmax[lp][d], q_h[d] * kmin[lp][d]) for four heads at a
-// time (the query scratch is padded to a multiple of four heads with zeros).
-template <class S, DType kDt>
-void score_logical_pages(const PageSelectParams& p, const SelectItem& it, const float* q,
-                         int32_t padded_heads, int32_t page_begin, int32_t page_end,
-                         float* bounds) {
-  using V = typename S::V;
-  constexpr int64_t kW = S::kWidth;
-  const int64_t d = p.head_dim;
-  const int32_t lpp = p.summaries.logical_per_page;
-  const int32_t slot = p.head_slot[it.kv_head];
-  for (int32_t page = page_begin; page < page_end; ++page) {
-    const int32_t block =
-        p.retrieval_blocks[static_cast<int64_t>(it.seq) * p.retrieval_blocks_stride + page];
-    const int32_t lp_end = std::min(it.num_logical, (page + 1) * lpp);
-    if (page + kPrefetchPages < page_end) {  // summaries of a page ahead (pages are scattered)
-      const int32_t ahead =
-          p.retrieval_blocks[static_cast<int64_t>(it.seq) * p.retrieval_blocks_stride + page +
-                             kPrefetchPages];
-      if (ahead >= 0) {
-        const int64_t row = (static_cast<int64_t>(ahead) * p.heads_per_block + slot) * lpp * d;
-        const int64_t bytes = dtype_nbytes(kDt, lpp * d);
-        simd::prefetch_l2(static_cast<const char*>(p.summaries.kmax) + dtype_nbytes(kDt, row),
-                          bytes);
-        simd::prefetch_l2(static_cast<const char*>(p.summaries.kmin) + dtype_nbytes(kDt, row),
-                          bytes);
-      }
-    }
-    for (int32_t lp = page * lpp; lp < lp_end; ++lp) {
-      if (block < 0) {
-        for (int32_t h = 0; h < padded_heads; ++h)
-          bounds[h * int64_t{it.num_logical} + lp] = kNegInf;
-        continue;
-      }
-      const int64_t row =
-          ((static_cast<int64_t>(block) * p.heads_per_block + slot) * lpp + lp % lpp) * d;
-      for (int32_t h0 = 0; h0 < padded_heads; h0 += 4) {
-        V acc[4] = {S::zero(), S::zero(), S::zero(), S::zero()};
-        int64_t e = 0;
-        for (; e + kW <= d; e += kW) {
-          const V kx = simd::load_as_f32<S, kDt>(p.summaries.kmax, row + e);
-          const V kn = simd::load_as_f32<S, kDt>(p.summaries.kmin, row + e);
-          for (int j = 0; j < 4; ++j) {
-            const V qv = S::load(q + (h0 + j) * d + e);
-            acc[j] = S::add(acc[j], S::max(S::mul(qv, kx), S::mul(qv, kn)));
-          }
-        }
-        float sums[4];
-        S::reduce_add4(acc[0], acc[1], acc[2], acc[3], sums);
-        for (int j = 0; j < 4; ++j) {
-          for (int64_t t = e; t < d; ++t) {  // head_dim tail
-            const float qv = q[(h0 + j) * d + t];
-            sums[j] +=
-                std::max(qv * simd::load_as_f32<simd::Scalar, kDt>(p.summaries.kmax, row + t),
-                         qv * simd::load_as_f32<simd::Scalar, kDt>(p.summaries.kmin, row + t));
-          }
-          bounds[(h0 + j) * int64_t{it.num_logical} + lp] = sums[j];
-        }
-      }
-    }
-  }
-}
 
 // Group scores, physical-page max, top-K with the tie rule; writes the item's outputs.
 void choose_pages(const PageSelectParams& p, const SelectItem& it, int32_t group,
@@ -106,46 +37,15 @@ void choose_pages(const PageSelectParams& p, const SelectItem& it, int32_t group
       ps = std::max(ps, score);
     }
   }
-  if (p.page_scores) {
-    float* out =
-        p.page_scores + (static_cast<int64_t>(it.seq) * p.num_kv_heads + it.kv_head) * p.max_pages;
-    for (int32_t i = 0; i < p.max_pages; ++i) {
-      out[i] = i < it.num_pages ? page_score[static_cast<size_t>(i)] : kNegInf;
-    }
-  }
-
-  int32_t* sel =
-      p.selected + (static_cast<int64_t>(it.row) * p.num_kv_heads + it.kv_head) * p.max_selected;
-  int32_t count = 0;
-  if (it.num_pages <= p.budget_pages) {
-    count = std::min(it.num_pages, p.max_selected);
-    for (int32_t i = 0; i < count; ++i) sel[i] = i;
-  } else {
-    int32_t k = std::min(std::max(3, p.budget_pages), it.num_pages);
-    k = std::min(k, p.max_selected);
-    const int32_t candidates = it.num_pages - 1;
-    const int32_t take = std::max(0, std::min(k - 1, candidates));
-    order.resize(static_cast<size_t>(candidates));
-    for (int32_t i = 0; i < candidates; ++i) order[static_cast<size_t>(i)] = i;
-    const auto better = [&](int32_t a, int32_t b) {
-      const float sa = page_score[static_cast<size_t>(a)], sb = page_score[static_cast<size_t>(b)];
-      return sa > sb || (sa == sb && a < b);
-    };
-    if (take < candidates)
-      std::nth_element(order.begin(), order.begin() + take, order.end(), better);
-    std::sort(order.begin(), order.begin() + take);
-    for (int32_t i = 0; i < take; ++i) sel[i] = order[static_cast<size_t>(i)];
-    count = take;
-    if (k >= 1) sel[count++] = it.num_pages - 1;
-  }
-  for (int32_t i = count; i < p.max_selected; ++i) sel[i] = -1;
-  p.num_selected[static_cast<int64_t>(it.row) * p.num_kv_heads + it.kv_head] = count;
+  write_page_scores(p, it, page_score);
+  choose_from_scores(p, it, page_score, order);
 }
 
 void clear_head(const PageSelectParams& p, int32_t seq, int32_t row, int32_t g) {
   int32_t* sel = p.selected + (static_cast<int64_t>(row) * p.num_kv_heads + g) * p.max_selected;
   for (int32_t i = 0; i < p.max_selected; ++i) sel[i] = -1;
   p.num_selected[static_cast<int64_t>(row) * p.num_kv_heads + g] = 0;
+  if (p.refined_pages) p.refined_pages[static_cast<int64_t>(seq) * p.num_kv_heads + g] = 0;
   if (p.page_scores) {
     float* out = p.page_scores + (static_cast<int64_t>(seq) * p.num_kv_heads + g) * p.max_pages;
     for (int32_t i = 0; i < p.max_pages; ++i) out[i] = kNegInf;
@@ -223,6 +123,15 @@ void page_select(const PageSelectParams& p, ThreadPool& pool, Isa isa) {
         static_cast<const char*>(p.q) +
         (token * p.num_q_heads + static_cast<int64_t>(it.kv_head) * group) * q_row_bytes;
     convert_to_f32(p.q_dtype, src, q_scratch.data() + it.q_offset, group * d);
+  }
+
+  if (sm.two_level()) {
+    detail::select_two_level(p, items, q_scratch, bounds, group, padded_heads, pool, isa);
+    return;
+  }
+  if (p.refined_pages) {
+    for (const SelectItem& it : items)
+      p.refined_pages[static_cast<int64_t>(it.seq) * p.num_kv_heads + it.kv_head] = it.num_pages;
   }
 
   // Phase 1: bounds of every logical page, in units of kPagesPerUnit physical pages.

@@ -7,6 +7,27 @@
 
 namespace ls::kernels::cpu {
 
+namespace {
+
+// The coarse level (PageSummaries::group_pages): folds one logical page's stored summary (lo/hi,
+// as read back from the summary dtype) into its group's coarse row of the sequence's row, as
+// order keys that only grow (kmax: key(max), kmin: key(-min)).
+void fold_coarse(const PageSummaries& sm, int32_t row, int32_t heads_per_block, int32_t slot,
+                 int64_t group, int64_t d, const std::vector<float>& lo,
+                 const std::vector<float>& hi) {
+  if (row < 0 || row >= sm.num_rows || group >= sm.max_groups) return;
+  const int64_t offset =
+      ((static_cast<int64_t>(row) * heads_per_block + slot) * sm.max_groups + group) * d;
+  uint32_t* cmin = static_cast<uint32_t*>(sm.coarse_kmin) + offset;
+  uint32_t* cmax = static_cast<uint32_t*>(sm.coarse_kmax) + offset;
+  for (int64_t e = 0; e < d; ++e) {
+    cmin[e] = std::max(cmin[e], coarse_key(-lo[static_cast<size_t>(e)]));
+    cmax[e] = std::max(cmax[e], coarse_key(hi[static_cast<size_t>(e)]));
+  }
+}
+
+}  // namespace
+
 void page_summary_update(const SummaryUpdateParams& p, ThreadPool& pool) {
   const PageSummaries& sm = p.summaries;
   if (p.num_tokens <= 0 || p.num_kv_heads <= 0 || p.head_dim <= 0 || p.num_seqs <= 0) return;
@@ -22,6 +43,7 @@ void page_summary_update(const SummaryUpdateParams& p, ThreadPool& pool) {
 
   // One item per (sequence, kv head): each logical page's tokens are folded in order by one
   // thread, the page's first token initialising it.
+  const bool two_level = sm.two_level();
   const int64_t num_items = static_cast<int64_t>(p.num_seqs) * p.num_kv_heads;
   pool.parallel_for(num_items, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> key(static_cast<size_t>(d)), lo(static_cast<size_t>(d)),
@@ -76,6 +98,12 @@ void page_summary_update(const SummaryUpdateParams& p, ThreadPool& pool) {
           }
           convert_from_f32(lo.data(), sm.dtype, static_cast<char*>(sm.kmin) + offset, d);
           convert_from_f32(hi.data(), sm.dtype, static_cast<char*>(sm.kmax) + offset, d);
+          if (two_level) {  // the stored (rounded) values, so the coarse row bounds them exactly
+            convert_to_f32(sm.dtype, static_cast<const char*>(sm.kmin) + offset, lo.data(), d);
+            convert_to_f32(sm.dtype, static_cast<const char*>(sm.kmax) + offset, hi.data(), d);
+            fold_coarse(sm, sm.rows[s], p.heads_per_block, slot,
+                        pos / (static_cast<int64_t>(sm.group_pages) * p.page_tokens), d, lo, hi);
+          }
         }
         t += run;
       }

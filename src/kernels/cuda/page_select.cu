@@ -30,51 +30,29 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/dispatch.cuh"
 #include "kernels/cuda/paged_ops.h"
+#include "kernels/cuda/page_select_common.cuh"
 #include "kernels/cuda/pdl_launch.cuh"
 
 namespace ls::kernels::cuda {
 
 namespace {
 
+using select_detail::item_info;
+using select_detail::ItemInfo;
+using select_detail::kMaxGroup;
+using select_detail::kMaxHeadDim;
+using select_detail::order_key;
+using select_detail::q_at;
+
 constexpr int kBoundsThreads = 128;
 constexpr int kBoundsVecs = 2;  // 16-byte vectors of each summary a bounds thread loads at once
 constexpr int kChooseThreads = 512;
 constexpr int kChooseWarps = kChooseThreads / 32;
-constexpr int kMaxGroup = 64;
-constexpr int kMaxHeadDim = 256;
 // Pages whose keys choose_kernel keeps in shared memory (with its static arrays, under the 48 KB
 // default).
 constexpr int kSmemKeysMax = 10 * 1024;
 static_assert(kChooseWarps <= 32, "choose_kernel reduces the warps' values with one warp");
 static_assert(kChooseThreads >= 256, "choose_kernel clears the 256 radix bins one per thread");
-
-// What both kernels need to agree on for one (sequence, kv head) item.
-struct ItemInfo {
-  bool selected = false;  // scored and chosen (else cleared, when row >= 0)
-  int32_t row = -1;
-  int32_t num_pages = 0;
-  int32_t num_logical = 0;
-  int32_t slot = 0;
-  int64_t q_token = 0;  // the query row that scores the item
-};
-
-// Every load is issued before any result is used (all indices are in range; no early return), so
-// the metadata costs one round trip. Only `row` means anything when row < 0.
-__device__ inline ItemInfo item_info(const PageSelectParams& p, bool geometry_ok, int32_t s,
-                                     int32_t g) {
-  const int32_t row = p.out_rows[s], kv_len = p.kv_lens[s], mode = p.head_mode[g];
-  const int32_t slot = p.head_slot[g], q_begin = p.q_indptr[s], q_end = p.q_indptr[s + 1];
-  ItemInfo it;
-  it.row = row;
-  it.num_pages = kv_len > 0 && p.page_tokens > 0 ? (kv_len - 1) / p.page_tokens + 1 : 0;
-  it.selected = row >= 0 && mode == static_cast<int32_t>(HeadMode::kSelected) && geometry_ok &&
-                it.num_pages > 0 && it.num_pages <= p.retrieval_blocks_stride && slot >= 0 &&
-                slot < p.heads_per_block && q_end > q_begin;
-  if (it.selected) it.num_logical = (kv_len - 1) / p.summaries.logical_page_tokens + 1;
-  it.slot = slot;
-  it.q_token = q_end - 1;
-  return it;
-}
 
 __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
@@ -84,18 +62,6 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
 template <typename T>
 __device__ __forceinline__ float vec_elem(const uint4& raw, int i) {
   return to_f32(reinterpret_cast<const T*>(&raw)[i]);
-}
-
-// Element i of the query rows as f32 (q_dtype is a float type: the launcher checks).
-__device__ __forceinline__ float q_at(const void* q, DType dt, int64_t i) {
-  switch (dt) {
-    case DType::kBF16:
-      return to_f32(static_cast<const __nv_bfloat16*>(q)[i]);
-    case DType::kF16:
-      return to_f32(static_cast<const __half*>(q)[i]);
-    default:
-      return static_cast<const float*>(q)[i];
-  }
 }
 
 // Adds sum_{e in [e0, e0 + V)} max(q_h[e] kx[e], q_h[e] kn[e]) to acc[hh] for the heads
@@ -133,10 +99,21 @@ __device__ __forceinline__ void vec_bound_terms(const float* q_smem, int d, int 
 // heads whose bounds a thread accumulates at once (the group rounded up to a power of two, at most
 // 8: registers, hence blocks per SM, follow it). kVec: 16-byte loads of the summaries (head_dim a
 // multiple of the vector, both arrays 16-byte aligned); else scalar loads (parts == 1).
-template <typename Tm, int kHeads, bool kVec>
+// kListed (two-level refinement, page_select_two_level.cu): the item's pages are those of the
+// groups list[item * list_stride + i], i < count[item], of group_pages pages each, visited in
+// that order; everything else (the arithmetic above all, so the bounds are bit-identical) is the
+// same.
+struct PageList {
+  const int32_t* list = nullptr;   // [items, stride] group indices
+  const int32_t* count = nullptr;  // [items]
+  int32_t stride = 0;
+  int32_t group_pages = 0;
+};
+
+template <typename Tm, int kHeads, bool kVec, bool kListed>
 __global__ void __launch_bounds__(kBoundsThreads, kHeads <= 4 ? 8 : 6)
     bounds_kernel(const PageSelectParams p, float* pmax, int32_t max_pages_ws, int lanes_log2,
-                  int32_t per, int parts_log2) {
+                  int32_t per, int parts_log2, PageList pl) {
   extern __shared__ float4 q_smem4[];  // [group, head_dim] f32
   float* q_smem = reinterpret_cast<float*>(q_smem4);
   pdl_wait();  // pmax may be the previous kernel's scratch; q its output
@@ -150,13 +127,37 @@ __global__ void __launch_bounds__(kBoundsThreads, kHeads <= 4 ? 8 : 6)
   const int32_t part = tid & (parts - 1);
   const int32_t lane_lp = (tid >> parts_log2) & ((1 << lanes_log2) - 1);
   int32_t page0 = static_cast<int32_t>(blockIdx.x) * pages_per_block;
-  int32_t page = page0 + (tid >> page_log2);  // this thread's physical page
-  // Its block-table entry, loaded together with the item's metadata (one round trip; `page` is
-  // inside the table row even when past the item's pages).
+  int32_t vpage = page0 + (tid >> page_log2);  // this thread's page in visiting order
   const int32_t* table = p.retrieval_blocks + static_cast<int64_t>(s) * p.retrieval_blocks_stride;
-  int32_t block = page < p.retrieval_blocks_stride ? table[page] : -1;
-  const ItemInfo it = item_info(p, true, s, g);
-  if (!it.selected || page0 >= it.num_pages) return;  // uniform over the block
+  int32_t page = vpage;  // the physical page (num_pages when vpage lists none)
+  int32_t block = -1;
+  int32_t span = 0;  // pages in visiting order
+  const int32_t* listed = nullptr;
+  ItemInfo it;
+  const auto physical = [&](int32_t v) {
+    if constexpr (kListed) {
+      if (v >= span) return it.num_pages;
+      const int32_t pg = listed[v / pl.group_pages] * pl.group_pages + v % pl.group_pages;
+      return min(pg, it.num_pages);
+    } else {
+      return v;
+    }
+  };
+  if constexpr (kListed) {
+    it = item_info(p, true, s, g);
+    listed = pl.list + static_cast<int64_t>(item) * pl.stride;
+    span = it.selected ? pl.count[item] * pl.group_pages : 0;
+    if (!it.selected || page0 >= span) return;  // uniform over the block
+    page = physical(vpage);
+    block = page < it.num_pages ? table[page] : -1;
+  } else {
+    // Its block-table entry, loaded together with the item's metadata (one round trip; `page`
+    // is inside the table row even when past the item's pages).
+    block = page < p.retrieval_blocks_stride ? table[page] : -1;
+    it = item_info(p, true, s, g);
+    span = it.num_pages;
+    if (!it.selected || page0 >= it.num_pages) return;  // uniform over the block
+  }
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int d = p.head_dim;
   const int32_t lpp = p.summaries.logical_per_page;
@@ -183,8 +184,9 @@ __global__ void __launch_bounds__(kBoundsThreads, kHeads <= 4 ? 8 : 6)
 
   constexpr int V = kVec ? kVecElems<Tm> : 1;
   float* out = pmax + static_cast<int64_t>(item) * group * max_pages_ws;
-  for (; page0 < it.num_pages; page0 += grid_pages, page += grid_pages) {  // uniform
-    const int32_t next_page = page + grid_pages;
+  for (; page0 < span; page0 += grid_pages, vpage += grid_pages) {  // uniform
+    page = physical(vpage);
+    const int32_t next_page = physical(vpage + grid_pages);
     const int32_t next_block = next_page < it.num_pages ? table[next_page] : -1;
     for (int h0 = 0; h0 < group; h0 += kHeads) {
       const int nh = min(kHeads, group - h0);
@@ -269,12 +271,6 @@ __global__ void __launch_bounds__(kBoundsThreads, kHeads <= 4 ? 8 : 6)
     block = next_block;
   }
   pdl_launch_dependents();  // choose_kernel may start; it waits for this grid to finish
-}
-
-// Monotone map of a float to an unsigned key: a > b (as floats, no NaN) iff key(a) > key(b).
-__device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t u = __float_as_uint(f);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
 // Inclusive prefix sum over the warp's lanes.
@@ -542,7 +538,7 @@ Sizes sizes_for(const PageSelectParams& p) {
 
 int64_t page_select_workspace_bytes(const PageSelectParams& p) {
   const Sizes z = sizes_for(p);
-  return (z.pmax_floats + z.key_words) * 4 + 256;
+  return (z.pmax_floats + z.key_words) * 4 + 256 + select_detail::two_level_workspace_bytes(p);
 }
 
 // Workspace: pmax [items, group, max_pages] f32, then page keys [items, max_pages] u32 (used when
@@ -581,54 +577,91 @@ Status page_select(const PageSelectParams& p, void* workspace, int64_t workspace
   }
   float* pmax = static_cast<float*>(workspace);
   uint32_t* keys = reinterpret_cast<uint32_t*>(pmax + z.pmax_floats);
-  const int32_t items = p.num_seqs * p.num_kv_heads;
-  if (geometry_ok) {
-    // Lanes per physical page: the largest power of two <= 32 dividing logical_per_page; parts
-    // per logical page: a power of two dividing head_dim's vectors, at most 32 / lanes threads
-    // per page, until a part has at most kBoundsVecs vectors.
-    const int32_t lpp = sm.logical_per_page;
-    int32_t lanes = 1;
-    while (lanes < 32 && lpp % (lanes * 2) == 0) lanes *= 2;
-    const int32_t per = lpp / lanes;
-    LS_RETURN_IF_ERROR(dispatch_float(sm.dtype, "page_select", [&]<typename Tm>() {
-      const size_t smem = static_cast<size_t>(z.group) * p.head_dim * sizeof(float);
-      const bool vec = p.head_dim % kVecElems<Tm> == 0 && aligned16(sm.kmin) && aligned16(sm.kmax);
-      int32_t parts = 1;
-      if (vec) {
-        const int32_t vecs = p.head_dim / kVecElems<Tm>;
-        while (lanes * parts * 2 <= 32 && vecs % (parts * 2) == 0 && vecs / parts > kBoundsVecs) {
-          parts *= 2;
-        }
-      }
-      // Enough blocks to fill the GPU twice over (about 8 resident per SM) when every item is
-      // selected; more pages than that loop in each block.
-      const int32_t pages_per_block = kBoundsThreads / (lanes * parts);
-      const int64_t want = (p.retrieval_blocks_stride + pages_per_block - 1) / pages_per_block;
-      const int64_t cap = (int64_t{132} * 16 + items - 1) / items;
-      const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(want, cap))),
-                      static_cast<unsigned>(items));
-      const auto log2 = [](int32_t pow2) { return std::countr_zero(static_cast<uint32_t>(pow2)); };
-      const auto launch = [&]<int kHeads>() {
-        if (vec) {
-          return launch_pdl(bounds_kernel<Tm, kHeads, true>, grid, kBoundsThreads, smem, stream,
-                            "page_select bounds", p, pmax, z.max_pages, log2(lanes), per,
-                            log2(parts));
-        }
-        return launch_pdl(bounds_kernel<Tm, kHeads, false>, grid, kBoundsThreads, smem, stream,
-                          "page_select bounds", p, pmax, z.max_pages, log2(lanes), per,
-                          log2(parts));
-      };
-      if (z.group <= 1) return launch.template operator()<1>();
-      if (z.group <= 2) return launch.template operator()<2>();
-      if (z.group <= 4) return launch.template operator()<4>();
-      return launch.template operator()<8>();
-    }));
+  if (geometry_ok && sm.two_level()) {  // page_select_two_level.cu; the same pages
+    char* extra = static_cast<char*>(workspace) + (z.pmax_floats + z.key_words) * 4 + 256;
+    return select_detail::page_select_two_level(p, pmax, keys, z.max_pages, extra, stream);
   }
-  const bool keys_in_smem = z.max_pages <= kSmemKeysMax;
-  const size_t choose_smem = keys_in_smem ? static_cast<size_t>(z.max_pages) * 4 : 0;
+  if (geometry_ok) {
+    LS_RETURN_IF_ERROR(select_detail::launch_bounds(p, pmax, z.max_pages, nullptr, nullptr, 0,
+                                                    stream));
+  }
+  return select_detail::launch_choose(p, geometry_ok, pmax, keys, z.max_pages, stream);
+}
+
+namespace select_detail {
+
+Status launch_bounds(const PageSelectParams& p, float* pmax, int32_t max_pages_ws,
+                     const int32_t* list, const int32_t* count, int32_t list_stride,
+                     cudaStream_t stream) {
+  const PageSummaries& sm = p.summaries;
+  const Sizes z = sizes_for(p);
+  const int32_t items = p.num_seqs * p.num_kv_heads;
+  PageList pl;
+  pl.list = list;
+  pl.count = count;
+  pl.stride = list_stride;
+  pl.group_pages = sm.group_pages;
+  (void)max_pages_ws;  // == z.max_pages
+  // Lanes per physical page: the largest power of two <= 32 dividing logical_per_page; parts
+  // per logical page: a power of two dividing head_dim's vectors, at most 32 / lanes threads
+  // per page, until a part has at most kBoundsVecs vectors.
+  const int32_t lpp = sm.logical_per_page;
+  int32_t lanes = 1;
+  while (lanes < 32 && lpp % (lanes * 2) == 0) lanes *= 2;
+  const int32_t per = lpp / lanes;
+  return dispatch_float(sm.dtype, "page_select", [&]<typename Tm>() {
+    const size_t smem = static_cast<size_t>(z.group) * p.head_dim * sizeof(float);
+    const bool vec = p.head_dim % kVecElems<Tm> == 0 && aligned16(sm.kmin) && aligned16(sm.kmax);
+    int32_t parts = 1;
+    if (vec) {
+      const int32_t vecs = p.head_dim / kVecElems<Tm>;
+      while (lanes * parts * 2 <= 32 && vecs % (parts * 2) == 0 && vecs / parts > kBoundsVecs) {
+        parts *= 2;
+      }
+    }
+    // Enough blocks to fill the GPU twice over (about 8 resident per SM) when every item is
+    // selected; more pages than that loop in each block.
+    const int32_t pages_per_block = kBoundsThreads / (lanes * parts);
+    const int64_t want = (p.retrieval_blocks_stride + pages_per_block - 1) / pages_per_block;
+    const int64_t cap = (int64_t{132} * 16 + items - 1) / items;
+    const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(want, cap))),
+                    static_cast<unsigned>(items));
+    const auto log2 = [](int32_t pow2) { return std::countr_zero(static_cast<uint32_t>(pow2)); };
+    const auto launch_heads = [&]<int kHeads, bool kL>() {
+      if (vec) {
+        return launch_pdl(bounds_kernel<Tm, kHeads, true, kL>, grid, kBoundsThreads, smem, stream,
+                          "page_select bounds", p, pmax, z.max_pages, log2(lanes), per,
+                          log2(parts), pl);
+      }
+      return launch_pdl(bounds_kernel<Tm, kHeads, false, kL>, grid, kBoundsThreads, smem, stream,
+                        "page_select bounds", p, pmax, z.max_pages, log2(lanes), per,
+                        log2(parts), pl);
+    };
+    const auto launch = [&]<int kHeads>() {
+      if (pl.list) return launch_heads.template operator()<kHeads, true>();
+      return launch_heads.template operator()<kHeads, false>();
+    };
+    if (z.group <= 1) return launch.template operator()<1>();
+    if (z.group <= 2) return launch.template operator()<2>();
+    if (z.group <= 4) return launch.template operator()<4>();
+    return launch.template operator()<8>();
+  });
+}
+
+}  // namespace select_detail
+
+namespace select_detail {
+
+Status launch_choose(const PageSelectParams& p, bool geometry_ok, const float* pmax,
+                     uint32_t* keys, int32_t max_pages_ws, cudaStream_t stream) {
+  const int32_t items = p.num_seqs * p.num_kv_heads;
+  const bool keys_in_smem = max_pages_ws <= kSmemKeysMax;
+  const size_t choose_smem = keys_in_smem ? static_cast<size_t>(max_pages_ws) * 4 : 0;
   return launch_pdl(choose_kernel, dim3(static_cast<unsigned>(items)), kChooseThreads, choose_smem,
-                    stream, "page_select choose", p, geometry_ok, pmax, keys, z.max_pages,
+                    stream, "page_select choose", p, geometry_ok, pmax, keys, max_pages_ws,
                     keys_in_smem);
 }
+
+}  // namespace select_detail
 
 }  // namespace ls::kernels::cuda

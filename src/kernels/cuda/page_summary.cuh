@@ -24,6 +24,15 @@ namespace ls::kernels::cuda {
 
 constexpr int kSummaryElemsPerLane = 8;  // head_dim <= 256
 
+// kernels::coarse_key on the device (PageSummaries' coarse rows are these order keys).
+__device__ __forceinline__ unsigned int coarse_key_device(float f) {
+  const unsigned int u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float coarse_value_device(unsigned int key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
 // Whether `p` asks for any work: false when no summaries are kept or the batch is empty (as
 // kernels/cpu: nothing to do); an error naming `what` for a head_dim a warp cannot hold or a
 // missing array.
@@ -115,6 +124,27 @@ __device__ __forceinline__ void page_summary_item(const SummaryUpdateParams& p, 
     if (e < d) {
       kmin[e] = from_f32<Tm>(lo[j]);
       kmax[e] = from_f32<Tm>(hi[j]);
+    }
+  }
+  // Two levels: the stored (rounded) extremes folded into the group's coarse row of the
+  // sequence's row with atomic maxima of order keys (several runs of one group may land in the
+  // same launch; a max needs no order). The row was zeroed when the sequence started in it.
+  if (sm.group_pages > 0 && sm.coarse_kmin && sm.coarse_kmax && sm.rows) {
+    const int32_t row = sm.rows[tp.seq];
+    const int64_t grp = pos / (static_cast<int64_t>(sm.group_pages) * p.page_tokens);
+    if (row >= 0 && row < sm.num_rows && grp < sm.max_groups) {
+      const int64_t coff =
+          ((static_cast<int64_t>(row) * p.heads_per_block + slot) * sm.max_groups + grp) * d;
+      auto* cmin = static_cast<unsigned int*>(sm.coarse_kmin) + coff;
+      auto* cmax = static_cast<unsigned int*>(sm.coarse_kmax) + coff;
+#pragma unroll
+      for (int j = 0; j < kSummaryElemsPerLane; ++j) {
+        const int e = lane + 32 * j;
+        if (e < d) {
+          atomicMax(cmin + e, coarse_key_device(-to_f32(from_f32<Tm>(lo[j]))));
+          atomicMax(cmax + e, coarse_key_device(to_f32(from_f32<Tm>(hi[j]))));
+        }
+      }
     }
   }
 }
