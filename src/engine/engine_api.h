@@ -67,6 +67,10 @@ struct EngineStats {
   int64_t kv_offload_hits_total = 0;    // mandatory pages found in the device cache
   int64_t kv_offload_misses_total = 0;  // pages copied from host memory
   int64_t kv_offload_bytes_total = 0;   // host-to-device bytes of those copies
+  // K/V page format (docs/kv-quantization.md) and the cache bytes one token of context adds
+  // (retrieval heads, all layers, K + V, scales and summaries included).
+  std::string kv_cache_dtype;
+  double kv_bytes_per_token = 0.0;
 };
 
 class Engine {

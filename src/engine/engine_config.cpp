@@ -1,5 +1,7 @@
 #include "engine/engine_config.h"
 
+#include "kv/kv_geometry.h"
+
 namespace ls {
 
 Status EngineConfig::validate() const {
@@ -31,6 +33,7 @@ Status EngineConfig::validate() const {
     return invalid_argument("--kv-cache-replacement must be bucketed-lru or lru (got '{}')",
                             kv_cache_replacement);
   }
+  LS_RETURN_IF_ERROR(parse_kv_cache_dtype(kv_cache_dtype).status());
   return attention.validate();
 }
 

@@ -30,6 +30,9 @@ struct EngineConfig {
   int64_t device_kv_cache_bytes = 0;     // device page cache; 0: from offload_buffer_ratio
   double offload_buffer_ratio = 4.0;     // auto cache: decode steps' worth of pages per request
   std::string kv_cache_replacement = "bucketed-lru";  // bucketed-lru | lru
+  // K/V page format (docs/kv-quantization.md): auto (the backend's activation dtype) | bf16 |
+  // fp8 | int8 | int4.
+  std::string kv_cache_dtype = "auto";
 
   Status validate() const;
 };

@@ -65,6 +65,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   o.device_kv_cache_bytes = config.device_kv_cache_bytes;
   o.offload_buffer_ratio = config.offload_buffer_ratio;
   o.kv_plain_lru = config.kv_cache_replacement == "lru";
+  LS_ASSIGN_OR_RETURN(o.kv_cache_dtype, parse_kv_cache_dtype(config.kv_cache_dtype));
   LS_ASSIGN_OR_RETURN(std::unique_ptr<EngineModel> model, EngineModel::load(o));
 
   std::shared_ptr<const Tokenizer> tokenizer;
@@ -321,6 +322,9 @@ EngineStats EngineCore::stats() const {
   s.kv_offload_hits_total = t.hits;
   s.kv_offload_misses_total = t.misses;
   s.kv_offload_bytes_total = t.bytes_retrieved;
+  const KvGeometry& g = kv_->geometry();
+  s.kv_cache_dtype = std::string(g.page_format_name());
+  s.kv_bytes_per_token = g.retrieval_bytes_per_token();
   return s;
 }
 

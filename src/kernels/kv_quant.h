@@ -112,44 +112,63 @@ LS_KVQ_HD float e4m3_to_f32(uint8_t c) {
 
 // ---- one token row ----
 
+// A row's statistics: min, max, max |x| and whether every value is finite. Order-independent
+// (fmin / fmax are exact), so a warp reduction gives the same bits as the serial loop.
+struct KvRowStats {
+  float mn = INFINITY;
+  float mx = -INFINITY;
+  float amax = 0.0f;
+  bool finite = true;
+};
+LS_KVQ_HD void kv_row_stats_add(KvRowStats& s, float v) {
+  s.finite = s.finite && std::isfinite(v);
+  s.mn = std::fmin(s.mn, v);
+  s.mx = std::fmax(s.mx, v);
+  s.amax = std::fmax(s.amax, std::fabs(v));
+}
+LS_KVQ_HD void kv_row_stats_merge(KvRowStats& s, const KvRowStats& o) {
+  s.finite = s.finite && o.finite;
+  s.mn = std::fmin(s.mn, o.mn);
+  s.mx = std::fmax(s.mx, o.mx);
+  s.amax = std::fmax(s.amax, o.amax);
+}
+
+// The row's parameters (kv_quant_params_per_token floats) from its statistics.
+LS_KVQ_HD void kv_quant_params(KvQuant q, const KvRowStats& s, float* params) {
+  if (q == KvQuant::kFp8) {
+    params[0] = !s.finite ? NAN : (s.amax > 0.0f ? s.amax / kFp8E4m3Max : 1.0f);
+    return;
+  }
+  const float qmax = q == KvQuant::kInt4 ? 15.0f : 255.0f;
+  float scale = (s.mx - s.mn) / qmax;
+  if (!(scale > 0.0f)) scale = 1.0f;  // constant row: every code 0, x^ = zero = x exactly
+  params[0] = s.finite ? scale : NAN;
+  params[1] = s.finite ? s.mn : 0.0f;
+}
+
+// The (unpacked) code of one value under the row's parameters; 0 for a non-finite row.
+LS_KVQ_HD uint8_t kv_quant_code(KvQuant q, float x, const float* params) {
+  const float scale = params[0];
+  if (!(scale == scale)) return 0;
+  if (q == KvQuant::kFp8) return f32_to_e4m3(x / scale);
+  const float qmax = q == KvQuant::kInt4 ? 15.0f : 255.0f;
+  return static_cast<uint8_t>(std::fmin(qmax, std::fmax(0.0f, std::rint((x - params[1]) / scale))));
+}
+
 // Quantizes x[0, head_dim) into codes (kv_quant_row_code_bytes bytes) and params
 // (kv_quant_params_per_token floats).
 LS_KVQ_HD void kv_quantize_row(KvQuant q, const float* x, int32_t head_dim, uint8_t* codes,
                                float* params) {
-  bool finite = true;
-  float mn = INFINITY, mx = -INFINITY, amax = 0.0f;
-  for (int32_t e = 0; e < head_dim; ++e) {
-    const float v = x[e];
-    finite = finite && std::isfinite(v);
-    mn = std::fmin(mn, v);
-    mx = std::fmax(mx, v);
-    amax = std::fmax(amax, std::fabs(v));
-  }
-  if (q == KvQuant::kFp8) {
-    float scale = amax > 0.0f ? amax / kFp8E4m3Max : 1.0f;
-    if (!finite) scale = NAN;
-    params[0] = scale;
-    for (int32_t e = 0; e < head_dim; ++e) codes[e] = finite ? f32_to_e4m3(x[e] / scale) : 0;
+  KvRowStats s;
+  for (int32_t e = 0; e < head_dim; ++e) kv_row_stats_add(s, x[e]);
+  kv_quant_params(q, s, params);
+  if (q != KvQuant::kInt4) {
+    for (int32_t e = 0; e < head_dim; ++e) codes[e] = kv_quant_code(q, x[e], params);
     return;
   }
-  const float qmax = q == KvQuant::kInt4 ? 15.0f : 255.0f;
-  float scale = (mx - mn) / qmax;
-  if (!(scale > 0.0f)) scale = 1.0f;  // constant row: every code 0, x^ = zero = x exactly
-  if (!finite) scale = NAN;
-  const float zero = finite ? mn : 0.0f;
-  params[0] = scale;
-  params[1] = zero;
-  for (int32_t e = 0; e < head_dim; ++e) {
-    const float c = finite ? std::fmin(qmax, std::fmax(0.0f, std::rint((x[e] - zero) / scale)))
-                           : 0.0f;
-    const auto u = static_cast<uint8_t>(c);
-    if (q == KvQuant::kInt8) {
-      codes[e] = u;
-    } else if ((e & 1) == 0) {
-      codes[e >> 1] = u;
-    } else {
-      codes[e >> 1] = static_cast<uint8_t>(codes[e >> 1] | (u << 4));
-    }
+  for (int32_t e = 0; e < head_dim; e += 2) {
+    const uint8_t hi = e + 1 < head_dim ? kv_quant_code(q, x[e + 1], params) : 0;
+    codes[e >> 1] = static_cast<uint8_t>(kv_quant_code(q, x[e], params) | (hi << 4));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attention/attention_config.h"
+#include "kv/kv_geometry.h"
 
 namespace ls {
 
@@ -28,6 +29,7 @@ struct ModelStackOptions {
   int64_t device_kv_cache_bytes = 0;  // the page cache; 0: from offload_buffer_ratio
   double offload_buffer_ratio = 4.0;  // auto cache per request: this many decode steps' pages
   bool kv_plain_lru = false;          // plain LRU instead of Spin's bucketed LRU
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;  // K/V page format (docs/kv-quantization.md)
 };
 
 }  // namespace ls
