@@ -57,15 +57,20 @@ Result<PoolSizes> size_pools(const KvGeometry& g, const ModelStackOptions& o, in
 }
 
 // Refuses a K/V page format the backend's kernels cannot read, at start-up, instead of computing
-// attention wrongly. The CPU kernels read every format; the CUDA kernels read pages in the
-// activation dtype only (their quantized paths are docs/kv-quantization.md's open items).
+// attention wrongly. The CPU kernels read every format. The CUDA kernels keep float pages in the
+// activation dtype, and read quantized pages at head_dim 64 and 128 (kernels/cuda/attention.cu:
+// the decode kernel and the mma.sync prefill kernel have quantized instantiations there only).
 Status check_kv_format(const KvGeometry& g, const Backend& backend) {
   if (backend.device() == Device::kCpu) return {};
   if (g.quant() != kernels::KvQuant::kNone) {
-    return unimplemented(
-        "--kv-cache-dtype {}: the CUDA attention kernels do not read {} pages yet; use "
-        "--kv-cache-dtype auto (or run on --device cpu, which reads every format)",
-        kv_cache_dtype_name(g.cache_dtype), g.page_format_name());
+    if (g.head_dim != 64 && g.head_dim != 128) {
+      return unimplemented(
+          "--kv-cache-dtype {}: the CUDA attention kernels read {} pages at head_dim 64 and 128, "
+          "the model has head_dim {}; use --kv-cache-dtype auto (or --device cpu, which reads "
+          "every format)",
+          kv_cache_dtype_name(g.cache_dtype), g.page_format_name(), g.head_dim);
+    }
+    return {};
   }
   if (g.page_dtype() != g.dtype) {
     return unimplemented(
