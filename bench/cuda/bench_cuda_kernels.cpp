@@ -7,7 +7,9 @@
 //    wgmma kernel with both key blocks ("kernel", "warps", "key_block" fields);
 //  - decode attention for batches of B tokens at context C: dense, and lserve (4 kv heads with
 //    pages chosen by the GPU page selector under a 4096-token budget, 4 streaming heads with 128
-//    sinks and a 256-token window); the bytes the kernel must read, the achieved bandwidth and
+//    sinks and a 256-token window), per K/V page format (--kv-formats bf16,fp8,int8,int4, field
+//    kv_format: the quantized formats run the quantized decode kernel); the bytes the kernel must
+//    read (codes and per-token scales for quantized pages), the achieved bandwidth and
 //    its share of the measured copy bandwidth. Decode calls are captured in a CUDA graph of many
 //    calls that rotate over several copies of the KV cache (more bytes than the L2 holds), and
 //    timed by replaying it. The page selection is timed eagerly (select_us, one call, host gaps
@@ -43,15 +45,16 @@
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
 //        [--decode-l2-prefetch 1,0] [--decode-prewait-prefetch 0,2,4]
 //        [--decode-min-blocks 0,2,8] [--decode-ticketed -1,0,1] [--decode-chunk-blocks 1,2]
-//        [--decode-rounds 3] [--decode-trace FILE]
 //        [--sections select --select-contexts 32768,131072,262144 --select-data random,planted
 //         --select-fine device,host --summary-group-pages 16]
+//        [--decode-rounds 3] [--decode-trace FILE] [--kv-formats bf16,fp8,int8,int4]
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -61,6 +64,7 @@
 #include "bench_common.h"
 #include "bench_select.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/kv_quant.h"
 
 namespace ls::bench {
 namespace {
@@ -449,9 +453,13 @@ void write_decode_trace(Device& dev, std::FILE* trace, const std::string& label,
   std::fflush(trace);
 }
 
+// `formats`: K/V page formats to time (kNone: bf16 pages; fp8 / int8 / int4: quantized pages,
+// kernels/kv_quant.h, read by the quantized decode kernel). Quantized pages are smaller, so the
+// bf16-sized pools hold them too; their bytes are random (timing does not depend on the values).
 void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batches,
                   const std::vector<int64_t>& contexts, double copy_bps,
-                  const std::vector<DecodeVariant>& variants, int64_t rounds, std::FILE* trace) {
+                  const std::vector<DecodeVariant>& variants, int64_t rounds, std::FILE* trace,
+                  const std::vector<kernels::KvQuant>& formats) {
   int64_t max_tokens = 0;
   for (int64_t b : batches) {
     for (int64_t c : contexts) max_tokens = std::max(max_tokens, b * c);
@@ -479,170 +487,186 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
   fill(dev, pools.kmax.data(), summary_bytes / 2, 34, 0.0f, 1.0f);
   std::mt19937 rng(9);
 
-  for (const bool lserve : {false, true}) {
-    if (!dev.wants(lserve)) continue;
-    for (const int64_t B : batches) {
-      for (const int64_t C : contexts) {
-        const int32_t pages = static_cast<int32_t>((C + kPage - 1) / kPage);
-        const Heads h = make_heads(lserve, lserve ? HeadMode::kSelected : HeadMode::kCausal);
-        const int32_t view_blocks = static_cast<int32_t>(lserve ? 2 * blocks : blocks);
-        const int64_t used = B * pages;
-        if (used > view_blocks) {
-          out.write(fmt::format(
-              R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "skipped": "pool too small"}})",
-              lserve ? "lserve" : "dense", B, C));
-          continue;
-        }
-        // Bytes one call must read (K and V rows of every visited page row below kv_len).
-        const int32_t budget_pages = 4096 / kPage;
-        const int64_t sel_rows = pages <= budget_pages ? C
-                                                       : int64_t{budget_pages - 1} * kPage +
-                                                             (C - int64_t{pages - 1} * kPage);
-        const int64_t rows_per_seq =
-            lserve ? (kKvHeads / 2) * (sel_rows + streaming_rows(C, 256)) : int64_t{kKvHeads} * C;
-        const int64_t bytes_per_call = B * rows_per_seq * 2 * kRowBytes;
-        const int64_t replicas = std::clamp<int64_t>(
-            std::min<int64_t>(view_blocks / used,
-                              (4 * dev.l2_bytes + bytes_per_call - 1) / bytes_per_call),
-            1, 16);
-
-        Buffer q = alloc(dev, B * kQHeads * kRowBytes), o = alloc(dev, B * kQHeads * kRowBytes);
-        fill(dev, q.data(), B * kQHeads * kD, 41, -2, 2);
-        std::vector<int32_t> indptr(static_cast<size_t>(B + 1)),
-            lens(static_cast<size_t>(B), static_cast<int32_t>(C));
-        std::iota(indptr.begin(), indptr.end(), 0);
-        std::vector<int32_t> rows(static_cast<size_t>(B));
-        std::iota(rows.begin(), rows.end(), 0);
-        Buffer d_indptr = upload(dev, indptr), d_lens = upload(dev, lens),
-               d_rows = upload(dev, rows);
-        Buffer modes = upload(dev, h.mode), slots = upload(dev, h.slot);
-        const int32_t ring = (256 + kPage - 1) / kPage + 1;
-        Buffer rings = upload(dev, std::vector<int32_t>(static_cast<size_t>(B), ring));
-        Buffer locals = upload(dev, std::vector<int32_t>(static_cast<size_t>(B), 256));
-        const int32_t s_per_seq = kSinkPages + ring;
-        Buffer sk = alloc(dev, B * s_per_seq * (kKvHeads / 2) * page_bytes);
-        Buffer sv = alloc(dev, B * s_per_seq * (kKvHeads / 2) * page_bytes);
-        fill(dev, sk.data(), sk.bytes() / 2, 42);
-        fill(dev, sv.data(), sv.bytes() / 2, 43);
-        std::vector<int32_t> s_table(static_cast<size_t>(B * s_per_seq));
-        std::iota(s_table.begin(), s_table.end(), 0);
-        Buffer d_s_table = upload(dev, s_table);
-
-        std::vector<Buffer> tables, selected, num_selected;
-        std::vector<kernels::AttentionParams> params;
-        double select_ms = 0;         // one eager call (host launch gaps included)
-        double select_graph_us = -1;  // per call of a graph of 20 (what a captured step pays)
-        for (int64_t r = 0; r < replicas; ++r) {
-          std::vector<int32_t> table(static_cast<size_t>(used));
-          std::iota(table.begin(), table.end(), static_cast<int32_t>(r * used));
-          std::shuffle(table.begin(), table.end(), rng);
-          tables.push_back(upload(dev, table));
-          kernels::AttentionParams p;
-          p.q = q.data();
-          p.out = o.data();
-          p.q_dtype = DType::kBF16;
-          p.num_tokens = static_cast<int32_t>(B);
-          p.num_q_heads = kQHeads;
-          p.num_kv_heads = kKvHeads;
-          p.head_dim = kD;
-          p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
-          p.num_seqs = static_cast<int32_t>(B);
-          p.q_indptr = d_indptr.as<int32_t>();
-          p.kv_lens = d_lens.as<int32_t>();
-          p.head_mode = modes.as<int32_t>();
-          p.head_slot = slots.as<int32_t>();
-          p.retrieval = pool_view(pools.k.data(), pools.v.data(), view_blocks, h.num_retrieval);
-          p.retrieval_blocks = tables.back().as<int32_t>();
-          p.retrieval_blocks_stride = pages;
-          if (lserve) {
-            p.streaming = pool_view(sk.data(), sv.data(), static_cast<int32_t>(B * s_per_seq),
-                                    h.num_streaming);
-            p.streaming_blocks = d_s_table.as<int32_t>();
-            p.streaming_blocks_stride = s_per_seq;
-            p.num_sink_pages = kSinkPages;
-            p.ring_pages = rings.as<int32_t>();
-            p.sink_tokens = kSinkTokens;
-            p.local_tokens = locals.as<int32_t>();
-            // The GPU page selector fills this replica's selection (rows = sequences).
-            selected.push_back(alloc(dev, B * kKvHeads * budget_pages * 4));
-            num_selected.push_back(alloc(dev, B * kKvHeads * 4));
-            kernels::PageSelectParams sp;
-            sp.q = q.data();
-            sp.q_dtype = DType::kBF16;
-            sp.num_seqs = static_cast<int32_t>(B);
-            sp.q_indptr = p.q_indptr;
-            sp.num_q_heads = kQHeads;
-            sp.num_kv_heads = kKvHeads;
-            sp.head_dim = kD;
-            sp.kv_lens = p.kv_lens;
-            sp.head_mode = p.head_mode;
-            sp.head_slot = p.head_slot;
-            sp.page_tokens = kPage;
-            sp.retrieval_blocks = p.retrieval_blocks;
-            sp.retrieval_blocks_stride = pages;
-            sp.heads_per_block = h.num_retrieval;
-            sp.summaries.kmin = pools.kmin.data();
-            sp.summaries.kmax = pools.kmax.data();
-            sp.summaries.dtype = DType::kBF16;
-            sp.summaries.logical_page_tokens = 16;
-            sp.summaries.logical_per_page = kPage / 16;
-            sp.budget_pages = budget_pages;
-            sp.out_rows = d_rows.as<int32_t>();
-            sp.selected = selected.back().as<int32_t>();
-            sp.num_selected = num_selected.back().as<int32_t>();
-            sp.max_selected = budget_pages;
-            if (r == 0) {
-              select_ms = median_ms(*dev.b, 2, 10, [&] { dev.b->page_select(sp); });
-              select_graph_us = graph_us(dev, 20, [&] { dev.b->page_select(sp); });
-            } else {
-              dev.b->page_select(sp);
-            }
-            p.selected_rows = d_rows.as<int32_t>();
-            p.selected = sp.selected;
-            p.num_selected = sp.num_selected;
-            p.max_selected = budget_pages;
-            // Selected once above, outside the timed graph of attention calls (as in a decode
-            // step that reuses its selection).
-            p.selection_just_written = false;
-          }
-          params.push_back(p);
-        }
-        for (int64_t round = 0; round < rounds; ++round) {
-          for (const DecodeVariant& variant : variants) {
-            kernels::cuda::AttentionOptions opt;
-            opt.decode_ticketed_splits = variant.ticketed;
-            opt.decode_chunk_blocks = variant.chunk_blocks;
-            opt.max_splits = variant.max_splits;
-            opt.min_blocks_per_split = variant.min_blocks;
-            opt.decode_l2_prefetch = variant.l2_prefetch;
-            if (variant.prewait_prefetch >= 0)
-              opt.decode_prewait_prefetch = variant.prewait_prefetch;
-            // One graph of many calls rotating over the replicas.
-            const int64_t calls = std::max<int64_t>(20, replicas);
-            double ms = -1;
-            with_decode_graph(dev, params, calls, opt, [&](int32_t graph) {
-              ms = median_ms(*dev.b, 1, 5, [&] { (void)dev.b->replay(graph); }) /
-                   static_cast<double>(calls);
-            });
-            if (trace != nullptr && round == 0) {
-              write_decode_trace(
-                  dev, trace,
-                  fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}", lserve ? "lserve" : "dense", B, C,
-                              variant.max_splits, variant.min_blocks, opt.decode_prewait_prefetch,
-                              variant.ticketed, variant.chunk_blocks),
-                  params, calls, opt);
-            }
-            const Status err = dev.b->take_error();
-            const double gbps =
-                ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
+  for (const kernels::KvQuant fmt : formats) {
+    const std::string fmt_name =
+        fmt == kernels::KvQuant::kNone ? "bf16" : kernels::kv_quant_name(fmt);
+    // Bytes of one K (or V) row as the kernel reads it: codes + per-token scales when quantized.
+    const int64_t row_bytes = fmt == kernels::KvQuant::kNone
+                                  ? kRowBytes
+                                  : static_cast<int64_t>(kernels::kv_quant_token_bytes(fmt, kD));
+    for (const bool lserve : {false, true}) {
+      if (!dev.wants(lserve)) continue;
+      for (const int64_t B : batches) {
+        for (const int64_t C : contexts) {
+          const int32_t pages = static_cast<int32_t>((C + kPage - 1) / kPage);
+          const Heads h = make_heads(lserve, lserve ? HeadMode::kSelected : HeadMode::kCausal);
+          const int32_t view_blocks = static_cast<int32_t>(lserve ? 2 * blocks : blocks);
+          const int64_t used = B * pages;
+          if (used > view_blocks) {
             out.write(fmt::format(
-                R"({{"bench": "decode", "policy": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "prewait_prefetch": {}, "ticketed": {}, "chunk_blocks": {}, "round": {}, "ok": {}}})",
-                lserve ? "lserve" : "dense", B, C, ms * 1e3, bytes_per_call, gbps,
-                copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
-                replicas, variant.max_splits, variant.min_blocks,
-                variant.l2_prefetch ? "true" : "false", opt.decode_prewait_prefetch,
-                variant.ticketed, variant.chunk_blocks, round,
-                err.ok() && ms > 0 ? "true" : "false"));
+                R"({{"bench": "decode", "policy": "{}", "kv_format": "{}", "batch": {}, "context": {}, "skipped": "pool too small"}})",
+                lserve ? "lserve" : "dense", fmt_name, B, C));
+            continue;
+          }
+          // Bytes one call must read (K and V rows of every visited page row below kv_len).
+          const int32_t budget_pages = 4096 / kPage;
+          const int64_t sel_rows = pages <= budget_pages ? C
+                                                         : int64_t{budget_pages - 1} * kPage +
+                                                               (C - int64_t{pages - 1} * kPage);
+          const int64_t rows_per_seq =
+              lserve ? (kKvHeads / 2) * (sel_rows + streaming_rows(C, 256)) : int64_t{kKvHeads} * C;
+          const int64_t bytes_per_call = B * rows_per_seq * 2 * row_bytes;
+          const int64_t replicas = std::clamp<int64_t>(
+              std::min<int64_t>(view_blocks / used,
+                                (4 * dev.l2_bytes + bytes_per_call - 1) / bytes_per_call),
+              1, 16);
+
+          Buffer q = alloc(dev, B * kQHeads * kRowBytes), o = alloc(dev, B * kQHeads * kRowBytes);
+          fill(dev, q.data(), B * kQHeads * kD, 41, -2, 2);
+          std::vector<int32_t> indptr(static_cast<size_t>(B + 1)),
+              lens(static_cast<size_t>(B), static_cast<int32_t>(C));
+          std::iota(indptr.begin(), indptr.end(), 0);
+          std::vector<int32_t> rows(static_cast<size_t>(B));
+          std::iota(rows.begin(), rows.end(), 0);
+          Buffer d_indptr = upload(dev, indptr), d_lens = upload(dev, lens),
+                 d_rows = upload(dev, rows);
+          Buffer modes = upload(dev, h.mode), slots = upload(dev, h.slot);
+          const int32_t ring = (256 + kPage - 1) / kPage + 1;
+          Buffer rings = upload(dev, std::vector<int32_t>(static_cast<size_t>(B), ring));
+          Buffer locals = upload(dev, std::vector<int32_t>(static_cast<size_t>(B), 256));
+          const int32_t s_per_seq = kSinkPages + ring;
+          Buffer sk = alloc(dev, B * s_per_seq * (kKvHeads / 2) * page_bytes);
+          Buffer sv = alloc(dev, B * s_per_seq * (kKvHeads / 2) * page_bytes);
+          fill(dev, sk.data(), sk.bytes() / 2, 42);
+          fill(dev, sv.data(), sv.bytes() / 2, 43);
+          std::vector<int32_t> s_table(static_cast<size_t>(B * s_per_seq));
+          std::iota(s_table.begin(), s_table.end(), 0);
+          Buffer d_s_table = upload(dev, s_table);
+
+          std::vector<Buffer> tables, selected, num_selected;
+          std::vector<kernels::AttentionParams> params;
+          double select_ms = 0;         // one eager call (host launch gaps included)
+          double select_graph_us = -1;  // per call of a graph of 20 (what a captured step pays)
+          for (int64_t r = 0; r < replicas; ++r) {
+            std::vector<int32_t> table(static_cast<size_t>(used));
+            std::iota(table.begin(), table.end(), static_cast<int32_t>(r * used));
+            std::shuffle(table.begin(), table.end(), rng);
+            tables.push_back(upload(dev, table));
+            kernels::AttentionParams p;
+            p.q = q.data();
+            p.out = o.data();
+            p.q_dtype = DType::kBF16;
+            p.num_tokens = static_cast<int32_t>(B);
+            p.num_q_heads = kQHeads;
+            p.num_kv_heads = kKvHeads;
+            p.head_dim = kD;
+            p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
+            p.num_seqs = static_cast<int32_t>(B);
+            p.q_indptr = d_indptr.as<int32_t>();
+            p.kv_lens = d_lens.as<int32_t>();
+            p.head_mode = modes.as<int32_t>();
+            p.head_slot = slots.as<int32_t>();
+            p.retrieval = pool_view(pools.k.data(), pools.v.data(), view_blocks, h.num_retrieval);
+            if (fmt != kernels::KvQuant::kNone) {
+              p.retrieval.quant = fmt;
+              p.retrieval.dtype = DType::kU8;
+            }
+            p.retrieval_blocks = tables.back().as<int32_t>();
+            p.retrieval_blocks_stride = pages;
+            if (lserve) {
+              p.streaming = pool_view(sk.data(), sv.data(), static_cast<int32_t>(B * s_per_seq),
+                                      h.num_streaming);
+              if (fmt != kernels::KvQuant::kNone) {
+                p.streaming.quant = fmt;
+                p.streaming.dtype = DType::kU8;
+              }
+              p.streaming_blocks = d_s_table.as<int32_t>();
+              p.streaming_blocks_stride = s_per_seq;
+              p.num_sink_pages = kSinkPages;
+              p.ring_pages = rings.as<int32_t>();
+              p.sink_tokens = kSinkTokens;
+              p.local_tokens = locals.as<int32_t>();
+              // The GPU page selector fills this replica's selection (rows = sequences).
+              selected.push_back(alloc(dev, B * kKvHeads * budget_pages * 4));
+              num_selected.push_back(alloc(dev, B * kKvHeads * 4));
+              kernels::PageSelectParams sp;
+              sp.q = q.data();
+              sp.q_dtype = DType::kBF16;
+              sp.num_seqs = static_cast<int32_t>(B);
+              sp.q_indptr = p.q_indptr;
+              sp.num_q_heads = kQHeads;
+              sp.num_kv_heads = kKvHeads;
+              sp.head_dim = kD;
+              sp.kv_lens = p.kv_lens;
+              sp.head_mode = p.head_mode;
+              sp.head_slot = p.head_slot;
+              sp.page_tokens = kPage;
+              sp.retrieval_blocks = p.retrieval_blocks;
+              sp.retrieval_blocks_stride = pages;
+              sp.heads_per_block = h.num_retrieval;
+              sp.summaries.kmin = pools.kmin.data();
+              sp.summaries.kmax = pools.kmax.data();
+              sp.summaries.dtype = DType::kBF16;
+              sp.summaries.logical_page_tokens = 16;
+              sp.summaries.logical_per_page = kPage / 16;
+              sp.budget_pages = budget_pages;
+              sp.out_rows = d_rows.as<int32_t>();
+              sp.selected = selected.back().as<int32_t>();
+              sp.num_selected = num_selected.back().as<int32_t>();
+              sp.max_selected = budget_pages;
+              if (r == 0) {
+                select_ms = median_ms(*dev.b, 2, 10, [&] { dev.b->page_select(sp); });
+                select_graph_us = graph_us(dev, 20, [&] { dev.b->page_select(sp); });
+              } else {
+                dev.b->page_select(sp);
+              }
+              p.selected_rows = d_rows.as<int32_t>();
+              p.selected = sp.selected;
+              p.num_selected = sp.num_selected;
+              p.max_selected = budget_pages;
+              // Selected once above, outside the timed graph of attention calls (as in a decode
+              // step that reuses its selection).
+              p.selection_just_written = false;
+            }
+            params.push_back(p);
+          }
+          for (int64_t round = 0; round < rounds; ++round) {
+            for (const DecodeVariant& variant : variants) {
+              kernels::cuda::AttentionOptions opt;
+              opt.decode_ticketed_splits = variant.ticketed;
+              opt.decode_chunk_blocks = variant.chunk_blocks;
+              opt.max_splits = variant.max_splits;
+              opt.min_blocks_per_split = variant.min_blocks;
+              opt.decode_l2_prefetch = variant.l2_prefetch;
+              if (variant.prewait_prefetch >= 0)
+                opt.decode_prewait_prefetch = variant.prewait_prefetch;
+              // One graph of many calls rotating over the replicas.
+              const int64_t calls = std::max<int64_t>(20, replicas);
+              double ms = -1;
+              with_decode_graph(dev, params, calls, opt, [&](int32_t graph) {
+                ms = median_ms(*dev.b, 1, 5, [&] { (void)dev.b->replay(graph); }) /
+                     static_cast<double>(calls);
+              });
+              if (trace != nullptr && round == 0) {
+                write_decode_trace(
+                    dev, trace,
+                    fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}", lserve ? "lserve" : "dense", B, C,
+                                variant.max_splits, variant.min_blocks, opt.decode_prewait_prefetch,
+                                variant.ticketed, variant.chunk_blocks),
+                    params, calls, opt);
+              }
+              const Status err = dev.b->take_error();
+              const double gbps =
+                  ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
+              out.write(fmt::format(
+                  R"({{"bench": "decode", "policy": "{}", "kv_format": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "prewait_prefetch": {}, "ticketed": {}, "chunk_blocks": {}, "round": {}, "ok": {}}})",
+                  lserve ? "lserve" : "dense", fmt_name, B, C, ms * 1e3, bytes_per_call, gbps,
+                  copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
+                  replicas, variant.max_splits, variant.min_blocks,
+                  variant.l2_prefetch ? "true" : "false", opt.decode_prewait_prefetch,
+                  variant.ticketed, variant.chunk_blocks, round,
+                  err.ok() && ms > 0 ? "true" : "false"));
+            }
           }
         }
       }
@@ -844,11 +868,34 @@ int run(int argc, char** argv) {
           "record\tkernel\tsplit\tsmid\t"
           "iterations\tstart\twaited\tfirst_data\tloop_end\tend\n");
     }
+    std::vector<kernels::KvQuant> formats;
+    {
+      const std::string list = arg(argc, argv, "--kv-formats", "bf16");
+      size_t begin = 0;
+      while (begin <= list.size()) {
+        const size_t end = std::min(list.find(',', begin), list.size());
+        const std::string name = list.substr(begin, end - begin);
+        if (name == "bf16") {
+          formats.push_back(kernels::KvQuant::kNone);
+        } else if (name == "fp8") {
+          formats.push_back(kernels::KvQuant::kFp8);
+        } else if (name == "int8") {
+          formats.push_back(kernels::KvQuant::kInt8);
+        } else if (name == "int4") {
+          formats.push_back(kernels::KvQuant::kInt4);
+        } else {
+          std::fprintf(stderr, "--kv-formats: unknown format '%s' (bf16, fp8, int8, int4)\n",
+                       name.c_str());
+          return 2;
+        }
+        begin = end + 1;
+      }
+    }
     bench_decode(dev, out, parse_list(arg(argc, argv, "--batches", "1,8,32")),
                  parse_list(arg(argc, argv, "--contexts", "8192,16384,32768,65536,131072,262144")),
                  copy_bps, variants,
                  std::max<int64_t>(1, parse_list(arg(argc, argv, "--decode-rounds", "1"))[0]),
-                 trace);
+                 trace, formats);
     if (trace != nullptr) std::fclose(trace);
   }
   return 0;

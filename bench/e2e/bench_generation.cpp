@@ -119,7 +119,18 @@ int main(int argc, char** argv) {
   app.add_option("--device-kv-cache-bytes", o.device_kv_cache_bytes)->capture_default_str();
   app.add_option("--offload-buffer-ratio", o.offload_buffer_ratio)->capture_default_str();
   app.add_flag("--kv-plain-lru", o.kv_plain_lru, "Plain LRU instead of bucketed LRU");
+  std::string kv_cache_dtype = "auto";
+  app.add_option("--kv-cache-dtype", kv_cache_dtype, "auto, bf16, fp8, int8 or int4")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  {
+    Result<KvCacheDtype> d = parse_kv_cache_dtype(kv_cache_dtype);
+    if (!d.ok()) {
+      fmt::print(stderr, "error: {}\n", d.status().to_string());
+      return 2;
+    }
+    o.kv_cache_dtype = *d;
+  }
 
   const int32_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
   o.max_num_seqs = 1;

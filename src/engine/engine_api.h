@@ -91,6 +91,10 @@ struct EngineStats {
   int64_t kv_working_set_pages = 0;     // running requests' summed working sets (tier on)
   int64_t kv_selected_pages_total = 0;  // decode steps' mandatory pages, since start (tier on)
   int64_t kv_reused_pages_total = 0;    // of them, read one step earlier too: overlap = ratio
+  // K/V page format (docs/kv-quantization.md) and the cache bytes one token of context adds
+  // (retrieval heads, all layers, K + V, scales and summaries included).
+  std::string kv_cache_dtype;
+  double kv_bytes_per_token = 0.0;
 };
 
 class Engine {

@@ -1,5 +1,7 @@
 #include "engine/engine_config.h"
 
+#include "kv/kv_geometry.h"
+
 namespace ls {
 
 Status EngineConfig::validate() const {
@@ -50,6 +52,7 @@ Status EngineConfig::validate() const {
         "--prefill-segment-tokens must be in [0, --max-num-batched-tokens = {}] (got {})",
         max_num_batched_tokens, prefill_segment_tokens);
   }
+  LS_RETURN_IF_ERROR(parse_kv_cache_dtype(kv_cache_dtype).status());
   return attention.validate();
 }
 

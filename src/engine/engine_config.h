@@ -44,6 +44,9 @@ struct EngineConfig {
   bool layer_segmented_prefill() const {
     return prefill_mode == "layer-segmented" || (prefill_mode == "auto" && kv_offload);
   }
+  // K/V page format (docs/kv-quantization.md): auto (the backend's activation dtype) | bf16 |
+  // fp8 | int8 | int4.
+  std::string kv_cache_dtype = "auto";
 
   Status validate() const;
 };

@@ -76,6 +76,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   o.offload_buffer_ratio = config.offload_buffer_ratio;
   o.kv_plain_lru = config.kv_cache_replacement == "lru";
   o.layer_segmented_prefill = config.layer_segmented_prefill();
+  LS_ASSIGN_OR_RETURN(o.kv_cache_dtype, parse_kv_cache_dtype(config.kv_cache_dtype));
   LS_ASSIGN_OR_RETURN(std::unique_ptr<EngineModel> model, EngineModel::load(o));
 
   std::shared_ptr<const Tokenizer> tokenizer;
@@ -499,6 +500,9 @@ EngineStats EngineCore::stats() const {
     s.kv_selected_pages_total = working_sets_->total().selected_pages;
     s.kv_reused_pages_total = working_sets_->total().reused_pages;
   }
+  const KvGeometry& g = kv_->geometry();
+  s.kv_cache_dtype = std::string(g.page_format_name());
+  s.kv_bytes_per_token = g.retrieval_bytes_per_token();
   return s;
 }
 

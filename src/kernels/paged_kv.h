@@ -15,14 +15,16 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/kv_quant.h"
 
 namespace ls::kernels {
 
 // One pool of head-pages (retrieval pool or streaming pool).
 struct PagedKvPool {
-  void* k = nullptr;  // [num_blocks * heads_per_block, page_tokens, head_dim] dtype
-  void* v = nullptr;  // [num_blocks * heads_per_block, page_tokens, head_dim] dtype
-  DType dtype = DType::kF32;
+  void* k = nullptr;  // [num_blocks * heads_per_block, page_tokens, head_dim] dtype, or quantized
+                      //   head-pages of kv_quant_page_bytes() bytes each (kernels/kv_quant.h)
+  void* v = nullptr;  // same
+  DType dtype = DType::kF32;  // element type when quant == kNone (kU8 when quantized)
   int32_t num_blocks = 0;
   int32_t heads_per_block = 0;
   int32_t page_tokens = 0;
@@ -41,6 +43,9 @@ struct PagedKvPool {
   void* home_k = nullptr;
   void* home_v = nullptr;
   int32_t num_cache_slots = 0;
+  // Page format (kernels/kv_quant.h); kNone: plain `dtype` elements. Last, so positional
+  // initialisers of the fields above stay valid.
+  KvQuant quant = KvQuant::kNone;
 };
 
 // Monotone map of a float to an unsigned key, a > b iff coarse_key(a) > coarse_key(b) (no NaN;
@@ -55,6 +60,13 @@ inline float coarse_value(uint32_t key) {
   float f = 0.0f;
   __builtin_memcpy(&f, &u, 4);
   return f;
+}
+
+// Bytes of one head-page of K (or of V) in `pool`.
+inline int64_t pool_page_bytes(const PagedKvPool& pool) {
+  return pool.quant == KvQuant::kNone
+             ? dtype_nbytes(pool.dtype, int64_t{pool.page_tokens} * pool.head_dim)
+             : kv_quant_page_bytes(pool.quant, pool.page_tokens, pool.head_dim);
 }
 
 // Where a kernel reads head-page `head_page` of `pool`: its index into pool.k / pool.v, or -1

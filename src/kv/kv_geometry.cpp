@@ -44,8 +44,69 @@ int32_t KvGeometry::streaming_table_stride() const {
   return num_sink_pages() + std::max(prefill_ring_pages(), decode_ring_pages());
 }
 
+std::string_view kv_cache_dtype_name(KvCacheDtype d) {
+  switch (d) {
+    case KvCacheDtype::kBF16:
+      return "bf16";
+    case KvCacheDtype::kFp8:
+      return "fp8";
+    case KvCacheDtype::kInt8:
+      return "int8";
+    case KvCacheDtype::kInt4:
+      return "int4";
+    default:
+      return "auto";
+  }
+}
+
+Result<KvCacheDtype> parse_kv_cache_dtype(std::string_view name) {
+  for (KvCacheDtype d : {KvCacheDtype::kAuto, KvCacheDtype::kBF16, KvCacheDtype::kFp8,
+                         KvCacheDtype::kInt8, KvCacheDtype::kInt4}) {
+    if (name == kv_cache_dtype_name(d)) return d;
+  }
+  if (name == "fp8_e4m3") return KvCacheDtype::kFp8;  // vLLM's explicit spelling
+  return invalid_argument("--kv-cache-dtype must be auto, bf16, fp8, int8 or int4 (got '{}')",
+                          name);
+}
+
+kernels::KvQuant kv_quant_of(KvCacheDtype d) {
+  switch (d) {
+    case KvCacheDtype::kFp8:
+      return kernels::KvQuant::kFp8;
+    case KvCacheDtype::kInt8:
+      return kernels::KvQuant::kInt8;
+    case KvCacheDtype::kInt4:
+      return kernels::KvQuant::kInt4;
+    default:
+      return kernels::KvQuant::kNone;
+  }
+}
+
+DType KvGeometry::page_dtype() const {
+  switch (cache_dtype) {
+    case KvCacheDtype::kAuto:
+      return dtype;
+    case KvCacheDtype::kBF16:
+      return DType::kBF16;
+    default:
+      return DType::kU8;
+  }
+}
+
+std::string_view KvGeometry::page_format_name() const {
+  return quant() == kernels::KvQuant::kNone ? dtype_name(page_dtype())
+                                             : kernels::kv_quant_name(quant());
+}
+
 int64_t KvGeometry::page_bytes() const {
-  return dtype_nbytes(dtype, static_cast<int64_t>(page_tokens) * head_dim);
+  if (quant() != kernels::KvQuant::kNone) {
+    return kernels::kv_quant_page_bytes(quant(), page_tokens, head_dim);
+  }
+  return dtype_nbytes(page_dtype(), static_cast<int64_t>(page_tokens) * head_dim);
+}
+
+double KvGeometry::retrieval_bytes_per_token() const {
+  return static_cast<double>(retrieval_block_bytes()) / page_tokens;
 }
 
 int64_t KvGeometry::retrieval_block_bytes() const {
@@ -82,6 +143,11 @@ Status KvGeometry::validate() const {
         sink_tokens, prefill_local_tokens, decode_local_tokens);
   }
   if (max_chunk_tokens <= 0) return invalid_argument("max chunk tokens must be positive");
+  if (cache_dtype == KvCacheDtype::kInt4 && head_dim % 2 != 0) {
+    return invalid_argument("--kv-cache-dtype int4 packs two elements per byte and needs an even "
+                            "head_dim (the model has {})",
+                            head_dim);
+  }
   return {};
 }
 

@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/kv_quant.h"
 
 namespace ls {
 
@@ -52,11 +54,21 @@ class HeadRoles {
   int32_t num_streaming_ = 0;
 };
 
+// --kv-cache-dtype (vLLM's flag): the element format of K/V pages. auto: the backend's
+// activation dtype (f32 on the CPU, bf16 on CUDA); the quantized formats are
+// docs/kv-quantization.md. Page summaries always stay in the activation dtype, computed from the
+// unquantized keys.
+enum class KvCacheDtype : uint8_t { kAuto, kBF16, kFp8, kInt8, kInt4 };
+std::string_view kv_cache_dtype_name(KvCacheDtype d);
+Result<KvCacheDtype> parse_kv_cache_dtype(std::string_view name);
+kernels::KvQuant kv_quant_of(KvCacheDtype d);
+
 struct KvGeometry {
   int32_t num_layers = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
-  DType dtype = DType::kF32;  // element type of K, V and summaries
+  DType dtype = DType::kF32;  // activation dtype: summaries, and K/V pages when cache_dtype is auto
+  KvCacheDtype cache_dtype = KvCacheDtype::kAuto;  // element format of K/V pages
 
   int32_t page_tokens = 64;          // physical page (head-page) size
   int32_t logical_page_tokens = 16;  // summary granularity; divides page_tokens
@@ -84,7 +96,15 @@ struct KvGeometry {
   // Columns of a streaming block-table row: sink pages + the largest ring.
   int32_t streaming_table_stride() const;
 
-  int64_t page_bytes() const;  // one head-page of K (or of V)
+  kernels::KvQuant quant() const { return kv_quant_of(cache_dtype); }
+  // Float element type of unquantized pages (kU8 for quantized ones: bytes, see kv_quant.h).
+  DType page_dtype() const;
+  // "bf16", "f32", "fp8", "int8", "int4": what the pages hold.
+  std::string_view page_format_name() const;
+  int64_t page_bytes() const;  // one head-page of K (or of V), scales included
+  // Pool bytes one token adds to the cache, all layers, K + V (+ summaries, amortised): the
+  // retrieval heads' share; streaming heads are bounded per sequence and not counted.
+  double retrieval_bytes_per_token() const;
   // One block of each pool, K + V (+ summaries for retrieval blocks).
   int64_t retrieval_block_bytes() const;
   int64_t streaming_block_bytes() const;

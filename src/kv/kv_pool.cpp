@@ -65,7 +65,8 @@ Result<KvPool> KvPool::create(const KvGeometry& g, Backend& backend,
     kernels::PagedKvPool p;
     p.k = k.data();
     p.v = v.data();
-    p.dtype = g.dtype;
+    p.dtype = g.page_dtype();
+    p.quant = g.quant();
     p.num_blocks = blocks;
     p.heads_per_block = heads;
     p.page_tokens = g.page_tokens;

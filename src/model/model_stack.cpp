@@ -57,6 +57,31 @@ Result<PoolSizes> size_pools(const KvGeometry& g, const ModelStackOptions& o, in
   return sizes;
 }
 
+// Refuses a K/V page format the backend's kernels cannot read, at start-up, instead of computing
+// attention wrongly. The CPU kernels read every format. The CUDA kernels keep float pages in the
+// activation dtype, and read quantized pages at head_dim 64 and 128 (kernels/cuda/attention.cu:
+// the decode kernel and the mma.sync prefill kernel have quantized instantiations there only).
+Status check_kv_format(const KvGeometry& g, const Backend& backend) {
+  if (backend.device() == Device::kCpu) return {};
+  if (g.quant() != kernels::KvQuant::kNone) {
+    if (g.head_dim != 64 && g.head_dim != 128) {
+      return unimplemented(
+          "--kv-cache-dtype {}: the CUDA attention kernels read {} pages at head_dim 64 and 128, "
+          "the model has head_dim {}; use --kv-cache-dtype auto (or --device cpu, which reads "
+          "every format)",
+          kv_cache_dtype_name(g.cache_dtype), g.page_format_name(), g.head_dim);
+    }
+    return {};
+  }
+  if (g.page_dtype() != g.dtype) {
+    return unimplemented(
+        "--kv-cache-dtype {}: the CUDA kernels keep K/V in the activation dtype ({}); use "
+        "--kv-cache-dtype auto",
+        kv_cache_dtype_name(g.cache_dtype), dtype_name(g.dtype));
+  }
+  return {};
+}
+
 int64_t activation_bytes(const ModelConfig& c, int32_t tokens, int32_t rows, DType act) {
   const int64_t per_token = 3 * c.hidden_size() + 3 * c.num_attention_heads() * c.head_dim() +
                             4 * c.num_key_value_heads() * c.head_dim() + 3 * c.intermediate_size();
@@ -163,7 +188,9 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
   KvGeometry g = stack->policy->kv_geometry();
   g.dtype = backend.act_dtype();
   g.max_chunk_tokens = o.max_step_tokens;
+  g.cache_dtype = o.kv_cache_dtype;
   LS_RETURN_IF_ERROR(g.validate());
+  LS_RETURN_IF_ERROR(check_kv_format(g, backend));
 
   const int32_t logit_rows = o.max_logit_rows > 0 ? o.max_logit_rows : o.max_num_seqs;
   int64_t budget = o.kv_cache_bytes;
@@ -288,6 +315,11 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
                 stack->pool->fine_summaries_on_host() ? "host memory" : "device memory",
                 static_cast<double>(stack->pool->fine_summary_bytes()) / 1e6);
   }
+  LS_LOG_INFO("KV pages {} (--kv-cache-dtype {}): {:.0f} bytes per token of context (retrieval "
+              "heads, all layers, K + V + key summaries{}), {} bytes per head-page",
+              g.page_format_name(), kv_cache_dtype_name(g.cache_dtype),
+              g.retrieval_bytes_per_token(),
+              g.quant() != kernels::KvQuant::kNone ? ", per-token scales" : "", g.page_bytes());
   if (stack->pool->tiered()) {
     LS_LOG_INFO("KV offload on: host pool {:.1f} MB ({}), device page cache {} head-pages per "
                 "request x {} requests ({:.1f} MB), {} LRU",

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attention/attention_config.h"
+#include "kv/kv_geometry.h"
 
 namespace ls {
 
@@ -31,6 +32,7 @@ struct ModelStackOptions {
   // Layer-segmented prefill (docs/layer-segmented-prefill.md): the runner keeps a hidden-state
   // arena of max_model_len rows for one prompt at a time.
   bool layer_segmented_prefill = false;
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;  // K/V page format (docs/kv-quantization.md)
 };
 
 }  // namespace ls

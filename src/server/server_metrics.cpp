@@ -72,6 +72,17 @@ ServerMetrics::ServerMetrics(std::string model_name, int32_t max_model_len)
            .counter("longserve:kv_offload_h2d_bytes_total",
                     "Bytes those copies moved from host to device.", kLabelNames)
            .with(labels_);
+  kv_cache_bytes_per_token_ =
+      &registry_
+           .gauge("longserve:kv_cache_bytes_per_token",
+                  "KV cache bytes one token of context takes (retrieval heads, all layers, K + V, "
+                  "scales and key summaries included).",
+                  kLabelNames)
+           .with(labels_);
+  kv_cache_dtype_info_ = &registry_.gauge(
+      "longserve:kv_cache_dtype_info",
+      "1 for the format of the KV cache pages (--kv-cache-dtype: f32, bf16, fp8, int8, int4).",
+      {"model_name", "engine", "kv_cache_dtype"});
   prompt_tokens_total_ =
       &registry_
            .counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", kLabelNames)
@@ -272,6 +283,10 @@ std::string ServerMetrics::render(const EngineStats& stats) {
                                  ? static_cast<double>(stats.kv_reused_pages_total) /
                                        static_cast<double>(stats.kv_selected_pages_total)
                                  : 0.0);
+  kv_cache_bytes_per_token_->set(stats.kv_bytes_per_token);
+  if (!stats.kv_cache_dtype.empty()) {
+    kv_cache_dtype_info_->with({labels_[0], labels_[1], stats.kv_cache_dtype}).set(1.0);
+  }
   return registry_.render();
 }
 

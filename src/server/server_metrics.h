@@ -55,6 +55,8 @@ class ServerMetrics {
   Counter* kv_offload_hits_total_;
   Counter* kv_offload_misses_total_;
   Counter* kv_offload_h2d_bytes_total_;
+  Gauge* kv_cache_bytes_per_token_;
+  GaugeFamily* kv_cache_dtype_info_;  // 1 for the engine's --kv-cache-dtype page format
   CounterFamily* request_success_total_;
   Histogram* time_to_first_token_;
   Histogram* inter_token_latency_;

@@ -307,6 +307,31 @@ TEST_P(CudaFixtureModel, RecordedDecodeStepsMatchPlainSteps) {
   EXPECT_EQ(plain->runner->replayed_steps(), 0) << model;
 }
 
+// The CUDA kernels read quantized pages at head_dim 64 and 128: the fixtures (head_dim 16 / 32)
+// are refused at start-up with the reason, never run on a kernel that cannot read them; bf16 (the
+// CUDA activation dtype) is accepted.
+TEST(CudaKvFormats, QuantizedPagesOfAnUncoveredHeadDimAreRefusedAtStartUp) {
+  LS_REQUIRE_CUDA();
+  for (KvCacheDtype d : {KvCacheDtype::kFp8, KvCacheDtype::kInt8, KvCacheDtype::kInt4,
+                         KvCacheDtype::kBF16}) {
+    ModelStackOptions o;
+    o.model_dir = fixture_dir("llama3");
+    o.device = "cuda";
+    o.max_num_seqs = 2;
+    o.max_model_len = 512;
+    o.kv_cache_bytes = int64_t{64} << 20;
+    o.kv_cache_dtype = d;
+    auto stack = build_model_stack(o);
+    if (d == KvCacheDtype::kBF16) {
+      EXPECT_TRUE(stack.ok()) << stack.status().to_string();
+    } else {
+      ASSERT_FALSE(stack.ok()) << kv_cache_dtype_name(d);
+      EXPECT_NE(stack.status().message().find("head_dim"), std::string::npos)
+          << stack.status().to_string();
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CudaFixtureModel,
                          ::testing::Values("llama3", "qwen2", "qwen3", "mistral"),
                          [](const auto& info) { return info.param; });

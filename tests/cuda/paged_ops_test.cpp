@@ -15,6 +15,7 @@
 #include "kernels/cpu/kv_append.h"
 #include "kernels/cpu/page_select.h"
 #include "kernels/cpu/page_summary.h"
+#include "kernels/kv_quant.h"
 
 namespace ls::cuda_test {
 namespace {
@@ -232,6 +233,61 @@ TEST(CudaPagedOps, KvAppendAndSummariesEqualCpuBytewise) {
         const std::string label =
             "d " + std::to_string(d) + " page " + std::to_string(pt) + " src " + dtype_label(src);
         expect_same_arrays(dev, c, label);
+      }
+    }
+  }
+  EXPECT_TRUE(gpu()->take_error().ok());
+}
+
+// Quantized pools (kernels/kv_quant.h): the GPU append quantizes every row exactly as the CPU
+// append does (codes and per-token parameters, byte for byte, the random bytes it must not touch
+// included), prefill chunks, decode tokens and ring wraps, every format, with the index request.
+TEST(CudaPagedOps, QuantizedKvAppendEqualsCpuBytewise) {
+  LS_REQUIRE_CUDA();
+  using kernels::KvQuant;
+  std::mt19937 rng(29);
+  for (KvQuant q : {KvQuant::kFp8, KvQuant::kInt8, KvQuant::kInt4}) {
+    for (int32_t d : {64, 128}) {
+      for (int32_t pt : {16, 64}) {
+        for (DType src : {DType::kBF16, DType::kF32}) {
+          AppendCase c = make_append_case(rng, d, pt, src, {40, 1, pt * 6, 7},
+                                          {40, 300, pt * 9 + 5, 3 * pt + 9}, {4, 5, 3, 6});
+          DeviceAppend dev(c);
+          const int64_t page_bytes = kernels::kv_quant_page_bytes(q, pt, d);
+          std::uniform_int_distribution<int> byte(0, 255);
+          auto garbage = [&](int64_t pages) {
+            std::vector<uint8_t> b(static_cast<size_t>(pages * page_bytes));
+            for (auto& x : b) x = static_cast<uint8_t>(byte(rng));
+            return b;
+          };
+          std::vector<uint8_t> host[4] = {garbage(int64_t{c.nb_r} * c.hpb_r),
+                                          garbage(int64_t{c.nb_r} * c.hpb_r),
+                                          garbage(int64_t{c.nb_s} * c.hpb_s),
+                                          garbage(int64_t{c.nb_s} * c.hpb_s)};
+          DeviceArray devq[4] = {DeviceArray::of(host[0]), DeviceArray::of(host[1]),
+                                 DeviceArray::of(host[2]), DeviceArray::of(host[3])};
+          auto quantized = [&](kernels::KvAppendParams p, bool on_device) {
+            void* a[4];
+            for (int i = 0; i < 4; ++i) a[i] = on_device ? devq[i].data() : host[i].data();
+            p.retrieval.k = a[0];
+            p.retrieval.v = a[1];
+            p.streaming.k = a[2];
+            p.streaming.v = a[3];
+            for (kernels::PagedKvPool* pool : {&p.retrieval, &p.streaming}) {
+              pool->quant = q;
+              pool->dtype = DType::kU8;
+            }
+            return p;
+          };
+          kernels::cpu::kv_append(quantized(indexed_append_params(c, nullptr), false), cpu_pool());
+          gpu()->kv_append(quantized(indexed_append_params(c, &dev), true));
+          const std::string label = std::string(kernels::kv_quant_name(q)) + " d " +
+                                    std::to_string(d) + " page " + std::to_string(pt) + " src " +
+                                    dtype_label(src);
+          for (int i = 0; i < 4; ++i) EXPECT_EQ(devq[i].download(), host[i]) << i << " " << label;
+          EXPECT_EQ(dev.kmin.download(), c.kmin.bytes) << "kmin, " << label;
+          EXPECT_EQ(dev.kmax.download(), c.kmax.bytes) << "kmax, " << label;
+        }
       }
     }
   }

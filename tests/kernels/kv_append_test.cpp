@@ -13,6 +13,7 @@
 #include "kernel_test_util.h"
 #include "kernels/cpu/kv_append.h"
 #include "kernels/cpu/page_summary.h"
+#include "kernels/kv_quant.h"
 
 namespace ls::kernels::test {
 namespace {
@@ -25,6 +26,7 @@ ThreadPool& pool2() {
 struct AppendWorld {
   int32_t d = 0, pt = 0, num_kv = 0, nsink = 0, num_seqs = 0;
   DType src_dtype = DType::kF32, pool_dtype = DType::kF32;
+  KvQuant quant = KvQuant::kNone;  // quantized pools: pool_dtype is then unused
   std::vector<int32_t> mode, slot, ring;
   int32_t r_stride = 0, s_stride = 0, hpb = 0, r_blocks = 0, s_blocks = 0;
   std::vector<int32_t> r_table, s_table;
@@ -34,7 +36,12 @@ struct AppendWorld {
   std::vector<int32_t> appended;                      // tokens appended so far per seq
 
   PagedKvPool pool(std::vector<uint8_t>& k, std::vector<uint8_t>& v, int32_t blocks) {
-    return PagedKvPool{k.data(), v.data(), pool_dtype, blocks, hpb, pt, d};
+    PagedKvPool p{k.data(), v.data(), pool_dtype, blocks, hpb, pt, d};
+    if (quant != KvQuant::kNone) {
+      p.quant = quant;
+      p.dtype = DType::kU8;
+    }
+    return p;
   }
 
   // Mirror: write token `pos` of (s, g) through the tables, in order.
@@ -47,6 +54,19 @@ struct AppendWorld {
     const int64_t row = (int64_t{block} * hpb + slot[g]) * pt + pos % pt;
     const int64_t bytes = dtype_nbytes(pool_dtype, d);
     std::vector<float> f(d);
+    if (quant != KvQuant::kNone) {
+      // The reference quantizer on the source row, at the row's place in the page.
+      const int64_t head_page = int64_t{block} * hpb + slot[g];
+      const TypedArray* src[2] = {&keys[s][g], &values[s][g]};
+      std::vector<uint8_t>* dst[2] = {streaming ? &m_s_k : &m_r_k, streaming ? &m_s_v : &m_r_v};
+      for (int a = 0; a < 2; ++a) {
+        convert_to_f32(src_dtype, src[a]->bytes.data() + dtype_nbytes(src_dtype, int64_t{pos} * d),
+                       f.data(), d);
+        const KvQuantRow at = kv_quant_row(quant, dst[a]->data(), head_page, pos % pt, pt, d);
+        kv_quantize_row(quant, f.data(), d, at.codes, at.params);
+      }
+      return;
+    }
     convert_to_f32(src_dtype, keys[s][g].bytes.data() + dtype_nbytes(src_dtype, int64_t{pos} * d),
                    f.data(), d);
     convert_from_f32(f.data(), pool_dtype, (streaming ? m_s_k : m_r_k).data() + row * bytes, d);
@@ -57,7 +77,7 @@ struct AppendWorld {
 };
 
 AppendWorld make_world(std::mt19937& rng, DType src_dtype, DType pool_dtype, int32_t pt,
-                       const std::vector<int32_t>& totals) {
+                       const std::vector<int32_t>& totals, KvQuant quant = KvQuant::kNone) {
   AppendWorld w;
   w.d = 48;
   w.pt = pt;
@@ -66,6 +86,7 @@ AppendWorld make_world(std::mt19937& rng, DType src_dtype, DType pool_dtype, int
   w.num_seqs = static_cast<int32_t>(totals.size());
   w.src_dtype = src_dtype;
   w.pool_dtype = pool_dtype;
+  w.quant = quant;
   w.mode = {static_cast<int32_t>(HeadMode::kCausal), static_cast<int32_t>(HeadMode::kStreaming),
             static_cast<int32_t>(HeadMode::kSelected)};
   w.slot = {2, 0, 0};  // retrieval heads use slots 2 and 0; the streaming head slot 0 of its pool
@@ -87,6 +108,10 @@ AppendWorld make_world(std::mt19937& rng, DType src_dtype, DType pool_dtype, int
   for (int32_t s = 0; s < w.num_seqs; ++s) w.ring.push_back(2 + s % 2);  // rings of 2 and 3 pages
   const auto alloc = [&](int32_t blocks) {
     const int64_t n = int64_t{blocks} * w.hpb * pt * w.d;
+    if (quant != KvQuant::kNone) {  // poison bytes: NaN parameters, codes 0xff
+      return std::vector<uint8_t>(
+          static_cast<size_t>(int64_t{blocks} * w.hpb * kv_quant_page_bytes(quant, pt, w.d)), 0xff);
+    }
     std::vector<uint8_t> b(static_cast<size_t>(dtype_nbytes(pool_dtype, n)));
     poison(b.data(), pool_dtype, n);
     return b;
@@ -189,6 +214,36 @@ TEST(KvAppend, PoolsMatchNaiveMirrorAfterChunksAndDecodeSteps) {
         ASSERT_EQ(w.r_v, w.m_r_v);
         ASSERT_EQ(w.s_k, w.m_s_k);
         ASSERT_EQ(w.s_v, w.m_s_v);
+      }
+    }
+  }
+}
+
+// Quantized pools: the append quantizes each token row on the way in exactly as the reference
+// quantizer does at that row's place in its page (codes and parameters), and writes nothing else.
+TEST(KvAppend, QuantizedPoolsMatchReferenceQuantizerMirror) {
+  std::mt19937 rng(43);
+  for (KvQuant q : {KvQuant::kFp8, KvQuant::kInt8, KvQuant::kInt4}) {
+    for (DType src : {DType::kF32, DType::kBF16}) {
+      for (int32_t pt : {16, 64}) {
+        SCOPED_TRACE(std::string(kv_quant_name(q)) + " src=" + std::string(dtype_name(src)) +
+                     " pt=" + std::to_string(pt));
+        const std::vector<std::vector<int32_t>> steps = {
+            {3 * pt + 5, 1, 0}, {pt + 2, 2, 7}, {1, 1, 1}, {1, 0, 5 * pt}, {1, 1, 1}};
+        std::vector<int32_t> totals(3, 0);
+        for (const auto& st : steps) {
+          for (size_t s = 0; s < 3; ++s) totals[s] += st[s];
+        }
+        AppendWorld w = make_world(rng, src, DType::kF32, pt, totals, q);
+        for (const auto& q_lens : steps) {
+          StepInput in = make_step(w, q_lens);
+          cpu::kv_append(step_params(w, in, w.r_k, w.r_v, w.s_k, w.s_v), pool2());
+          for (int32_t s = 0; s < w.num_seqs; ++s) w.appended[s] += q_lens[s];
+          ASSERT_EQ(w.r_k, w.m_r_k);
+          ASSERT_EQ(w.r_v, w.m_r_v);
+          ASSERT_EQ(w.s_k, w.m_s_k);
+          ASSERT_EQ(w.s_v, w.m_s_v);
+        }
       }
     }
   }

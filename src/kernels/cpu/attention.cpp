@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/attention_pages.h"
 #include "kernels/cpu/attention_tile.h"
+#include "kernels/cpu/kv_dequant.h"
 #include "kernels/cpu/simd.h"
 
 namespace ls::kernels::cpu {
@@ -69,11 +70,12 @@ struct Geometry {
 // Per-thread buffers, grown on demand and kept across calls (decode issues one call per
 // layer per step; reallocating would dominate short calls).
 struct ThreadScratch {
-  std::vector<float> q, s, kf, o, m, l, alpha, row;
+  std::vector<float> q, s, kf, vf, o, m, l, alpha, row;
   std::vector<PageVisit> pages;
   // Binds a tile of `rows` rows against pages of `page_tokens` keys; the lanes layout pads
-  // the rows to whole vectors of `width`.
-  TileState bind(int32_t rows, int32_t head_dim, int32_t page_tokens, int32_t width, bool lanes) {
+  // the rows to whole vectors of `width`; `dequant` keeps f32 K and V pages (quantized pools).
+  TileState bind(int32_t rows, int32_t head_dim, int32_t page_tokens, int32_t width, bool lanes,
+                 bool dequant = false) {
     const auto grow = [](std::vector<float>& v, int64_t n) {
       if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
     };
@@ -85,7 +87,8 @@ struct ThreadScratch {
     t.ld_s = (page_tokens + width - 1) / width * width;
     grow(q, int64_t{t.padded_rows} * head_dim);
     grow(s, lanes ? int64_t{page_tokens} * t.padded_rows : int64_t{rows} * t.ld_s);
-    grow(kf, lanes ? int64_t{page_tokens} * head_dim : 0);
+    grow(kf, lanes || dequant ? int64_t{page_tokens} * head_dim : 0);
+    grow(vf, dequant ? int64_t{page_tokens} * head_dim : 0);
     grow(o, int64_t{rows} * head_dim);
     grow(m, t.padded_rows);
     grow(l, t.padded_rows);
@@ -169,6 +172,9 @@ void mask_scores(const TileState& t, int32_t row, const VisibleKeys& vk, int32_t
   for (int32_t j = vk.end; j < keys; ++j) t.score(row, j) = kNegInf;
 }
 
+// kKv: the pool's float dtype; a quantized pool runs with kKv = f32 on pages dequantized per
+// visit into the tile's f32 buffers (kf, vf), so everything after the dequantization is the f32
+// kernel.
 template <class S, DType kKv>
 void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Partials& partials) {
   ThreadScratch& scratch = thread_scratch();
@@ -178,7 +184,11 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
   const int32_t rows = it.num_q * geo.group;
   const int64_t d = geo.head_dim;
   const bool lanes = rows >= kLanesMinRows;
-  TileState t = scratch.bind(rows, geo.head_dim, pt, S::kWidth, lanes);
+  const KvQuant quant = kv.quant;
+  const bool dequant = quant != KvQuant::kNone;
+  const int64_t page_bytes = pool_page_bytes(kv);
+  TileState t = scratch.bind(rows, geo.head_dim, pt, S::kWidth, lanes, dequant);
+  float* vf = scratch.vf.data();
   load_queries<S>(p, geo, it, t, scratch.row.data());
   std::fill(t.m, t.m + t.padded_rows, kNegInf);
   std::fill(t.l, t.l + t.padded_rows, 0.0f);
@@ -192,33 +202,41 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
       std::min<int32_t>(it.page_end, static_cast<int32_t>(scratch.pages.size()));
   for (int32_t pi = it.page_begin; pi < page_end; ++pi) {
     const PageVisit& page = scratch.pages[static_cast<size_t>(pi)];
-    const int64_t key_row0 = page.head_page * pt;  // row of the page's first key in the pool
+    int64_t key_row0 = page.head_page * pt;  // row of the page's first key in the pool
     const int32_t keys = page.num_tokens;
+    const void* k_base = kv.k;
+    const void* v_base = kv.v;
     PagePrefetch prefetch;
     t.prefetch = nullptr;
     if (pi + 1 < page_end) {
       const PageVisit& next = scratch.pages[static_cast<size_t>(pi + 1)];
-      const int64_t offset = dtype_nbytes(kKv, next.head_page * pt * d);
+      const int64_t offset = next.head_page * page_bytes;
       prefetch.k = static_cast<const char*>(kv.k) + offset;
       prefetch.v = static_cast<const char*>(kv.v) + offset;
-      prefetch.bytes = dtype_nbytes(kKv, int64_t{next.num_tokens} * d);
+      prefetch.bytes = dequant ? page_bytes : dtype_nbytes(kKv, int64_t{next.num_tokens} * d);
       // P·V runs keys x (row blocks x head_dim blocks) steps; cover the page in about half.
       const int64_t steps =
           std::max<int64_t>(1, int64_t{keys} * ((d / S::kWidth + S::kAxpyVecs - 1) / S::kAxpyVecs));
       prefetch.lines_per_step = std::max<int64_t>(1, 2 * (prefetch.bytes / 64) / steps);
       t.prefetch = &prefetch;
     }
+    if (dequant) {
+      dequantize_page_rows(quant, kv.k, page.head_page, pt, geo.head_dim, keys, t.kf);
+      k_base = t.kf;
+      v_base = vf;
+      key_row0 = 0;
+    }
     if (lanes) {
       const float* kf = t.kf;
       if constexpr (kKv == DType::kF32) {
-        kf = static_cast<const float*>(kv.k) + key_row0 * d;
+        kf = static_cast<const float*>(k_base) + key_row0 * d;
       } else {
         simd::widen_to_f32<S>(kKv, static_cast<const char*>(kv.k) + dtype_nbytes(kKv, key_row0 * d),
                               t.kf, int64_t{keys} * d);
       }
       lanes_scores<S>(t, kf, keys);
     } else {
-      dot_tile<S, kKv>(t.q, d, rows, kv.k, key_row0, d, keys, d, t.s, t.ld_s);
+      dot_tile<S, kKv>(t.q, d, rows, k_base, key_row0, d, keys, d, t.s, t.ld_s);
     }
     int32_t keys_used = 0;
     for (int32_t tok = 0; tok < it.num_q; ++tok) {
@@ -232,7 +250,8 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
     } else {
       rows_softmax<S>(t);
     }
-    pv_update<S, kKv>(t, keys_used, kv.v, key_row0);
+    if (dequant) dequantize_page_rows(quant, kv.v, page.head_page, pt, geo.head_dim, keys_used, vf);
+    pv_update<S, kKv>(t, keys_used, v_base, key_row0);
   }
 
   if (it.partial < 0) {
@@ -289,8 +308,12 @@ void zero_rows(const AttentionParams& p, const Geometry& geo, int32_t q_row, int
 }
 
 bool pool_usable(const PagedKvPool& pool, int32_t head_dim) {
+  const bool format_ok = pool.quant == KvQuant::kNone
+                             ? simd::is_float_dtype(pool.dtype)
+                             : pool.quant == KvQuant::kFp8 || pool.quant == KvQuant::kInt8 ||
+                                   pool.quant == KvQuant::kInt4;
   return pool.k && pool.v && pool.page_tokens > 0 && pool.head_dim == head_dim &&
-         pool.heads_per_block > 0 && simd::is_float_dtype(pool.dtype);
+         pool.heads_per_block > 0 && format_ok;
 }
 
 template <class S>
@@ -399,7 +422,12 @@ void run(const AttentionParams& p, ThreadPool& pool) {
     for (int64_t i = next.fetch_add(1); i < num_items; i = next.fetch_add(1)) {
       const Item& it = items[static_cast<size_t>(i)];
       const bool streaming = p.head_mode[it.kv_head] == static_cast<int32_t>(HeadMode::kStreaming);
-      simd::dispatch_float_dtype((streaming ? p.streaming : p.retrieval).dtype,
+      const PagedKvPool& kv = streaming ? p.streaming : p.retrieval;
+      if (kv.quant != KvQuant::kNone) {
+        run_item<S, DType::kF32>(p, geo, it, partials);
+        continue;
+      }
+      simd::dispatch_float_dtype(kv.dtype,
                                  [&]<DType kKv>() { run_item<S, kKv>(p, geo, it, partials); });
     }
   };

@@ -1,9 +1,11 @@
 #include "kernels/cpu/kv_append.h"
 
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/page_summary.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/kv_quant.h"
 
 namespace ls::kernels::cpu {
 
@@ -57,8 +59,11 @@ void kv_append(const KvAppendParams& p, ThreadPool& pool) {
       const int32_t stride = streaming ? p.streaming_blocks_stride : p.retrieval_blocks_stride;
       const int32_t ring = streaming ? p.ring_pages[s] : 0;
       if (streaming && ring <= 0) continue;
-      const int64_t dst_row_bytes = dtype_nbytes(pool_g.dtype, d);
-      const int64_t page_bytes = dst_row_bytes * pt;
+      const KvQuant quant = pool_g.quant;
+      const int64_t dst_row_bytes =
+          quant == KvQuant::kNone ? dtype_nbytes(pool_g.dtype, d)
+                                  : kv_quant_row_code_bytes(quant, p.head_dim);
+      const int64_t page_bytes = pool_page_bytes(pool_g);
       for (int32_t t = 0; t < q_len; ++t) {
         const int64_t pos = first_pos + t;
         const int64_t page = pos / pt;
@@ -79,15 +84,32 @@ void kv_append(const KvAppendParams& p, ThreadPool& pool) {
         // is resident, to its cache slot, so a slot never differs from its home.
         void* dst_k = pool_g.page_slot ? pool_g.home_k : pool_g.k;
         void* dst_v = pool_g.page_slot ? pool_g.home_v : pool_g.v;
-        const int64_t offset = head_page * page_bytes + row_offset;
-        const bool tiered = pool_g.page_slot != nullptr;
-        int32_t cache_slot = -1;
-        if (tiered) {
-          cache_slot = pool_g.page_slot[head_page];
-          if (cache_slot >= pool_g.num_cache_slots) cache_slot = -1;
+        const int32_t cache_slot = pool_g.page_slot ? pool_g.page_slot[head_page] : -1;
+        const bool cached = cache_slot >= 0 && cache_slot < pool_g.num_cache_slots;
+        if (quant != KvQuant::kNone) {
+          // Quantize on the way in: codes and this token's parameters, both inside the page.
+          const int32_t row = static_cast<int32_t>(pos % pt);
+          const int64_t param_bytes = 4 * int64_t{kv_quant_params_per_token(quant)};
+          const char* srcs[2] = {k_src + src_offset, v_src + src_offset};
+          void* homes[2] = {dst_k, dst_v};
+          void* caches[2] = {pool_g.k, pool_g.v};
+          for (int a = 0; a < 2; ++a) {
+            simd::dispatch_isa(best_isa(), [&]<class S>() {
+              simd::widen_to_f32<S>(p.src_dtype, srcs[a], tmp.data(), d);
+            });
+            const KvQuantRow home = kv_quant_row(quant, homes[a], head_page, row, pt, p.head_dim);
+            kv_quantize_row(quant, tmp.data(), p.head_dim, home.codes, home.params);
+            if (cached) {
+              const KvQuantRow c = kv_quant_row(quant, caches[a], cache_slot, row, pt, p.head_dim);
+              std::memcpy(c.codes, home.codes, static_cast<size_t>(dst_row_bytes));
+              std::memcpy(c.params, home.params, static_cast<size_t>(param_bytes));
+            }
+          }
+          continue;
         }
-        if (tiered && !p.write_homes) {  // benchmarks: the resident slot only
-          if (cache_slot >= 0) {
+        const int64_t offset = head_page * page_bytes + row_offset;
+        if (pool_g.page_slot != nullptr && !p.write_homes) {  // benchmarks: the resident slot only
+          if (cached) {
             const int64_t cache_offset = cache_slot * page_bytes + row_offset;
             copy_row(k_src + src_offset, p.src_dtype, static_cast<char*>(pool_g.k) + cache_offset,
                      pool_g.dtype, d, tmp.data());
@@ -100,12 +122,14 @@ void kv_append(const KvAppendParams& p, ThreadPool& pool) {
                  d, tmp.data());
         copy_row(v_src + src_offset, p.src_dtype, static_cast<char*>(dst_v) + offset, pool_g.dtype,
                  d, tmp.data());
-        if (cache_slot >= 0) {
+        if (cached) {
           const int64_t cache_offset = cache_slot * page_bytes + row_offset;
           std::memcpy(static_cast<char*>(pool_g.k) + cache_offset,
-                      static_cast<const char*>(dst_k) + offset, static_cast<size_t>(dst_row_bytes));
+                      static_cast<const char*>(dst_k) + offset,
+                      static_cast<size_t>(dst_row_bytes));
           std::memcpy(static_cast<char*>(pool_g.v) + cache_offset,
-                      static_cast<const char*>(dst_v) + offset, static_cast<size_t>(dst_row_bytes));
+                      static_cast<const char*>(dst_v) + offset,
+                      static_cast<size_t>(dst_row_bytes));
         }
       }
     }

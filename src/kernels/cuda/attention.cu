@@ -295,6 +295,28 @@ Status run_prefill_wgmma(const AttentionParams& p, const Layout& L, const Prefil
 }
 
 template <typename T>
+Status run_prefill_quant(const AttentionParams& p, const Layout& L, const PrefillTile* tiles,
+                         const int32_t* num_tiles, int warps, KvQuant quant, cudaStream_t stream) {
+  const auto typed = [&]<int kD>() -> Status {
+    if (warps == 8) {
+      return launch_prefill_quant<kD, T, 8>(p, tiles, num_tiles, L.max_tiles, L.listed_cap, quant,
+                                            stream);
+    }
+    return launch_prefill_quant<kD, T, 4>(p, tiles, num_tiles, L.max_tiles, L.listed_cap, quant,
+                                          stream);
+  };
+  switch (p.head_dim) {
+    case 64:
+      return typed.template operator()<64>();
+    case 128:
+      return typed.template operator()<128>();
+    default:
+      return invalid_argument("attention: no prefill kernel reads {} pages of head_dim {}",
+                              kv_quant_name(quant), p.head_dim);
+  }
+}
+
+template <typename T>
 Status run_prefill(const AttentionParams& p, const Layout& L, const PrefillTile* tiles,
                    const int32_t* num_tiles, int warps, cudaStream_t stream) {
   const auto typed = [&]<int kD>() -> Status {
@@ -321,9 +343,26 @@ Status run_prefill(const AttentionParams& p, const Layout& L, const PrefillTile*
   }
 }
 
+// The K/V format of a call's pools (paged_attention checks that the pools present agree).
+KvQuant pools_quant(const AttentionParams& p) {
+  return p.retrieval.k ? p.retrieval.quant : (p.streaming.k ? p.streaming.quant : KvQuant::kNone);
+}
+
 template <typename T>
 Status run_decode(const AttentionParams& p, const Layout& L, const DecodeArgs& a,
                   cudaStream_t stream) {
+  const KvQuant quant = pools_quant(p);
+  if (quant != KvQuant::kNone) {
+    switch (p.head_dim) {
+      case 64:
+        return launch_decode_quant<64, T>(p, a, L.items, L.max_splits, quant, stream);
+      case 128:
+        return launch_decode_quant<128, T>(p, a, L.items, L.max_splits, quant, stream);
+      default:
+        return invalid_argument("attention: no decode kernel reads {} pages of head_dim {}",
+                                kv_quant_name(quant), p.head_dim);
+    }
+  }
   switch (p.head_dim) {
     case 16:
       return launch_decode<16, T>(p, a, L.items, L.max_splits, stream);
@@ -345,12 +384,17 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
                  cudaStream_t stream, const AttentionOptions& o) {
   auto* tiles = reinterpret_cast<PrefillTile*>(ws + L.tiles);
   auto* num_tiles = reinterpret_cast<int32_t*>(ws + L.num_tiles);
+  const KvQuant quant = pools_quant(p);
   if (L.run_prefill) {
     plan_prefill_kernel<<<1, 32, 0, stream>>>(p.q_indptr, p.kv_lens, p.num_seqs, p.num_tokens,
                                               o.prefill_only ? 1 : 2, L.bm, L.max_tiles, tiles,
                                               num_tiles);
     LS_RETURN_IF_ERROR(launch_status("plan_prefill_kernel"));
-    if (L.wgmma) {
+    if (quant != KvQuant::kNone) {
+      // Quantized pages: the mma.sync kernel (the tile planning above is the same for any
+      // kernel of L.bm rows: 8 warps where the wgmma kernel would have run).
+      LS_RETURN_IF_ERROR(run_prefill_quant<T>(p, L, tiles, num_tiles, warps, quant, stream));
+    } else if (L.wgmma) {
       // kAuto takes the warp-specialised kernel where it exists (head_dim 128): the fastest
       // there (AttentionOptions::prefill_kernel says by how much).
       const bool ws = o.prefill_kernel == PrefillKernel::kWgmmaWs ||
@@ -392,7 +436,9 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
 }
 
 bool pool_matches(const PagedKvPool& pool, const AttentionParams& p) {
-  return !pool.k || (pool.dtype == p.q_dtype && aligned16(pool.k) && aligned16(pool.v));
+  if (!pool.k) return true;
+  const bool format = pool.quant != KvQuant::kNone || pool.dtype == p.q_dtype;
+  return format && aligned16(pool.k) && aligned16(pool.v);
 }
 
 // The decode kernel indexes pool rows in 32 bits (attention_decode.cuh's resolve_row). A pool
@@ -444,6 +490,10 @@ Status paged_attention(const AttentionParams& p, void* workspace, int64_t worksp
     return invalid_argument("attention: KV pools must have q's dtype {} and be 16-byte aligned",
                             dtype_name(p.q_dtype));
   }
+  const KvQuant quant = pools_quant(p);
+  if ((p.retrieval.k && p.retrieval.quant != quant) || (p.streaming.k && p.streaming.quant != quant)) {
+    return invalid_argument("attention: the retrieval and streaming pools hold different formats");
+  }
   if (!options.prefill_only && (!pool_rows_fit(p.retrieval) || !pool_rows_fit(p.streaming))) {
     return invalid_argument(
         "attention: a KV pool of more than 2^31 - 1 rows (blocks x heads x page tokens)");
@@ -457,7 +507,11 @@ Status paged_attention(const AttentionParams& p, void* workspace, int64_t worksp
                             p.num_sink_pages, p.max_selected, kMaxListedPages);
   }
   const Layout L = layout_for(p, num_sms, options);
-  if (L.wgmma && L.run_prefill && !wgmma_covers(p)) {
+  if (quant != KvQuant::kNone && p.head_dim != 64 && p.head_dim != 128) {
+    return invalid_argument("attention: no kernel reads {} pages of head_dim {} (64 or 128)",
+                            kv_quant_name(quant), p.head_dim);
+  }
+  if (quant == KvQuant::kNone && L.wgmma && L.run_prefill && !wgmma_covers(p)) {
     return invalid_argument("attention: the wgmma prefill kernel has no head_dim {}", p.head_dim);
   }
   if (options.wgmma_key_block != 64 && options.wgmma_key_block != 128) {

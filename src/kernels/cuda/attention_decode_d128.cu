@@ -1,7 +1,9 @@
-// Decode attention kernels for head_dim 128 (bf16 and f16).
+// Decode attention kernels for head_dim 128 (bf16 and f16), over float pages and over quantized
+// (fp8 / int8 / int4) pages.
 #define LS_ATTENTION_INSTANTIATE
 #include "kernels/cuda/attention_launch.cuh"
 
 namespace ls::kernels::cuda {
 LS_INSTANTIATE_DECODE(128)
+LS_INSTANTIATE_DECODE_QUANT(128)
 }  // namespace ls::kernels::cuda

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "kernels/cuda/attention_decode.cuh"
+#include "kernels/cuda/attention_decode_quant.cuh"
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/attention_prefill_wgmma.cuh"
 #include "kernels/cuda/attention_prefill_wgmma_ws.cuh"
@@ -35,6 +36,17 @@ Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tile
 template <int kD, typename T>
 Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t items,
                      int32_t max_splits, cudaStream_t stream);
+
+// The mma.sync prefill kernel over quantized pages: head_dim 64 and 128, 4 or 8 warps.
+template <int kD, typename T, int kWarps>
+Status launch_prefill_quant(const AttentionParams& p, const PrefillTile* tiles,
+                            const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
+                            KvQuant quant, cudaStream_t stream);
+
+// The decode kernel over quantized pages (attention_decode_quant.cuh): head_dim 64 and 128.
+template <int kD, typename T>
+Status launch_decode_quant(const AttentionParams& p, const DecodeArgs& args, int32_t items,
+                           int32_t max_splits, KvQuant quant, cudaStream_t stream);
 
 #ifdef LS_ATTENTION_INSTANTIATE
 
@@ -65,6 +77,42 @@ Status launch_prefill(const AttentionParams& p, const PrefillTile* tiles, const 
       <<<grid, Shape::kThreads, Shape::template smem_bytes<T>(listed_cap), stream>>>(
           p, tiles, num_tiles, listed_cap);
   return launch_status("prefill_attention_kernel");
+}
+
+template <int kD, typename T, int kWarps, KvQuant kQ>
+Status launch_prefill_quant_kernel(const AttentionParams& p, const PrefillTile* tiles,
+                                   const int32_t* num_tiles, int32_t max_tiles,
+                                   int32_t listed_cap, cudaStream_t stream) {
+  using Shape = PrefillShape<kD, kWarps>;
+  static std::once_flag once;
+  static cudaError_t err = cudaSuccess;
+  LS_RETURN_IF_ERROR(allow_smem(prefill_attention_kernel<kD, T, kWarps, kQ>,
+                                Shape::template smem_bytes<T>(kMaxListedPages), once, err));
+  const dim3 grid(static_cast<unsigned>(p.num_q_heads), static_cast<unsigned>(max_tiles));
+  prefill_attention_kernel<kD, T, kWarps, kQ>
+      <<<grid, Shape::kThreads, Shape::template smem_bytes<T>(listed_cap), stream>>>(
+          p, tiles, num_tiles, listed_cap);
+  return launch_status("prefill_attention_kernel (quantized pages)");
+}
+
+template <int kD, typename T, int kWarps>
+Status launch_prefill_quant(const AttentionParams& p, const PrefillTile* tiles,
+                            const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
+                            KvQuant quant, cudaStream_t stream) {
+  switch (quant) {
+    case KvQuant::kFp8:
+      return launch_prefill_quant_kernel<kD, T, kWarps, KvQuant::kFp8>(p, tiles, num_tiles,
+                                                                       max_tiles, listed_cap, stream);
+    case KvQuant::kInt8:
+      return launch_prefill_quant_kernel<kD, T, kWarps, KvQuant::kInt8>(
+          p, tiles, num_tiles, max_tiles, listed_cap, stream);
+    case KvQuant::kInt4:
+      return launch_prefill_quant_kernel<kD, T, kWarps, KvQuant::kInt4>(
+          p, tiles, num_tiles, max_tiles, listed_cap, stream);
+    default:
+      return invalid_argument("attention: no quantized prefill kernel for format {}",
+                              static_cast<int>(quant));
+  }
 }
 
 template <int kD, typename T, int kBN>
@@ -129,11 +177,57 @@ Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t i
                 : launch_decode_kernel<kD, T, false, false>(p, args, items, max_splits, stream);
 }
 
+template <int kD, typename T, KvQuant kQ>
+Status launch_decode_quant_kernel(const AttentionParams& p, const DecodeArgs& args, int32_t items,
+                                  int32_t max_splits, cudaStream_t stream) {
+  using Shape = DecodeQuantShape<kD>;
+  static std::once_flag once;
+  static cudaError_t err = cudaSuccess;
+  LS_RETURN_IF_ERROR(allow_smem(decode_attention_quant_kernel<kD, T, kQ>,
+                                Shape::template smem_bytes<T>(kMaxListedPages), once, err));
+  const dim3 grid(static_cast<unsigned>(items),
+                  static_cast<unsigned>(p.num_kv_heads * args.head_chunks),
+                  static_cast<unsigned>(max_splits));
+  return launch_pdl(decode_attention_quant_kernel<kD, T, kQ>, grid, kDecodeThreads,
+                    static_cast<size_t>(Shape::template smem_bytes<T>(args.listed_cap)), stream,
+                    "decode_attention_quant_kernel", p, args);
+}
+
+template <int kD, typename T>
+Status launch_decode_quant(const AttentionParams& p, const DecodeArgs& args, int32_t items,
+                           int32_t max_splits, KvQuant quant, cudaStream_t stream) {
+  switch (quant) {
+    case KvQuant::kFp8:
+      return launch_decode_quant_kernel<kD, T, KvQuant::kFp8>(p, args, items, max_splits, stream);
+    case KvQuant::kInt8:
+      return launch_decode_quant_kernel<kD, T, KvQuant::kInt8>(p, args, items, max_splits, stream);
+    case KvQuant::kInt4:
+      return launch_decode_quant_kernel<kD, T, KvQuant::kInt4>(p, args, items, max_splits, stream);
+    default:
+      return invalid_argument("attention: no quantized decode kernel for format {}",
+                              static_cast<int>(quant));
+  }
+}
+
+#define LS_INSTANTIATE_DECODE_QUANT(D)                                                          \
+  template Status launch_decode_quant<D, __nv_bfloat16>(                                        \
+      const AttentionParams&, const DecodeArgs&, int32_t, int32_t, KvQuant, cudaStream_t);      \
+  template Status launch_decode_quant<D, __half>(const AttentionParams&, const DecodeArgs&,     \
+                                                 int32_t, int32_t, KvQuant, cudaStream_t);
+
 #define LS_INSTANTIATE_PREFILL(D, W)                                                               \
   template Status launch_prefill<D, __nv_bfloat16, W>(                                             \
       const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t); \
   template Status launch_prefill<D, __half, W>(const AttentionParams&, const PrefillTile*,         \
                                                const int32_t*, int32_t, int32_t, cudaStream_t);
+
+#define LS_INSTANTIATE_PREFILL_QUANT(D, W)                                                     \
+  template Status launch_prefill_quant<D, __nv_bfloat16, W>(                                   \
+      const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, KvQuant,   \
+      cudaStream_t);                                                                           \
+  template Status launch_prefill_quant<D, __half, W>(const AttentionParams&, const PrefillTile*, \
+                                                     const int32_t*, int32_t, int32_t, KvQuant,  \
+                                                     cudaStream_t);
 
 #define LS_INSTANTIATE_PREFILL_WGMMA(D, BN)                                                        \
   template Status launch_prefill_wgmma<D, __nv_bfloat16, BN>(                                      \

@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/attention_span.cuh"
 #include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/kv_dequant.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/paged_kv.h"
 
@@ -71,7 +72,11 @@ struct PrefillShape {
   }
 };
 
-template <int kD, typename T, int kWarps>
+// kQ != kNone: the pools hold quantized pages (kernels/kv_quant.h). A row's codes and scale are
+// then read with plain loads and dequantized in registers into the K / V tile (the q dtype, one
+// rounding; fp32 accumulation as ever) instead of the cp.async copies; the barriers that order
+// the copies order these stores as well. Only the mma.sync kernel reads quantized pages.
+template <int kD, typename T, int kWarps, KvQuant kQ = KvQuant::kNone>
 __global__ void __launch_bounds__(32 * kWarps, kWarps >= 8 ? 1 : 2)
     prefill_attention_kernel(const AttentionParams p, const PrefillTile* tiles,
                              const int32_t* num_tiles, int32_t listed_cap) {
@@ -136,21 +141,57 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps >= 8 ? 1 : 2)
   const int my_row = tid / Shape::kRowThreads;
   const T* k_pool = static_cast<const T*>(hv.k);
   const T* v_pool = static_cast<const T*>(hv.v);
+  (void)k_pool;  // unused by the quantized instantiations
+  (void)v_pool;
   KeyRow cur;
+  // Quantized pages: this thread's share of row `cur`'s 16-byte code vectors, dequantized into
+  // dst (the row of the K or V tile).
+  auto dequant_row = [&](const void* pool_base, T* dst) {
+    if constexpr (kQ != KvQuant::kNone) {
+      constexpr int kCodeBytes = kQuantCodeBytes<kD, kQ>;
+      const bool valid = cur.position >= 0;
+      const int32_t pt = hv.page_tokens;
+      const int64_t row = valid ? cur.offset / kD : 0;  // page * pt + row in page
+      const int64_t page = row / pt;
+      const int32_t in_page = static_cast<int32_t>(row - page * pt);
+      const char* base =
+          static_cast<const char*>(pool_base) + page * kv_quant_page_bytes(kQ, pt, kD);
+      const float2 sz = valid ? load_quant_params<kQ>(base, kv_quant_params_offset(kQ, pt, kD),
+                                                      in_page)
+                              : make_float2(0.0f, 0.0f);
+      const auto* codes =
+          reinterpret_cast<const uint4*>(base + static_cast<int64_t>(in_page) * kCodeBytes);
+      for (int c = tid % Shape::kRowThreads; c < kCodeBytes / 16; c += Shape::kRowThreads) {
+        const uint4 w = valid ? codes[c] : make_uint4(0, 0, 0, 0);
+        dequant_vec16<kQ, T>(w, sz.x, sz.y, valid, dst + c * kQuantVecElems<kQ>);
+      }
+    } else {
+      (void)pool_base;
+      (void)dst;
+    }
+  };
   auto issue_k = [&](int32_t b) {
     cur = locate_row(hv, sp, listed, b * kKeyBlock + my_row, kD);
-    const bool valid = cur.position >= 0;
-    const T* src = k_pool + (valid ? cur.offset : 0);
-    for (int c = tid % Shape::kRowThreads; c < kChunks; c += Shape::kRowThreads) {
-      cp_async_16(sK + my_row * kStride + c * 8, src + c * 8, valid);
+    if constexpr (kQ != KvQuant::kNone) {
+      dequant_row(hv.k, sK + my_row * kStride);
+    } else {
+      const bool valid = cur.position >= 0;
+      const T* src = k_pool + (valid ? cur.offset : 0);
+      for (int c = tid % Shape::kRowThreads; c < kChunks; c += Shape::kRowThreads) {
+        cp_async_16(sK + my_row * kStride + c * 8, src + c * 8, valid);
+      }
     }
     if (tid % Shape::kRowThreads == 0) kpos[my_row] = cur.position;
   };
   auto issue_v = [&]() {
-    const bool valid = cur.position >= 0;
-    const T* src = v_pool + (valid ? cur.offset : 0);
-    for (int c = tid % Shape::kRowThreads; c < kChunks; c += Shape::kRowThreads) {
-      cp_async_16(sV + my_row * kStride + c * 8, src + c * 8, valid);
+    if constexpr (kQ != KvQuant::kNone) {
+      dequant_row(hv.v, sV + my_row * kStride);
+    } else {
+      const bool valid = cur.position >= 0;
+      const T* src = v_pool + (valid ? cur.offset : 0);
+      for (int c = tid % Shape::kRowThreads; c < kChunks; c += Shape::kRowThreads) {
+        cp_async_16(sV + my_row * kStride + c * 8, src + c * 8, valid);
+      }
     }
   };
   if (num_blocks > 0) issue_k(0);

@@ -18,6 +18,7 @@
 #include "kernels/cuda/dispatch.cuh"
 #include "kernels/cuda/page_summary.cuh"
 #include "kernels/cuda/paged_ops.h"
+#include "kernels/kv_quant.h"
 
 namespace ls::kernels::cuda {
 
@@ -122,6 +123,151 @@ __device__ __forceinline__ void append_item(const KvAppendParams& p, int filter,
   }
 }
 
+// ---- quantized pools (kernels/kv_quant.h): quantize on the way in ----
+// One warp per (token, kv head) item as above: the lanes read the row, a warp reduction gives the
+// row's min / max / max|x| (order-independent, so the parameters are bit for bit the CPU's), then
+// each lane writes the codes of its elements (int4: of its element pairs) and lane 0 the row's
+// parameters, to the home and, when resident, to the cache slot.
+
+__device__ __forceinline__ void warp_merge_stats(KvRowStats& st) {
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) {
+    KvRowStats o;
+    o.mn = __shfl_xor_sync(0xffffffffu, st.mn, off);
+    o.mx = __shfl_xor_sync(0xffffffffu, st.mx, off);
+    o.amax = __shfl_xor_sync(0xffffffffu, st.amax, off);
+    o.finite = __shfl_xor_sync(0xffffffffu, static_cast<int>(st.finite), off) != 0;
+    kv_row_stats_merge(st, o);
+  }
+}
+
+template <typename Ts>
+__device__ __forceinline__ void quantize_row_warp(KvQuant q, const Ts* src, int d, KvQuantRow home,
+                                                  KvQuantRow cache, int lane) {
+  KvRowStats st;
+  for (int e = lane; e < d; e += 32) kv_row_stats_add(st, to_f32(src[e]));
+  warp_merge_stats(st);
+  float params[2];
+  kv_quant_params(q, st, params);
+  if (q == KvQuant::kInt4) {
+    for (int i = lane; 2 * i < d; i += 32) {
+      const uint8_t lo = kv_quant_code(q, to_f32(src[2 * i]), params);
+      const uint8_t hi = 2 * i + 1 < d ? kv_quant_code(q, to_f32(src[2 * i + 1]), params) : 0;
+      const auto b = static_cast<uint8_t>(lo | (hi << 4));
+      home.codes[i] = b;
+      if (cache.codes) cache.codes[i] = b;
+    }
+  } else {
+    for (int e = lane; e < d; e += 32) {
+      const uint8_t c = kv_quant_code(q, to_f32(src[e]), params);
+      home.codes[e] = c;
+      if (cache.codes) cache.codes[e] = c;
+    }
+  }
+  if (lane < kv_quant_params_per_token(q)) {
+    home.params[lane] = params[lane];
+    if (cache.params) cache.params[lane] = params[lane];
+  }
+}
+
+// The placement of append_item (batch position, ring, block table, tier slot), for quantized
+// pools; the float path keeps its own interleaved copy for its load scheduling.
+template <typename Ts>
+__device__ __forceinline__ void append_item_quant(const KvAppendParams& p, int filter, int64_t item,
+                                                  int lane) {
+  const int32_t t = static_cast<int32_t>(item / p.num_kv_heads);
+  const int32_t g = static_cast<int32_t>(item % p.num_kv_heads);
+  const int32_t mode = p.head_mode[g];
+  const int32_t slot = p.head_slot[g];
+  const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, t);
+  if (tp.seq < 0) return;
+  const int32_t s = tp.seq;
+  const bool streaming = mode == static_cast<int32_t>(HeadMode::kStreaming);
+  if (filter != kBothPools && streaming != (filter == kStreamingOnly)) return;
+  const PagedKvPool& pool = streaming ? p.streaming : p.retrieval;
+  if (pool.page_tokens <= 0 || pool.head_dim != p.head_dim || !pool.k || !pool.v) return;
+  if (pool.quant == KvQuant::kNone || slot < 0 || slot >= pool.heads_per_block) return;
+  const int32_t pt = pool.page_tokens;
+  const int64_t pos = tp.position;
+  const int64_t page = pos / pt;
+  int64_t table_index = page;
+  const int32_t* table = p.retrieval_blocks;
+  int32_t stride = p.retrieval_blocks_stride;
+  if (streaming) {
+    const int32_t ring = p.ring_pages[s];
+    if (ring <= 0) return;
+    if (page >= p.num_sink_pages && pos + static_cast<int64_t>(ring) * pt < p.kv_lens[s]) return;
+    table_index = ring_table_index(static_cast<int32_t>(page), p.num_sink_pages, ring);
+    table = p.streaming_blocks;
+    stride = p.streaming_blocks_stride;
+  }
+  if (table_index < 0 || table_index >= stride) return;
+  const int32_t block = table[static_cast<int64_t>(s) * stride + table_index];
+  if (block < 0 || block >= pool.num_blocks) return;
+  const int64_t head_page = static_cast<int64_t>(block) * pool.heads_per_block + slot;
+  const bool tiered = pool.page_slot != nullptr;
+  int32_t cache_slot = -1;
+  if (tiered) {
+    const int32_t cs = pool.page_slot[head_page];
+    if (cs >= 0 && cs < pool.num_cache_slots) cache_slot = cs;
+  }
+  const int32_t row = static_cast<int32_t>(pos % pt);
+  const int64_t src_row = (static_cast<int64_t>(t) * p.num_kv_heads + g) * p.head_dim;
+  const KvQuant q = pool.quant;
+  void* homes[2] = {tiered ? pool.home_k : pool.k, tiered ? pool.home_v : pool.v};
+  void* caches[2] = {pool.k, pool.v};
+  const void* srcs[2] = {p.k, p.v};
+  for (int a = 0; a < 2; ++a) {
+    const KvQuantRow home = kv_quant_row(q, homes[a], head_page, row, pt, p.head_dim);
+    const KvQuantRow cache =
+        cache_slot >= 0 ? kv_quant_row(q, caches[a], cache_slot, row, pt, p.head_dim) : KvQuantRow{};
+    quantize_row_warp<Ts>(q, static_cast<const Ts*>(srcs[a]) + src_row, p.head_dim, home, cache,
+                          lane);
+  }
+}
+
+template <typename Ts, typename Tm>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    kv_append_quant_kernel(const KvAppendParams p, const SummaryUpdateParams su, int filter,
+                           unsigned append_blocks) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t num_items = static_cast<int64_t>(p.num_tokens) * p.num_kv_heads;
+  const int64_t warps_per_block = blockDim.x / 32;
+  if constexpr (!std::is_void_v<Tm>) {
+    if (blockIdx.x >= append_blocks) {
+      const int64_t stride = (gridDim.x - append_blocks) * warps_per_block;
+      for (int64_t item = (blockIdx.x - append_blocks) * warps_per_block + threadIdx.x / 32;
+           item < num_items; item += stride) {
+        page_summary_item<Ts, Tm>(su, item, lane);
+      }
+      return;
+    }
+  }
+  const int64_t stride = append_blocks * warps_per_block;
+  for (int64_t item = blockIdx.x * warps_per_block + threadIdx.x / 32; item < num_items;
+       item += stride) {
+    append_item_quant<Ts>(p, filter, item, lane);
+  }
+}
+
+Status launch_quant(const KvAppendParams& p, int filter, bool index, cudaStream_t stream) {
+  const int64_t warps = static_cast<int64_t>(p.num_tokens) * p.num_kv_heads;
+  const unsigned append_blocks = grid_for(warps, kWarpsPerBlock);
+  return dispatch_float(p.src_dtype, "kv_append", [&]<typename Ts>() {
+    if (!index) {
+      kv_append_quant_kernel<Ts, void><<<append_blocks, kWarpsPerBlock * 32, 0, stream>>>(
+          p, SummaryUpdateParams{}, filter, append_blocks);
+      return launch_status("kv_append");
+    }
+    const SummaryUpdateParams su = summary_update_of(p);
+    return dispatch_float(su.summaries.dtype, "kv_append", [&]<typename Tm>() {
+      kv_append_quant_kernel<Ts, Tm><<<2 * append_blocks, kWarpsPerBlock * 32, 0, stream>>>(
+          p, su, filter, append_blocks);
+      return launch_status("kv_append");
+    });
+  });
+}
+
 // Blocks [0, append_blocks) append; with Tm non-void (the summary element type) the blocks past
 // them update the summaries `su` of the same items. Both halves grid-stride over all items.
 template <typename Ts, typename Td, bool kVec, typename Tm>
@@ -206,6 +352,15 @@ Status kv_append(const KvAppendParams& p, cudaStream_t stream) {
   bool index = false;
   if (p.summaries.kmin) {
     LS_ASSIGN_OR_RETURN(index, summary_update_wanted(summary_update_of(p), "kv_append"));
+  }
+  const bool r_quant = has_r && p.retrieval.quant != KvQuant::kNone;
+  const bool s_quant = has_s && p.streaming.quant != KvQuant::kNone;
+  if (r_quant || s_quant) {
+    if ((has_r && !r_quant) || (has_s && !s_quant)) {
+      return invalid_argument("kv_append: a quantized pool beside a float pool");
+    }
+    const int filter = has_r && has_s ? kBothPools : (has_s ? kStreamingOnly : kRetrievalOnly);
+    return launch_quant(p, filter, index, stream);
   }
   if (has_r && has_s && p.retrieval.dtype != p.streaming.dtype) {
     // One launch per pool dtype; the summary half rides on the first.

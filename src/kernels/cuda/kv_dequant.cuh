@@ -1,0 +1,74 @@
+#pragma once
+// Internal to kernels/cuda: dequantization of 16 bytes of a quantized page row's codes
+// (kernels/kv_quant.h) in registers into the q dtype, shared by the attention kernels that read
+// quantized pages (decode: attention_decode_quant.cuh, prefill: attention_prefill.cuh).
+
+#include <cstdint>
+
+#include "kernels/cuda/mma.cuh"
+#include "kernels/kv_quant.h"
+
+namespace ls::kernels::cuda {
+
+// fp8 e4m3 -> f32, exact: the sign and the 7 exponent/mantissa bits placed into an f32 whose
+// exponent is then rebiased by 2^120 (e4m3 subnormals become f32 subnormals first; no FTZ here).
+__device__ __forceinline__ float e4m3_to_f32_fast(uint32_t c) {
+  const uint32_t bits = ((c & 0x80u) << 24) | ((c & 0x7fu) << 20);
+  return __uint_as_float(bits) * 1.329227995784915872903807060280344576e36f;  // 2^120
+}
+
+// Bytes of one row's codes, and elements one 16-byte vector of codes holds.
+template <int kD, KvQuant kQ>
+inline constexpr int kQuantCodeBytes = kQ == KvQuant::kInt4 ? kD / 2 : kD;
+template <KvQuant kQ>
+inline constexpr int kQuantVecElems = kQ == KvQuant::kInt4 ? 32 : 16;
+
+// dst[0, kQuantVecElems<kQ>) = the values of the 16 code bytes `w` under (scale, zero), in T
+// (one rounding of the f32 value); zeros when !valid. dst is 16-byte aligned (shared memory).
+template <KvQuant kQ, typename T>
+__device__ __forceinline__ void dequant_vec16(const uint4& w4, float scale, float zero, bool valid,
+                                              T* dst) {
+  constexpr int kElems = kQuantVecElems<kQ>;
+  const uint32_t w[4] = {w4.x, w4.y, w4.z, w4.w};
+  uint32_t out[kElems / 2];
+#pragma unroll
+  for (int j = 0; j < kElems / 2; ++j) {
+    float v0, v1;
+    if constexpr (kQ == KvQuant::kInt4) {
+      const uint32_t b = (w[j / 4] >> (8 * (j % 4))) & 0xffu;  // byte j: elements 2j, 2j + 1
+      v0 = fmaf(static_cast<float>(b & 0xfu), scale, zero);
+      v1 = fmaf(static_cast<float>(b >> 4), scale, zero);
+    } else {
+      const uint32_t b0 = (w[(2 * j) / 4] >> (8 * ((2 * j) % 4))) & 0xffu;
+      const uint32_t b1 = (w[(2 * j + 1) / 4] >> (8 * ((2 * j + 1) % 4))) & 0xffu;
+      if constexpr (kQ == KvQuant::kFp8) {
+        v0 = e4m3_to_f32_fast(b0) * scale;
+        v1 = e4m3_to_f32_fast(b1) * scale;
+      } else {
+        v0 = fmaf(static_cast<float>(b0), scale, zero);
+        v1 = fmaf(static_cast<float>(b1), scale, zero);
+      }
+    }
+    out[j] = valid ? pack2<T>(v0, v1) : 0u;
+  }
+  uint4* d = reinterpret_cast<uint4*>(dst);
+#pragma unroll
+  for (int k = 0; k < kElems / 8; ++k) {
+    d[k] = make_uint4(out[4 * k], out[4 * k + 1], out[4 * k + 2], out[4 * k + 3]);
+  }
+}
+
+// A quantized row's scale and zero point (fp8: zero 0) from its page's parameter block.
+template <KvQuant kQ>
+__device__ __forceinline__ float2 load_quant_params(const char* page, int64_t params_offset,
+                                                    int32_t row) {
+  const float* params = reinterpret_cast<const float*>(page + params_offset) +
+                        static_cast<int64_t>(row) * kv_quant_params_per_token(kQ);
+  if constexpr (kQ == KvQuant::kFp8) {
+    return make_float2(params[0], 0.0f);
+  } else {
+    return *reinterpret_cast<const float2*>(params);
+  }
+}
+
+}  // namespace ls::kernels::cuda

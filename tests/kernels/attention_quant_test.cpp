@@ -1,0 +1,229 @@
+// paged_attention on quantized pages (fp8 / int8 / int4, kernels/kv_quant.h) against the same
+// kernel on the dequantized pages as f32 pools, across the attention scenarios of
+// attention_test.cpp (mixed modes and batches, prefill tiles, streaming rings, split decode),
+// for every ISA. The kernel dequantizes each visited page into f32 and then runs the f32
+// arithmetic, so the two runs must agree bit for bit; the poisoned (NaN) rows of the scenario
+// stay NaN through quantization, so a visit to a wrong page still shows. The error against the
+// unquantized dense reference is checked against a loose per-format bound and printed.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "attention_case.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/kv_quant.h"
+
+namespace ls::kernels::test {
+namespace {
+
+using cpu::Isa;
+
+ThreadPool& pool2() {
+  static ThreadPool pool(2);
+  return pool;
+}
+
+// A quantized copy of an f32 pool and the f32 pool of its dequantized values.
+struct QuantizedPool {
+  std::vector<uint8_t> k, v;
+  std::vector<float> dk, dv;
+  PagedKvPool quant, dequant;
+};
+
+QuantizedPool quantize_pool(const PagedKvPool& f32, KvQuant q) {
+  QuantizedPool out;
+  const int32_t pt = f32.page_tokens, d = f32.head_dim;
+  const int64_t pages = int64_t{f32.num_blocks} * f32.heads_per_block;
+  out.k.assign(static_cast<size_t>(pages * kv_quant_page_bytes(q, pt, d)), 0);
+  out.v.assign(out.k.size(), 0);
+  out.dk.assign(static_cast<size_t>(pages * pt * d), 0.0f);
+  out.dv.assign(out.dk.size(), 0.0f);
+  const float* src[2] = {static_cast<const float*>(f32.k), static_cast<const float*>(f32.v)};
+  std::vector<uint8_t>* codes[2] = {&out.k, &out.v};
+  std::vector<float>* deq[2] = {&out.dk, &out.dv};
+  for (int a = 0; a < 2; ++a) {
+    for (int64_t page = 0; page < pages; ++page) {
+      for (int32_t r = 0; r < pt; ++r) {
+        const int64_t row = (page * pt + r) * d;
+        const KvQuantRow at = kv_quant_row(q, codes[a]->data(), page, r, pt, d);
+        kv_quantize_row(q, src[a] + row, d, at.codes, at.params);
+        for (int32_t e = 0; e < d; ++e) {
+          (*deq[a])[static_cast<size_t>(row + e)] =
+              kv_dequantize_element(q, at.codes, at.params, e);
+        }
+      }
+    }
+  }
+  out.quant = f32;
+  out.quant.k = out.k.data();
+  out.quant.v = out.v.data();
+  out.quant.dtype = DType::kU8;
+  out.quant.quant = q;
+  out.dequant = f32;
+  out.dequant.k = out.dk.data();
+  out.dequant.v = out.dv.data();
+  return out;
+}
+
+// Loose bounds on |out - unquantized reference| for keys and values in [-1, 1] and queries in
+// [-3, 3]: half a quantization step of V (int8 2/510, int4 2/30, fp8 1/16 relative) plus the
+// softmax weights' change from the keys' error.
+double loose_bound(KvQuant q) {
+  switch (q) {
+    case KvQuant::kInt8:
+      return 0.02;
+    case KvQuant::kInt4:
+      return 0.3;
+    default:
+      return 0.12;
+  }
+}
+
+// Largest error against the unquantized reference per format over a test, printed at its end.
+struct WorstError {
+  double err[4] = {0, 0, 0, 0};
+  ~WorstError() {
+    std::printf("  max |out - unquantized reference|: fp8 %.4g, int8 %.4g, int4 %.4g\n",
+                err[static_cast<int>(KvQuant::kFp8)], err[static_cast<int>(KvQuant::kInt8)],
+                err[static_cast<int>(KvQuant::kInt4)]);
+  }
+};
+
+void expect_quantized_matches_dequantized(const AttentionCase& c, ThreadPool& pool,
+                                          const std::string& label, WorstError& worst) {
+  ASSERT_EQ(c.config().kv_dtype, DType::kF32);
+  const std::vector<double> want = c.reference();
+  for (KvQuant q : {KvQuant::kFp8, KvQuant::kInt8, KvQuant::kInt4}) {
+    const AttentionParams base = c.params(nullptr);
+    const QuantizedPool r = quantize_pool(base.retrieval, q);
+    const QuantizedPool s = quantize_pool(base.streaming, q);
+    for (Isa isa : all_isas()) {
+      const auto on_quant = c.run([&](AttentionParams p) {
+        p.retrieval = r.quant;
+        p.streaming = s.quant;
+        cpu::paged_attention(p, pool, isa);
+      });
+      const auto on_dequant = c.run([&](AttentionParams p) {
+        p.retrieval = r.dequant;
+        p.streaming = s.dequant;
+        cpu::paged_attention(p, pool, isa);
+      });
+      ASSERT_EQ(on_quant.size(), on_dequant.size());
+      double max_err = 0;
+      for (size_t i = 0; i < on_quant.size(); ++i) {
+        ASSERT_FALSE(std::isnan(on_quant[i])) << label << " " << kv_quant_name(q) << " i=" << i;
+        // Same f32 arithmetic on the same values: identical bits.
+        ASSERT_EQ(on_quant[i], on_dequant[i])
+            << label << " " << kv_quant_name(q) << " isa=" << isa_label(isa) << " i=" << i;
+        max_err = std::max(max_err, std::fabs(on_quant[i] - want[i]));
+      }
+      EXPECT_LE(max_err, loose_bound(q)) << label << " " << kv_quant_name(q);
+      double& w = worst.err[static_cast<int>(q)];
+      w = std::max(w, max_err);
+    }
+  }
+}
+
+std::vector<SeqSpec> mixed_batch(std::mt19937& rng, int32_t page_tokens, int32_t num_kv_heads) {
+  std::uniform_int_distribution<int32_t> len(2 * page_tokens, 6 * page_tokens);
+  std::vector<SeqSpec> seqs(4);
+  seqs[0].kv_len = len(rng);  // decode
+  seqs[0].q_len = 1;
+  seqs[1].kv_len = len(rng) + 40;  // chunk of a longer prompt (lanes layout tiles)
+  seqs[1].q_len = 37;
+  seqs[2].kv_len = 70;  // whole prompt
+  seqs[2].q_len = 70;
+  seqs[3].kv_len = 1;
+  seqs[3].q_len = 1;
+  for (int i = 0; i < 4; ++i) {
+    auto& s = seqs[static_cast<size_t>(i)];
+    s.local_tokens = std::uniform_int_distribution<int32_t>(1, 3 * page_tokens)(rng);
+    s.selected_row = i == 2 ? -1 : 3 - i;
+    const int32_t pages = (s.kv_len + page_tokens - 1) / page_tokens;
+    s.selected.resize(static_cast<size_t>(num_kv_heads));
+    for (auto& l : s.selected) {
+      for (int32_t j = 0; j < pages; ++j) {
+        if (std::bernoulli_distribution(0.4)(rng)) l.push_back(j);
+      }
+      while (!l.empty() && std::bernoulli_distribution(0.5)(rng)) l.pop_back();
+    }
+  }
+  return seqs;
+}
+
+TEST(PagedAttentionQuantized, MixedModesAndBatchesMatchDequantizedPages) {
+  std::mt19937 rng(121);
+  WorstError worst;
+  for (int32_t head_dim : {64, 96, 128}) {
+    for (int32_t group : {1, 4, 8}) {
+      for (int32_t page_tokens : {16, 64}) {
+        CaseConfig cfg;
+        cfg.head_dim = head_dim;
+        cfg.group = group;
+        cfg.page_tokens = page_tokens;
+        cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected};
+        cfg.sink_tokens = page_tokens / 2 + 3;
+        const AttentionCase c(rng, cfg, mixed_batch(rng, page_tokens, 3));
+        expect_quantized_matches_dequantized(
+            c, pool2(),
+            "d=" + std::to_string(head_dim) + " g=" + std::to_string(group) +
+                " page=" + std::to_string(page_tokens),
+            worst);
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionQuantized, StreamingRingAndPrefillChunks) {
+  std::mt19937 rng(122);
+  WorstError worst;
+  for (int32_t q_len : {1, 7, 40}) {
+    for (int32_t len = q_len; len <= 9 * 16; len += 13) {
+      CaseConfig cfg;
+      cfg.head_dim = 64;
+      cfg.group = 2;
+      cfg.page_tokens = 16;
+      cfg.num_sink_pages = 2;
+      cfg.sink_tokens = 20;
+      cfg.modes = {HeadMode::kStreaming, HeadMode::kCausal};
+      SeqSpec s;
+      s.kv_len = len;
+      s.q_len = q_len;
+      s.local_tokens = 19;
+      const AttentionCase c(rng, cfg, {s});
+      expect_quantized_matches_dequantized(
+          c, pool2(), "q_len=" + std::to_string(q_len) + " len=" + std::to_string(len), worst);
+    }
+  }
+}
+
+TEST(PagedAttentionQuantized, SplitDecodeForAnyThreadCount) {
+  std::mt19937 rng(123);
+  WorstError worst;
+  CaseConfig cfg;
+  cfg.head_dim = 128;
+  cfg.group = 4;
+  cfg.page_tokens = 16;
+  cfg.modes = {HeadMode::kCausal, HeadMode::kSelected};
+  SeqSpec s;
+  s.kv_len = 2000;
+  s.q_len = 1;
+  s.selected_row = 0;
+  s.selected = {{}, {0, 3, 4, 50, 51, 90, 124}};
+  const AttentionCase c(rng, cfg, {s});
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    expect_quantized_matches_dequantized(c, pool, "split threads=" + std::to_string(threads),
+                                         worst);
+  }
+}
+
+}  // namespace
+}  // namespace ls::kernels::test
