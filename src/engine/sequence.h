@@ -41,6 +41,9 @@ struct Sequence {
   SequenceSamplingState sampling;
   StopChecker stop;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;  // null without a tokenizer
+  // Restricts the next token (structured outputs); null when unconstrained. It follows the
+  // output tokens, which a preemption keeps, so it needs no rewinding.
+  std::unique_ptr<TokenConstraint> constraint;
 
   int32_t prompt_len() const { return static_cast<int32_t>(request->prompt_ids.size()); }
   int32_t num_tokens() const { return prompt_len() + static_cast<int32_t>(output_ids.size()); }
