@@ -66,12 +66,12 @@ bool GrammarConstraint::accept(int32_t token) {
 Result<Grammar> compile_spec(const ConstraintSpec& spec) {
   switch (spec.kind) {
     case ConstraintKind::kJsonObject:
-      return json_object_grammar();
+      return json_object_grammar(spec.any_whitespace);
     case ConstraintKind::kJsonSchema: {
       nlohmann::ordered_json schema =
           nlohmann::ordered_json::parse(spec.text, nullptr, /*allow_exceptions=*/false);
       if (schema.is_discarded()) return invalid_argument("the JSON schema is not valid JSON");
-      return json_schema_grammar(schema);
+      return json_schema_grammar(schema, spec.any_whitespace);
     }
     case ConstraintKind::kRegex:
       return regex_grammar(spec.text);
@@ -86,6 +86,7 @@ GrammarCache::GrammarCache(std::shared_ptr<const TokenVocab> vocab, size_t capac
 
 Result<std::shared_ptr<CompiledGrammar>> GrammarCache::get(const ConstraintSpec& spec) {
   std::string key(1, static_cast<char>('0' + static_cast<int>(spec.kind)));
+  key += spec.any_whitespace ? 'w' : 'c';
   key += spec.text;
   for (const std::string& c : spec.choices) {
     key += '\0';

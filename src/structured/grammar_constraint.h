@@ -41,6 +41,7 @@ struct ConstraintSpec {
   ConstraintKind kind = ConstraintKind::kJsonObject;
   std::string text;                  // schema JSON text (ordered) / regex
   std::vector<std::string> choices;  // kChoice
+  bool any_whitespace = true;        // JSON kinds: false gives compact separators only
 };
 
 // Compiles specs against one vocabulary; keeps the most recently used ones (and their mask

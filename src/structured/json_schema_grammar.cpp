@@ -19,7 +19,8 @@ constexpr int kMaxSchemaDepth = 64;
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const json& root) : root_(root) {}
+  SchemaCompiler(const json& root, bool any_whitespace)
+      : root_(root), any_whitespace_(any_whitespace) {}
 
   GrammarBuilder& builder() { return b_; }
 
@@ -102,14 +103,14 @@ class SchemaCompiler {
     any_value_ = value_rule;
     const Sym v = b_.ref(value_rule);
     // object := "{" ws ( kv ("," ws kv)* )? "}" with kv := string ws ":" ws value ws
-    Seq kv = {string_sym(0, -1), ws(), b_.byte(':'), ws(), v, ws()};
-    Seq more = {b_.byte(','), ws()};
+    Seq kv = {string_sym(0, -1), ws(), colon(), ws(), v, ws()};
+    Seq more = {comma()};
     append(more, kv);
     Seq members = kv;
     members.push_back(b_.star(more));
     const Sym object = b_.rule({{b_.byte('{'), ws(), b_.optional(members), b_.byte('}')}});
     Seq item = {v, ws()};
-    Seq more_items = {b_.byte(','), ws(), v, ws()};
+    Seq more_items = {comma(), v, ws()};
     Seq items = item;
     items.push_back(b_.star(more_items));
     const Sym array = b_.rule({{b_.byte('['), ws(), b_.optional(items), b_.byte(']')}});
@@ -127,8 +128,8 @@ class SchemaCompiler {
     // Forces the generic rules into existence and returns the object alternative.
     Sym v = any_value();
     (void)v;
-    Seq kv = {string_sym(0, -1), ws(), b_.byte(':'), ws(), b_.ref(*any_value_), ws()};
-    Seq more = {b_.byte(','), ws()};
+    Seq kv = {string_sym(0, -1), ws(), colon(), ws(), b_.ref(*any_value_), ws()};
+    Seq more = {comma()};
     append(more, kv);
     Seq members = kv;
     members.push_back(b_.star(more));
@@ -268,7 +269,18 @@ class SchemaCompiler {
     return *cached;
   }
 
+  // Separators: any whitespace (bounded) around them, or exactly ", " and ": ".
+  Sym comma() {
+    if (!any_whitespace_) return b_.rule({b_.literal(", ")});
+    return b_.rule({{b_.byte(','), ws()}});
+  }
+  Sym colon() {
+    if (!any_whitespace_) return b_.rule({b_.literal(": ")});
+    return b_.byte(':');
+  }
+
   Sym ws() {
+    if (!ws_ && !any_whitespace_) ws_ = b_.rule({Seq{}});
     if (!ws_) {
       ByteSet w{};
       for (char c : std::string(" \t\n\r")) byte_set_add(w, static_cast<uint8_t>(c));
@@ -303,7 +315,7 @@ class SchemaCompiler {
     if (!more_allowed) max_items = max_items < 0 ? n_prefix : std::min(max_items, n_prefix);
     if (min_items > n_prefix && !more_allowed) return invalid_argument("minItems > prefixItems");
     // Alternatives by how many items appear: 0, or k >= 1 items "i1 , i2 , ...".
-    const Sym comma = b_.rule({{b_.byte(','), ws()}});
+    const Sym sep = comma();
     auto element = [&](int32_t i) { return i < n_prefix ? prefix[static_cast<size_t>(i)] : item; };
     // Build from the end: tail(i) = items i.. with a leading comma each, each optional past
     // min_items (once one is skipped, the rest are too).
@@ -311,16 +323,16 @@ class SchemaCompiler {
     const int32_t explicit_end =
         max_items >= 0 ? max_items : std::max(n_prefix, min_items);
     Sym rest = b_.rule({Seq{}});
-    if (max_items < 0) rest = b_.star({comma, item, ws()});
+    if (max_items < 0) rest = b_.star({sep, item, ws()});
     for (int32_t i = explicit_end - 1; i >= 1; --i) {
-      Seq take = {comma, element(i), ws(), rest};
+      Seq take = {sep, element(i), ws(), rest};
       rest = i >= min_items ? b_.rule({take, Seq{}}) : b_.rule({take});
     }
     Seq first = {element(0), ws(), rest};
     std::vector<Seq> body;
     if (explicit_end == 0 && max_items < 0) {
       // No explicit positions: items repeat freely.
-      body.push_back({item, ws(), b_.star({comma, item, ws()})});
+      body.push_back({item, ws(), b_.star({sep, item, ws()})});
       body.push_back(Seq{});
     } else if (explicit_end == 0) {
       body.push_back(Seq{});
@@ -369,7 +381,7 @@ class SchemaCompiler {
       LS_ASSIGN_OR_RETURN(Sym v, value(*sub, depth + 1));
       Seq kv = b_.literal(json(key).dump());
       kv.push_back(ws());
-      kv.push_back(b_.byte(':'));
+      kv.push_back(colon());
       kv.push_back(ws());
       kv.push_back(v);
       kv.push_back(ws());
@@ -378,13 +390,13 @@ class SchemaCompiler {
       for (const std::string& r : required) req = req || r == key;
       optional.push_back(!req);
     }
-    const Sym comma = b_.rule({{b_.byte(','), ws()}});
+    const Sym sep = comma();
     // C(n) / F(n): extra members after the listed ones.
     Sym c_next = b_.rule({Seq{}});
     Sym f_next = c_next;
     if (extra_value) {
-      Seq kv = {string_sym(0, -1), ws(), b_.byte(':'), ws(), *extra_value, ws()};
-      Seq more = {comma};
+      Seq kv = {string_sym(0, -1), ws(), colon(), ws(), *extra_value, ws()};
+      Seq more = {sep};
       append(more, kv);
       c_next = b_.star(more);
       Seq first = kv;
@@ -393,7 +405,7 @@ class SchemaCompiler {
     }
     // C(i) = "," kv_i C(i+1) | [optional] C(i+1);  F(i) = kv_i C(i+1) | [optional] F(i+1).
     for (size_t i = kvs.size(); i-- > 0;) {
-      Seq c_take = {comma};
+      Seq c_take = {sep};
       append(c_take, kvs[i]);
       c_take.push_back(c_next);
       Seq f_take = kvs[i];
@@ -407,6 +419,7 @@ class SchemaCompiler {
   }
 
   const json& root_;
+  bool any_whitespace_;
   GrammarBuilder b_;
   std::map<std::string, uint32_t> refs_;
   std::optional<uint32_t> any_value_;
@@ -419,15 +432,15 @@ class SchemaCompiler {
 
 }  // namespace
 
-Result<Grammar> json_schema_grammar(const nlohmann::ordered_json& schema) {
-  SchemaCompiler c(schema);
+Result<Grammar> json_schema_grammar(const nlohmann::ordered_json& schema, bool any_whitespace) {
+  SchemaCompiler c(schema, any_whitespace);
   LS_ASSIGN_OR_RETURN(Sym root, c.value(schema, 0));
   return std::move(c.builder()).build(root);
 }
 
-Result<Grammar> json_object_grammar() {
+Result<Grammar> json_object_grammar(bool any_whitespace) {
   const nlohmann::ordered_json schema = {{"type", "object"}};
-  SchemaCompiler c(schema);
+  SchemaCompiler c(schema, any_whitespace);
   const Sym root = c.any_object();
   return std::move(c.builder()).build(root);
 }

@@ -26,8 +26,11 @@ inline constexpr int32_t kMaxJsonWhitespace = 20;
 inline constexpr int32_t kMaxBoundedRepeat = 4096;
 
 // Errors: kInvalidArgument naming the unsupported or malformed part.
-Result<Grammar> json_schema_grammar(const nlohmann::ordered_json& schema);
+// any_whitespace false: no whitespace but the separators ", " and ": " (vLLM's
+// disable_any_whitespace), so small models cannot spend their tokens on blank lines.
+Result<Grammar> json_schema_grammar(const nlohmann::ordered_json& schema,
+                                    bool any_whitespace = true);
 // Any JSON object (response_format json_object).
-Result<Grammar> json_object_grammar();
+Result<Grammar> json_object_grammar(bool any_whitespace = true);
 
 }  // namespace ls::grammar

@@ -177,6 +177,17 @@ TEST(JsonSchemaGrammar, RecursionAnyOfAndPatterns) {
   EXPECT_FALSE(accepts(g, R"({"kids": []})"));
 }
 
+TEST(JsonSchemaGrammar, CompactSeparatorsWithoutAnyWhitespace) {
+  Result<Grammar> g = json_schema_grammar(
+      ojson::parse(R"({"type": "object", "properties": {"a": {"type": "array"}, "b": {}}})"),
+      /*any_whitespace=*/false);
+  ASSERT_TRUE(g.ok());
+  auto shared = std::make_shared<const Grammar>(std::move(g).value());
+  EXPECT_TRUE(accepts(shared, R"({"a": [1, {"x": null}], "b": "c"})"));
+  EXPECT_FALSE(accepts(shared, R"({"a":[1]})"));
+  EXPECT_FALSE(accepts(shared, R"({ "a": [1]})"));
+}
+
 TEST(JsonSchemaGrammar, RefusesUnsupportedOrBrokenSchemas) {
   for (const char* s : {R"({"type": "strnig"})", R"({"$ref": "http://x/y"})",
                         R"({"not": {"type": "string"}})", R"({"enum": []})",
