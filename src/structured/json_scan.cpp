@@ -52,11 +52,17 @@ ScanResult scan_json_value(std::string_view text, size_t pos) {
       ++i;  // closing quote
       done = brackets.empty();
     } else if (c == '{' || c == '[') {
-      if (brackets.size() >= kMaxNesting) return r;  // invalid
+      if (brackets.size() >= kMaxNesting) {
+        r.end = i;
+        return r;  // invalid
+      }
       brackets.push_back(c == '{' ? '}' : ']');
       ++i;
     } else if (c == '}' || c == ']') {
-      if (brackets.empty() || brackets.back() != c) return r;  // invalid
+      if (brackets.empty() || brackets.back() != c) {
+        r.end = i;
+        return r;  // invalid
+      }
       brackets.pop_back();
       ++i;
       done = brackets.empty();
@@ -73,6 +79,7 @@ ScanResult scan_json_value(std::string_view text, size_t pos) {
                                      c == '\n' || c == '\r')) {
       ++i;
     } else {
+      r.end = i;
       return r;  // invalid
     }
   }
@@ -130,19 +137,22 @@ CallScan scan_call_object(std::string_view text, size_t pos,
     }
     if (text[pos] != ':') return out;
     const ScanResult value = scan_json_value(text, pos + 1);
-    if (value.kind == ScanKind::kInvalid) return out;
     const bool is_args =
         std::find(args_keys.begin(), args_keys.end(), std::string_view(*key_text)) !=
         args_keys.end();
-    if (is_args) {
+    // The first arguments key counts (a repeated key must not change what was streamed); an
+    // invalid value still yields its text up to the offending byte, so that partial results
+    // only ever grow.
+    if (is_args && !out.arguments) {
       out.arguments = std::string(text.substr(value.begin, value.end - value.begin));
       out.arguments_complete = value.kind == ScanKind::kComplete;
     }
+    if (value.kind == ScanKind::kInvalid) return out;
     if (value.kind == ScanKind::kIncomplete) {
       out.kind = ScanKind::kIncomplete;
       return out;
     }
-    if (*key_text == "name") {
+    if (*key_text == "name" && !out.name) {
       out.name = decode_json_string(text.substr(value.begin, value.end - value.begin));
       if (!out.name) return out;  // invalid: the name must be a string
     }

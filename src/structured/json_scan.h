@@ -16,7 +16,8 @@ enum class ScanKind { kComplete, kIncomplete, kInvalid };
 struct ScanResult {
   ScanKind kind = ScanKind::kInvalid;
   size_t begin = 0;  // first byte of the value (after leading whitespace)
-  size_t end = 0;    // one past its last byte; text.size() when incomplete
+  size_t end = 0;    // one past its last byte; text.size() when incomplete; the offending
+                     // byte when invalid
 };
 
 size_t skip_json_ws(std::string_view text, size_t pos);
@@ -27,7 +28,7 @@ size_t skip_json_ws(std::string_view text, size_t pos);
 ScanResult scan_json_value(std::string_view text, size_t pos);
 
 // A tool call written as a JSON object {"name": "...", "<args key>": value, ...}, as far as the
-// text goes. Argument text is the raw bytes of the value: while the value is unfinished, it
+// text goes. On kInvalid the fields found before the fault are still set. Argument text is the raw bytes of the value: while the value is unfinished, it
 // grows as the text grows, so every partial result is a prefix of the final one.
 struct CallScan {
   ScanKind kind = ScanKind::kInvalid;       // of the whole object

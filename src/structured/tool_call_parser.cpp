@@ -19,6 +19,16 @@ Result<std::unique_ptr<ToolCallParser>> make_tool_call_parser(std::string_view n
                           name);
 }
 
+void push_partial(const CallScan& scan, ToolParse& out) {
+  ParsedToolCall call;
+  if (scan.name) {
+    call.name = *scan.name;
+    call.name_complete = true;
+  }
+  if (scan.arguments) call.arguments = *scan.arguments;
+  out.calls.push_back(std::move(call));
+}
+
 size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
   const size_t max = std::min(text.size(), marker.size() - 1);
   for (size_t k = max; k > 0; --k) {

@@ -75,6 +75,10 @@ class ToolCallStreamer {
 };
 
 // Helpers the parsers share.
+struct CallScan;
+// Appends the fields an invalid call scan found before its fault as an unfinished call (a
+// non-final parse must keep what earlier, shorter texts showed; a final one drops it).
+void push_partial(const CallScan& scan, ToolParse& out);
 // Length of text's longest suffix that is a proper prefix of marker (held back while streaming).
 size_t partial_marker_suffix(std::string_view text, std::string_view marker);
 

@@ -33,6 +33,7 @@ class HermesParser : public ToolCallParser {
       pos += kStart.size();
       const CallScan scan = scan_call_object(text, pos, {"arguments", "parameters"});
       if (scan.kind == ScanKind::kInvalid) {
+        push_partial(scan, out);
         valid = false;
         break;
       }
@@ -44,6 +45,7 @@ class HermesParser : public ToolCallParser {
       if (scan.arguments) call.arguments = *scan.arguments;
       call.complete = scan.kind == ScanKind::kComplete;
       if (call.complete && !scan.name) {
+        out.calls.push_back(std::move(call));  // kept for non-final parses (see push_partial)
         valid = false;
         break;
       }

@@ -21,7 +21,10 @@ bool scan_call_list(std::string_view text, size_t pos, ToolParse& out, bool* com
       return true;
     }
     const CallScan scan = scan_call_object(text, pos, {"arguments", "parameters"});
-    if (scan.kind == ScanKind::kInvalid) return false;
+    if (scan.kind == ScanKind::kInvalid) {
+      push_partial(scan, out);
+      return false;
+    }
     ParsedToolCall call;
     if (scan.name) {
       call.name = *scan.name;
@@ -29,7 +32,11 @@ bool scan_call_list(std::string_view text, size_t pos, ToolParse& out, bool* com
     }
     if (scan.arguments) call.arguments = *scan.arguments;
     call.complete = scan.kind == ScanKind::kComplete;
-    if (call.complete && !scan.name) return false;
+    if (call.complete && !scan.name) {
+      call.complete = false;
+      out.calls.push_back(std::move(call));  // kept for non-final parses (see push_partial)
+      return false;
+    }
     if (call.complete && !scan.arguments) call.arguments = "{}";
     out.calls.push_back(std::move(call));
     if (scan.kind == ScanKind::kIncomplete) return true;

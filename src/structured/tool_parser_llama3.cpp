@@ -35,6 +35,7 @@ class Llama3JsonParser : public ToolCallParser {
     while (true) {
       const CallScan scan = scan_call_object(text, pos, {"parameters", "arguments"});
       if (scan.kind == ScanKind::kInvalid) {
+        push_partial(scan, out);
         valid = false;
         break;
       }
@@ -50,6 +51,7 @@ class Llama3JsonParser : public ToolCallParser {
       if (scan.arguments) call.arguments = *scan.arguments;
       call.complete = scan.kind == ScanKind::kComplete;
       if (call.complete && !scan.name) {
+        out.calls.push_back(std::move(call));  // kept for non-final parses (see push_partial)
         valid = false;
         break;
       }

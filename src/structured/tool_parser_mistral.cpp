@@ -68,16 +68,21 @@ class MistralParser : public ToolCallParser {
       if (text[args] == '[') {
         const std::string_view rest = text.substr(args);
         if (rest.size() < kArgs.size()) {
-          if (kArgs.substr(0, rest.size()) != rest) return false;
           out.calls.push_back(call);
-          return true;
+          return kArgs.substr(0, rest.size()) == rest;
         }
-        if (rest.substr(0, kArgs.size()) != kArgs) return false;
+        if (rest.substr(0, kArgs.size()) != kArgs) {
+          out.calls.push_back(call);
+          return false;
+        }
         args += kArgs.size();
       }
       const ScanResult value = scan_json_value(text, args);
-      if (value.kind == ScanKind::kInvalid) return false;
       call.arguments = std::string(text.substr(value.begin, value.end - value.begin));
+      if (value.kind == ScanKind::kInvalid) {
+        out.calls.push_back(std::move(call));
+        return false;
+      }
       call.complete = value.kind == ScanKind::kComplete;
       out.calls.push_back(std::move(call));
       if (value.kind == ScanKind::kIncomplete) return true;
