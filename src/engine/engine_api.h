@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "engine/sampling_params.h"
+#include "engine/token_constraint.h"
 
 namespace ls {
 
@@ -59,6 +60,9 @@ struct GenerateRequest {
   SamplingParams sampling;
   StopParams stop;
   int32_t n = 1;  // independent choices; choice i uses seed + i when a seed is given
+  // Grammar-constrained decoding: when set, called once per choice; the constraint masks every
+  // step's logits before sampling (structured outputs, forced tool calls).
+  TokenConstraintFactory constraint;
 };
 
 // Bucket bounds of vLLM's vllm:iteration_tokens_total histogram (tokens per engine step).

@@ -206,6 +206,7 @@ Status EngineCore::add_request(GenerateRequest request, OutputSink sink) {
   for (int32_t i = 0; i < request.n; ++i) {
     const uint64_t seed = sequence_seed(state->sampling, i, seed_rng_());
     seqs.push_back(std::make_unique<Sequence>(state, i, seed, tokenizer_.get(), max_out));
+    if (request.constraint) seqs.back()->constraint = request.constraint();
   }
   for (auto& s : seqs) scheduler_.add(s.get());
   prompt_tokens_total_ += static_cast<int64_t>(state->prompt_ids.size()) * request.n;
@@ -267,7 +268,18 @@ void EngineCore::process_sample(Sequence* seq, std::span<float> logits) {
   const RequestState& req = *seq->request;
   SampleOutput sample_out;
   const bool want_logprobs = req.sampling.logprobs >= 0;
+  // As in vLLM, the grammar mask is applied to the logits before sampling, so logprobs too see
+  // disallowed tokens as -inf.
+  if (seq->constraint) seq->constraint->mask_logits(logits);
   const int32_t token = sample(logits, req.sampling, seq->sampling, want_logprobs ? &sample_out : nullptr);
+  if (seq->constraint && !seq->constraint->accept(token)) {
+    RequestOutput ro;
+    ro.index = seq->index;
+    ro.finish_reason = FinishReason::kError;
+    ro.error = "constrained decoding: the grammar allows no token here";
+    finish(seq, ro);
+    return;
+  }
   seq->sampling.append(token);
   seq->output_ids.push_back(token);
   ++generation_tokens_total_;

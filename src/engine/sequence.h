@@ -63,6 +63,9 @@ struct Sequence {
     return request->sampling.prompt_logprobs >= 0 && !prompt_logprobs_sent &&
            static_cast<int32_t>(prompt_logprobs.size()) < prompt_len() - 1;
   }
+  // Restricts the next token (structured outputs); null when unconstrained. It follows the
+  // output tokens, which a preemption keeps, so it needs no rewinding.
+  std::unique_ptr<TokenConstraint> constraint;
 
   int32_t prompt_len() const { return static_cast<int32_t>(request->prompt_ids.size()); }
   int32_t num_tokens() const { return prompt_len() + static_cast<int32_t>(output_ids.size()); }

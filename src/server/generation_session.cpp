@@ -52,6 +52,7 @@ Status GenerationSession::start() {
     engine_request.sampling = request_.sampling;
     engine_request.stop = request_.stop;
     engine_request.n = request_.n;
+    engine_request.constraint = request_.constraint;
     // One timer per choice; the engine delivers a request's outputs in order on one thread.
     auto timers = std::make_shared<std::vector<RequestTimer>>(
         static_cast<size_t>(request_.n),
@@ -177,7 +178,9 @@ void GenerationSession::apply_output(int32_t index, const PromptInput& prompt,
         }
         role_sent_ = true;
       }
-      if (has_content) {
+      if (has_content && request_.tool_parser) {
+        apply_tool_stream(index, choice, out, events);
+      } else if (has_content) {
         events->push_back(writer_.chat_chunk(index, out.text, delta, reason, out.stop_reason));
       }
     } else if (has_content) {
@@ -200,6 +203,38 @@ void GenerationSession::apply_output(int32_t index, const PromptInput& prompt,
     complete_ = true;
     if (events != nullptr) finish_stream(events);
   }
+}
+
+void GenerationSession::apply_tool_stream(int32_t index, ChoiceState& choice,
+                                          const RequestOutput& out,
+                                          std::vector<std::string>* events) {
+  if (!choice.tools) choice.tools = std::make_unique<grammar::ToolCallStreamer>(*request_.tool_parser);
+  const grammar::ToolCallStreamer::Delta d = choice.tools->push(out.text, out.finished);
+  Json delta_json = Json::object();
+  if (!d.content.empty()) delta_json["content"] = d.content;
+  if (!d.calls.empty()) {
+    Json calls = Json::array();
+    for (const auto& c : d.calls) {
+      Json call = {{"index", c.index}};
+      if (c.first) {
+        choice.tool_call_ids.push_back(make_tool_call_id());
+        call["id"] = choice.tool_call_ids.back();
+        call["type"] = "function";
+        call["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+      } else {
+        call["function"] = {{"arguments", c.arguments}};
+      }
+      calls.push_back(std::move(call));
+    }
+    delta_json["tool_calls"] = std::move(calls);
+  }
+  if (delta_json.empty() && !out.finished) return;
+  if (delta_json.empty()) delta_json["content"] = "";
+  const TokenDelta delta{&out.token_ids, &out.logprobs, &out.top_logprobs};
+  const FinishReason reason = out.finished ? out.finish_reason : FinishReason::kNone;
+  const bool tool_finish = request_.tool_calls_finish && choice.tools->calls_started() > 0;
+  events->push_back(writer_.chat_delta_chunk(index, std::move(delta_json), delta, reason,
+                                             out.stop_reason, tool_finish));
 }
 
 void GenerationSession::finish_stream(std::vector<std::string>* events) {
@@ -230,6 +265,18 @@ Result<std::string> GenerationSession::wait_for_response(
     result.with_prompt_logprobs = request_.prompt_logprobs >= 0;
     result.echo_logprobs = request_.echo && request_.prompt_logprobs >= 0 &&
                            request_.num_logprobs >= 0;
+    if (request_.tool_parser) {
+      const grammar::ToolParse parse = request_.tool_parser->parse(result.text, /*final=*/true);
+      Json calls = Json::array();
+      for (const grammar::ParsedToolCall& c : parse.calls) {
+        calls.push_back({{"id", make_tool_call_id()},
+                         {"type", "function"},
+                         {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      }
+      result.text = parse.content;
+      result.tool_calls_finish = request_.tool_calls_finish && !parse.calls.empty();
+      result.tool_calls = std::move(calls);
+    }
     results.push_back(std::move(result));
   }
   return dump_json(writer_.full_response(results, usage()));

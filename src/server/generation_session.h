@@ -23,6 +23,7 @@
 #include "server/openai_response.h"
 #include "server/output_channel.h"
 #include "server/server_metrics.h"
+#include "structured/tool_call_parser.h"
 
 namespace ls {
 
@@ -73,7 +74,15 @@ class GenerationSession {
     bool echoed = false;          // the prompt text went out ahead of the first delta
     int64_t text_sent_chars = 0;  // code points streamed so far (completions text_offset)
     int32_t completion_tokens = 0;
+    // Chat with tool parsing: the text so far as content and tool-call deltas, and the ids of
+    // the calls streamed.
+    std::unique_ptr<grammar::ToolCallStreamer> tools;
+    std::vector<std::string> tool_call_ids;
   };
+  // A chat stream event of a choice whose text goes through the tool-call parser; nothing when
+  // the parser holds the text back.
+  void apply_tool_stream(int32_t index, ChoiceState& choice, const RequestOutput& out,
+                         std::vector<std::string>* events);
 
   // Applies one output to its choice; appends stream events when `events` is given.
   void apply(const ChannelItem& item, std::vector<std::string>* events);

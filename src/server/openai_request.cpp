@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "server/chat_messages.h"
+#include "server/structured_request.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -347,6 +348,7 @@ Result<ParsedRequest> parse_completion_request(const Json& body, const RequestCo
                                             max_new_tokens, engine.max_model_len()));
   }
   request.stop.max_tokens = clamp_to_int32(max_new_tokens);
+  LS_RETURN_IF_ERROR(read_structured_request(body, ctx, &request));
   LS_RETURN_IF_ERROR(finish_validation(request, engine));
   return request;
 }
@@ -447,6 +449,7 @@ Result<ParsedRequest> parse_chat_request(const Json& body, const RequestContext&
   request.stop.max_tokens =
       clamp_to_int32(max_tokens.value_or(engine.max_model_len() - num_prompt_tokens));
   request.prompts.push_back(std::move(prompt));
+  LS_RETURN_IF_ERROR(read_structured_request(body, ctx, &request));
   LS_RETURN_IF_ERROR(finish_validation(request, engine));
   return request;
 }

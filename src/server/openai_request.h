@@ -5,6 +5,7 @@
 // fields come from Engine::default_sampling(), eos ids from Engine::default_stop().
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@ namespace ls {
 
 class Tokenizer;
 class ChatTemplate;
+namespace grammar {
+class GrammarCache;
+class ToolCallParser;
+}  // namespace grammar
 
 enum class ApiKind { kCompletion, kChat };
 
@@ -40,6 +45,10 @@ struct ParsedRequest {
   // -1: none. Prompt tokens' logprobs + top N (vLLM's prompt_logprobs; echo with logprobs N
   // asks for them too), in sampling.prompt_logprobs as well.
   int32_t prompt_logprobs = -1;
+  // Structured outputs and tool calls (server/structured_request.h).
+  TokenConstraintFactory constraint;                      // null: unconstrained
+  std::shared_ptr<const grammar::ToolCallParser> tool_parser;  // null: no tool-call parsing
+  bool tool_calls_finish = false;  // finish_reason "tool_calls" when calls were made
 };
 
 // What parsing needs from the server around it.
@@ -52,6 +61,11 @@ struct RequestContext {
   // Text prompts longer than this many bytes are refused before tokenizing, since they cannot
   // fit the context (see Server::create); 0: no such check.
   int64_t max_prompt_bytes = 0;
+  // Structured outputs: compiled grammars for this tokenizer (null: refused with 400).
+  grammar::GrammarCache* grammars = nullptr;
+  // --tool-call-parser (empty: none) and --enable-auto-tool-choice.
+  std::string tool_call_parser;
+  bool enable_auto_tool_choice = false;
 };
 
 // Errors: kInvalidArgument (→ 400) for bad fields and too-long prompts, kNotFound (→ 404) for a

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "server/openai_names.h"
 #include "tokenizer/tokenizer.h"
 
@@ -173,12 +175,19 @@ Json ResponseWriter::full_response(const std::vector<ChoiceResult>& choices,
     if (chat) {
       item["message"] = {
           {"role", "assistant"}, {"content", choice.text}, {"tool_calls", Json::array()}};
+      if (choice.tool_calls) {
+        if (choice.text.empty()) item["message"]["content"] = nullptr;
+        item["message"]["tool_calls"] = *choice.tool_calls;
+      }
       item["logprobs"] = chat_logprobs(delta);
     } else {
       item["text"] = choice.text;
       item["logprobs"] = completion_logprobs(delta, 0);
     }
     item["finish_reason"] = finish_reason_json(choice.finish_reason);
+    if (choice.tool_calls_finish && choice.finish_reason == FinishReason::kStop) {
+      item["finish_reason"] = "tool_calls";
+    }
     item["stop_reason"] = stop_reason_json(choice.finish_reason, choice.stop_reason);
     if (!chat && choice.with_prompt_logprobs && choice.prompt_ids != nullptr) {
       item["prompt_logprobs"] = prompt_logprobs_json(*choice.prompt_ids, choice);
@@ -279,6 +288,29 @@ std::string ResponseWriter::usage_chunk(const Usage& usage) const {
   chunk["choices"] = Json::array();
   chunk["usage"] = usage_json(usage, /*with_details=*/false);
   return sse_event(chunk);
+}
+
+std::string ResponseWriter::chat_delta_chunk(int32_t index, Json delta_json,
+                                             const TokenDelta& delta, FinishReason finish_reason,
+                                             const std::string& stop_reason,
+                                             bool tool_calls_finish) const {
+  Json chunk = chunk_envelope();
+  Json reason = finish_reason_json(finish_reason);
+  if (tool_calls_finish && finish_reason == FinishReason::kStop) reason = "tool_calls";
+  Json choice = {{"index", index},
+                 {"delta", std::move(delta_json)},
+                 {"logprobs", chat_logprobs(delta)},
+                 {"finish_reason", std::move(reason)}};
+  if (finish_reason != FinishReason::kNone) {
+    choice["stop_reason"] = stop_reason_json(finish_reason, stop_reason);
+  }
+  chunk["choices"] = Json::array({std::move(choice)});
+  return sse_event(chunk);
+}
+
+std::string make_tool_call_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("chatcmpl-tool-{:016x}{:016x}", rng(), rng());
 }
 
 }  // namespace ls

@@ -4,6 +4,7 @@
 // usage-only chunk ("choices":[]), and both logprob formats. -inf logprobs become -9999.0.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,10 @@ struct ChoiceResult {
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // [num_tokens][N] when asked
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_reason;
+  // Chat with tool parsing: the message's tool_calls (then content is null when empty), and
+  // whether finish_reason becomes "tool_calls".
+  std::optional<Json> tool_calls;
+  bool tool_calls_finish = false;
   // Prompt logprobs when asked (RequestOutput's fields): entry i is prompt token i + 1.
   std::vector<TokenLogprob> prompt_logprobs;
   std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
@@ -83,6 +88,10 @@ class ResponseWriter {
   // each dict the prompt token first, then its top N.
   Json prompt_logprobs_json(const std::vector<int32_t>& prompt_ids,
                             const ChoiceResult& choice) const;
+  // Chat with tool parsing: a chunk whose delta is given ({"content"} and/or {"tool_calls"}).
+  std::string chat_delta_chunk(int32_t index, Json delta_json, const TokenDelta& delta,
+                               FinishReason finish_reason, const std::string& stop_reason,
+                               bool tool_calls_finish) const;
 
  private:
   Json chunk_envelope() const;
@@ -104,5 +113,7 @@ double clamp_logprob(float logprob);
 // Number of Unicode code points in UTF-8 text (Python's len()).
 int64_t utf8_length(const std::string& text);
 std::string sse_event(const Json& payload);
+// "chatcmpl-tool-" and 32 random hex digits, as vLLM names tool calls.
+std::string make_tool_call_id();
 
 }  // namespace ls

@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 #include "server/server_impl.h"
+#include "structured/tool_call_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ls {
@@ -126,6 +127,15 @@ Result<std::unique_ptr<Server>> Server::create(ServerConfig config, Engine& engi
   impl->chat_template = chat_template;
   impl->request_context = RequestContext{&engine, &tokenizer, chat_template,
                                          impl->config.served_model_name, impl->config.max_n};
+  if (!impl->config.tool_call_parser.empty()) {
+    LS_RETURN_IF_ERROR(grammar::make_tool_call_parser(impl->config.tool_call_parser).status());
+  }
+  // The per-tokenizer part of constrained decoding: every token's bytes, sorted.
+  impl->grammars = std::make_unique<grammar::GrammarCache>(
+      std::make_shared<const grammar::TokenVocab>(grammar::TokenVocab::from_tokenizer(tokenizer)));
+  impl->request_context.grammars = impl->grammars.get();
+  impl->request_context.tool_call_parser = impl->config.tool_call_parser;
+  impl->request_context.enable_auto_tool_choice = impl->config.enable_auto_tool_choice;
   // No token is longer than the longest vocabulary entry (byte-level and SentencePiece entries
   // spell a byte with at least one byte), so a prompt of more than max_model_len times that
   // many bytes cannot fit the context. The factor 2 leaves room for normalizers that shrink

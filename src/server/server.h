@@ -48,6 +48,10 @@ struct ServerConfig {
   int shutdown_timeout_ms = 10000;
   int stream_poll_ms = 50;  // how often an idle stream checks that its client is still there
   int max_n = 128;          // largest "n" accepted
+  // Tool calling: the parser for tool_choice "auto" (hermes, llama3_json, mistral; empty:
+  // none) and whether "auto" is allowed (vLLM's --tool-call-parser, --enable-auto-tool-choice).
+  std::string tool_call_parser;
+  bool enable_auto_tool_choice = false;
 };
 
 class Server {

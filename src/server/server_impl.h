@@ -14,6 +14,7 @@
 #include "server/openai_request.h"
 #include "server/server.h"
 #include "server/server_metrics.h"
+#include "structured/grammar_constraint.h"
 
 namespace ls {
 
@@ -23,6 +24,7 @@ struct Server::Impl {
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;
   RequestContext request_context;
+  std::unique_ptr<grammar::GrammarCache> grammars;  // structured outputs for this tokenizer
   std::shared_ptr<ServerMetrics> metrics;
   LiveRequests live;
   HttpRouter router;

@@ -171,7 +171,16 @@ CommandRunner add_serve_command(CLI::App& app) {
                   "Seconds a client has to send a request's body once its headers are in")
       ->capture_default_str();
   sub->add_option("--chat-template", o->chat_template_path, "Jinja chat template file");
+  sub->add_option("--tool-call-parser", o->server.tool_call_parser,
+                  "Parse tool calls out of the model's text for tool_choice auto")
+      ->check(CLI::IsMember({"hermes", "llama3_json", "mistral"}));
+  sub->add_flag("--enable-auto-tool-choice", o->server.enable_auto_tool_choice,
+                "Allow tool_choice \"auto\" (needs --tool-call-parser)");
   return [o] {
+    if (o->server.enable_auto_tool_choice && o->server.tool_call_parser.empty()) {
+      fmt::print(stderr, "error: --enable-auto-tool-choice needs --tool-call-parser\n");
+      return 2;
+    }
     o->server.shutdown_timeout_ms = static_cast<int>(o->shutdown_timeout_s * 1000);
     o->server.header_timeout_ms = static_cast<int>(o->header_timeout_s * 1000);
     if (!o->server.served_model_name.empty()) o->engine.served_model_name = o->server.served_model_name;
