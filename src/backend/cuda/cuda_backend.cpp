@@ -185,7 +185,7 @@ Result<Buffer> CudaBackend::allocate(int64_t bytes, MemoryTier tier) {
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
       return resource_exhausted(
-          "cuda backend: cudaMalloc of {:.1f} MiB failed ({}); {:.1f} MiB of {:.1f} MiB free",
+          "cuda backend: cudaMalloc of {} MiB failed ({}); {} MiB of {} MiB free",
           static_cast<double>(n) / 1048576.0, cudaGetErrorString(err),
           static_cast<double>(free_b) / 1048576.0, static_cast<double>(total_b) / 1048576.0);
     }
@@ -203,7 +203,7 @@ Result<void*> CudaBackend::allocate_host(int64_t n) {
     LS_ASSIGN_OR_RETURN(void* chunked, allocate_host_chunked(n));
     if (chunked != nullptr) return chunked;
   }
-  const double mib = static_cast<double>(n) / 1048576.0;
+  const int64_t mib = (n + 1048575) / 1048576;  // whole MiB: integer formatting only
   void* data = nullptr;
   const cudaError_t err = host_pinning_ == HostPinning::kAlloc
                               ? cudaHostAlloc(&data, static_cast<size_t>(n),
@@ -216,7 +216,7 @@ Result<void*> CudaBackend::allocate_host(int64_t n) {
                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (data == MAP_FAILED) {
       return resource_exhausted(
-          "cuda backend: cannot allocate {:.1f} MiB of host memory (cudaHostAlloc: {}; mmap "
+          "cuda backend: cannot allocate {} MiB of host memory (cudaHostAlloc: {}; mmap "
           "failed too)",
           mib, cudaGetErrorString(err));
     }
@@ -231,7 +231,7 @@ Result<void*> CudaBackend::allocate_host(int64_t n) {
       if (!warned_registered_) {
         warned_registered_ = true;
         LS_LOG_WARN(
-            "cuda backend: cudaHostAlloc of {:.1f} MiB failed ({}); pinned ordinary "
+            "cuda backend: cudaHostAlloc of {} MiB failed ({}); pinned ordinary "
             "memory with cudaHostRegister instead",
             mib, cudaGetErrorString(err));
       }
@@ -241,7 +241,7 @@ Result<void*> CudaBackend::allocate_host(int64_t n) {
       if (!warned_pageable_) {
         warned_pageable_ = true;
         LS_LOG_WARN(
-            "cuda backend: pinning {:.1f} MiB of host memory failed (cudaHostAlloc: {}; "
+            "cuda backend: pinning {} MiB of host memory failed (cudaHostAlloc: {}; "
             "cudaHostRegister: {}); it stays PAGEABLE: copies from it are staged and slow, the "
             "gather kernel and CUDA graphs refuse it. Ask for less host memory (the host KV "
             "cache size) or free some.",
@@ -261,11 +261,11 @@ Result<void*> CudaBackend::allocate_host(int64_t n) {
 // Hopper: true); without that the caller takes the single-allocation path.
 Result<void*> CudaBackend::allocate_host_chunked(int64_t n) {
   if (!host_pointer_is_device_pointer_) return static_cast<void*>(nullptr);
-  const double mib = static_cast<double>(n) / 1048576.0;
+  const int64_t mib = (n + 1048575) / 1048576;  // whole MiB: integer formatting only
   void* data = mmap(nullptr, static_cast<size_t>(n), PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (data == MAP_FAILED) {
-    return resource_exhausted("cuda backend: cannot map {:.1f} MiB of host memory", mib);
+    return resource_exhausted("cuda backend: cannot map {} MiB of host memory", mib);
   }
   auto* base = static_cast<char*>(data);
   int64_t pinned = 0;
@@ -293,14 +293,14 @@ Result<void*> CudaBackend::allocate_host_chunked(int64_t n) {
   for (int64_t off = 0; off < pinned; off += kHostChunkBytes) cudaHostUnregister(base + off);
   munmap(data, static_cast<size_t>(n));
   LS_LOG_WARN(
-      "cuda backend: pinned only {:.1f} of {:.1f} MiB of host memory in {} MiB chunks "
+      "cuda backend: pinned only {} of {} MiB of host memory in {} MiB chunks "
       "(cudaHostRegister: {}); nothing of it is kept. Raise the locked-memory limit (ulimit -l, "
       "memlock) or ask for less",
-      static_cast<double>(pinned) / 1048576.0, mib, kHostChunkBytes >> 20,
+      pinned / 1048576, mib, kHostChunkBytes >> 20,
       cudaGetErrorString(err));
   return resource_exhausted(
-      "cuda backend: could pin only {:.1f} of the {:.1f} MiB of host memory asked for ({})",
-      static_cast<double>(pinned) / 1048576.0, mib, cudaGetErrorString(err));
+      "cuda backend: could pin only {} of the {} MiB of host memory asked for ({})",
+      pinned / 1048576, mib, cudaGetErrorString(err));
 }
 
 void CudaBackend::release(void* data, int64_t, MemoryTier tier) {
