@@ -362,12 +362,14 @@ Status EngineCore::step() {
   SchedulerOutput out = scheduler_.schedule();
   if (out.empty()) return {};
   const int64_t step_ns = now_ns();
+  // A layer-segmented share counts as the tokens' worth of work it does.
+  const int32_t step_tokens = out.num_tokens + out.segments.token_equivalents;
   const auto bucket = static_cast<size_t>(
       std::lower_bound(kIterationTokenBuckets.begin(), kIterationTokenBuckets.end(),
-                       out.num_tokens) -
+                       step_tokens) -
       kIterationTokenBuckets.begin());
   ++iteration_tokens_counts_[bucket];
-  iteration_tokens_sum_ += out.num_tokens;
+  iteration_tokens_sum_ += step_tokens;
   // Per chunk: the prompt positions whose logits give prompt logprobs, [first, first + count).
   std::vector<std::pair<int32_t, int32_t>> prompt_rows(out.chunks.size(), {0, 0});
   if (!out.chunks.empty()) {
@@ -385,6 +387,12 @@ Status EngineCore::step() {
   // The layer-segmented prefill's share runs after the step's tokens (decodes first); if it
   // fails, only its sequence fails.
   Status segments_status = forward_segments(out.segments);
+  if (segments_status.ok() && working_sets_ && out.segments.seq != nullptr) {
+    // The share's residency counters belong to its row: a prefill, starting with unit 0.
+    const Sequence* s = out.segments.seq;
+    working_sets_->observe({{s->slot, out.segments.unit_begin == 0, false, &s->request->request_id}},
+                           executor_->kv_tier_stats().row_counters);
+  }
   if (!segments_status.ok()) {
     LS_LOG_ERROR("layer-segmented prefill failed: {}", segments_status.to_string());
     Sequence* seq = out.segments.seq;

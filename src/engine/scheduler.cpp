@@ -57,6 +57,12 @@ bool Scheduler::admissible(const Sequence& seq) const {
 
 void Scheduler::preempt(Sequence* seq) {
   num_recomputed_tokens_ += seq->num_computed;
+  if (seq->layer_segmented && config_.num_layers > 0) {
+    // Its finished units, in tokens' worth (num_computed stays 0 until the last unit).
+    num_recomputed_tokens_ += std::min<int64_t>(
+        seq->num_uncomputed(),
+        int64_t{seq->segment_units_done} * config_.segment_tokens / config_.num_layers);
+  }
   ++seq->num_preemptions;
   if (seq == segmented_) segmented_ = nullptr;  // starts over when admitted again
   seq->layer_segmented = false;

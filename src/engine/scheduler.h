@@ -68,6 +68,7 @@ struct LayerSegmentShare {
   int32_t unit_begin = 0;
   int32_t unit_end = 0;
   bool samples = false;  // the share ends the prefill: the last token's logits give the next token
+  int32_t token_equivalents = 0;  // the share's token-layers / num_layers: tokens' worth of work
 };
 
 struct ScheduledChunk {

@@ -60,8 +60,8 @@ void Scheduler::schedule_segments(SchedulerOutput& out, int32_t& budget) const {
     used += len;
     ++u;
   }
-  out.segments = {seq, n, seq->segment_units_done, u, u == num_units};
   const auto spent = static_cast<int32_t>((used + config_.num_layers - 1) / config_.num_layers);
+  out.segments = {seq, n, seq->segment_units_done, u, u == num_units, spent};
   budget = std::max(0, budget - spent);
 }
 

@@ -31,6 +31,7 @@ struct RunnerConfig {
   bool record_decode_steps = true;
   // Host KV tier: false stops kv_append's write-through to the homes (KvAppendParams::
   // write_homes). Benchmarks only: it measures what saving costs and makes later fetches wrong.
+  // Quantized page formats (--kv-cache-dtype fp8|int8|int4) always write the homes.
   bool kv_save = true;
   // Layer-segmented prefill (docs/layer-segmented-prefill.md): rows of the hidden-state arena
   // ([rows, hidden] act dtype, one prompt at a time); 0 turns the mode off.

@@ -69,6 +69,9 @@ Status ModelRunner::forward_layer_segments(const LayerSegmentInput& in,
   SegmentProgress& progress = segment_progress_;
   if (in.unit_begin == 0) {
     progress = {in.slot, in.num_tokens, in.segment_tokens, 0};
+    // A sequence starts in this row: its coarse summaries (two levels) begin empty, as
+    // forward() does for a chunked prefill's first chunk.
+    if (pool_.summaries().group_pages > 0) pool_.reset_coarse_row(backend_, in.slot);
   }
   if (pool_.tiered()) {
     // As sync_tier() does for a chunked prefill's first chunk: a row that starts over may hold a

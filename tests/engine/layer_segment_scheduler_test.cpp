@@ -223,9 +223,11 @@ TEST(LayerSegmentScheduler, LongPromptsGoLayerByLayerWhileOthersDecode) {
 }
 
 TEST(LayerSegmentScheduler, PreemptedMidPrefillItStartsOver) {
-  // 12 blocks of 4 tokens: a grows to 38 tokens (10 blocks) while b's 30-token prompt (8 blocks,
-  // reserved at once) prefills slowly; a's growth preempts b, the latest arrival.
-  Harness h(3, 4, 12, /*min_tokens=*/20, /*segment=*/4);
+  // 13 blocks of 4 tokens. Admission reserves a's 9 tokens plus one page of decode (4 blocks)
+  // and b's 30-token prompt plus its 3 output tokens (9 blocks, reserved at once), so b is
+  // admitted; a then grows past its reserve to 38 tokens (10 blocks) while b prefills slowly, and
+  // a's growth preempts b, the latest arrival.
+  Harness h(3, 4, 13, /*min_tokens=*/20, /*segment=*/4);
   h.submit("a", 8, 30, 1);
   ASSERT_TRUE(h.step().ok());
   h.submit("b", 30, 3, 2);
