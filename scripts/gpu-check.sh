@@ -49,10 +49,10 @@ make_carry() {
       usr/lib/x86_64-linux-gnu/openblas-pthread/liblapack* usr/lib/x86_64-linux-gnu/openblas-pthread/libblas*
   )
   XZ_OPT="-6 -T0" tar -C "$tmp/root" -cJf .carry/deps.tar.xz .
-  # openai-python (the test suite's client test) for the GPU machine's Python (3.12, no network
-  # there). The SmolLM2 tests' packages stay behind: the model's 100 MB GGUF cannot travel in a
+  # openai-python and jsonschema (the test suite's client tests) for the GPU machine's Python
+  # (3.12, no network there). The SmolLM2 tests' packages stay behind: the model's 100 MB GGUF cannot travel in a
   # device call, so those tests run in CI only (tests_section leaves them out).
-  grep -E '^openai==' tests/requirements.txt >"$tmp/requirements-gpu.txt"
+  grep -E '^(openai|jsonschema)==' tests/requirements.txt >"$tmp/requirements-gpu.txt"
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .carry/wheels -r "$tmp/requirements-gpu.txt" || { echo "make-carry: pip download failed" >&2; exit 1; }
@@ -178,7 +178,7 @@ export CARRY
 
 # ---- the 8B-shaped model, generated while we build (GPU draws, ~16 GB written) ----
 MODEL_PID=""
-if wanted e2e || wanted hf || wanted serve || [[ "$ONLY" == *",profile,"* ]]; then
+if wanted e2e || wanted hf || wanted serve || [[ "$ONLY" =~ ,(profile|tier32k|tier128k|tiercap|prefill), ]]; then
   if [ -f "$MODEL_DIR/model.safetensors.index.json" ]; then
     log "model: reusing $MODEL_DIR"
   else
