@@ -115,6 +115,9 @@ int main(int argc, char** argv) {
   app.add_option("--device-kv-cache-bytes", o.device_kv_cache_bytes)->capture_default_str();
   app.add_option("--offload-buffer-ratio", o.offload_buffer_ratio)->capture_default_str();
   app.add_flag("--kv-plain-lru", o.kv_plain_lru, "Plain LRU instead of bucketed LRU");
+  app.add_option("--quantization", o.quantization,
+                 "auto, none, or q8_0|q4_0|q4_1|q4_k|q6_k (safetensors quantized at load)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   const int32_t max_ctx = *std::max_element(contexts.begin(), contexts.end());

@@ -31,6 +31,12 @@ Status EngineConfig::validate() const {
     return invalid_argument("--kv-cache-replacement must be bucketed-lru or lru (got '{}')",
                             kv_cache_replacement);
   }
+  if (quantization != "auto" && quantization != "none" && quantization != "q8_0" &&
+      quantization != "q4_0" && quantization != "q4_1" && quantization != "q4_k" &&
+      quantization != "q6_k") {
+    return invalid_argument("--quantization must be auto, none, q8_0, q4_0, q4_1, q4_k or q6_k "
+                            "(got '{}')", quantization);
+  }
   return attention.validate();
 }
 

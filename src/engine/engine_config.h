@@ -30,6 +30,10 @@ struct EngineConfig {
   int64_t device_kv_cache_bytes = 0;     // device page cache; 0: from offload_buffer_ratio
   double offload_buffer_ratio = 4.0;     // auto cache: decode steps' worth of pages per request
   std::string kv_cache_replacement = "bucketed-lru";  // bucketed-lru | lru
+  // Linear weights (docs/gguf.md): auto (GGUF blocks as stored where the backend reads them),
+  // none (dequantize GGUF at load), or q8_0|q4_0|q4_1|q4_k|q6_k (quantize a safetensors
+  // checkpoint at load; CPU).
+  std::string quantization = "auto";
 
   Status validate() const;
 };

@@ -65,6 +65,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   o.device_kv_cache_bytes = config.device_kv_cache_bytes;
   o.offload_buffer_ratio = config.offload_buffer_ratio;
   o.kv_plain_lru = config.kv_cache_replacement == "lru";
+  o.quantization = config.quantization;
   LS_ASSIGN_OR_RETURN(std::unique_ptr<EngineModel> model, EngineModel::load(o));
 
   std::shared_ptr<const Tokenizer> tokenizer;

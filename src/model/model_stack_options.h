@@ -28,6 +28,7 @@ struct ModelStackOptions {
   int64_t device_kv_cache_bytes = 0;  // the page cache; 0: from offload_buffer_ratio
   double offload_buffer_ratio = 4.0;  // auto cache per request: this many decode steps' pages
   bool kv_plain_lru = false;          // plain LRU instead of Spin's bucketed LRU
+  std::string quantization = "auto";  // EngineConfig::quantization
 };
 
 }  // namespace ls
