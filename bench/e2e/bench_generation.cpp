@@ -122,6 +122,9 @@ int main(int argc, char** argv) {
   std::string kv_cache_dtype = "auto";
   app.add_option("--kv-cache-dtype", kv_cache_dtype, "auto, bf16, fp8, int8 or int4")
       ->capture_default_str();
+  app.add_option("--quantization", o.quantization,
+                 "auto, none, or q8_0|q4_0|q4_1|q4_k|q6_k (safetensors quantized at load)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   {
     Result<KvCacheDtype> d = parse_kv_cache_dtype(kv_cache_dtype);

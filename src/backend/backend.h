@@ -17,6 +17,7 @@
 #include "kernels/page_copy.h"
 #include "kernels/page_residency.h"
 #include "kernels/paged_kv.h"
+#include "kernels/quant_format.h"
 
 namespace ls {
 
@@ -66,8 +67,11 @@ class Buffer {
 
 // A linear layer's parameters: y = x · w^T + bias.
 struct LinearWeight {
-  TensorView w;     // [out_features, in_features] f32/bf16/f16
+  TensorView w;     // [out_features, in_features] f32/bf16/f16; data null when `quant` is set
   TensorView bias;  // [out_features] f32, or empty
+  // Set when the weight stays in ggml's quantized blocks (GGUF on a backend whose
+  // reads_quantized() accepts every part's type); w then carries only the shape.
+  std::shared_ptr<const kernels::QuantMatrix> quant;
 };
 
 class Backend {
@@ -80,6 +84,8 @@ class Backend {
   // The dtype this backend computes linear layers with for weights stored as `stored`
   // (CPU: as stored, converting in registers; CUDA: bf16).
   virtual DType weight_dtype_for(DType stored) const { return stored; }
+  // Whether linear() reads weights kept in `type` blocks (LinearWeight::quant) directly.
+  virtual bool reads_quantized(kernels::QuantType /*type*/) const { return false; }
 
   // ---- memory ----
   virtual Result<Buffer> allocate(int64_t bytes, MemoryTier tier = MemoryTier::kDevice) = 0;

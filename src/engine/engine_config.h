@@ -47,6 +47,10 @@ struct EngineConfig {
   // K/V page format (docs/kv-quantization.md): auto (the backend's activation dtype) | bf16 |
   // fp8 | int8 | int4.
   std::string kv_cache_dtype = "auto";
+  // Linear weights (docs/gguf.md): auto (GGUF blocks as stored where the backend reads them),
+  // none (dequantize GGUF at load), or q8_0|q4_0|q4_1|q4_k|q6_k (quantize a safetensors
+  // checkpoint at load; CPU).
+  std::string quantization = "auto";
 
   Status validate() const;
 };

@@ -186,6 +186,16 @@ const TensorInfo* Checkpoint::find(std::string_view name) const {
   return it == tensors_.end() ? nullptr : it->second;
 }
 
+void Checkpoint::add_quantized(QuantizedTensorInfo info) {
+  std::string name = info.name;
+  quantized_.insert_or_assign(std::move(name), std::move(info));
+}
+
+const QuantizedTensorInfo* Checkpoint::find_quantized(std::string_view name) const {
+  auto it = quantized_.find(name);
+  return it == quantized_.end() ? nullptr : &it->second;
+}
+
 std::vector<std::string> Checkpoint::names() const {
   std::vector<std::string> out;
   out.reserve(tensors_.size());
@@ -205,12 +215,15 @@ Status Checkpoint::check_names(const std::vector<std::string>& required,
   std::set<std::string_view> expected;
   for (const std::string& name : required) {
     expected.insert(name);
-    if (find(name) == nullptr) missing.push_back(name);
+    if (find(name) == nullptr && find_quantized(name) == nullptr) missing.push_back(name);
   }
   for (const std::string& name : optional) expected.insert(name);
   std::vector<std::string> unexpected;
   for (const auto& [name, info] : tensors_) {
     if (!expected.count(name)) unexpected.push_back(name);
+  }
+  for (const auto& [name, info] : quantized_) {
+    if (!expected.count(name) && find(name) == nullptr) unexpected.push_back(name);
   }
   std::sort(missing.begin(), missing.end());
   missing.erase(std::unique(missing.begin(), missing.end()), missing.end());

@@ -30,9 +30,22 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
 
 namespace ls {
+
+// A weight kept in ggml's quantized blocks instead of being converted (a GGUF model loaded for a
+// backend that reads the blocks directly).
+struct QuantizedTensorInfo {
+  std::string name;  // the Hugging Face name
+  GgmlType type = GgmlType::kQ8_0;
+  const uint8_t* data = nullptr;  // [rows] rows of cols / block elems blocks; any alignment
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t nbytes = 0;
+  std::string file;  // for messages
+};
 
 class Checkpoint {
  public:
@@ -61,6 +74,15 @@ class Checkpoint {
   Status check_tensor(const TensorInfo& info, std::initializer_list<int64_t> shape,
                       std::initializer_list<DType> allowed) const;
 
+  // Quantized tensors: a name may be both quantized and in get() (a GGUF embedding table, which
+  // the loader dequantizes for lookups and keeps quantized for a tied lm_head), or only
+  // quantized. check_names counts both kinds as present. The data lives as long as any copy of
+  // keep_alive() (the mapped file and any reordered copies).
+  void add_quantized(QuantizedTensorInfo info);
+  const QuantizedTensorInfo* find_quantized(std::string_view name) const;
+  void hold(std::shared_ptr<const void> owner) { keep_alive_.push_back(std::move(owner)); }
+  const std::vector<std::shared_ptr<const void>>& keep_alive() const { return keep_alive_; }
+
   const std::filesystem::path& dir() const { return dir_; }
   // The safetensors files opened, in the order of their names.
   size_t num_files() const { return files_.size(); }
@@ -75,6 +97,8 @@ class Checkpoint {
   // The visible tensors; the pointers stay valid when a Checkpoint is moved because they point
   // into the heap-allocated SafetensorsFiles.
   std::map<std::string, const TensorInfo*, std::less<>> tensors_;
+  std::map<std::string, QuantizedTensorInfo, std::less<>> quantized_;
+  std::vector<std::shared_ptr<const void>> keep_alive_;
 };
 
 }  // namespace ls

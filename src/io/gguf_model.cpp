@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -216,7 +217,20 @@ Result<GenerationConfig> gguf_generation_config(const GgufFile& f) {
   return g;
 }
 
-Result<Checkpoint> gguf_checkpoint(const GgufFile& f, const ModelConfig& config, DType dtype) {
+namespace {
+
+bool is_linear_weight(std::string_view hf) {
+  for (std::string_view s : {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                             "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                             "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+    if (hf.ends_with(s)) return true;
+  }
+  return hf == "lm_head.weight";
+}
+
+Result<Checkpoint> gguf_checkpoint_impl(const GgufFile& f, const ModelConfig& config, DType dtype,
+                                        const std::vector<GgmlType>& keep_quantized,
+                                        const std::shared_ptr<const GgufFile>& owner) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
     return invalid_argument("{}: GGUF tensors dequantize to f32 or bf16, not {}", f.name(),
                             dtype_name(dtype));
@@ -232,6 +246,8 @@ Result<Checkpoint> gguf_checkpoint(const GgufFile& f, const ModelConfig& config,
   };
   try {
     std::vector<Planned> plan;
+    std::vector<QuantizedTensorInfo> quantized;
+    std::vector<std::shared_ptr<const void>> holds;
     int64_t offset = 0;
     Json header = Json::object();
     for (const GgufTensor& t : f.tensors()) {
@@ -241,6 +257,10 @@ Result<Checkpoint> gguf_checkpoint(const GgufFile& f, const ModelConfig& config,
       }
       Planned p{&t, hf_name(t.name).value_or(t.name), t.ne.size() == 1 ? DType::kF32 : dtype, 0,
                 offset, 0};
+      const bool keep = t.ne.size() == 2 && t.rows > 0 &&
+                        std::find(keep_quantized.begin(), keep_quantized.end(), t.type) !=
+                            keep_quantized.end() &&
+                        (is_linear_weight(p.name) || p.name == "model.embed_tokens.weight");
       if (arch->permuted_qk) {
         const bool is_q = p.name.ends_with("self_attn.q_proj.weight") ||
                           p.name.ends_with("self_attn.q_proj.bias");
@@ -258,6 +278,28 @@ Result<Checkpoint> gguf_checkpoint(const GgufFile& f, const ModelConfig& config,
           }
           p.permute_heads = heads;
         }
+      }
+      if (keep) {
+        QuantizedTensorInfo q{p.name, t.type, t.data, t.rows, t.row_elems, t.nbytes, f.name()};
+        if (p.permute_heads > 0) {
+          // Whole rows of blocks move, as the dequantized path moves rows of floats.
+          auto copy = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(t.nbytes));
+          const int64_t row_bytes = t.nbytes / t.rows, hd = config.head_dim();
+          for (int64_t r = 0; r < t.rows; ++r) {
+            const int64_t h = r / hd, i = r % hd;
+            const int64_t dst_row = h * hd + (i % 2) * (hd / 2) + i / 2;
+            std::memcpy(copy->data() + dst_row * row_bytes, t.data + r * row_bytes,
+                        static_cast<size_t>(row_bytes));
+          }
+          q.data = copy->data();
+          quantized.push_back(std::move(q));
+          holds.push_back(std::move(copy));
+        } else {
+          quantized.push_back(std::move(q));
+        }
+        // Linear weights are only kept quantized; the embedding table is also dequantized for
+        // the lookup.
+        if (p.name != "model.embed_tokens.weight") continue;
       }
       p.nbytes = dtype_nbytes(p.dtype, t.numel);
       header[p.name] = {{"dtype", p.dtype == DType::kF32 ? "F32" : "BF16"},
@@ -318,12 +360,27 @@ Result<Checkpoint> gguf_checkpoint(const GgufFile& f, const ModelConfig& config,
     }
     LS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> st,
                         SafetensorsFile::from_memory(f.name(), std::move(bytes)));
-    return Checkpoint::from_file(f.name(), std::move(st));
+    Checkpoint ckpt = Checkpoint::from_file(f.name(), std::move(st));
+    for (QuantizedTensorInfo& q : quantized) ckpt.add_quantized(std::move(q));
+    if (!quantized.empty()) ckpt.hold(owner);
+    for (auto& h : holds) ckpt.hold(std::move(h));
+    return ckpt;
   } catch (const std::bad_alloc&) {
     return resource_exhausted("{}: out of memory while dequantizing", f.name());
   } catch (const Json::exception&) {
     return data_loss("{}: a tensor name is not valid UTF-8", f.name());
   }
+}
+
+}  // namespace
+
+Result<Checkpoint> gguf_checkpoint(const GgufFile& f, const ModelConfig& config, DType dtype) {
+  return gguf_checkpoint_impl(f, config, dtype, {}, nullptr);
+}
+
+Result<Checkpoint> gguf_checkpoint(std::shared_ptr<const GgufFile> file, const ModelConfig& config,
+                                   DType dtype, const std::vector<GgmlType>& keep_quantized) {
+  return gguf_checkpoint_impl(*file, config, dtype, keep_quantized, file);
 }
 
 }  // namespace ls

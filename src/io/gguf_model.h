@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
@@ -46,5 +47,12 @@ Result<GenerationConfig> gguf_generation_config(const GgufFile& file);
 // Tensors the mapping does not know keep their GGUF name, so Checkpoint::check_names reports them
 // as unexpected. `config` must come from gguf_model_config(file).
 Result<Checkpoint> gguf_checkpoint(const GgufFile& file, const ModelConfig& config, DType dtype);
+// The same, but the 2-D linear weights (q/k/v/o/gate/up/down projections, lm_head) whose type is
+// in `keep_quantized` stay in their blocks (Checkpoint::find_quantized, pointing into the mapped
+// file; llama-family q/k: a row-permuted copy of the blocks), and such an embedding table is
+// both dequantized (for the lookup) and kept quantized (for a tied lm_head). The checkpoint holds
+// `file` while any quantized tensor points into it.
+Result<Checkpoint> gguf_checkpoint(std::shared_ptr<const GgufFile> file, const ModelConfig& config,
+                                   DType dtype, const std::vector<GgmlType>& keep_quantized);
 
 }  // namespace ls

@@ -1,9 +1,12 @@
 #include "io/gguf_tokenizer.h"
 
+#include <functional>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "io/gguf_writer.h"
 #include "io/json_util.h"
 
 namespace ls {
@@ -196,6 +199,115 @@ Result<GgufTokenizerJson> gguf_tokenizer_json(const GgufFile& f) {
                              config.dump(-1, ' ', false, Json::error_handler_t::replace)};
   } catch (const std::bad_alloc&) {
     return resource_exhausted("{}: out of memory while reading the tokenizer", file);
+  }
+}
+
+}  // namespace ls
+
+namespace ls {
+
+Status write_gguf_tokenizer(std::string_view tokenizer_json, std::string_view tokenizer_config_json,
+                            std::optional<int64_t> bos_id, const std::vector<int64_t>& eos_ids,
+                            GgufWriter& out) {
+  try {
+    const Json t = Json::parse(tokenizer_json);
+    const Json& model = t.at("model");
+    if (model.value("type", "") != "BPE" || !model.contains("merges")) {
+      return unimplemented("tokenizer.json: only byte-level BPE tokenizers can be written to GGUF");
+    }
+    // The pre-tokenizer's name: the one whose JSON gguf_tokenizer_json would build.
+    std::string pre;
+    for (const char* name : {"gpt2", "smollm", "llama-bpe", "qwen2"}) {
+      const Json& p = t.contains("pre_tokenizer") ? t["pre_tokenizer"] : Json();
+      std::optional<Json> want = pre_tokenizer(name);
+      if (!want) continue;
+      // Compare the parts that decide the splitting: types, regexes, digits.
+      auto shape = [](const Json& j) {
+        std::string s;
+        std::function<void(const Json&)> walk = [&](const Json& v) {
+          if (v.is_object()) {
+            for (const char* k : {"type", "Regex", "individual_digits", "use_regex"}) {
+              if (v.contains(k)) s += v[k].dump() + ";";
+            }
+            for (const auto& [k, x] : v.items()) {
+              if (x.is_structured()) walk(x);
+            }
+          } else if (v.is_array()) {
+            for (const Json& x : v) walk(x);
+          }
+        };
+        walk(j);
+        return s;
+      };
+      if (shape(p) == shape(*want)) {
+        pre = name;
+        break;
+      }
+    }
+    if (pre.empty()) {
+      return unimplemented("tokenizer.json: its pre_tokenizer is none of gpt2, smollm, llama-bpe, "
+                           "qwen2 (the ones the GGUF reader knows)");
+    }
+    const Json& vocab = model.at("vocab");
+    std::vector<std::string> tokens(vocab.size());
+    std::vector<int32_t> types(vocab.size(), 1);
+    for (const auto& [tok, id] : vocab.items()) {
+      const int64_t i = id.get<int64_t>();
+      if (i < 0 || i >= static_cast<int64_t>(tokens.size())) {
+        return invalid_argument("tokenizer.json: vocabulary ids are not 0..{}", tokens.size() - 1);
+      }
+      tokens[static_cast<size_t>(i)] = tok;
+    }
+    if (t.contains("added_tokens")) {
+      for (const Json& a : t["added_tokens"]) {
+        const int64_t i = a.at("id").get<int64_t>();
+        if (i >= static_cast<int64_t>(tokens.size())) {
+          tokens.resize(static_cast<size_t>(i) + 1);
+          types.resize(static_cast<size_t>(i) + 1, 1);
+        }
+        tokens[static_cast<size_t>(i)] = a.at("content").get<std::string>();
+        types[static_cast<size_t>(i)] = a.value("special", false) ? 3 : 4;
+      }
+    }
+    std::vector<std::string> merges;
+    for (const Json& m : model.at("merges")) {
+      merges.push_back(m.is_string() ? m.get<std::string>()
+                                     : m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
+    }
+    out.add_string("tokenizer.ggml.model", "gpt2");
+    out.add_string("tokenizer.ggml.pre", pre);
+    out.add_strings("tokenizer.ggml.tokens", tokens);
+    out.add_i32s("tokenizer.ggml.token_type", types);
+    out.add_strings("tokenizer.ggml.merges", merges);
+    if (bos_id) out.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(*bos_id));
+    if (!eos_ids.empty()) {
+      out.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(eos_ids[0]));
+    }
+    // add_bos_token: the post-processor's template starts with a special token.
+    bool add_bos = false;
+    if (t.contains("post_processor") && t["post_processor"].is_object()) {
+      const Json& pp = t["post_processor"];
+      auto check = [&](const Json& proc) {
+        if (proc.value("type", "") == "TemplateProcessing" && proc.contains("single") &&
+            !proc["single"].empty() && proc["single"][0].contains("SpecialToken")) {
+          add_bos = true;
+        }
+      };
+      check(pp);
+      if (pp.value("type", "") == "Sequence" && pp.contains("processors")) {
+        for (const Json& p : pp["processors"]) check(p);
+      }
+    }
+    out.add_bool("tokenizer.ggml.add_bos_token", add_bos);
+    if (!tokenizer_config_json.empty()) {
+      const Json c = Json::parse(tokenizer_config_json);
+      if (c.contains("chat_template") && c["chat_template"].is_string()) {
+        out.add_string("tokenizer.chat_template", c["chat_template"].get<std::string>());
+      }
+    }
+    return {};
+  } catch (const Json::exception& e) {
+    return invalid_argument("tokenizer.json: {}", e.what());
   }
 }
 

@@ -16,7 +16,11 @@
 //   tokenizer.chat_template     -> tokenizer_config.json chat_template
 // Every error names the file and the key.
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "io/gguf.h"
@@ -29,5 +33,19 @@ struct GgufTokenizerJson {
 };
 
 Result<GgufTokenizerJson> gguf_tokenizer_json(const GgufFile& file);
+
+}  // namespace ls
+
+namespace ls {
+
+class GgufWriter;
+
+// The reverse, for `longserve quantize`: a byte-level BPE tokenizer.json (+ tokenizer_config.json,
+// may be empty) as tokenizer.ggml.* metadata. The pre-tokenizer is named by matching it against
+// the ones gguf_tokenizer_json builds (gpt2, smollm, llama-bpe, qwen2); another one is
+// kUnimplemented. bos/eos ids come from the caller (config / generation_config).
+Status write_gguf_tokenizer(std::string_view tokenizer_json, std::string_view tokenizer_config_json,
+                            std::optional<int64_t> bos_id, const std::vector<int64_t>& eos_ids,
+                            GgufWriter& out);
 
 }  // namespace ls

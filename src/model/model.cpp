@@ -2,8 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <memory>
+#include <utility>
+#include <vector>
+
 #include "core/log.h"
 #include "io/checkpoint.h"
+#include "io/gguf_convert.h"
 #include "io/gguf_model.h"
 
 namespace ls {
@@ -17,7 +22,8 @@ Model::Model(ModelConfig config, const ArchitectureSpec* arch, ModelWeights weig
       backend_(backend),
       dir_(std::move(dir)) {}
 
-Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Backend& backend) {
+Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Backend& backend,
+                                           std::string_view quantization) {
   LS_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
   const ArchitectureSpec* arch = find_architecture(config.architecture());
   if (arch == nullptr) {
@@ -25,16 +31,39 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
                          config.source(), config.architecture(),
                          fmt::join(supported_architectures(), ", "));
   }
-  // A GGUF model is dequantized at load to the dtype the backend computes with (f32 on the CPU,
-  // bf16 on CUDA), so everything past the weights is the same as for a safetensors checkpoint.
+  // A GGUF model's quantized linear weights stay in their blocks where the backend reads them
+  // (the CPU); everything else is dequantized at load to the dtype the backend computes with (f32
+  // on the CPU, bf16 on CUDA).
   LS_ASSIGN_OR_RETURN(std::optional<std::filesystem::path> gguf, find_gguf_model(dir));
+  std::optional<GgmlType> quantize_to;
+  if (quantization != "auto" && quantization != "none") {
+    LS_ASSIGN_OR_RETURN(GgmlType t, parse_quant_type(quantization));
+    if (gguf) {
+      return invalid_argument("{}: --quantization {} quantizes a safetensors checkpoint; a GGUF "
+                              "model keeps its own types (auto) or is dequantized (none)",
+                              gguf->string(), quantization);
+    }
+    quantize_to = t;
+  }
   auto open_checkpoint = [&]() -> Result<Checkpoint> {
     if (!gguf) return Checkpoint::open(dir);
     LS_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::open(*gguf));
-    return gguf_checkpoint(*file, config, backend.weight_dtype_for(DType::kF32));
+    // Linear weights in block types the backend reads stay quantized in the mapped file (the
+    // CPU); the rest is dequantized.
+    std::vector<GgmlType> keep;
+    for (auto [g, q] : {std::pair{GgmlType::kQ8_0, kernels::QuantType::kQ8_0},
+                        std::pair{GgmlType::kQ4_0, kernels::QuantType::kQ4_0},
+                        std::pair{GgmlType::kQ4_1, kernels::QuantType::kQ4_1},
+                        std::pair{GgmlType::kQ4_K, kernels::QuantType::kQ4_K},
+                        std::pair{GgmlType::kQ5_K, kernels::QuantType::kQ5_K},
+                        std::pair{GgmlType::kQ6_K, kernels::QuantType::kQ6_K}}) {
+      if (quantization == "auto" && backend.reads_quantized(q)) keep.push_back(g);
+    }
+    return gguf_checkpoint(std::shared_ptr<const GgufFile>(std::move(file)), config,
+                           backend.weight_dtype_for(DType::kF32), keep);
   };
   LS_ASSIGN_OR_RETURN(Checkpoint ckpt, open_checkpoint());
-  LS_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(ckpt, config, *arch, backend));
+  LS_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(ckpt, config, *arch, backend, quantize_to));
   backend.synchronize();
   LS_LOG_INFO("loaded {} ({}, {} layers, hidden {}, {}/{} heads, head_dim {}, vocab {}): {:.1f} MB of weights on {}",
               dir.string(), config.architecture(), config.num_hidden_layers(), config.hidden_size(),

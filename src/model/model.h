@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "backend/backend.h"
 #include "core/status.h"
@@ -19,7 +20,9 @@ class Model {
  public:
   // Reads config.json and the safetensors weights of a Hugging Face model directory.
   // Unknown architectures, unsupported features and every loader fault end in one clear error.
-  static Result<std::unique_ptr<Model>> load(const std::filesystem::path& dir, Backend& backend);
+  // quantization: auto | none | q8_0 | q4_0 | q4_1 | q4_k | q6_k (EngineConfig::quantization).
+  static Result<std::unique_ptr<Model>> load(const std::filesystem::path& dir, Backend& backend,
+                                             std::string_view quantization = "auto");
 
   const ModelConfig& config() const { return config_; }
   const ArchitectureSpec& arch() const { return *arch_; }

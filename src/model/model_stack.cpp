@@ -162,7 +162,7 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
   auto stack = std::make_unique<ModelStack>();
   LS_ASSIGN_OR_RETURN(stack->backend, make_backend(o.device, o.num_threads));
   Backend& backend = *stack->backend;
-  LS_ASSIGN_OR_RETURN(stack->model, Model::load(o.model_dir, backend));
+  LS_ASSIGN_OR_RETURN(stack->model, Model::load(o.model_dir, backend, o.quantization));
   const ModelConfig& c = stack->model->config();
 
   const auto max_pos = static_cast<int32_t>(std::min<int64_t>(c.max_position_embeddings(), INT32_MAX / 2));

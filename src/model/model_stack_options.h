@@ -33,6 +33,7 @@ struct ModelStackOptions {
   // arena of max_model_len rows for one prompt at a time.
   bool layer_segmented_prefill = false;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;  // K/V page format (docs/kv-quantization.md)
+  std::string quantization = "auto";  // EngineConfig::quantization
 };
 
 }  // namespace ls

@@ -4,6 +4,8 @@
 // reads all three; qkv_split_rope hands attention its inputs), gate and up into one [2 * inter,
 // hidden] matrix so the MLP runs one GEMM and silu_mul reads both halves.
 
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -31,6 +33,9 @@ struct ModelWeights {
   TensorView final_norm;  // [hidden] f32
   LinearWeight lm_head;   // [vocab, hidden]; views `embed` when the embeddings are tied
   std::vector<Buffer> storage;  // owns every tensor above
+  // Holds the mapped GGUF file (and reordered block copies) that quantized LinearWeights point
+  // into.
+  std::vector<std::shared_ptr<const void>> keep_alive;
   int64_t bytes = 0;            // device bytes of all parameters
   // Bytes read from memory per decoded token (every parameter once, plus one embedding row).
   int64_t bytes_per_token = 0;
@@ -39,8 +44,12 @@ struct ModelWeights {
 // Reads, checks and uploads every tensor. Linear weights and the embedding table are stored as
 // backend.weight_dtype_for(checkpoint dtype) (the CPU keeps f32/bf16/f16 as they are); norm
 // weights and biases become f32. Errors name the tensor and its file.
+// quantize_to (a ggml type io/gguf_quantize writes): linear weights (and a tied lm_head) whose rows
+// are whole blocks of it are quantized at load when the backend reads that type; the rest stay
+// as they are.
 Result<ModelWeights> load_weights(const Checkpoint& checkpoint, const ModelConfig& config,
-                                  const ArchitectureSpec& arch, Backend& backend);
+                                  const ArchitectureSpec& arch, Backend& backend,
+                                  std::optional<GgmlType> quantize_to = std::nullopt);
 
 // The tensor names this architecture reads for `config` (required first, optional second).
 void expected_tensor_names(const ModelConfig& config, const ArchitectureSpec& arch,

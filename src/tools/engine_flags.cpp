@@ -46,6 +46,11 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
                  "Automatic device page cache per request, in decode steps' worth of selected "
                  "pages (at least one layer of a --max-model-len request)")
       ->capture_default_str();
+  app.add_option("--quantization", c.quantization,
+                 "Linear weights: auto (a GGUF's quantized blocks as stored, read by the CPU "
+                 "kernels), none (dequantize a GGUF at load), or q8_0|q4_0|q4_1|q4_k|q6_k "
+                 "(quantize a safetensors checkpoint at load, CPU)")
+      ->capture_default_str();
   app.add_option("--kv-cache-replacement", c.kv_cache_replacement,
                  "Device page cache replacement: bucketed-lru (Spin) or lru")
       ->capture_default_str();

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   runners["calibrate"] = ls::add_calibrate_command(app);
   runners["serve"] = ls::add_serve_command(app);
   runners["bench"] = ls::add_bench_command(app);
+  runners["quantize"] = ls::add_quantize_command(app);
   CLI11_PARSE(app, argc, argv);
   for (CLI::App* sub : app.get_subcommands()) {
     auto it = runners.find(sub->get_name());

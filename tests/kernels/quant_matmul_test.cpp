@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/thread_pool.h"
 #include "io/gguf_dequant.h"
 
 namespace ls::kernels::cpu {
@@ -56,8 +57,8 @@ TEST(QuantMatmul, MatchesDequantizedF32WithinActivationRounding) {
     const std::vector<int64_t> col_choices =
         be == 32 ? std::vector<int64_t>{32, 96, 288} : std::vector<int64_t>{256, 768};
     for (int64_t cols : col_choices) {
-      for (int64_t rows : {1, 3, 17}) {
-        for (int64_t m : {1, 3}) {
+      for (int64_t rows : {1, 3, 17, 33}) {
+        for (int64_t m : {1, 3, 19}) {
           const int64_t nblocks = rows * cols / be;
           const auto w = random_blocks(rng, tc, nblocks);
           std::vector<float> x(static_cast<size_t>(m * cols));
@@ -89,6 +90,63 @@ TEST(QuantMatmul, MatchesDequantizedF32WithinActivationRounding) {
                     << " cols " << cols << " m " << m << " at " << i << "," << r;
               }
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The pooled linear over a fused matrix of mixed block types (as llama.cpp's Q4_K_M stores q/k in
+// Q4_K and v in Q6_K), with a bias, decode and prefill-sized m (a tail of the 16-row tiles), 1 and
+// 3 threads, against dequantize-then-f32 within the same rounding bound.
+TEST(QuantMatmul, PooledLinearOverMixedPartsMatchesDequantized) {
+  std::mt19937 rng(2424);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  const int64_t cols = 512;
+  const std::vector<std::pair<size_t, int64_t>> layout = {{3, 37}, {5, 16}, {0, 21}, {2, 5},
+                                                          {4, 3},  {1, 9}};  // case index, rows
+  std::vector<std::vector<uint8_t>> blocks;
+  std::vector<float> wf;
+  QuantMatrix qm;
+  qm.cols = cols;
+  for (const auto& [ci, rows] : layout) {
+    const TypeCase& tc = cases()[ci];
+    blocks.push_back(random_blocks(rng, tc, rows * cols / quant_block_elems(tc.type)));
+    std::vector<float> part(static_cast<size_t>(rows * cols));
+    ASSERT_TRUE(dequantize_row(tc.ggml, blocks.back().data(), part.data(), rows * cols).ok());
+    wf.insert(wf.end(), part.begin(), part.end());
+    qm.parts.push_back(QuantPart{tc.type, blocks.back().data(), rows});
+    qm.rows += rows;
+  }
+  std::vector<float> bias(static_cast<size_t>(qm.rows));
+  for (float& b : bias) b = normal(rng);
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t m : {1, 2, 40}) {
+      std::vector<float> x(static_cast<size_t>(m * cols));
+      for (float& v : x) v = normal(rng);
+      for (Isa isa : available_isas()) {
+        std::vector<float> y(static_cast<size_t>(m * qm.rows), -7.f);
+        quant_linear(qm, x.data(), m, bias.data(), y.data(), pool, isa);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t r = 0; r < qm.rows; ++r) {
+            double ref = bias[static_cast<size_t>(r)], bound = 0, mag = 0;
+            for (int64_t b = 0; b < cols / 32; ++b) {
+              float amax = 0, wabs = 0;
+              for (int64_t k = 32 * b; k < 32 * b + 32; ++k) {
+                const double wv = wf[static_cast<size_t>(r * cols + k)];
+                const double xv = x[static_cast<size_t>(i * cols + k)];
+                ref += wv * xv;
+                mag += std::fabs(wv * xv);
+                amax = std::max(amax, std::fabs(static_cast<float>(xv)));
+                wabs += static_cast<float>(std::fabs(wv));
+              }
+              bound += amax / 127.0 / 2.0 * wabs;
+            }
+            const double got = y[static_cast<size_t>(i * qm.rows + r)];
+            ASSERT_LE(std::fabs(got - ref), bound * 1.0001 + 1e-5 * mag + 1e-5)
+                << isa_name(isa) << " threads " << threads << " m " << m << " at " << i << "," << r;
           }
         }
       }

@@ -20,6 +20,7 @@
 #include "kernels/cpu/page_residency.h"
 #include "kernels/cpu/page_select.h"
 #include "kernels/cpu/page_summary.h"
+#include "kernels/cpu/quant_matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/silu_mul.h"
@@ -178,6 +179,28 @@ void CpuBackend::add_rmsnorm(const TensorView& x, const TensorView& residual, co
 
 void CpuBackend::linear(const TensorView& x, const LinearWeight& w, const TensorView& out) {
   const char* op = "linear";
+  if (w.quant) {
+    const kernels::QuantMatrix& q = *w.quant;
+    bool whole_blocks = !q.parts.empty();
+    for (const kernels::QuantPart& p : q.parts) {
+      whole_blocks = whole_blocks && q.cols % kernels::quant_block_elems(p.type) == 0;
+    }
+    if (!check_op(error_, f32_contiguous(x) && x.ndim == 2 && x.dim(1) == q.cols, op,
+                  "x must be [M, K] contiguous f32 with K = the quantized weight's columns, got " +
+                      x.describe()) ||
+        !check_op(error_, whole_blocks, op, "quantized weight rows must be whole blocks") ||
+        !check_op(error_, w.bias.empty() || (f32_contiguous(w.bias) && w.bias.numel() == q.rows),
+                  op, "bias must be [N] f32") ||
+        !check_op(error_, f32_contiguous(out) && out.ndim == 2 && out.dim(0) == x.dim(0) &&
+                              out.dim(1) == q.rows,
+                  op, "out must be [M, N] f32, got " + out.describe())) {
+      return;
+    }
+    kernels::cpu::quant_linear(q, x.ptr<float>(), x.dim(0),
+                               w.bias.empty() ? nullptr : w.bias.ptr<float>(), out.ptr<float>(),
+                               pool_);
+    return;
+  }
   if (!check_op(error_, f32_contiguous(x) && x.ndim == 2, op,
              "x must be [M, K] contiguous f32, got " + x.describe()) ||
       !check_op(error_, w.w.ndim == 2 && is_float(w.w.dtype) && w.w.is_contiguous() && w.w.dim(1) == x.dim(1),

@@ -35,6 +35,8 @@ class CpuBackend final : public Backend {
   void embedding(const TensorView& ids, const TensorView& table, const TensorView& out) override;
   void rmsnorm(const TensorView& x, const TensorView& w, float eps, const TensorView& out) override;
   void linear(const TensorView& x, const LinearWeight& w, const TensorView& out) override;
+  // Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K (kernels/cpu/quant_matmul.h).
+  bool reads_quantized(kernels::QuantType /*type*/) const override { return true; }
   void rope(const TensorView& x, const TensorView& cos, const TensorView& sin,
             int64_t rotary_dim) override;
   void qkv_split_rope(const TensorView& qkv, const TensorView& q_norm, const TensorView& k_norm,

@@ -10,6 +10,7 @@
 #endif
 
 #include "core/dtype.h"
+#include "core/thread_pool.h"
 
 namespace ls::kernels::cpu {
 namespace {
@@ -151,38 +152,136 @@ float row_dot_avx2(QuantType type, const uint8_t* w, const Q8Block* a, int64_t n
   }
   return hsum(acc) + extra;
 }
+
+// Q4_K / Q5_K: each 32-weight sub-block is unsigned (0..15, or 0..31 with the 5th bit), so
+// maddubs multiplies it with the signed activations directly; the sub-block's minimum enters
+// through the activation block's sum.
+float row_dot_q45k_avx2(const uint8_t* w, const Q8Block* a, int64_t nblocks, bool five) {
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const int64_t bytes = five ? 176 : 144;
+  for (int64_t i = 0; i < nblocks; ++i) {
+    const uint8_t* b = w + i * bytes;
+    const Q8Block* x = a + 8 * i;
+    const float d = f16_at(b), dmin = f16_at(b + 2);
+    const uint8_t* scales = b + 4;
+    const uint8_t* qs = b + (five ? 48 : 16);
+    const __m256i hbits =
+        five ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16)) : _mm256_setzero_si256();
+    for (int j2 = 0; j2 < 4; ++j2) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j2));
+      for (int s = 0; s < 2; ++s) {
+        const int j = 2 * j2 + s;
+        __m256i v = s ? _mm256_and_si256(_mm256_srli_epi16(q, 4), low4) : _mm256_and_si256(q, low4);
+        if (five) {
+          const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
+          const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), bit);
+          v = _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+        }
+        int sc, m;
+        scale_min_k4(j, scales, &sc, &m);
+        const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j].q));
+        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(v, qa), ones16);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * static_cast<float>(sc) * x[j].d),
+                              _mm256_cvtepi32_ps(dot), acc);
+        mins += dmin * static_cast<float>(m) * x[j].d * static_cast<float>(x[j].sum);
+      }
+    }
+  }
+  return hsum(acc) - mins;
+}
+
+// Q6_K: q (0..63) times the activations with maddubs, minus 32 times them (the -32 offset), then
+// each half of the 32 (16 weights) times its own int8 scale in madd.
+float row_dot_q6k_avx2(const uint8_t* w, const Q8Block* a, int64_t nblocks) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m256i k32 = _mm256_set1_epi8(32);
+  for (int64_t i = 0; i < nblocks; ++i) {
+    const uint8_t* b = w + i * 210;
+    const float d = f16_at(b + 208);
+    const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+    for (int n = 0; n < 2; ++n) {
+      const uint8_t* ql = b + 64 * n;
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * n));
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      for (int g = 0; g < 4; ++g) {
+        const Q8Block& x = a[8 * i + 4 * n + g];
+        const __m256i lo = (g & 1) ? ql1 : ql0;
+        const __m256i nib =
+            g < 2 ? _mm256_and_si256(lo, low4) : _mm256_and_si256(_mm256_srli_epi16(lo, 4), low4);
+        const __m256i hi =
+            _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), three);
+        const __m256i v = _mm256_or_si256(nib, _mm256_slli_epi16(hi, 4));
+        const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q));
+        const __m256i dot16 =
+            _mm256_sub_epi16(_mm256_maddubs_epi16(v, qa), _mm256_maddubs_epi16(k32, qa));
+        const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[8 * n + 2 * g + 1]),
+                                                _mm_set1_epi16(sc[8 * n + 2 * g]));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * x.d),
+                              _mm256_cvtepi32_ps(_mm256_madd_epi16(dot16, scales)), acc);
+      }
+    }
+  }
+  return hsum(acc);
+}
 #endif
 
+// One output: weight row `row` (nblocks blocks) against one quantized activation row.
+float row_dot(QuantType type, const uint8_t* row, const Q8Block* act, int64_t nblocks, Isa isa) {
+#if defined(__AVX2__)
+  if (isa != Isa::kScalar) {
+    switch (type) {
+      case QuantType::kQ8_0:
+      case QuantType::kQ4_0:
+      case QuantType::kQ4_1:
+        return row_dot_avx2(type, row, act, nblocks);
+      case QuantType::kQ4_K:
+        return row_dot_q45k_avx2(row, act, nblocks, false);
+      case QuantType::kQ5_K:
+        return row_dot_q45k_avx2(row, act, nblocks, true);
+      case QuantType::kQ6_K:
+        return row_dot_q6k_avx2(row, act, nblocks);
+    }
+  }
+#endif
+  (void)isa;
+  const int64_t bytes = quant_block_bytes(type);
+  const int64_t per_block = quant_block_elems(type) / 32;  // activation blocks per weight block
+  float s = 0;
+  for (int64_t b = 0; b < nblocks; ++b) s += block_dot_scalar(type, row + b * bytes, act + b * per_block);
+  return s;
+}
+
+// Rows [r0, r1) of one part against all m activation rows, in tiles of kTile weight rows x kTile
+// activation rows so both stay in L1 while every pair is formed (the prefill case).
+constexpr int64_t kTile = 16;
+
+void part_rows(const QuantPart& part, int64_t cols, const Q8Block* act, int64_t m, int64_t r0,
+               int64_t r1, float* y, int64_t ldy, Isa isa) {
+  const auto* wb = static_cast<const uint8_t*>(part.blocks);
+  const int64_t nblocks = cols / quant_block_elems(part.type);
+  const int64_t row_bytes = nblocks * quant_block_bytes(part.type);
+  const int64_t act_row = cols / 32;
+  for (int64_t rt = r0; rt < r1; rt += kTile) {
+    const int64_t re = std::min(r1, rt + kTile);
+    for (int64_t it = 0; it < m; it += kTile) {
+      const int64_t ie = std::min(m, it + kTile);
+      for (int64_t r = rt; r < re; ++r) {
+        const uint8_t* row = wb + r * row_bytes;
+        for (int64_t i = it; i < ie; ++i) {
+          y[i * ldy + r] = row_dot(part.type, row, act + i * act_row, nblocks, isa);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
-
-int64_t quant_block_elems(QuantType type) {
-  switch (type) {
-    case QuantType::kQ8_0:
-    case QuantType::kQ4_0:
-    case QuantType::kQ4_1:
-      return 32;
-    default:
-      return 256;
-  }
-}
-
-int64_t quant_block_bytes(QuantType type) {
-  switch (type) {
-    case QuantType::kQ8_0:
-      return 34;
-    case QuantType::kQ4_0:
-      return 18;
-    case QuantType::kQ4_1:
-      return 20;
-    case QuantType::kQ4_K:
-      return 144;
-    case QuantType::kQ5_K:
-      return 176;
-    case QuantType::kQ6_K:
-      return 210;
-  }
-  return 0;
-}
 
 void quantize_activations(const float* x, int64_t n, Q8Block* out) {
   for (int64_t i = 0; i < n / 32; ++i) {
@@ -203,34 +302,49 @@ void quantize_activations(const float* x, int64_t n, Q8Block* out) {
 
 void quant_matmul(QuantType type, const void* w, int64_t rows, int64_t cols, const float* x,
                   int64_t m, float* y, Isa isa) {
-  const auto* wb = static_cast<const uint8_t*>(w);
-  const int64_t nblocks = cols / quant_block_elems(type);
-  const int64_t row_bytes = nblocks * quant_block_bytes(type);
-  const int64_t per_block = quant_block_elems(type) / 32;  // activation blocks per weight block
-  std::vector<Q8Block> act(static_cast<size_t>(cols / 32));
+  std::vector<Q8Block> act(static_cast<size_t>(m * (cols / 32)));
   for (int64_t i = 0; i < m; ++i) {
-    quantize_activations(x + i * cols, cols, act.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      const uint8_t* row = wb + r * row_bytes;
-#if defined(__AVX2__)
-      if (isa != Isa::kScalar && per_block == 1) {
-        y[i * rows + r] = row_dot_avx2(type, row, act.data(), nblocks);
-        continue;
-      }
-#endif
-      (void)isa;
-      float s = 0;
-      for (int64_t b = 0; b < nblocks; ++b) {
-        s += block_dot_scalar(type, row + b * quant_block_bytes(type), &act[b * per_block]);
-      }
-      y[i * rows + r] = s;
-    }
+    quantize_activations(x + i * cols, cols, act.data() + i * (cols / 32));
   }
+  part_rows(QuantPart{type, w, rows}, cols, act.data(), m, 0, rows, y, rows, isa);
 }
 
 void quant_matmul(QuantType type, const void* w, int64_t rows, int64_t cols, const float* x,
                   int64_t m, float* y) {
   quant_matmul(type, w, rows, cols, x, m, y, best_isa());
+}
+
+void quant_linear(const QuantMatrix& w, const float* x, int64_t m, const float* bias, float* y,
+                  ThreadPool& pool, Isa isa) {
+  const int64_t cols = w.cols;
+  const int64_t act_row = cols / 32;
+  // [m, cols / 32] quantized activations, reused across calls of this thread.
+  thread_local std::vector<Q8Block> act;
+  if (act.size() < static_cast<size_t>(m * act_row)) act.resize(static_cast<size_t>(m * act_row));
+  Q8Block* a = act.data();
+  pool.parallel_for(m, 4, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) quantize_activations(x + i * cols, cols, a + i * act_row);
+  });
+  int64_t row0 = 0;
+  for (const QuantPart& part : w.parts) {
+    // Units of kTile rows; at least a few per thread so the split is even for decode.
+    const int64_t units = (part.rows + kTile - 1) / kTile;
+    pool.parallel_for(units, 1, [&](int64_t u0, int64_t u1) {
+      part_rows(part, cols, a, m, u0 * kTile, std::min(part.rows, u1 * kTile), y + row0, w.rows,
+                isa);
+    });
+    row0 += part.rows;
+  }
+  if (bias != nullptr) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t r = 0; r < w.rows; ++r) y[i * w.rows + r] += bias[r];
+    }
+  }
+}
+
+void quant_linear(const QuantMatrix& w, const float* x, int64_t m, const float* bias, float* y,
+                  ThreadPool& pool) {
+  quant_linear(w, x, m, bias, y, pool, best_isa());
 }
 
 }  // namespace ls::kernels::cpu

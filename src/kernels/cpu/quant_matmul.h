@@ -13,19 +13,23 @@
 //   Q4_K  f16 d, dmin; u8 scales[12]; u8 q[128]            8 sub-blocks of 32: w = d sc q - dmin m
 //   Q5_K  f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 q[128]  same with a 5th bit
 //   Q6_K  u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d      16 groups of 16: w = d sc (q - 32)
-// Not a kernel of the model yet: the GGUF loader dequantizes at load; wiring these into the
-// CPU backend's linear layers is the next step (docs/gguf.md).
+// The CPU backend's linear runs quant_linear for weights kept quantized (GGUF models).
+// AVX2 kernels for every type (maddubs on the unsigned nibbles against int8 activations, as
+// llama.cpp's ggml_vec_dot_*_q8_*), the scalar formulas otherwise.
 
 #include <cstdint>
 
+#include "core/thread_pool.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/quant_format.h"
 
 namespace ls::kernels::cpu {
 
-enum class QuantType { kQ8_0, kQ4_0, kQ4_1, kQ4_K, kQ5_K, kQ6_K };
-
-int64_t quant_block_elems(QuantType type);  // 32 or 256
-int64_t quant_block_bytes(QuantType type);
+using kernels::QuantMatrix;
+using kernels::QuantPart;
+using kernels::QuantType;
+using kernels::quant_block_bytes;
+using kernels::quant_block_elems;
 
 // One block of 32 quantized activations: x ~= d * q; sum = sum(q) (for the weight minimums).
 struct Q8Block {
@@ -44,5 +48,13 @@ void quant_matmul(QuantType type, const void* w, int64_t rows, int64_t cols, con
                   int64_t m, float* y, Isa isa);
 void quant_matmul(QuantType type, const void* w, int64_t rows, int64_t cols, const float* x,
                   int64_t m, float* y);
+
+// y[m, w.rows] = x[m, w.cols] . W^T (+ bias[w.rows]) over the pool: x is quantized once per
+// call (rows split over the pool), then each part's rows are split over the pool in tiles of 16
+// rows x 16 activation rows. w.cols must be a whole number of every part's blocks.
+void quant_linear(const QuantMatrix& w, const float* x, int64_t m, const float* bias, float* y,
+                  ThreadPool& pool, Isa isa);
+void quant_linear(const QuantMatrix& w, const float* x, int64_t m, const float* bias, float* y,
+                  ThreadPool& pool);
 
 }  // namespace ls::kernels::cpu

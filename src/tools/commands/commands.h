@@ -16,6 +16,7 @@ CommandRunner add_score_command(CLI::App& app);
 CommandRunner add_eval_command(CLI::App& app);
 CommandRunner add_calibrate_command(CLI::App& app);
 CommandRunner add_serve_command(CLI::App& app);
+CommandRunner add_quantize_command(CLI::App& app);
 // `bench` with its subcommands (`bench serve`).
 CommandRunner add_bench_command(CLI::App& app);
 
