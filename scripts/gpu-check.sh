@@ -301,7 +301,7 @@ tierk_section() {
 tier32k_section() {
   [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
   "$BUILD/bench/cuda/bench_cuda_e2e" --model "$MODEL_DIR" --out "$RESULTS" --policies lserve \
-    --ttft 32768 --tpot 32768 --steps 16 --batches 1,8,32 --offload-ratios 0,1,2,4,5,8
+    --ttft 32768 --tpot 32768 --steps 16 --batches ${TIER_BATCHES:-1,8,32} --offload-ratios ${TIER_RATIOS:-0,1,2,4,5,8}
   "$BUILD/bench/cuda/bench_cuda_e2e" --model "$MODEL_DIR" --out "$RESULTS" --policies lserve \
     --ttft 32768 --tpot "" --batches 1 --offload-ratios 4 --kv-save 0
 }
