@@ -173,35 +173,20 @@ __device__ __forceinline__ PendingRow fetch_row(const HeadView& hv, const Span& 
   return pr;
 }
 
-// kTiered (the pool has a residency table): the kernel reads cache slots, and translate_row
-// replaces the row's loaded block-table entry by its head-page's slot one pipeline stage before
-// the row is used, so the extra dependent load (table -> page_slot -> K/V) overlaps a block of
-// compute instead of stalling the copy issue. After translate_row, pr.block is the slot (-1: not
-// resident, or no page: not read). The untiered kernel is a separate instantiation and does
-// neither (no branch, no register for it).
-template <bool kTiered>
-__device__ __forceinline__ void translate_row(const HeadView& hv, PendingRow& pr) {
-  if constexpr (kTiered) {
-    pr.block = pr.position >= 0 && pr.block >= 0 && pr.block < hv.num_blocks
-                   ? hv.page_slot[pr.block * hv.heads_per_block + hv.slot]
-                   : -1;
-  }
-}
-
+// kTiered (the pool has a residency table): the kernel reads cache slots, the head-page's slot
+// looked up here (-1: not resident, not read). The untiered kernel is a separate instantiation
+// and has no branch or register for it.
 template <bool kTiered>
 __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const PendingRow& pr) {
   PoolRow kr;
+  if (pr.position < 0 || pr.block < 0 || pr.block >= hv.num_blocks) return kr;
+  int32_t page = pr.block * hv.heads_per_block + hv.slot;
   if constexpr (kTiered) {
-    // pr.block is the cache slot (translate_row); the host bounds cache rows below 2^31.
-    if (pr.position < 0 || pr.block < 0) return kr;
-    kr.position = pr.position;
-    kr.row = pr.block * hv.page_tokens + pr.in_page;
-  } else {
-    if (pr.position < 0 || pr.block < 0 || pr.block >= hv.num_blocks) return kr;
-    const int32_t page = pr.block * hv.heads_per_block + hv.slot;
-    kr.position = pr.position;
-    kr.row = page * hv.page_tokens + pr.in_page;
+    page = hv.page_slot[page];  // the host bounds home and cache pages below 2^31 rows alike
+    if (page < 0) return kr;
   }
+  kr.position = pr.position;
+  kr.row = page * hv.page_tokens + pr.in_page;
   return kr;
 }
 
@@ -211,7 +196,7 @@ __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const Pending
 // lserve batch 8 at 128K in 39.7 us per call instead of 37.8 on an H100, and an unused early-copy
 // path cost 13% the same way (docs/history/cuda-decode.md). Keep rarely used paths in their own
 // instantiation. kTiered: the retrieval pool is the tier's page cache (pool.page_slot set; see
-// translate_row), picked by launch_decode the same way.
+// resolve_row), picked by launch_decode the same way.
 template <int kD, typename T, bool kTicketed, bool kTiered>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
     decode_attention_kernel(const AttentionParams p, const DecodeArgs a) {
@@ -435,10 +420,6 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   for (int s = 0; s <= kDecodeStages; ++s) {
     if (s < n) first[s] = fetch_row(hv, sp, listed, (b_begin + s) * kKeyBlock + my_row, page_shift);
   }
-  if constexpr (kTiered) {  // the slots of the first blocks, loaded together
-#pragma unroll
-    for (int s = 0; s <= kDecodeStages; ++s) translate_row<kTiered>(hv, first[s]);
-  }
   if (!waited && l2_prefetch) {  // still overlapping the previous kernel: warm L2 for the copies
 #pragma unroll
     for (int s = 0; s <= kDecodeStages; ++s) {
@@ -526,11 +507,6 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     const int nxt = i + kDecodeStages - 1;
     if (block_of(nxt) >= 0) issue(nxt % kDecodeStages, qa);
     cp_async_commit();
-    // qb (block i + 3) was fetched last iteration; its slot is read now and used at issue next
-    // iteration (at i == 0 it is first[3], translated above).
-    if constexpr (kTiered) {
-      if (i > 0) translate_row<kTiered>(hv, qb);
-    }
     if (l2_prefetch && block_of(nxt + 1) >= 0) prefetch_rows(qb);
     const int32_t bf = block_of(nxt + 2);
     qa = bf >= 0 ? fetch_row(hv, sp, listed, bf * kKeyBlock + my_row, page_shift) : PendingRow{};
