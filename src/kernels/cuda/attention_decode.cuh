@@ -173,17 +173,20 @@ __device__ __forceinline__ PendingRow fetch_row(const HeadView& hv, const Span& 
   return pr;
 }
 
-// kTiered (the pool has a residency table): the kernel reads cache slots, the head-page's slot
-// looked up here (-1: not resident, not read). The untiered kernel is a separate instantiation
-// and has no branch or register for it.
+// kTiered (the retrieval pool has a residency table): a retrieval head reads cache slots, the
+// head-page's slot looked up here (-1: not resident, not read); a streaming head of the same call
+// reads its own untiered pool (hv.page_slot null). The untiered kernel is a separate
+// instantiation and has no branch or register for it.
 template <bool kTiered>
 __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const PendingRow& pr) {
   PoolRow kr;
   if (pr.position < 0 || pr.block < 0 || pr.block >= hv.num_blocks) return kr;
   int32_t page = pr.block * hv.heads_per_block + hv.slot;
   if constexpr (kTiered) {
-    page = hv.page_slot[page];  // the host bounds home and cache pages below 2^31 rows alike
-    if (page < 0) return kr;
+    if (hv.page_slot != nullptr) {  // uniform per (sequence, kv head)
+      page = hv.page_slot[page];  // the host bounds home and cache pages below 2^31 rows alike
+      if (page < 0) return kr;
+    }
   }
   kr.position = pr.position;
   kr.row = page * hv.page_tokens + pr.in_page;
