@@ -126,6 +126,8 @@ TEST_P(LayerSegmented, LogitsIdenticalToChunkedPrefill) {
     b.kv->finish_prefill(bg_slot);
   }
   int32_t bg_steps = 0;
+  // A copy: clang 14 cannot capture a structured binding in a lambda.
+  const auto policy_name = policy;
   auto bg_decode = [&]() {
     if (bg_done >= static_cast<int32_t>(bg.size())) return;
     both_grow(bg_slot, bg_done + 1);
@@ -135,7 +137,7 @@ TEST_P(LayerSegmented, LogitsIdenticalToChunkedPrefill) {
     in.logit_rows.push_back(0);
     ASSERT_TRUE(a.runner->forward(in, la).ok());
     ASSERT_TRUE(b.runner->forward(in, lb).ok());
-    ASSERT_TRUE(same(la, lb)) << policy << ": the decoding neighbour's logits moved at step "
+    ASSERT_TRUE(same(la, lb)) << policy_name << ": the decoding neighbour's logits moved at step "
                               << bg_steps;
     ++bg_done;
     ++bg_steps;
