@@ -16,7 +16,8 @@ cd "$root"
 build_dir="${BUILD_DIR:-build}"
 jobs="${JOBS:-$(nproc)}"
 
-log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
+# Each line carries the seconds since the start, so a slow CI run shows which step took the time.
+log() { printf '\033[1m== [%5ss] %s\033[0m\n' "$SECONDS" "$*" >&2; }
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -133,6 +134,7 @@ case "$mode" in
       ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 900
     log "running the fuzzers briefly"
     ctest --test-dir "$build_dir-fuzz" -L fuzz --output-on-failure -j "$jobs"
+    log "test suite done"
     ;;
   *)
     echo "usage: scripts/setup.sh run|test|build" >&2
