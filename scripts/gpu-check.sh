@@ -49,10 +49,11 @@ make_carry() {
       usr/lib/x86_64-linux-gnu/openblas-pthread/liblapack* usr/lib/x86_64-linux-gnu/openblas-pthread/libblas*
   )
   XZ_OPT="-6 -T0" tar -C "$tmp/root" -cJf .carry/deps.tar.xz .
-  # openai-python and jsonschema (the test suite's client tests) for the GPU machine's Python
+  # openai-python and jsonschema (the test suite's client tests) and gguf-py (the GGUF writer's
+  # cross-check) for the GPU machine's Python
   # (3.12, no network there). The SmolLM2 tests' packages stay behind: the model's 100 MB GGUF cannot travel in a
   # device call, so those tests run in CI only (tests_section leaves them out).
-  grep -E '^(openai|jsonschema)==' tests/requirements.txt >"$tmp/requirements-gpu.txt"
+  grep -E '^(openai|jsonschema|gguf)==' tests/requirements.txt >"$tmp/requirements-gpu.txt"
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .carry/wheels -r "$tmp/requirements-gpu.txt" || { echo "make-carry: pip download failed" >&2; exit 1; }
@@ -382,8 +383,9 @@ export -f hf_section
 section hf 120 hf_section
 
 # ---- serving: `longserve serve --device cuda` on the 8B-shaped model under `longserve bench
-# serve`, dense and lserve. SERVE_WORKLOADS: "NAME:INPUT:OUTPUT:PROMPTS:CONCURRENCY" entries
-# (CONCURRENCY 0 = all at once); SERVE_POLICIES (dense, lserve, lserve+tier: the host KV tier
+# serve`, dense and lserve. SERVE_WORKLOADS: "NAME:INPUT:OUTPUT:PROMPTS:CONCURRENCY[:RATE]"
+# entries (CONCURRENCY 0 = no cap; RATE requests per second, default inf = all at once);
+# SERVE_MAX_MODEL_LEN (default 65536); SERVE_POLICIES (dense, lserve, lserve+tier: the host KV tier
 # on); SERVE_EXTRA_FLAGS; SERVE_REQUEST_TIMEOUT_S caps one request. ----
 serve_section() {
   [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
@@ -400,7 +402,7 @@ serve_section() {
     flags="$flags ${SERVE_EXTRA_FLAGS:-}"
     # shellcheck disable=SC2086
     "$BUILD/longserve" serve --device cuda --model "$MODEL_DIR" --served-model-name llama3-8b-shape --port $port --max-num-seqs 64 \
-      --max-model-len 65536 $flags >"$OUT/serve/server-$policy.log" 2>&1 &
+      --max-model-len "${SERVE_MAX_MODEL_LEN:-65536}" $flags >"$OUT/serve/server-$policy.log" 2>&1 &
     local server=$!
     local up=0
     for _ in $(seq 600); do
@@ -414,7 +416,8 @@ serve_section() {
     fi
     grep -m1 -E "KV cache" "$OUT/serve/server-$policy.log"
     for w in $workloads; do
-      IFS=: read -r name input output prompts conc <<<"$w"
+      IFS=: read -r name input output prompts conc rate <<<"$w"
+      rate=${rate:-inf}
       local cflag=(--max-concurrency "$conc")
       [ "$conc" = 0 ] && cflag=()
       # Requests running at once and KV use, sampled from the server's gauges during the run.
@@ -424,7 +427,7 @@ serve_section() {
       local poller=$!
       timeout "${SERVE_WORKLOAD_LIMIT_S:-240}" "$BUILD/longserve" bench serve --port $port \
         --model "$MODEL_DIR" --served-model-name llama3-8b-shape --random-input-len "$input" --random-output-len "$output" \
-        --num-prompts "$prompts" --request-rate inf "${cflag[@]}" --seed 1 --disable-tqdm \
+        --num-prompts "$prompts" --request-rate "$rate" "${cflag[@]}" --seed 1 --disable-tqdm \
         --request-timeout "${SERVE_REQUEST_TIMEOUT_S:-600}" --percentile-metrics ttft,tpot,itl,e2el \
         --save-result --result-dir "$OUT/serve" --result-filename "$policy-$name.json" \
         --metadata "attention=$policy" "workload=$name" >"$OUT/serve/$policy-$name.log" 2>&1
@@ -433,11 +436,11 @@ serve_section() {
       wait $poller 2>/dev/null
       echo "serve $policy $name: exit $brc"
       [ $brc -ne 0 ] && rc=1
-      python3 - "$OUT/serve/$policy-$name.json" "$policy" "$name" "$input" "$output" "$prompts" "$conc" "$brc" >>"$RESULTS" <<'PY'
+      python3 - "$OUT/serve/$policy-$name.json" "$policy" "$name" "$input" "$output" "$prompts" "$conc" "$brc" "$rate" >>"$RESULTS" <<'PY'
 import json, os, sys
-path, policy, name, inp, outp, n, conc, rc = sys.argv[1:]
+path, policy, name, inp, outp, n, conc, rc, rate = sys.argv[1:]
 row = {"bench": "serve", "policy": policy, "workload": name, "input": int(inp), "output": int(outp),
-       "prompts": int(n), "concurrency": int(conc), "exit": int(rc)}
+       "prompts": int(n), "concurrency": int(conc), "rate": rate, "exit": int(rc)}
 gauges = [l.split() for l in open(path.replace(".json", ".gauges")) if len(l.split()) == 3] if os.path.exists(path.replace(".json", ".gauges")) else []
 if gauges:
     row["max_running"] = max(float(g[0]) for g in gauges)
