@@ -231,7 +231,8 @@ std::vector<float> run_quantized(AttentionScenario& sc, KvQuant q, const QuantPo
   dp.streaming = as_quant(dp.streaming, s, q);
   DeviceArray ck, cv, home_k, home_v, d_slots;
   if (slots != nullptr) {
-    const int64_t pb = kernels::kv_quant_page_bytes(q, dp.retrieval.page_tokens, dp.retrieval.head_dim);
+    const int64_t pb =
+        kernels::kv_quant_page_bytes(q, dp.retrieval.page_tokens, dp.retrieval.head_dim);
     std::vector<uint8_t> cache_k(r.bytes_k.size()), cache_v(r.bytes_v.size());
     for (size_t h = 0; h < slots->size(); ++h) {
       const auto from = static_cast<std::ptrdiff_t>(static_cast<int64_t>(h) * pb);
