@@ -8,9 +8,10 @@
 //  - decode attention for batches of B tokens at context C: dense, and lserve (4 kv heads with
 //    pages chosen by the GPU page selector under a 4096-token budget, 4 streaming heads with 128
 //    sinks and a 256-token window), per K/V page format (--kv-formats bf16,fp8,int8,int4, field
-//    kv_format: the quantized formats run the quantized decode kernel); the bytes the kernel must
-//    read (codes and per-token scales for quantized pages), the achieved bandwidth and
-//    its share of the measured copy bandwidth. Decode calls are captured in a CUDA graph of many
+//    kv_format: the quantized formats run the decode kernel's quantized instantiations, the same
+//    cp.async pipeline over code rows); the bytes the kernel must read per format (bf16 rows, or
+//    the codes plus per-token scales of quantized pages: "bytes"), the achieved bandwidth on
+//    those bytes ("gbps") and its share of the measured copy bandwidth ("copy_fraction"). Decode calls are captured in a CUDA graph of many
 //    calls that rotate over several copies of the KV cache (more bytes than the L2 holds), and
 //    timed by replaying it. The page selection is timed eagerly (select_us, one call, host gaps
 //    included) and as a graph of 20 calls (select_graph_us). --decode-max-splits,
@@ -454,8 +455,10 @@ void write_decode_trace(Device& dev, std::FILE* trace, const std::string& label,
 }
 
 // `formats`: K/V page formats to time (kNone: bf16 pages; fp8 / int8 / int4: quantized pages,
-// kernels/kv_quant.h, read by the quantized decode kernel). Quantized pages are smaller, so the
-// bf16-sized pools hold them too; their bytes are random (timing does not depend on the values).
+// kernels/kv_quant.h, read by the decode kernel's quantized instantiations). Quantized pages are
+// smaller, so the bf16-sized pools hold them too; their bytes are the bf16 fill's, so every
+// code decodes to a finite value and every f32 scale (two bf16 in [-1, 1]) is finite too, as in
+// a real cache (timing does not depend on the values otherwise).
 void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batches,
                   const std::vector<int64_t>& contexts, double copy_bps,
                   const std::vector<DecodeVariant>& variants, int64_t rounds, std::FILE* trace,

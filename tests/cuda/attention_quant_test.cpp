@@ -9,6 +9,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -210,6 +214,91 @@ TEST(CudaAttentionQuantized, MixedPrefillBatchesMatchCpuOnDequantizedPages) {
                         std::string(kernels::kv_quant_name(q)) + " prefill d " + std::to_string(d) +
                             (wide ? " 8 warps" : " 4 warps"));
       }
+    }
+  }
+}
+
+// The GPU on the quantized pools r (retrieval) and s (streaming). With `slots`, the retrieval pool
+// is a tier's page cache: head-page h lives in cache slot slots[h] and the homes hold 0xff bytes
+// (NaN codes and NaN scales), which a kernel must not read.
+std::vector<float> run_quantized(AttentionScenario& sc, KvQuant q, const QuantPool& r,
+                                 const QuantPool& s, const std::vector<int32_t>* slots) {
+  const DType dt = sc.config().dtype;
+  DeviceArray out(dtype_nbytes(dt, sc.out_numel()));
+  out.poison(dt, sc.out_numel());
+  kernels::AttentionParams dp = sc.device_params(out.data());
+  dp.retrieval = as_quant(dp.retrieval, r, q);
+  dp.streaming = as_quant(dp.streaming, s, q);
+  DeviceArray ck, cv, home_k, home_v, d_slots;
+  if (slots != nullptr) {
+    const int64_t pb =
+        kernels::kv_quant_page_bytes(q, dp.retrieval.page_tokens, dp.retrieval.head_dim);
+    std::vector<uint8_t> cache_k(r.bytes_k.size()), cache_v(r.bytes_v.size());
+    for (size_t h = 0; h < slots->size(); ++h) {
+      const auto from = static_cast<std::ptrdiff_t>(static_cast<int64_t>(h) * pb);
+      const auto to = static_cast<std::ptrdiff_t>(int64_t{(*slots)[h]} * pb);
+      std::copy(r.bytes_k.begin() + from, r.bytes_k.begin() + from + pb, cache_k.begin() + to);
+      std::copy(r.bytes_v.begin() + from, r.bytes_v.begin() + from + pb, cache_v.begin() + to);
+    }
+    ck = DeviceArray::of(cache_k);
+    cv = DeviceArray::of(cache_v);
+    home_k = DeviceArray::of(std::vector<uint8_t>(r.bytes_k.size(), 0xff));
+    home_v = DeviceArray::of(std::vector<uint8_t>(r.bytes_v.size(), 0xff));
+    d_slots = DeviceArray::of(*slots);
+    dp.retrieval.k = ck.data();
+    dp.retrieval.v = cv.data();
+    dp.retrieval.home_k = home_k.data();
+    dp.retrieval.home_v = home_v.data();
+    dp.retrieval.page_slot = d_slots.as<int32_t>();
+    dp.retrieval.num_cache_slots = static_cast<int32_t>(slots->size());
+  }
+  gpu()->attention(dp);
+  const Status st = gpu()->take_error();
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return out.download_floats(dt, sc.out_numel());
+}
+
+// The decode kernel's tiered instantiation over quantized pages (retrieval head-pages in shuffled
+// cache slots, poisoned homes; streaming heads in their own untiered pool) gives the untiered
+// run's outputs bit for bit, one split and many; and a call asking for ticketed splits (which
+// quantized pages serve with fixed splits) stays within the kernels' tolerance of the CPU.
+TEST(CudaAttentionQuantized, TieredSlotsAndTicketedCallsMatchThePlainRun) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(95);
+  for (KvQuant q : {KvQuant::kFp8, KvQuant::kInt8, KvQuant::kInt4}) {
+    for (int32_t d : {64, 128}) {
+      ScenarioConfig cfg;
+      cfg.head_dim = d;
+      cfg.group = 4;
+      cfg.page_tokens = d == 64 ? 16 : 64;
+      cfg.modes = {HeadMode::kSelected, HeadMode::kStreaming, HeadMode::kCausal};
+      cfg.sink_tokens = cfg.page_tokens / 2 + 3;
+      std::vector<SeqSpec> seqs = decode_batch(rng, cfg.page_tokens, 3, 4, 1200);
+      SeqSpec longer;  // many splits
+      longer.kv_len = 9000;
+      longer.q_len = 1;
+      longer.local_tokens = 100;
+      seqs.push_back(longer);
+      AttentionScenario sc(rng, cfg, seqs);
+      const std::string label = std::string(kernels::kv_quant_name(q)) + " d " + std::to_string(d);
+      const kernels::AttentionParams hp = sc.host_params(nullptr);
+      const QuantPool r = quantize_pool(hp.retrieval, cfg.dtype, q);
+      const QuantPool s = quantize_pool(hp.streaming, cfg.dtype, q);
+      const std::vector<float> plain = run_quantized(sc, q, r, s, nullptr);
+      std::vector<int32_t> slots(static_cast<size_t>(int64_t{hp.retrieval.num_blocks} *
+                                                     hp.retrieval.heads_per_block));
+      std::iota(slots.begin(), slots.end(), 0);
+      std::shuffle(slots.begin(), slots.end(), rng);
+      const std::vector<float> tiered = run_quantized(sc, q, r, s, &slots);
+      ASSERT_EQ(tiered.size(), plain.size());
+      for (size_t i = 0; i < plain.size(); ++i) {
+        ASSERT_TRUE(tiered[i] == plain[i] || (std::isnan(tiered[i]) && std::isnan(plain[i])))
+            << label << ": element " << i << " " << tiered[i] << " vs " << plain[i];
+      }
+      kernels::cuda::AttentionOptions o;
+      o.decode_ticketed_splits = 1;
+      ScopedAttentionOptions scoped(o);
+      check_quantized(sc, q, label + " ticketed");
     }
   }
 }

@@ -24,8 +24,10 @@
 #include "kernels/cuda/batch_index.cuh"
 #include "kernels/cuda/decode_trace.h"
 #include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/kv_dequant.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl_launch.cuh"
+#include "kernels/kv_quant.h"
 #include "kernels/paged_kv.h"
 
 namespace ls::kernels::cuda {
@@ -52,16 +54,39 @@ inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
 inline constexpr int kDecodeStages = 3;
 inline constexpr int kDecodeRows = 16;  // query heads per block
 
-template <int kD>
+// The shared-memory plan of a decode block over pages of format kQ (kNone: q-dtype elements).
+// Float pages land in the stages as padded q-dtype rows that ldmatrix reads directly. Quantized
+// pages land as packed code rows plus each row's f32 parameters (only the quantized bytes cross
+// DRAM); each warp dequantizes its 16 rows of a landed block into the q-dtype K / V tiles, which
+// the MMA loop then reads exactly as it reads a float stage.
+template <int kD, KvQuant kQ = KvQuant::kNone>
 struct DecodeShape {
-  static constexpr int kStride = kD + 8;
-  static constexpr int kChunks = kD / 8;
+  static constexpr bool kQuantized = kQ != KvQuant::kNone;
+  static constexpr int kStride = kD + 8;  // elements per row of sQ and of the q-dtype K/V tiles
+  static constexpr int kChunks = kD / 8;  // 16-byte chunks of a q-dtype row
   static constexpr int kSmemQ = kDecodeRows * kStride;
-  static constexpr int kSmemKV = kKeyBlock * kStride;  // one K (or V) block
+  static constexpr int kSmemKV = kKeyBlock * kStride;  // one q-dtype K (or V) block
+  // Quantized: bytes of a row's codes (packed rows in a stage), their 16-byte chunks, and the
+  // f32 parameters per row (fp8: scale; int8 / int4: scale, zero).
+  static constexpr int kCodeBytes = kQuantized ? kQuantCodeBytes<kD, kQ> : 0;
+  static constexpr int kCodeChunks = kCodeBytes / 16;
+  static constexpr int kParams = kQ == KvQuant::kFp8 ? 1 : (kQuantized ? 2 : 0);
+  // Bytes of one K (or V) stage.
+  template <typename T>
+  static constexpr int stage_bytes() {
+    return kQuantized ? kKeyBlock * kCodeBytes : kSmemKV * static_cast<int>(sizeof(T));
+  }
+  // Quantized only: the stages' parameters and the two dequantized tiles.
+  template <typename T>
+  static constexpr int quant_bytes() {
+    return kQuantized ? 2 * kDecodeStages * kKeyBlock * kParams * 4 +
+                            2 * kSmemKV * static_cast<int>(sizeof(T))
+                      : 0;
+  }
   template <typename T>
   static constexpr int smem_bytes(int listed_cap) {
-    return static_cast<int>(sizeof(T)) * (kSmemQ + 2 * kDecodeStages * kSmemKV) +
-           4 * kDecodeStages * kKeyBlock + 4 * listed_cap;
+    return static_cast<int>(sizeof(T)) * kSmemQ + 2 * kDecodeStages * stage_bytes<T>() +
+           quant_bytes<T>() + 4 * kDecodeStages * kKeyBlock + 4 * listed_cap;
   }
 };
 
@@ -130,6 +155,18 @@ __device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem
       "l"(gmem), "r"(row));
 }
 
+// cp.async of a quantized row's kBytes (4 or 8) f32 parameters, or zeros (nothing read) when
+// page < 0. The .ca form: .cg copies only 16 bytes.
+template <int kBytes>
+__device__ __forceinline__ void cp_async_params_or_zero(void* smem, const void* gmem,
+                                                        int32_t page) {
+  static_assert(kBytes == 4 || kBytes == 8, "cp.async.ca copies 4, 8 or 16 bytes");
+  asm volatile(
+      "{\n .reg .pred z;\n setp.lt.s32 z, %2, 0;\n"
+      " cp.async.ca.shared.global [%0], [%1], %3, z;\n}\n" ::"r"(smem_addr(smem)),
+      "l"(gmem), "r"(page), "n"(kBytes));
+}
+
 // locate_row (attention_span.cuh) in two halves, so a kernel can start the block-table load of a
 // row early and use it later: fetch_row does the span arithmetic and issues the table load;
 // resolve_row checks the loaded entry and computes the row's index in the pool (32-bit: the host
@@ -151,6 +188,14 @@ struct PendingRow {
 struct PoolRow {
   int32_t position = -1;  // -1: no key here (the row is zero-filled and masked)
   int32_t row = -1;       // row of the pool: its K (V) starts row * head_dim elements in
+};
+
+// The same row as (head-page, row within it): a quantized page is page_bytes bytes of codes and
+// parameters, so its rows are addressed through their page.
+struct PoolPage {
+  int32_t position = -1;  // -1: no key here (the row is zero-filled and masked)
+  int32_t page = -1;      // head-page (tiered: cache slot) of the pool
+  int32_t in_page = 0;    // row within it
 };
 
 // page_shift: log2(hv.page_tokens) when that is a power of two, else -1 (a division).
@@ -178,18 +223,29 @@ __device__ __forceinline__ PendingRow fetch_row(const HeadView& hv, const Span& 
 // reads its own untiered pool (hv.page_slot null). The untiered kernel is a separate
 // instantiation and has no branch or register for it.
 template <bool kTiered>
-__device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const PendingRow& pr) {
-  PoolRow kr;
-  if (pr.position < 0 || pr.block < 0 || pr.block >= hv.num_blocks) return kr;
+__device__ __forceinline__ PoolPage resolve_page(const HeadView& hv, const PendingRow& pr) {
+  PoolPage kp;
+  if (pr.position < 0 || pr.block < 0 || pr.block >= hv.num_blocks) return kp;
   int32_t page = pr.block * hv.heads_per_block + hv.slot;
   if constexpr (kTiered) {
-    if (hv.page_slot != nullptr) {  // uniform per (sequence, kv head)
+    if (hv.page_slot != nullptr) {  // uniform per (sequence, kv head); null: a streaming head
       page = hv.page_slot[page];  // the host bounds home and cache pages below 2^31 rows alike
-      if (page < 0) return kr;
+      if (page < 0) return kp;
     }
   }
-  kr.position = pr.position;
-  kr.row = page * hv.page_tokens + pr.in_page;
+  kp.position = pr.position;
+  kp.page = page;
+  kp.in_page = pr.in_page;
+  return kp;
+}
+
+template <bool kTiered>
+__device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const PendingRow& pr) {
+  const PoolPage kp = resolve_page<kTiered>(hv, pr);
+  PoolRow kr;
+  if (kp.position < 0) return kr;
+  kr.position = kp.position;
+  kr.row = kp.page * hv.page_tokens + kp.in_page;
   return kr;
 }
 
@@ -199,13 +255,18 @@ __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const Pending
 // lserve batch 8 at 128K in 39.7 us per call instead of 37.8 on an H100, and an unused early-copy
 // path cost 13% the same way (docs/history/cuda-decode.md). Keep rarely used paths in their own
 // instantiation. kTiered: the retrieval pool is the tier's page cache (pool.page_slot set; see
-// resolve_row), picked by launch_decode the same way.
-template <int kD, typename T, bool kTicketed, bool kTiered>
+// resolve_row), picked by launch_decode the same way. kQ: the page format of both pools (the
+// page-format policy is DecodeShape plus the `if constexpr (kQuantized)` branches of the copy,
+// prefetch and compute steps); everything else (span, splits, pipeline, tickets, merge) is the
+// same code for every format.
+template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant::kNone>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
     decode_attention_kernel(const AttentionParams p, const DecodeArgs a) {
-  using Shape = DecodeShape<kD>;
+  using Shape = DecodeShape<kD, kQ>;
+  constexpr bool kQuantized = Shape::kQuantized;
   constexpr int kStride = Shape::kStride;
   constexpr int kChunks = Shape::kChunks;
+  constexpr int kStageBytes = Shape::template stage_bytes<T>();
   constexpr int kKSteps = kD / 16;
   constexpr int kDTiles = kD / 8;
 
@@ -279,10 +340,17 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
-  T* sK = sQ + Shape::kSmemQ;                   // [stages][64][stride]
-  T* sV = sK + kDecodeStages * Shape::kSmemKV;  // [stages][64][stride]
-  int32_t* kpos = reinterpret_cast<int32_t*>(sV + kDecodeStages * Shape::kSmemKV);  // [stages][64]
-  int32_t* listed = kpos + kDecodeStages * kKeyBlock;
+  // Float pages: [stages][64][stride] T. Quantized: [stages][64][code bytes] u8.
+  unsigned char* sK = smem_raw + sizeof(T) * Shape::kSmemQ;
+  unsigned char* sV = sK + kDecodeStages * kStageBytes;
+  unsigned char* after_stages = sV + kDecodeStages * kStageBytes;
+  // Quantized only: the stages' row parameters and the dequantized q-dtype tiles.
+  float* pK = reinterpret_cast<float*>(after_stages);      // [stages][64][params] f32
+  float* pV = pK + kDecodeStages * kKeyBlock * Shape::kParams;  // [stages][64][params] f32
+  T* tK = reinterpret_cast<T*>(pV + kDecodeStages * kKeyBlock * Shape::kParams);  // [64][stride]
+  T* tV = tK + Shape::kSmemKV;                                                    // [64][stride]
+  int32_t* kpos = reinterpret_cast<int32_t*>(after_stages + Shape::template quant_bytes<T>());
+  int32_t* listed = kpos + kDecodeStages * kKeyBlock;  // kpos: [stages][64]
   __shared__ Span span_s;
   __shared__ float ml_s[kDecodeWarps][kDecodeRows][2];
   constexpr int kTicketRing = 8;
@@ -359,34 +427,76 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const T* v_pool = static_cast<const T*>(hv.v);
   // The copies of a warp's 16 rows (lanes 2q and 2q + 1 of warp w own row 16 w + q: its table
   // entry and position) are spread so that one instruction covers kCopyRows whole rows (lane l:
-  // row l / kChunks of the group, 16-byte chunk l % kChunks), the 32-bit pool rows passed from
-  // their owners by one shuffle each: whole 128-byte lines per request (each thread pair copying
+  // row l / kRowChunks of the group, 16-byte chunk l % kRowChunks), the rows' addresses passed from
+  // their owners by shuffles: whole 128-byte lines per request (each thread pair copying
   // its own row, 32 bytes of each of 16 rows per instruction, measured slower).
-  constexpr int kCopyRows = 32 / kChunks >= 1 ? 32 / kChunks : 1;  // rows per copy instruction
-  static_assert(kChunks <= 32, "a row's chunks fit one warp instruction");
-  constexpr uint32_t kRowBytes = kD * sizeof(T);
+  constexpr int kRowChunks = kQuantized ? Shape::kCodeChunks : kChunks;  // 16 B chunks per row
+  constexpr int kCopyRows = 32 / kRowChunks >= 1 ? 32 / kRowChunks : 1;  // rows per copy instr.
+  static_assert(kRowChunks <= 32 && kRowChunks >= 1, "a row's chunks fit one warp instruction");
+  static_assert(!kQuantized || (32 % kRowChunks == 0 && kCopyRows <= 16),
+                "quantized: whole code rows per copy instruction (no row past the warp's 16)");
+  constexpr uint32_t kRowBytes = kQuantized ? Shape::kCodeBytes : kD * sizeof(T);
   // The same from the params (p.head_dim == kD): a run-time factor, so that each address below is
   // one IMAD.WIDE.U32 (ptxas splits a multiplication by the constant into shifts and adds).
   const uint32_t row_bytes = static_cast<uint32_t>(p.head_dim) * static_cast<uint32_t>(sizeof(T));
-  // This lane's 16-byte chunk of row 0 of each pool (the issue loop adds row * row_bytes).
-  const char* k_lane = reinterpret_cast<const char*>(k_pool) + (lane % kChunks) * 16;
-  const char* v_lane = reinterpret_cast<const char*>(v_pool) + (lane % kChunks) * 16;
+  // Quantized pages: a row's codes sit at page * page_bytes + in_page * kCodeBytes, its
+  // parameters at page * page_bytes + params_offset + in_page * 4 kParams (kernels/kv_quant.h;
+  // page_bytes and params_offset are multiples of 16, so every code chunk is 16-byte aligned).
+  // The streaming pool may have other page_tokens than the retrieval pool: hv's are this head's.
+  const uint32_t page_bytes =
+      kQuantized ? static_cast<uint32_t>(kv_quant_page_bytes(kQ, hv.page_tokens, kD)) : 0u;
+  const uint32_t params_offset =
+      kQuantized ? static_cast<uint32_t>(kv_quant_params_offset(kQ, hv.page_tokens, kD)) : 0u;
+  // This lane's 16-byte chunk of row 0 of each pool (the issue loop adds the row's offset).
+  const char* k_lane = reinterpret_cast<const char*>(k_pool) + (lane % kRowChunks) * 16;
+  const char* v_lane = reinterpret_cast<const char*>(v_pool) + (lane % kRowChunks) * 16;
   auto issue = [&](int stage, const PendingRow& pr) {
-    const PoolRow kr = resolve_row<kTiered>(hv, pr);
-    if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
-    const int32_t own_row = kr.position >= 0 ? kr.row : -1;  // -1: zero-fill
-    const int sub = lane / kChunks, c = lane % kChunks;
-    T* dk0 = sK + stage * Shape::kSmemKV + (warp * 16) * kStride;
-    T* dv0 = sV + stage * Shape::kSmemKV + (warp * 16) * kStride;
+    const int sub = lane / kRowChunks, c = lane % kRowChunks;
+    if constexpr (kQuantized) {
+      constexpr int kCodeBytes = Shape::kCodeBytes;
+      const PoolPage kp = resolve_page<kTiered>(hv, pr);
+      if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kp.position;
+      const int32_t own_page = kp.position >= 0 ? kp.page : -1;  // -1: zero-fill
+      unsigned char* dk0 = sK + stage * kStageBytes + (warp * 16) * kCodeBytes;
+      unsigned char* dv0 = sV + stage * kStageBytes + (warp * 16) * kCodeBytes;
 #pragma unroll
-    for (int r0 = 0; r0 < 16; r0 += kCopyRows) {
-      const int rr = r0 + sub;  // row of the warp's 16 that this lane copies
-      const int32_t row = __shfl_sync(0xffffffffu, own_row, 2 * (rr < 16 ? rr : 0));
-      if (sub < kCopyRows && rr < 16) {
-        // Row -1 reads nothing (the 16 bytes are zero-filled); its address is row 0's.
-        const uint32_t r = static_cast<uint32_t>(max(row, 0));
-        cp_async_16_or_zero(dk0 + rr * kStride + c * 8, row_address(k_lane, r, row_bytes), row);
-        cp_async_16_or_zero(dv0 + rr * kStride + c * 8, row_address(v_lane, r, row_bytes), row);
+      for (int r0 = 0; r0 < 16; r0 += kCopyRows) {
+        const int rr = r0 + sub;  // row of the warp's 16 that this lane copies (< 16)
+        const int32_t page = __shfl_sync(0xffffffffu, own_page, 2 * rr);
+        const int32_t in_page = __shfl_sync(0xffffffffu, kp.in_page, 2 * rr);
+        // Page -1 reads nothing (the 16 bytes are zero-filled); its address is page 0's.
+        const uint32_t pg = static_cast<uint32_t>(max(page, 0));
+        const uint32_t in_off = static_cast<uint32_t>(in_page) * kCodeBytes;
+        cp_async_16_or_zero(dk0 + rr * kCodeBytes + c * 16,
+                            row_address(k_lane + in_off, pg, page_bytes), page);
+        cp_async_16_or_zero(dv0 + rr * kCodeBytes + c * 16,
+                            row_address(v_lane + in_off, pg, page_bytes), page);
+      }
+      // The row's parameters: the pair's even thread copies K's, the odd one V's (zeros for a
+      // missing row, so it dequantizes to zeros like its zero-filled codes).
+      constexpr int kParamBytes = 4 * Shape::kParams;
+      const char* pool_base = reinterpret_cast<const char*>(tid % 2 == 0 ? k_pool : v_pool);
+      const char* src = row_address(pool_base + params_offset +
+                                        static_cast<uint32_t>(kp.in_page) * kParamBytes,
+                                    static_cast<uint32_t>(max(own_page, 0)), page_bytes);
+      float* dst = (tid % 2 == 0 ? pK : pV) + (stage * kKeyBlock + my_row) * Shape::kParams;
+      cp_async_params_or_zero<kParamBytes>(dst, src, own_page);
+    } else {
+      const PoolRow kr = resolve_row<kTiered>(hv, pr);
+      if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
+      const int32_t own_row = kr.position >= 0 ? kr.row : -1;  // -1: zero-fill
+      T* dk0 = reinterpret_cast<T*>(sK + stage * kStageBytes) + (warp * 16) * kStride;
+      T* dv0 = reinterpret_cast<T*>(sV + stage * kStageBytes) + (warp * 16) * kStride;
+#pragma unroll
+      for (int r0 = 0; r0 < 16; r0 += kCopyRows) {
+        const int rr = r0 + sub;  // row of the warp's 16 that this lane copies
+        const int32_t row = __shfl_sync(0xffffffffu, own_row, 2 * (rr < 16 ? rr : 0));
+        if (sub < kCopyRows && rr < 16) {
+          // Row -1 reads nothing (the 16 bytes are zero-filled); its address is row 0's.
+          const uint32_t r = static_cast<uint32_t>(max(row, 0));
+          cp_async_16_or_zero(dk0 + rr * kStride + c * 8, row_address(k_lane, r, row_bytes), row);
+          cp_async_16_or_zero(dv0 + rr * kStride + c * 8, row_address(v_lane, r, row_bytes), row);
+        }
       }
     }
   };
@@ -395,18 +505,33 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // blocks are in flight while one is computed, without more shared memory. (Two to four blocks
   // ahead measured 5-45% slower on an H100: 264 blocks' prefetched rows overflow the L2.)
   auto prefetch_rows = [&](const PendingRow& pr) {
-    const PoolRow kr = resolve_row<kTiered>(hv, pr);
-    if (kr.position < 0) return;
-    constexpr int kStep = kRowBytes % 128 == 0 ? 128 : 64;  // every line the row touches
-    constexpr int kPairSteps = (kRowBytes + 2 * kStep - 1) / (2 * kStep);  // per thread
-    const char* kb = row_address(reinterpret_cast<const char*>(k_pool), kr.row, row_bytes);
-    const char* vb = row_address(reinterpret_cast<const char*>(v_pool), kr.row, row_bytes);
+    if constexpr (kQuantized) {
+      // The even thread: the first and last line of the K codes and K's parameters; the odd
+      // thread the same of V (a row of codes may straddle two lines; repeats within one warp
+      // instruction merge into one request).
+      const PoolPage kp = resolve_page<kTiered>(hv, pr);
+      if (kp.position < 0) return;
+      const char* base = row_address(
+          reinterpret_cast<const char*>(tid % 2 == 0 ? k_pool : v_pool), kp.page, page_bytes);
+      const char* codes = base + static_cast<uint32_t>(kp.in_page) * Shape::kCodeBytes;
+      prefetch_l2(codes);
+      prefetch_l2(codes + (Shape::kCodeBytes - 1));
+      prefetch_l2(base + params_offset +
+                  static_cast<uint32_t>(kp.in_page) * (4 * Shape::kParams));
+    } else {
+      const PoolRow kr = resolve_row<kTiered>(hv, pr);
+      if (kr.position < 0) return;
+      constexpr int kStep = kRowBytes % 128 == 0 ? 128 : 64;  // every line the row touches
+      constexpr int kPairSteps = (kRowBytes + 2 * kStep - 1) / (2 * kStep);  // per thread
+      const char* kb = row_address(reinterpret_cast<const char*>(k_pool), kr.row, row_bytes);
+      const char* vb = row_address(reinterpret_cast<const char*>(v_pool), kr.row, row_bytes);
 #pragma unroll
-    for (int j = 0; j < kPairSteps; ++j) {
-      const int o = (2 * j + tid % 2) * kStep;
-      if (o < static_cast<int>(kRowBytes)) {
-        prefetch_l2(kb + o);
-        prefetch_l2(vb + o);
+      for (int j = 0; j < kPairSteps; ++j) {
+        const int o = (2 * j + tid % 2) * kStep;
+        if (o < static_cast<int>(kRowBytes)) {
+          prefetch_l2(kb + o);
+          prefetch_l2(vb + o);
+        }
       }
     }
   };
@@ -519,8 +644,46 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     const bool vis = key_visible(hv, it.position, kp[lane % 16]);
     if (!__any_sync(0xffffffffu, vis)) return true;
     const bool all = __all_sync(0xffffffffu, vis);
-    const T* k_st = sK + stage * Shape::kSmemKV;
-    const T* v_st = sV + stage * Shape::kSmemKV;
+    const T* k_st = reinterpret_cast<const T*>(sK + stage * kStageBytes);
+    const T* v_st = reinterpret_cast<const T*>(sV + stage * kStageBytes);
+    if constexpr (kQuantized) {
+      // The warp dequantizes its own 16 rows of the landed codes into the q-dtype tiles (the MMAs
+      // below read only those rows): 16-byte code vectors and the row's parameters into
+      // registers, fp8 by exponent rebias, int8 / int4 by one fma, one rounding to T. The tiles'
+      // previous rows were last read before this iteration's __syncthreads.
+      constexpr int kCodeBytes = Shape::kCodeBytes;
+      constexpr int kVecs = 16 * Shape::kCodeChunks;  // code vectors of the warp's rows, K or V
+      static_assert(kVecs % 32 == 0, "whole vectors per lane");
+      const unsigned char* kc = sK + stage * kStageBytes + key0 * kCodeBytes;
+      const unsigned char* vc = sV + stage * kStageBytes + key0 * kCodeBytes;
+      const float* kq = pK + (stage * kKeyBlock + key0) * Shape::kParams;
+      const float* vq = pV + (stage * kKeyBlock + key0) * Shape::kParams;
+#pragma unroll
+      for (int j = 0; j < kVecs / 32; ++j) {
+        const int v = lane + 32 * j;
+        const int row = v / Shape::kCodeChunks, c = v % Shape::kCodeChunks;
+        const uint4 wk = *reinterpret_cast<const uint4*>(kc + row * kCodeBytes + c * 16);
+        const uint4 wv = *reinterpret_cast<const uint4*>(vc + row * kCodeBytes + c * 16);
+        float ks, kz = 0.0f, vs, vz = 0.0f;
+        if constexpr (Shape::kParams == 2) {
+          const float2 kp2 = *reinterpret_cast<const float2*>(kq + 2 * row);
+          const float2 vp2 = *reinterpret_cast<const float2*>(vq + 2 * row);
+          ks = kp2.x;
+          kz = kp2.y;
+          vs = vp2.x;
+          vz = vp2.y;
+        } else {
+          ks = kq[row];
+          vs = vq[row];
+        }
+        const int e = (key0 + row) * kStride + c * kQuantVecElems<kQ>;
+        dequant_vec16<kQ, T>(wk, ks, kz, true, tK + e);
+        dequant_vec16<kQ, T>(wv, vs, vz, true, tV + e);
+      }
+      __syncwarp();
+      k_st = tK;
+      v_st = tV;
+    }
 
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
@@ -613,9 +776,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // same banks (an 8-way conflict per store).
   constexpr int kOwStride = kD + 8;
   static_assert(kDecodeWarps * kDecodeRows * kOwStride * 4 <=
-                    kDecodeStages * Shape::kSmemKV * static_cast<int>(sizeof(T)),
-                "the warps' partial outputs fit the K stages");
-  float* ow = reinterpret_cast<float*>(sK);  // [warps][16][kOwStride] f32 (in the K stages)
+                    (kQuantized ? 2 * Shape::kSmemKV * static_cast<int>(sizeof(T))
+                                : kDecodeStages * kStageBytes),
+                "the warps' partial outputs fit the K stages (quantized: the two q-dtype tiles)");
+  // [warps][16][kOwStride] f32, in the K stages (quantized: over the K and V tiles)
+  float* ow = kQuantized ? reinterpret_cast<float*>(tK) : reinterpret_cast<float*>(sK);
   const int r0 = lane / 4;
   if (lane % 4 == 0) {
     ml_s[warp][r0][0] = m0;

@@ -8,7 +8,6 @@
 #include <mutex>
 
 #include "kernels/cuda/attention_decode.cuh"
-#include "kernels/cuda/attention_decode_quant.cuh"
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/attention_prefill_wgmma.cuh"
 #include "kernels/cuda/attention_prefill_wgmma_ws.cuh"
@@ -43,7 +42,8 @@ Status launch_prefill_quant(const AttentionParams& p, const PrefillTile* tiles,
                             const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                             KvQuant quant, cudaStream_t stream);
 
-// The decode kernel over quantized pages (attention_decode_quant.cuh): head_dim 64 and 128.
+// The decode kernel's quantized instantiations (attention_decode.cuh, the same pipeline as
+// launch_decode's over fp8 / int8 / int4 pages): head_dim 64 and 128.
 template <int kD, typename T>
 Status launch_decode_quant(const AttentionParams& p, const DecodeArgs& args, int32_t items,
                            int32_t max_splits, KvQuant quant, cudaStream_t stream);
@@ -147,20 +147,22 @@ Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tile
   return launch_status("prefill_wgmma_ws_kernel");
 }
 
-template <int kD, typename T, bool kTicketed, bool kTiered>
+template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant::kNone>
 Status launch_decode_kernel(const AttentionParams& p, const DecodeArgs& args, int32_t items,
                             int32_t max_splits, cudaStream_t stream) {
-  using Shape = DecodeShape<kD>;
+  using Shape = DecodeShape<kD, kQ>;
   static std::once_flag once;
   static cudaError_t err = cudaSuccess;
-  LS_RETURN_IF_ERROR(allow_smem(decode_attention_kernel<kD, T, kTicketed, kTiered>,
+  LS_RETURN_IF_ERROR(allow_smem(decode_attention_kernel<kD, T, kTicketed, kTiered, kQ>,
                                 Shape::template smem_bytes<T>(kMaxListedPages), once, err));
   const dim3 grid(static_cast<unsigned>(items),
                   static_cast<unsigned>(p.num_kv_heads * args.head_chunks),
                   static_cast<unsigned>(max_splits));
-  return launch_pdl(decode_attention_kernel<kD, T, kTicketed, kTiered>, grid, kDecodeThreads,
+  return launch_pdl(decode_attention_kernel<kD, T, kTicketed, kTiered, kQ>, grid, kDecodeThreads,
                     static_cast<size_t>(Shape::template smem_bytes<T>(args.listed_cap)), stream,
-                    "decode_attention_kernel", p, args);
+                    kQ == KvQuant::kNone ? "decode_attention_kernel"
+                                         : "decode_attention_kernel (quantized pages)",
+                    p, args);
 }
 
 // The ticketed-splits kernel when the call has ticket counters, else the fixed-splits one; the
@@ -177,20 +179,15 @@ Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t i
                 : launch_decode_kernel<kD, T, false, false>(p, args, items, max_splits, stream);
 }
 
+// Quantized pages always take fixed splits (kTicketed false): ticketed splits are an opt-in
+// benchmark variant (AttentionOptions::decode_ticketed_splits), not worth three more
+// instantiations per format; a call with ticket counters just leaves them unused.
 template <int kD, typename T, KvQuant kQ>
 Status launch_decode_quant_kernel(const AttentionParams& p, const DecodeArgs& args, int32_t items,
                                   int32_t max_splits, cudaStream_t stream) {
-  using Shape = DecodeQuantShape<kD>;
-  static std::once_flag once;
-  static cudaError_t err = cudaSuccess;
-  LS_RETURN_IF_ERROR(allow_smem(decode_attention_quant_kernel<kD, T, kQ>,
-                                Shape::template smem_bytes<T>(kMaxListedPages), once, err));
-  const dim3 grid(static_cast<unsigned>(items),
-                  static_cast<unsigned>(p.num_kv_heads * args.head_chunks),
-                  static_cast<unsigned>(max_splits));
-  return launch_pdl(decode_attention_quant_kernel<kD, T, kQ>, grid, kDecodeThreads,
-                    static_cast<size_t>(Shape::template smem_bytes<T>(args.listed_cap)), stream,
-                    "decode_attention_quant_kernel", p, args);
+  return p.retrieval.page_slot != nullptr
+             ? launch_decode_kernel<kD, T, false, true, kQ>(p, args, items, max_splits, stream)
+             : launch_decode_kernel<kD, T, false, false, kQ>(p, args, items, max_splits, stream);
 }
 
 template <int kD, typename T>

@@ -40,6 +40,63 @@ __device__ __forceinline__ void copy_row(const Ts* src, Td* dst, int d, int lane
   }
 }
 
+// Where item (token t, kv head g) writes its K / V row: the head-page of the pool the head's mode
+// picks (tiered: its home page; `cache_slot` its resident cache slot, -1: not resident) and the
+// row within the page. false: nothing to write (another call's pool, a token of no sequence, a
+// ring row rewritten later in this call, or an entry out of range). Shared by the float and the
+// quantized append.
+struct AppendPlace {
+  const PagedKvPool* pool = nullptr;
+  bool tiered = false;     // the pool is a tier's page cache (write-through to the home)
+  int64_t head_page = 0;   // head-page index (tiered: of the home)
+  int32_t row = 0;         // row within the head-page
+  int32_t cache_slot = -1; // tiered: the resident cache slot, -1: none
+};
+
+__device__ __forceinline__ bool place_append(const KvAppendParams& p, int filter, int32_t t,
+                                             int32_t mode, int32_t slot, AppendPlace& out) {
+  const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, t);
+  if (tp.seq < 0) return false;
+  const int32_t s = tp.seq;
+  const bool streaming = mode == static_cast<int32_t>(HeadMode::kStreaming);
+  if (filter != kBothPools && streaming != (filter == kStreamingOnly)) return false;
+  const PagedKvPool& pool = streaming ? p.streaming : p.retrieval;
+  if (pool.page_tokens <= 0 || pool.head_dim != p.head_dim || !pool.k || !pool.v) return false;
+  if (slot < 0 || slot >= pool.heads_per_block) return false;
+  const int32_t pt = pool.page_tokens;
+  const int64_t pos = tp.position;
+  const int64_t page = pos / pt;
+  int64_t table_index = page;
+  const int32_t* table = p.retrieval_blocks;
+  int32_t stride = p.retrieval_blocks_stride;
+  if (streaming) {
+    const int32_t ring = p.ring_pages[s];
+    if (ring <= 0) return false;
+    // The same ring row is written again later in this call: skip the dead write.
+    if (page >= p.num_sink_pages && pos + static_cast<int64_t>(ring) * pt < p.kv_lens[s]) {
+      return false;
+    }
+    table_index = ring_table_index(static_cast<int32_t>(page), p.num_sink_pages, ring);
+    table = p.streaming_blocks;
+    stride = p.streaming_blocks_stride;
+  }
+  if (table_index < 0 || table_index >= stride) return false;
+  const int32_t block = table[static_cast<int64_t>(s) * stride + table_index];
+  if (block < 0 || block >= pool.num_blocks) return false;
+  out.pool = &pool;
+  out.head_page = static_cast<int64_t>(block) * pool.heads_per_block + slot;
+  out.row = static_cast<int32_t>(pos % pt);
+  // Tiered retrieval pool (paged_kv.h): write-through to the home (pinned host memory, through
+  // UVA) and, when the head-page is resident, to its cache slot. Untiered: the page itself.
+  out.tiered = pool.page_slot != nullptr;
+  out.cache_slot = -1;
+  if (out.tiered) {
+    const int32_t cs = pool.page_slot[out.head_page];
+    if (cs >= 0 && cs < pool.num_cache_slots) out.cache_slot = cs;
+  }
+  return true;
+}
+
 // Item = token * num_kv_heads + kv head; one warp, `lane` its lane.
 template <typename Ts, typename Td, bool kVec>
 __device__ __forceinline__ void append_item(const KvAppendParams& p, int filter, int64_t item,
@@ -62,44 +119,14 @@ __device__ __forceinline__ void append_item(const KvAppendParams& p, int filter,
       }
     }
   }
-  const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, t);
-  if (tp.seq < 0) return;
-  const int32_t s = tp.seq;
-  const bool streaming = mode == static_cast<int32_t>(HeadMode::kStreaming);
-  if (filter != kBothPools && streaming != (filter == kStreamingOnly)) return;
-  const PagedKvPool& pool = streaming ? p.streaming : p.retrieval;
-  if (pool.page_tokens <= 0 || pool.head_dim != p.head_dim || !pool.k || !pool.v) return;
-  if (slot < 0 || slot >= pool.heads_per_block) return;
-  const int32_t pt = pool.page_tokens;
-  const int64_t pos = tp.position;
-  const int64_t page = pos / pt;
-  int64_t table_index = page;
-  const int32_t* table = p.retrieval_blocks;
-  int32_t stride = p.retrieval_blocks_stride;
-  if (streaming) {
-    const int32_t ring = p.ring_pages[s];
-    if (ring <= 0) return;
-    // The same ring row is written again later in this call: skip the dead write.
-    if (page >= p.num_sink_pages && pos + static_cast<int64_t>(ring) * pt < p.kv_lens[s]) return;
-    table_index = ring_table_index(static_cast<int32_t>(page), p.num_sink_pages, ring);
-    table = p.streaming_blocks;
-    stride = p.streaming_blocks_stride;
-  }
-  if (table_index < 0 || table_index >= stride) return;
-  const int32_t block = table[static_cast<int64_t>(s) * stride + table_index];
-  if (block < 0 || block >= pool.num_blocks) return;
-  const int64_t head_page = static_cast<int64_t>(block) * pool.heads_per_block + slot;
-  // Tiered retrieval pool (paged_kv.h): write-through to the home (pinned host memory, through
-  // UVA) and, when the head-page is resident, to its cache slot. Untiered: the page itself.
-  const bool tiered = pool.page_slot != nullptr;
-  const int64_t dst_row = (head_page * pt + pos % pt) * p.head_dim;
-  int64_t cache_row = -1;
-  if (tiered) {
-    const int32_t cache_slot = pool.page_slot[head_page];
-    if (cache_slot >= 0 && cache_slot < pool.num_cache_slots) {
-      cache_row = (static_cast<int64_t>(cache_slot) * pt + pos % pt) * p.head_dim;
-    }
-  }
+  AppendPlace at;
+  if (!place_append(p, filter, t, mode, slot, at)) return;
+  const PagedKvPool& pool = *at.pool;
+  const bool tiered = at.tiered;
+  const int64_t pt = pool.page_tokens;
+  const int64_t dst_row = (at.head_page * pt + at.row) * p.head_dim;
+  const int64_t cache_row =
+      at.cache_slot >= 0 ? (static_cast<int64_t>(at.cache_slot) * pt + at.row) * p.head_dim : -1;
   Td* base_k = static_cast<Td*>(tiered ? pool.home_k : pool.k);
   Td* base_v = static_cast<Td*>(tiered ? pool.home_v : pool.v);
   // write_homes false (benchmarks): the resident slot only.
@@ -170,8 +197,7 @@ __device__ __forceinline__ void quantize_row_warp(KvQuant q, const Ts* src, int 
   }
 }
 
-// The placement of append_item (batch position, ring, block table, tier slot), for quantized
-// pools; the float path keeps its own interleaved copy for its load scheduling.
+// append_item for quantized pools: the same placement (place_append), then the warp quantizes.
 template <typename Ts>
 __device__ __forceinline__ void append_item_quant(const KvAppendParams& p, int filter, int64_t item,
                                                   int lane) {
@@ -179,39 +205,15 @@ __device__ __forceinline__ void append_item_quant(const KvAppendParams& p, int f
   const int32_t g = static_cast<int32_t>(item % p.num_kv_heads);
   const int32_t mode = p.head_mode[g];
   const int32_t slot = p.head_slot[g];
-  const TokenPlace tp = place_token(p.q_indptr, p.kv_lens, p.num_seqs, t);
-  if (tp.seq < 0) return;
-  const int32_t s = tp.seq;
-  const bool streaming = mode == static_cast<int32_t>(HeadMode::kStreaming);
-  if (filter != kBothPools && streaming != (filter == kStreamingOnly)) return;
-  const PagedKvPool& pool = streaming ? p.streaming : p.retrieval;
-  if (pool.page_tokens <= 0 || pool.head_dim != p.head_dim || !pool.k || !pool.v) return;
-  if (pool.quant == KvQuant::kNone || slot < 0 || slot >= pool.heads_per_block) return;
+  AppendPlace at;
+  if (!place_append(p, filter, t, mode, slot, at)) return;
+  const PagedKvPool& pool = *at.pool;
+  if (pool.quant == KvQuant::kNone) return;
+  const bool tiered = at.tiered;
   const int32_t pt = pool.page_tokens;
-  const int64_t pos = tp.position;
-  const int64_t page = pos / pt;
-  int64_t table_index = page;
-  const int32_t* table = p.retrieval_blocks;
-  int32_t stride = p.retrieval_blocks_stride;
-  if (streaming) {
-    const int32_t ring = p.ring_pages[s];
-    if (ring <= 0) return;
-    if (page >= p.num_sink_pages && pos + static_cast<int64_t>(ring) * pt < p.kv_lens[s]) return;
-    table_index = ring_table_index(static_cast<int32_t>(page), p.num_sink_pages, ring);
-    table = p.streaming_blocks;
-    stride = p.streaming_blocks_stride;
-  }
-  if (table_index < 0 || table_index >= stride) return;
-  const int32_t block = table[static_cast<int64_t>(s) * stride + table_index];
-  if (block < 0 || block >= pool.num_blocks) return;
-  const int64_t head_page = static_cast<int64_t>(block) * pool.heads_per_block + slot;
-  const bool tiered = pool.page_slot != nullptr;
-  int32_t cache_slot = -1;
-  if (tiered) {
-    const int32_t cs = pool.page_slot[head_page];
-    if (cs >= 0 && cs < pool.num_cache_slots) cache_slot = cs;
-  }
-  const int32_t row = static_cast<int32_t>(pos % pt);
+  const int64_t head_page = at.head_page;
+  const int32_t cache_slot = at.cache_slot;
+  const int32_t row = at.row;
   const int64_t src_row = (static_cast<int64_t>(t) * p.num_kv_heads + g) * p.head_dim;
   const KvQuant q = pool.quant;
   void* homes[2] = {tiered ? pool.home_k : pool.k, tiered ? pool.home_v : pool.v};

@@ -1,7 +1,7 @@
 #pragma once
 // Internal to kernels/cuda: dequantization of 16 bytes of a quantized page row's codes
 // (kernels/kv_quant.h) in registers into the q dtype, shared by the attention kernels that read
-// quantized pages (decode: attention_decode_quant.cuh, prefill: attention_prefill.cuh).
+// quantized pages (decode: attention_decode.cuh, prefill: attention_prefill.cuh).
 
 #include <cstdint>
 
@@ -15,6 +15,12 @@ namespace ls::kernels::cuda {
 __device__ __forceinline__ float e4m3_to_f32_fast(uint32_t c) {
   const uint32_t bits = ((c & 0x80u) << 24) | ((c & 0x7fu) << 20);
   return __uint_as_float(bits) * 1.329227995784915872903807060280344576e36f;  // 2^120
+}
+
+// An integer code 0 <= b < 2^23 as f32, exactly: b in the mantissa of 2^23, then 2^23 removed
+// (a LOP3 and an FADD instead of an I2F, which issues at a quarter of the FADD's rate).
+__device__ __forceinline__ float code_to_f32(uint32_t b) {
+  return __uint_as_float(0x4B000000u | b) - 8388608.0f;
 }
 
 // Bytes of one row's codes, and elements one 16-byte vector of codes holds.
@@ -31,13 +37,36 @@ __device__ __forceinline__ void dequant_vec16(const uint4& w4, float scale, floa
   constexpr int kElems = kQuantVecElems<kQ>;
   const uint32_t w[4] = {w4.x, w4.y, w4.z, w4.w};
   uint32_t out[kElems / 2];
+  // fp8: e4m3_to_f32_fast(c) * scale is (bits(c) * 2^120) * scale with an exact first product;
+  // bits(c) * (scale * 2^120) is the same single rounding of code * scale whenever scale * 2^120
+  // is finite (scale < 2^8, i.e. a row's max |x| below 114688), one multiplication per value
+  // fewer. Other rows (and NaN scales) take the two multiplications.
+  if constexpr (kQ == KvQuant::kFp8) {
+    const float folded = scale * 1.329227995784915872903807060280344576e36f;  // 2^120
+    if (fabsf(folded) <= 3.402823466e38f) {  // finite (false for NaN)
+#pragma unroll
+      for (int j = 0; j < kElems / 2; ++j) {
+        const uint32_t b0 = (w[(2 * j) / 4] >> (8 * ((2 * j) % 4))) & 0xffu;
+        const uint32_t b1 = (w[(2 * j + 1) / 4] >> (8 * ((2 * j + 1) % 4))) & 0xffu;
+        const float v0 = __uint_as_float(((b0 & 0x80u) << 24) | ((b0 & 0x7fu) << 20)) * folded;
+        const float v1 = __uint_as_float(((b1 & 0x80u) << 24) | ((b1 & 0x7fu) << 20)) * folded;
+        out[j] = valid ? pack2<T>(v0, v1) : 0u;
+      }
+      uint4* d = reinterpret_cast<uint4*>(dst);
+#pragma unroll
+      for (int k = 0; k < kElems / 8; ++k) {
+        d[k] = make_uint4(out[4 * k], out[4 * k + 1], out[4 * k + 2], out[4 * k + 3]);
+      }
+      return;
+    }
+  }
 #pragma unroll
   for (int j = 0; j < kElems / 2; ++j) {
     float v0, v1;
     if constexpr (kQ == KvQuant::kInt4) {
       const uint32_t b = (w[j / 4] >> (8 * (j % 4))) & 0xffu;  // byte j: elements 2j, 2j + 1
-      v0 = fmaf(static_cast<float>(b & 0xfu), scale, zero);
-      v1 = fmaf(static_cast<float>(b >> 4), scale, zero);
+      v0 = fmaf(code_to_f32(b & 0xfu), scale, zero);
+      v1 = fmaf(code_to_f32(b >> 4), scale, zero);
     } else {
       const uint32_t b0 = (w[(2 * j) / 4] >> (8 * ((2 * j) % 4))) & 0xffu;
       const uint32_t b1 = (w[(2 * j + 1) / 4] >> (8 * ((2 * j + 1) % 4))) & 0xffu;
@@ -45,8 +74,8 @@ __device__ __forceinline__ void dequant_vec16(const uint4& w4, float scale, floa
         v0 = e4m3_to_f32_fast(b0) * scale;
         v1 = e4m3_to_f32_fast(b1) * scale;
       } else {
-        v0 = fmaf(static_cast<float>(b0), scale, zero);
-        v1 = fmaf(static_cast<float>(b1), scale, zero);
+        v0 = fmaf(code_to_f32(b0), scale, zero);
+        v1 = fmaf(code_to_f32(b1), scale, zero);
       }
     }
     out[j] = valid ? pack2<T>(v0, v1) : 0u;
