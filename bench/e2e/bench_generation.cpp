@@ -204,15 +204,17 @@ int compare_formats(ModelStackOptions o, const std::vector<KvCacheDtype>& format
       if (!slot.ok()) return 1;
       r.slot = *slot;
       r.len = std::max(1, ctx);
-      if (fill_random_kv) {
-        // The pools already hold random K/V: take the context's pages, prefill only its last
-        // token (so the sequence is a normal decode sequence from here on).
-        Status st = r.stack->kv->grow(r.slot, r.len - 1);
+      for (int32_t b = 0; b < r.len && fill_random_kv; b += o.max_step_tokens) {
+        // The pools already hold random K/V: take the pages chunk by chunk (a streaming head's
+        // ring holds one prefill chunk) and compute only each chunk's last token, so the
+        // sequence is a normal decode sequence from here on.
+        const int32_t end = std::min(r.len, b + o.max_step_tokens);
+        Status st = r.stack->kv->grow(r.slot, end - 1);
         if (!st.ok()) {
           fmt::print(stderr, "error: {}\n", st.to_string());
           return 1;
         }
-        forward_tokens(*r.stack, r.slot, r.len - 1, 1, true, rng, logits);
+        forward_tokens(*r.stack, r.slot, end - 1, 1, true, rng, logits);
       }
       for (int32_t b = 0; b < r.len && !fill_random_kv;) {
         const int32_t len = std::min(o.max_step_tokens, r.len - b);
