@@ -5,6 +5,14 @@
 //    table says how close decode comes to the hardware limit.
 // Prints a markdown table. Example:
 //   bench_generation --model /tmp/bench30m --contexts 0,4096,16384 --attention dense
+// --kv-cache-dtype takes a list (e.g. f32,bf16,fp8,int8,int4) to compare K/V page formats
+// (docs/kv-quantization.md): one model stack per format, each holding one sequence filled to the
+// context, then rounds of decode steps alternated across the formats (so drift in a shared
+// machine's speed spreads over all of them), reported as medians with the K/V bytes a dense
+// decode step reads at that context and the speed relative to the list's first format. Besides
+// wall time it reports the process's CPU time per step (all threads): with --threads 1 on a
+// machine other jobs share, that is the step's cost even when the process gets a fraction of a
+// core (wall time then measures the scheduler).
 // With --kv-offload on (docs/hierarchical-kv.md) the table adds the decode steps' device-cache
 // hit ratio (hits / (hits + misses) of the pages the timed steps' attention read) and the
 // selection overlap (share of a step's selected pages the same layer read one step earlier;
@@ -13,8 +21,11 @@
 #include <fmt/format.h>
 
 #include <sys/mman.h>
+#include <time.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -23,7 +34,11 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/dtype.h"
+#include "kernels/kv_quant.h"
+#include "kernels/paged_kv.h"
 #include "kernels/page_residency.h"
+#include "kv/kv_geometry.h"
 #include "model/model_stack.h"
 
 namespace ls {
@@ -78,6 +93,166 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// One prefill chunk or decode step of `len` random tokens at [begin, begin + len) of `slot`;
+// exits on an error (a benchmark has nothing to fall back to).
+void forward_tokens(ModelStack& stack, int32_t slot, int32_t begin, int32_t len, bool prefill,
+                    std::mt19937& rng, std::vector<float>& logits) {
+  std::uniform_int_distribution<int32_t> tok(0, stack.runner->vocab_size() - 1);
+  StepInput in;
+  for (int32_t i = 0; i < len; ++i) in.tokens.push_back(tok(rng));
+  in.seqs.push_back({slot, len, begin + len, prefill});
+  in.logit_rows.push_back(len - 1);
+  Status st = stack.kv->grow(slot, begin + len);
+  if (st.ok()) st = stack.runner->forward(in, logits);
+  if (!st.ok()) {
+    fmt::print(stderr, "error: {}\n", st.to_string());
+    std::exit(1);
+  }
+}
+
+// --fill random: writes every head-page of `p` with values uniform in [-1, 1), quantized with the
+// pool's format, so a decode step reads real bytes (untouched pool memory would be the kernel's
+// shared zero page, served from the cache) without the minutes a long prefill per format takes on
+// a shared two-core machine. The page summaries stay zero: page selection then ranks equal
+// scores, which costs what ranking real ones costs.
+void fill_random(const kernels::PagedKvPool& p, uint64_t seed) {
+  if (!p.k || !p.v || p.page_slot) return;
+  const int64_t pages = int64_t{p.num_blocks} * p.heads_per_block;
+  std::vector<float> row(static_cast<size_t>(p.head_dim));
+  uint64_t x = seed | 1;
+  for (void* base : {p.k, p.v}) {
+    for (int64_t page = 0; page < pages; ++page) {
+      for (int32_t r = 0; r < p.page_tokens; ++r) {
+        for (float& f : row) {  // xorshift64: a cheap stream of values in [-1, 1)
+          x ^= x << 13;
+          x ^= x >> 7;
+          x ^= x << 17;
+          f = static_cast<float>(x >> 40) * 0x1p-23f - 1.0f;
+        }
+        if (p.quant != kernels::KvQuant::kNone) {
+          const kernels::KvQuantRow at =
+              kernels::kv_quant_row(p.quant, base, page, r, p.page_tokens, p.head_dim);
+          kernels::kv_quantize_row(p.quant, row.data(), p.head_dim, at.codes, at.params);
+        } else {
+          convert_from_f32(row.data(), p.dtype,
+                           static_cast<char*>(base) +
+                               dtype_nbytes(p.dtype, (page * p.page_tokens + r) * p.head_dim),
+                           p.head_dim);
+        }
+      }
+    }
+  }
+}
+
+struct FormatStack {
+  KvCacheDtype dtype = KvCacheDtype::kAuto;
+  std::unique_ptr<ModelStack> stack;
+  int32_t slot = -1;
+  int32_t len = 0;              // tokens in the slot's cache
+  std::vector<double> step_s;   // seconds per decode step, one entry per round
+  std::vector<double> cpu_s;    // process CPU seconds per decode step, one entry per round
+};
+
+// CPU time of the whole process (all its threads): on a machine shared with other jobs, the work
+// a step costs even while the scheduler gives the process only a slice of the wall time.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// The --kv-cache-dtype list comparison (see the header): decode only, at each context.
+int compare_formats(ModelStackOptions o, const std::vector<KvCacheDtype>& formats,
+                    const std::vector<int32_t>& contexts, int32_t decode_steps, int32_t repeats,
+                    bool fill_random_kv) {
+  if (fill_random_kv && (o.kv_offload || o.device != "cpu")) {
+    fmt::print(stderr, "error: --fill random writes the CPU's untiered pools only\n");
+    return 2;
+  }
+  std::vector<FormatStack> runs;
+  for (KvCacheDtype d : formats) {
+    o.kv_cache_dtype = d;
+    auto stack = build_model_stack(o);
+    if (!stack.ok()) {
+      fmt::print(stderr, "error: --kv-cache-dtype {}: {}\n", kv_cache_dtype_name(d),
+                 stack.status().to_string());
+      return 1;
+    }
+    if (fill_random_kv) {
+      fill_random((*stack)->pool->retrieval(), 1);
+      fill_random((*stack)->pool->streaming(), 2);
+    }
+    runs.push_back(FormatStack{d, std::move(*stack), -1, 0, {}});
+  }
+  const ModelStack& first = *runs.front().stack;
+  fmt::print("model: {} (weight bytes read per token: {:.1f} MB), backend: {}, attention: {}; "
+             "{} rounds of {} decode steps per format, alternated, medians; context {}\n\n",
+             o.model_dir.string(),
+             static_cast<double>(first.model->weights().bytes_per_token) / 1e6,
+             first.backend->name(), first.policy->name(), repeats, decode_steps,
+             fill_random_kv ? "K/V random values written into the pools (--fill random)"
+                            : "prefilled with random tokens");
+  fmt::print("| context | KV pages | KV MB per dense decode step | decode tok/s | decode ms/token "
+             "| CPU ms/token | vs {} (wall) | vs {} (CPU) |\n|---:|---|---:|---:|---:|---:|---:|---:|\n",
+             runs.front().stack->kv->geometry().page_format_name(),
+             runs.front().stack->kv->geometry().page_format_name());
+  std::mt19937 rng(1);
+  std::vector<float> logits;
+  for (int32_t ctx : contexts) {
+    for (FormatStack& r : runs) {
+      auto slot = r.stack->kv->add_sequence();
+      if (!slot.ok()) return 1;
+      r.slot = *slot;
+      r.len = std::max(1, ctx);
+      for (int32_t b = 0; b < r.len && fill_random_kv; b += o.max_step_tokens) {
+        // The pools already hold random K/V: take the pages chunk by chunk (a streaming head's
+        // ring holds one prefill chunk) and compute only each chunk's last token, so the
+        // sequence is a normal decode sequence from here on.
+        const int32_t end = std::min(r.len, b + o.max_step_tokens);
+        Status st = r.stack->kv->grow(r.slot, end - 1);
+        if (!st.ok()) {
+          fmt::print(stderr, "error: {}\n", st.to_string());
+          return 1;
+        }
+        forward_tokens(*r.stack, r.slot, end - 1, 1, true, rng, logits);
+      }
+      for (int32_t b = 0; b < r.len && !fill_random_kv;) {
+        const int32_t len = std::min(o.max_step_tokens, r.len - b);
+        forward_tokens(*r.stack, r.slot, b, len, true, rng, logits);
+        b += len;
+      }
+      r.stack->kv->finish_prefill(r.slot);
+      forward_tokens(*r.stack, r.slot, r.len++, 1, false, rng, logits);  // warm-up step
+      r.step_s.clear();
+      r.cpu_s.clear();
+    }
+    for (int32_t round = 0; round < repeats; ++round) {
+      for (FormatStack& r : runs) {
+        forward_tokens(*r.stack, r.slot, r.len++, 1, false, rng, logits);  // warm this stack's caches
+        const double t0 = now_seconds();
+        const double c0 = process_cpu_seconds();
+        for (int32_t s = 0; s < decode_steps; ++s) {
+          forward_tokens(*r.stack, r.slot, r.len++, 1, false, rng, logits);
+        }
+        r.cpu_s.push_back((process_cpu_seconds() - c0) / decode_steps);
+        r.step_s.push_back((now_seconds() - t0) / decode_steps);
+      }
+    }
+    const double base = median(runs.front().step_s);
+    const double base_cpu = median(runs.front().cpu_s);
+    for (FormatStack& r : runs) {
+      const KvGeometry& g = r.stack->kv->geometry();
+      const double d = median(r.step_s);
+      const double c = median(r.cpu_s);
+      fmt::print("| {} | {} | {:.1f} | {:.1f} | {:.2f} | {:.2f} | {:.2f}x | {:.2f}x |\n", ctx,
+                 g.page_format_name(), g.retrieval_bytes_per_token() * ctx / 1e6, 1.0 / d, d * 1e3,
+                 c * 1e3, base / d, base_cpu / c);
+      r.stack->kv->remove_sequence(r.slot);
+    }
+  }
+  return 0;
+}
+
 struct Row {
   int32_t context;
   double prefill_tps;
@@ -119,27 +294,47 @@ int main(int argc, char** argv) {
   app.add_option("--device-kv-cache-bytes", o.device_kv_cache_bytes)->capture_default_str();
   app.add_option("--offload-buffer-ratio", o.offload_buffer_ratio)->capture_default_str();
   app.add_flag("--kv-plain-lru", o.kv_plain_lru, "Plain LRU instead of bucketed LRU");
-  std::string kv_cache_dtype = "auto";
-  app.add_option("--kv-cache-dtype", kv_cache_dtype, "auto, bf16, fp8, int8 or int4")
+  std::vector<std::string> kv_cache_dtypes{"auto"};
+  app.add_option("--kv-cache-dtype", kv_cache_dtypes,
+                 "auto, f32, bf16, fp8, int8 or int4; a comma-separated list compares decode "
+                 "speed across formats")
+      ->delimiter(',')
+      ->capture_default_str();
+  std::string fill = "prefill";
+  app.add_option("--fill", fill,
+                 "With a --kv-cache-dtype list: prefill (the context prefilled with random tokens) "
+                 "or random (random K/V written straight into the CPU pools: decode reads the "
+                 "same bytes, without a long prefill per format)")
+      ->check(CLI::IsMember({"prefill", "random"}))
       ->capture_default_str();
   app.add_option("--quantization", o.quantization,
                  "auto, none, or q8_0|q4_0|q4_1|q4_k|q6_k (safetensors quantized at load)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  {
-    Result<KvCacheDtype> d = parse_kv_cache_dtype(kv_cache_dtype);
+  std::vector<KvCacheDtype> formats;
+  for (const std::string& name : kv_cache_dtypes) {
+    Result<KvCacheDtype> d = parse_kv_cache_dtype(name);
     if (!d.ok()) {
       fmt::print(stderr, "error: {}\n", d.status().to_string());
       return 2;
     }
-    o.kv_cache_dtype = *d;
+    formats.push_back(*d);
   }
+  if (formats.empty() || repeats < 1 || decode_steps < 1 || contexts.empty()) {
+    fmt::print(stderr, "error: need a format, a context, --repeats >= 1 and --decode-steps >= 1\n");
+    return 2;
+  }
+  o.kv_cache_dtype = formats.front();
 
   const int32_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
   o.max_num_seqs = 1;
   o.max_step_tokens = std::max(chunk, 2048);
   o.max_logit_rows = 1;
   o.max_model_len = max_ctx + chunk + decode_steps + 16;
+  if (formats.size() > 1) {
+    o.max_model_len = max_ctx + repeats * (decode_steps + 1) + 16;
+    return compare_formats(o, formats, contexts, decode_steps, repeats, fill == "random");
+  }
   auto stack_or = build_model_stack(o);
   if (!stack_or.ok()) {
     fmt::print(stderr, "error: {}\n", stack_or.status().to_string());

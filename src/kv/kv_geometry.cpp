@@ -46,6 +46,8 @@ int32_t KvGeometry::streaming_table_stride() const {
 
 std::string_view kv_cache_dtype_name(KvCacheDtype d) {
   switch (d) {
+    case KvCacheDtype::kF32:
+      return "f32";
     case KvCacheDtype::kBF16:
       return "bf16";
     case KvCacheDtype::kFp8:
@@ -60,13 +62,13 @@ std::string_view kv_cache_dtype_name(KvCacheDtype d) {
 }
 
 Result<KvCacheDtype> parse_kv_cache_dtype(std::string_view name) {
-  for (KvCacheDtype d : {KvCacheDtype::kAuto, KvCacheDtype::kBF16, KvCacheDtype::kFp8,
-                         KvCacheDtype::kInt8, KvCacheDtype::kInt4}) {
+  for (KvCacheDtype d : {KvCacheDtype::kAuto, KvCacheDtype::kF32, KvCacheDtype::kBF16,
+                         KvCacheDtype::kFp8, KvCacheDtype::kInt8, KvCacheDtype::kInt4}) {
     if (name == kv_cache_dtype_name(d)) return d;
   }
   if (name == "fp8_e4m3") return KvCacheDtype::kFp8;  // vLLM's explicit spelling
-  return invalid_argument("--kv-cache-dtype must be auto, bf16, fp8, int8 or int4 (got '{}')",
-                          name);
+  return invalid_argument(
+      "--kv-cache-dtype must be auto, f32, bf16, fp8, int8 or int4 (got '{}')", name);
 }
 
 kernels::KvQuant kv_quant_of(KvCacheDtype d) {
@@ -82,10 +84,17 @@ kernels::KvQuant kv_quant_of(KvCacheDtype d) {
   }
 }
 
+KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, DType act) {
+  if (requested != KvCacheDtype::kAuto) return requested;
+  return act == DType::kF32 ? KvCacheDtype::kBF16 : KvCacheDtype::kAuto;
+}
+
 DType KvGeometry::page_dtype() const {
   switch (cache_dtype) {
     case KvCacheDtype::kAuto:
       return dtype;
+    case KvCacheDtype::kF32:
+      return DType::kF32;
     case KvCacheDtype::kBF16:
       return DType::kBF16;
     default:

@@ -54,14 +54,20 @@ class HeadRoles {
   int32_t num_streaming_ = 0;
 };
 
-// --kv-cache-dtype (vLLM's flag): the element format of K/V pages. auto: the backend's
-// activation dtype (f32 on the CPU, bf16 on CUDA); the quantized formats are
-// docs/kv-quantization.md. Page summaries always stay in the activation dtype, computed from the
-// unquantized keys.
-enum class KvCacheDtype : uint8_t { kAuto, kBF16, kFp8, kInt8, kInt4 };
+// --kv-cache-dtype (vLLM's flag): the element format of K/V pages; the quantized formats are
+// docs/kv-quantization.md. In a KvGeometry, kAuto means the activation dtype; the model stack
+// resolves the flag's auto per backend first (resolve_kv_cache_dtype). f32 is the CPU's
+// full-precision cache (the CUDA kernels refuse it). Page summaries always stay in the activation
+// dtype, computed from the unquantized keys.
+enum class KvCacheDtype : uint8_t { kAuto, kF32, kBF16, kFp8, kInt8, kInt4 };
 std::string_view kv_cache_dtype_name(KvCacheDtype d);
 Result<KvCacheDtype> parse_kv_cache_dtype(std::string_view name);
 kernels::KvQuant kv_quant_of(KvCacheDtype d);
+// The page format `requested` stands for on a backend with activations in `act`: auto is bf16
+// where activations are f32 (the CPU: half the bytes per decode step, llama.cpp's f16 cache
+// size; docs/kv-quantization.md shows its accuracy), the activation dtype otherwise (bf16 on
+// CUDA). Any other value is kept.
+KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, DType act);
 
 struct KvGeometry {
   int32_t num_layers = 0;

@@ -188,7 +188,7 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
   KvGeometry g = stack->policy->kv_geometry();
   g.dtype = backend.act_dtype();
   g.max_chunk_tokens = o.max_step_tokens;
-  g.cache_dtype = o.kv_cache_dtype;
+  g.cache_dtype = resolve_kv_cache_dtype(o.kv_cache_dtype, g.dtype);
   LS_RETURN_IF_ERROR(g.validate());
   LS_RETURN_IF_ERROR(check_kv_format(g, backend));
 
@@ -317,7 +317,7 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
   }
   LS_LOG_INFO("KV pages {} (--kv-cache-dtype {}): {:.0f} bytes per token of context (retrieval "
               "heads, all layers, K + V + key summaries{}), {} bytes per head-page",
-              g.page_format_name(), kv_cache_dtype_name(g.cache_dtype),
+              g.page_format_name(), kv_cache_dtype_name(o.kv_cache_dtype),
               g.retrieval_bytes_per_token(),
               g.quant() != kernels::KvQuant::kNone ? ", per-token scales" : "", g.page_bytes());
   if (stack->pool->tiered()) {

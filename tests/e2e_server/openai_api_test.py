@@ -48,8 +48,10 @@ def free_port() -> int:
 
 def score(text: str | None = None, ids: list[int] | None = None) -> dict:
     """`longserve score`: the engine's logprob of every token given the ones before it."""
-    args = [BINARY, "score"] + (["--prompt", text] if text is not None else
-                                ["--ids", ",".join(map(str, ids))])
+    # f32 K/V on both sides (the CPU default is bf16 pages): the logprobs are compared at 1e-4,
+    # and a batch's last-bit difference in K can round to another bf16 value.
+    args = [BINARY, "score", "--kv-cache-dtype", "f32"]
+    args += ["--prompt", text] if text is not None else ["--ids", ",".join(map(str, ids))]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -59,7 +61,7 @@ class ApiTest(unittest.TestCase):
     def setUpClass(cls) -> None:
         cls.port = free_port()
         cls.proc = subprocess.Popen([BINARY, "serve", "--port", str(cls.port),
-                                     "--served-model-name", "tiny"],
+                                     "--served-model-name", "tiny", "--kv-cache-dtype", "f32"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cls.base = f"http://127.0.0.1:{cls.port}"
         deadline = time.time() + 60

@@ -4,13 +4,16 @@
 //  - int8 / int4: codes equal a double-precision reference quantizer's, the parameters are the
 //    row's min and range / qmax, and the round-trip error stays within the bound
 //    docs/kv-quantization.md derives, over random rows with outlier channels and outlier tokens;
-//  - the page layout: every row's codes and parameters stay inside their own page.
+//  - the page layout: every row's codes and parameters stay inside their own page;
+//  - the CPU page dequantization (vectorised where the machine has AVX2) decodes every code
+//    byte, in every position of a row and in the scalar tails, bit for bit as the reference.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -228,6 +231,47 @@ TEST(KvQuant, PageLayoutKeepsEveryRowInsideItsPageAndCpuDequantMatchesReference)
             ASSERT_EQ(kv_dequantize_element(q, at.codes, at.params, e), want);
             ASSERT_EQ(page[static_cast<size_t>(r * d + e)], want);
           }
+        }
+      }
+    }
+  }
+}
+
+// Every code byte at every position of the row (the rows shift the byte pattern by one), with
+// head dims whose rows end in a scalar tail after the 8- / 16-wide vector steps, under scales
+// and zero points of both signs and NaN scales: bitwise the reference decoding (NaN for NaN).
+TEST(KvQuant, CpuPageDequantizationDecodesEveryCodeBitwise) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (KvQuant q : {KvQuant::kFp8, KvQuant::kInt8, KvQuant::kInt4}) {
+    for (int32_t d : {2, 8, 16, 18, 24, 30, 40, 64, 72, 128}) {
+      const int32_t pt = 64;
+      const int64_t row_bytes = kv_quant_row_code_bytes(q, d);
+      std::vector<uint8_t> mem(static_cast<size_t>(kv_quant_page_bytes(q, pt, d)));
+      for (int32_t r = 0; r < pt; ++r) {
+        const KvQuantRow at = kv_quant_row(q, mem.data(), 0, r, pt, d);
+        for (int64_t b = 0; b < row_bytes; ++b) {
+          at.codes[b] = static_cast<uint8_t>((r * row_bytes + b + r) & 0xff);
+        }
+        at.params[0] = r == 5 ? NAN : std::ldexp(u(rng), static_cast<int>(rng() % 20) - 10);
+        if (kv_quant_params_per_token(q) == 2) at.params[1] = u(rng) * 4.0f;
+      }
+      std::vector<float> page(static_cast<size_t>(pt * d));
+      cpu::dequantize_page_rows(q, mem.data(), 0, pt, d, pt, page.data());
+      for (int32_t r = 0; r < pt; ++r) {
+        const KvQuantRow at = kv_quant_row(q, mem.data(), 0, r, pt, d);
+        for (int32_t e = 0; e < d; ++e) {
+          const float want = kv_dequantize_element(q, at.codes, at.params, e);
+          const float got = page[static_cast<size_t>(r * d + e)];
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(got)) << kv_quant_name(q) << " d " << d << " row " << r;
+            continue;
+          }
+          uint32_t a = 0, b = 0;
+          std::memcpy(&a, &want, 4);
+          std::memcpy(&b, &got, 4);
+          ASSERT_EQ(a, b) << kv_quant_name(q) << " d " << d << " row " << r << " element " << e
+                          << ": " << got << " vs " << want;
         }
       }
     }

@@ -56,6 +56,7 @@ TEST_P(GgufFixture, LogitsMatchTheDequantizedReference) {
   c.max_num_batched_tokens = 256;
   c.max_model_len = 1024;
   c.quantization = quantization;
+  c.kv_cache_dtype = "f32";  // the reference is a float64 forward pass: f32 K/V, as it bounds
   auto engine = EngineCore::create(c);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto expected = SafetensorsFile::open(gguf_dir() / (name + ".expected.safetensors"));
@@ -97,6 +98,7 @@ std::vector<float> score(const std::filesystem::path& model, const std::string& 
   c.max_num_batched_tokens = 256;
   c.max_model_len = 1024;
   c.quantization = quantization;
+  c.kv_cache_dtype = "f32";  // weight paths compared at 1e-4: no bf16 K/V rounding in between
   auto engine = EngineCore::create(c);
   EXPECT_TRUE(engine.ok()) << engine.status().to_string();
   std::vector<float> logits;

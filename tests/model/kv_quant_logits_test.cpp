@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "engine/engine_core.h"
 #include "kv/kv_geometry.h"
 #include "kv/kv_tier_config.h"
@@ -107,13 +108,13 @@ TEST_P(QuantLogits, ErrorPerFormatAgainstTheF32Cache) {
   const std::string& model = GetParam();
   std::mt19937 rng(77);
   for (const std::string policy : {"dense", "lserve"}) {
-    auto ref_stack = build_model_stack(options(model, policy, KvCacheDtype::kAuto));
+    auto ref_stack = build_model_stack(options(model, policy, KvCacheDtype::kF32));
     ASSERT_TRUE(ref_stack.ok()) << ref_stack.status().to_string();
     const int32_t vocab = (*ref_stack)->runner->vocab_size();
     ref_stack->reset();
     std::vector<int32_t> ids(360);
     for (auto& t : ids) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-    auto ref = run(options(model, policy, KvCacheDtype::kAuto), ids, 300);
+    auto ref = run(options(model, policy, KvCacheDtype::kF32), ids, 300);
     ASSERT_TRUE(ref.ok()) << ref.status().to_string();
     std::map<KvCacheDtype, Compare> got;
     for (KvCacheDtype d : {KvCacheDtype::kBF16, KvCacheDtype::kFp8, KvCacheDtype::kInt8,
@@ -185,7 +186,9 @@ TEST(QuantEngine, StatsReportFormatAndBytesPerToken) {
     const char* name;
     double bytes;  // per token: 4 heads x (K + V) x (codes + scales)
   };
-  for (const Want& w : {Want{"auto", "f32", 4 * 2 * 32 * 4.0}, Want{"bf16", "bf16", 4 * 2 * 32 * 2.0},
+  // auto is bf16 on the CPU (f32 activations); f32 stays selectable.
+  for (const Want& w : {Want{"auto", "bf16", 4 * 2 * 32 * 2.0}, Want{"f32", "f32", 4 * 2 * 32 * 4.0},
+                        Want{"bf16", "bf16", 4 * 2 * 32 * 2.0},
                         Want{"fp8", "fp8", 4 * 2 * (32 + 4.0)}, Want{"int8", "int8", 4 * 2 * (32 + 8.0)},
                         Want{"int4", "int4", 4 * 2 * (16 + 8.0)}}) {
     EngineConfig c;
@@ -201,6 +204,26 @@ TEST(QuantEngine, StatsReportFormatAndBytesPerToken) {
     EXPECT_EQ(s.kv_cache_dtype, w.name);
     EXPECT_DOUBLE_EQ(s.kv_bytes_per_token, w.bytes) << w.flag;
   }
+}
+
+// auto names bf16 pages where the activations are f32 (the CPU) and the activation dtype
+// otherwise (bf16 on CUDA); every explicit value is kept, f32 included.
+TEST(QuantEngine, AutoResolvesToBf16ForF32ActivationsAndF32StaysSelectable) {
+  EXPECT_EQ(resolve_kv_cache_dtype(KvCacheDtype::kAuto, DType::kF32), KvCacheDtype::kBF16);
+  EXPECT_EQ(resolve_kv_cache_dtype(KvCacheDtype::kAuto, DType::kBF16), KvCacheDtype::kAuto);
+  for (KvCacheDtype d : {KvCacheDtype::kF32, KvCacheDtype::kBF16, KvCacheDtype::kFp8,
+                         KvCacheDtype::kInt8, KvCacheDtype::kInt4}) {
+    EXPECT_EQ(resolve_kv_cache_dtype(d, DType::kF32), d);
+    EXPECT_EQ(resolve_kv_cache_dtype(d, DType::kBF16), d);
+  }
+  auto f32 = parse_kv_cache_dtype("f32");
+  ASSERT_TRUE(f32.ok());
+  EXPECT_EQ(*f32, KvCacheDtype::kF32);
+  KvGeometry g;
+  g.dtype = DType::kF32;
+  g.cache_dtype = KvCacheDtype::kF32;
+  EXPECT_EQ(g.page_dtype(), DType::kF32);
+  EXPECT_EQ(g.page_format_name(), "f32");
 }
 
 TEST(QuantEngine, BadFormatsAreRefusedAtStartUp) {
