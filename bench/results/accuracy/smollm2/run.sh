@@ -19,7 +19,10 @@ LENGTHS=${LENGTHS:-2048,4096}
 DEPTHS=${DEPTHS:-0.25,0.75}
 SAMPLES=${SAMPLES:-2}
 THREADS=${THREADS:-2}
-PATTERN=$OUT/full_attention_heads.tsv
+# The head pattern lserve reads: longserve calibrate's (made below when missing; leave-one-out
+# is 91 passes, about 10 s each on two quiet cores), or PATTERN=FILE, e.g. the needle-mass pattern
+# scripts/eval/needle_selection.py --pattern-out writes (docs/smollm2-selection.md).
+PATTERN=${PATTERN:-$OUT/full_attention_heads.tsv}
 LS="$BUILD/longserve eval niah --model $SMOLLM2 --chat --tasks niah_single --lengths $LENGTHS
   --depths $DEPTHS --samples $SAMPLES --seed 0 --max-tokens 16 --threads $THREADS"
 
@@ -34,7 +37,7 @@ if [ $# -gt 0 ]; then ORDER=("$@"); fi
 if [[ " ${ORDER[*]} " == *" lserve-1024 "* ]]; then
   if [ ! -f "$PATTERN" ]; then
     # leave-one-out: 91 passes over one 512-token prompt (greedy needs ~90 passes per round on 90
-    # kv heads, too slow for two cores); the pattern is the per-head drop of the answer's logprob.
+    # kv heads); the pattern is the per-head drop of the answer's log-probability.
     $BUILD/longserve calibrate --model "$SMOLLM2" --threads "$THREADS" --method leave-one-out \
       --lengths 512 --samples 1 --tasks niah_single --out "$PATTERN" \
       --json $OUT/calibration.json > $OUT/calibration.log 2>&1
