@@ -86,6 +86,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--kv-type", default="bf16", help="KV cache type of both engines")
+    ap.add_argument("--engines", default="longserve,longserve-lserve,llama.cpp",
+                    help="which of longserve, longserve-lserve, llama.cpp to run")
     ap.add_argument("--lserve-args", default="", help="extra bench_generation flags for lserve")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", default="")
@@ -99,9 +101,10 @@ def main() -> int:
 
     args.llama_info = {}
     engines = ["longserve", "longserve-lserve", "llama.cpp"]
+    jobs_engines = [e for e in engines if e in args.engines.split(",")]
     raw: dict = {"threads": args.threads, "decode_steps": args.decode_steps,
                  "kv_type": args.kv_type, "lserve_args": args.lserve_args, "runs": []}
-    jobs = [(m, e) for m in models for e in engines]
+    jobs = [(m, e) for m in models for e in jobs_engines]
     for rep in range(args.repeats):
         # Rotate the order by one per repeat, so drift of the shared machine hits all alike.
         k = rep % len(jobs)
