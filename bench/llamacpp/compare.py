@@ -81,7 +81,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-bench", required=True)
     ap.add_argument("--bench-generation", default="build/bench_generation")
-    ap.add_argument("--model", action="append", required=True, help="LABEL=FILE.gguf:DEPTH,DEPTH")
+    ap.add_argument("--model", action="append", default=[], help="LABEL=FILE.gguf:DEPTH,DEPTH")
+    ap.add_argument("--from-raw", default="", help="print the tables of an earlier --out file")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--decode-steps", type=int, default=32)
@@ -105,7 +106,22 @@ def main() -> int:
     raw: dict = {"threads": args.threads, "decode_steps": args.decode_steps,
                  "kv_type": args.kv_type, "lserve_args": args.lserve_args, "runs": []}
     jobs = [(m, e) for m in models for e in jobs_engines]
-    for rep in range(args.repeats):
+    if args.from_raw:  # no runs: the tables of the runs an earlier --out file holds
+        with open(args.from_raw) as f:
+            raw = json.load(f)
+        for r in raw["runs"]:
+            r["rows"] = {int(d): v for d, v in r["rows"].items()}
+        seen: dict = {}
+        for r in raw["runs"]:
+            seen.setdefault(r["model"], set()).update(r["rows"])
+        models = [(label, "", sorted(ds)) for label, ds in seen.items()]
+        args.threads, args.decode_steps = raw["threads"], raw["decode_steps"]
+        args.kv_type = raw["kv_type"]
+        args.repeats = 1 + max(r["rep"] for r in raw["runs"])
+        jobs = []
+    elif not models:
+        ap.error("give --model (or --from-raw)")
+    for rep in range(args.repeats if jobs else 0):
         # Rotate the order by one per repeat, so drift of the shared machine hits all alike.
         k = rep % len(jobs)
         for (label, path, depths), engine in jobs[k:] + jobs[:k]:
@@ -137,12 +153,12 @@ def main() -> int:
         if not v:
             return "-"
         fmt = "{:.1f}" if key == "tg" else "{:.0f}"
-        return f"{fmt.format(min(v))}-{fmt.format(max(v))}"
+        return f"{fmt.format(min(v))}-{fmt.format(max(v))}, n={len(v)}"
 
-    n = args.repeats
+    n = args.repeats  # repeats started; a cell's spread shows how many it has
     for key, what in (("tg", f"decode tok/s ({args.decode_steps} steps)"), ("pp512", "prefill tok/s (pp512)")):
         f = "{:.1f}" if key == "tg" else "{:.0f}"
-        print(f"\n{what}, {args.threads} threads, KV {args.kv_type}, median of {n} (min-max)\n")
+        print(f"\n{what}, {args.threads} threads, KV {args.kv_type}, median (min-max, runs)\n")
         print("| model | depth | longserve dense | longserve lserve | llama.cpp | dense / llama.cpp | "
               "lserve / llama.cpp |")
         print("|---|---:|---:|---:|---:|---:|---:|")
