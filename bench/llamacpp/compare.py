@@ -79,7 +79,7 @@ def llama_bench(args, path: str, depths: list[int]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--llama-bench", required=True)
+    ap.add_argument("--llama-bench", default="", help="required unless --from-raw")
     ap.add_argument("--bench-generation", default="build/bench_generation")
     ap.add_argument("--model", action="append", default=[], help="LABEL=FILE.gguf:DEPTH,DEPTH")
     ap.add_argument("--from-raw", default="", help="print the tables of an earlier --out file")

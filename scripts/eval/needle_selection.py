@@ -150,6 +150,12 @@ def analyse(cfg, layers, t_abs, needle_pages, page, budget_pages):
                 pp = np.concatenate([pr, np.zeros((rep, pad), np.float32)], 1)
                 mass = pp.reshape(rep, n_pages, page).sum(2).mean(0)  # [pages]
                 c = slice(0, cand)
+                # alternatives: each query head's own bound ranking, the group's bounds summed
+                # (no per-head normalization), and the per-head maxima without normalization
+                own = [rank_of(bound[h, c], needle_pages) for h in range(rep)]
+                summed = rank_of(bound.sum(0)[c], needle_pages)
+                raw_max = rank_of(bound.max(0)[c], needle_pages)
+                head_mass = pp.reshape(rep, n_pages, page).sum(2)[:, needle_pages].sum(1)
                 take = budget_pages - 1
                 q_sel = np.argsort(-quest[c], kind="stable")[:take]
                 o_sel = np.argsort(-mass[c], kind="stable")[:take]
@@ -164,6 +170,14 @@ def analyse(cfg, layers, t_abs, needle_pages, page, budget_pages):
                     "oracle_coverage": float(mass[o_sel].sum() + mass[-1]),
                     "last_page_mass": float(mass[-1]),
                     "sink_mass": float(mass[0]),
+                    "sink_quest_rank": rank_of(quest[c], [0]),
+                    "sink_mass_rank": rank_of(mass[c], [0]),
+                    "quest_rank_per_qhead": own,
+                    "needle_mass_per_qhead": [float(x) for x in head_mass],
+                    "quest_rank_summed": summed,
+                    "quest_rank_unnormalized_max": raw_max,
+                    "bound_best_minus_needle_per_qhead": [
+                        float(bound[h, c].max() - bound[h, needle_pages].max()) for h in range(rep)],
                 })
     return rows
 
