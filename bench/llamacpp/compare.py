@@ -155,19 +155,22 @@ def main() -> int:
         fmt = "{:.1f}" if key == "tg" else "{:.0f}"
         return f"{fmt.format(min(v))}-{fmt.format(max(v))}, n={len(v)}"
 
-    n = args.repeats  # repeats started; a cell's spread shows how many it has
+    shown = [e for e in engines if any(r["engine"] == e for r in raw["runs"])]
+    names = {"longserve": "longserve dense", "longserve-lserve": "longserve lserve",
+             "llama.cpp": "llama.cpp"}
+    ours = [e for e in shown if e != "llama.cpp"]
     for key, what in (("tg", f"decode tok/s ({args.decode_steps} steps)"), ("pp512", "prefill tok/s (pp512)")):
         f = "{:.1f}" if key == "tg" else "{:.0f}"
         print(f"\n{what}, {args.threads} threads, KV {args.kv_type}, median (min-max, runs)\n")
-        print("| model | depth | longserve dense | longserve lserve | llama.cpp | dense / llama.cpp | "
-              "lserve / llama.cpp |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print("| model | depth | " + " | ".join(names[e] for e in shown) + " | " +
+              " | ".join(f"{names[e].split()[-1]} / llama.cpp" for e in ours) + " |")
+        print("|---|---:|" + "---:|" * (len(shown) + len(ours)))
         for label, _, depths in models:
             for d in depths:
-                ld, ll, lc = (med(label, e, d, key) for e in engines)
-                cells = [f"{f.format(x)} ({spread(label, e, d, key)})" for x, e in zip((ld, ll, lc), engines)]
-                print(f"| {label} | {d} | {cells[0]} | {cells[1]} | {cells[2]} | {ld / lc:.2f}× | "
-                      f"{ll / lc:.2f}× |")
+                cells = [f"{f.format(med(label, e, d, key))} ({spread(label, e, d, key)})" for e in shown]
+                lc = med(label, "llama.cpp", d, key)
+                ratios = [f"{med(label, e, d, key) / lc:.2f}×" for e in ours]
+                print(f"| {label} | {d} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
     return 0
 
 
