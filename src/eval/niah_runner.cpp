@@ -41,7 +41,7 @@ Result<std::vector<PromptResult>> run_prompts(EngineCore& engine,
       r.prompt = prompts[i];
       GenerateRequest req;
       req.request_id = fmt::format("eval-{}", i);
-      req.prompt_ids = engine.tokenizer()->encode(prompts[i].prompt, true);
+      req.prompt_ids = engine.tokenizer()->encode(prompts[i].prompt, options.add_special_tokens);
       req.sampling.temperature = 0.0f;
       req.stop.max_tokens = options.max_tokens;
       req.stop.eos_token_ids = engine.default_stop().eos_token_ids;

@@ -29,6 +29,8 @@ struct PromptResult {
 
 struct RunOptions {
   int32_t max_tokens = 40;  // new tokens at most (the answers need about 5-20)
+  // false when `prompt` is already a rendered chat template (which writes its own BOS).
+  bool add_special_tokens = true;
   // Called after each context length finishes: (length, prompts, seconds).
   std::function<void(int32_t, int32_t, double)> on_length_done;
 };

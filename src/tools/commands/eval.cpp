@@ -7,16 +7,22 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "core/clock.h"
 #include "engine/engine_core.h"
+#include "eval/chat_prompt.h"
 #include "eval/grid_args.h"
 #include "eval/niah_runner.h"
 #include "eval/prompt_generator.h"
 #include "eval/report.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/commands/commands.h"
 #include "tools/engine_flags.h"
@@ -41,6 +47,7 @@ struct EvalOptions {
   std::string markdown_path;
   bool lengths_given = false;
   bool tasks_given = false;
+  bool chat = false;
 };
 
 Status write_file(const std::string& path, const std::string& text) {
@@ -73,8 +80,30 @@ std::string config_json(const EvalOptions& o, const EngineCore& engine, const st
   j["samples"] = o.samples;
   j["depths"] = depths;
   j["max_tokens"] = o.max_tokens;
+  j["chat"] = o.chat;
   j["elapsed_s"] = elapsed_s;
   return j.dump();
+}
+
+// --chat: every prompt becomes the model's chat template around its user message, followed by
+// the answer prefix (eval/chat_prompt.h).
+Status to_chat_form(const std::filesystem::path& model_dir, const Tokenizer& tok,
+                    std::vector<eval::EvalPrompt>& prompts) {
+  LS_ASSIGN_OR_RETURN(std::optional<std::string> source, load_chat_template(model_dir));
+  if (!source) return failed_precondition("--chat: {} has no chat template", model_dir.string());
+  LS_ASSIGN_OR_RETURN(ChatTemplate chat, ChatTemplate::parse(*source));
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  if (const std::optional<int32_t> bos = tok.bos_token_id()) {
+    extra["bos_token"] = tok.id_to_token(*bos);
+  }
+  if (const std::optional<int32_t> eos = tok.eos_token_id()) {
+    extra["eos_token"] = tok.id_to_token(*eos);
+  }
+  for (eval::EvalPrompt& p : prompts) {
+    LS_ASSIGN_OR_RETURN(p.prompt, eval::chat_prompt_text(chat, p, extra));
+    p.num_prompt_tokens = static_cast<int32_t>(tok.encode(p.prompt, false).size());
+  }
+  return Status{};
 }
 
 int fail(const Status& st) {
@@ -129,6 +158,10 @@ int run_eval_niah(EvalOptions& o) {
     fmt::print(stderr, "wrote {} prompts to {}\n", prompts.size(), o.emit_prompts_path);
   }
   if (o.emit_only) return 0;
+  if (o.chat) {
+    Status st = to_chat_form(o.engine.model_dir, *tok, prompts);
+    if (!st.ok()) return fail(st);
+  }
 
   auto core = EngineCore::create(o.engine);
   if (!core.ok()) return fail(core.status());
@@ -142,6 +175,7 @@ int run_eval_niah(EvalOptions& o) {
              o.engine.num_threads > 0 ? std::to_string(o.engine.num_threads) : "all");
   eval::RunOptions run;
   run.max_tokens = o.max_tokens;
+  run.add_special_tokens = !o.chat;  // a rendered template carries its own BOS
   run.on_length_done = [](int32_t length, int32_t n, double seconds) {
     fmt::print(stderr, "[eval] {} tokens: {} prompts in {:.1f} s\n", length, n, seconds);
   };
@@ -210,6 +244,9 @@ CommandRunner add_eval_command(CLI::App& app) {
                    "Evaluate the prompts of this JSONL (train_tiny.py --emit-eval-jsonl) instead");
   niah->add_option("--emit-prompts", o->emit_prompts_path, "Write the prompts as JSONL");
   niah->add_flag("--emit-only", o->emit_only, "Only write --emit-prompts; evaluate nothing");
+  niah->add_flag("--chat", o->chat,
+                 "Wrap each prompt in the model's chat template (instruct models): the task as the "
+                 "user message, then the generation prompt and the answer prefix, as RULER does");
   niah->add_option("--heatmap", o->heatmap_path, "niah_single depth x length heatmap (SVG)");
   niah->add_option("--json", o->json_path, "Every result, the summary and the configuration");
   niah->add_option("--markdown", o->markdown_path,
