@@ -22,6 +22,7 @@
 // refuses such a step and the caller runs the ordinary per-sequence attention.
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -197,6 +198,56 @@ inline Result<SharedPrefixPlan> plan_shared_prefix(
   }
   plan.max_parts = std::max(plan.max_parts, 1);
   return plan;
+}
+
+// The groups a decode step's block tables imply (host copies: kv_lens [num_seqs], blocks
+// [num_seqs, blocks_stride]): sequences whose first table entry names the same block form a
+// group, sharing the longest run of leading entries common to all of them (whole pages, so no
+// copy-on-write page is assumed equal). Groups of fewer than min_members sequences or fewer than
+// min_prefix_tokens shared tokens are left out (attended as usual). With prefix caching the
+// block tables are all the engine needs: sharing a cached block is what makes it shared.
+inline SharedPrefixGroups find_shared_prefix_groups(int32_t num_seqs, const int32_t* kv_lens,
+                                                    const int32_t* blocks, int32_t blocks_stride,
+                                                    int32_t page_tokens, int32_t min_members = 2,
+                                                    int32_t min_prefix_tokens = 1) {
+  SharedPrefixGroups groups;
+  if (num_seqs <= 0 || !kv_lens || !blocks || blocks_stride <= 0 || page_tokens <= 0) {
+    return groups;
+  }
+  // Sequences with at least one page, ordered by their first block (stable: batch order within).
+  std::vector<int32_t> order;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    if (kv_lens[s] > 0 && blocks[int64_t{s} * blocks_stride] >= 0) order.push_back(s);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return blocks[int64_t{a} * blocks_stride] < blocks[int64_t{b} * blocks_stride];
+  });
+  for (size_t i = 0; i < order.size();) {
+    const int32_t first = order[i];
+    const int32_t* row0 = blocks + int64_t{first} * blocks_stride;
+    size_t j = i + 1;
+    while (j < order.size() && blocks[int64_t{order[j]} * blocks_stride] == row0[0]) ++j;
+    // Common leading pages, only pages every member has filled (a page still being written by
+    // one member cannot be shared).
+    int32_t common = blocks_stride;
+    for (size_t m = i; m < j; ++m) {
+      const int32_t s = order[m];
+      const int32_t* row = blocks + int64_t{s} * blocks_stride;
+      int32_t c = 0;
+      const int32_t full = std::min(common, kv_lens[s] / page_tokens);
+      while (c < full && row[c] == row0[c]) ++c;
+      common = c;
+    }
+    const int64_t prefix = int64_t{common} * page_tokens;
+    if (static_cast<int32_t>(j - i) >= min_members && prefix >= min_prefix_tokens && prefix > 0) {
+      groups.seqs.insert(groups.seqs.end(), order.begin() + static_cast<std::ptrdiff_t>(i),
+                         order.begin() + static_cast<std::ptrdiff_t>(j));
+      groups.group_indptr.push_back(static_cast<int32_t>(groups.seqs.size()));
+      groups.prefix_tokens.push_back(static_cast<int32_t>(prefix));
+    }
+    i = j;
+  }
+  return groups;
 }
 
 // What a shared-prefix kernel reads: the decode step (AttentionParams with one query per

@@ -83,10 +83,11 @@ class SharedPrefixCase {
 
     // Keys/values per (logical sequence, kv head): [len, d] f32 values (rounded to kv_dtype).
     const auto rounded = [&](float v) {
-      Stored s;
-      s.resize(1, cfg.kv_dtype);
-      s.set(0, v);
-      return s.values[0];
+      uint8_t buf[4];
+      convert_from_f32(&v, cfg.kv_dtype, buf, 1);
+      float r = 0.0f;
+      convert_to_f32(cfg.kv_dtype, buf, &r, 1);
+      return r;
     };
     std::vector<std::vector<float>> gk(groups.size() * nkv), gv(groups.size() * nkv);
     for (size_t g = 0; g < groups.size(); ++g) {
