@@ -76,7 +76,8 @@ void expect_matches(SharedPrefixCase& c, const kernels::SharedPrefixPlanConfig& 
   const std::vector<float> ordinary = c.out_values();
   const std::vector<float> got = run_gpu(c, pc);
   EXPECT_TRUE(close_to(got, want, rel_tol(dt), 2 * rel_tol(dt))) << label << " vs dense";
-  EXPECT_TRUE(close_to(got, ordinary, rel_tol(dt), 2 * rel_tol(dt)))
+  // Both outputs rounded to dt.
+  EXPECT_TRUE(close_to(got, ordinary, 1.5 * rel_tol(dt), 3 * rel_tol(dt)))
       << label << " vs the CPU per-sequence kernel";
 }
 
