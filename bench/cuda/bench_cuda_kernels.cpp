@@ -32,6 +32,9 @@
 //    against two levels (a coarse level per --summary-group-pages pages) at --batches and
 //    --select-contexts, on random keys and on keys with planted hot spans (--select-data), with
 //    the fine summaries on the device and in pinned host memory (--select-fine).
+//  - shared-prefix decode (section "shared-prefix", bench_shared_prefix.cpp, not in the default
+//    sections): B sequences sharing a --shared-prefix-tokens prefix plus --shared-prefix-suffix
+//    own tokens each, the ordinary decode kernel against shared-prefix attention.
 //  - small per-layer ops at decode and prefill sizes (section "small", Llama-3-8B shapes): rmsnorm
 //    and add_rmsnorm (hidden 4096), rope of q (32 heads) and of k (8 heads), silu_mul (inter
 //    14336), kv_append and page_summary_update (8 kv heads, pages of 64, logical pages of 16, 32K
@@ -48,6 +51,8 @@
 //        [--decode-min-blocks 0,2,8] [--decode-ticketed -1,0,1] [--decode-chunk-blocks 1,2]
 //        [--sections select --select-contexts 32768,131072,262144 --select-data random,planted
 //         --select-fine device,host --summary-group-pages 16]
+//        [--sections shared-prefix --shared-prefix-batches 8,32 --shared-prefix-tokens 32768
+//         --shared-prefix-suffix 512 --shared-prefix-split 1024]
 //        [--decode-rounds 3] [--decode-trace FILE] [--kv-formats bf16,fp8,int8,int4]
 
 #include <cuda_runtime_api.h>
@@ -64,6 +69,7 @@
 
 #include "bench_common.h"
 #include "bench_select.h"
+#include "bench_shared_prefix.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/kv_quant.h"
 
@@ -841,6 +847,13 @@ int run(int argc, char** argv) {
                  arg(argc, argv, "--select-data", "random,planted"),
                  arg(argc, argv, "--select-fine", "device,host"),
                  static_cast<int32_t>(parse_list(arg(argc, argv, "--summary-group-pages", "16"))[0]));
+  }
+  if (has("shared-prefix")) {  // bench_shared_prefix.cpp: shared-prefix against ordinary decode
+    bench_shared_prefix(*dev.b, dev.stream, out,
+                        parse_list(arg(argc, argv, "--shared-prefix-batches", "8,32")),
+                        parse_list(arg(argc, argv, "--shared-prefix-tokens", "32768,131072")),
+                        parse_list(arg(argc, argv, "--shared-prefix-suffix", "512"))[0],
+                        parse_list(arg(argc, argv, "--shared-prefix-split", "1024"))[0]);
   }
   if (has("decode")) {
     std::vector<DecodeVariant> variants;
