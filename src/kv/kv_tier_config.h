@@ -15,6 +15,12 @@ enum class KvReplacement : int32_t {
   kPlainLru = 1,     // exact timestamps, for comparison
 };
 
+// How the device cache is split over the request rows (docs/device-cache-budgets.md).
+enum class KvBudgetMode : int32_t {
+  kEven = 0,     // every row owns slots_per_row slots, fixed
+  kElastic = 1,  // the engine sizes each running request's partition (Spin's buffer elasticity)
+};
+
 struct KvTierConfig {
   bool enabled = false;
   int32_t num_rows = 0;       // request rows (max sequences); each owns one partition
@@ -22,6 +28,7 @@ struct KvTierConfig {
   KvReplacement replacement = KvReplacement::kBucketedLru;
   int32_t bucket_ticks = 1;   // residency-op calls per bucket: num_layers = one decode step
   int32_t num_buckets = 64;
+  KvBudgetMode budget = KvBudgetMode::kEven;
 
   int32_t num_cache_slots() const { return num_rows * slots_per_row; }
   Status validate() const;
