@@ -11,23 +11,30 @@
 
 namespace ls {
 
-namespace {
-
-// Slots that change owner when the partitions laid out in row order go from `from` to `to`
-// ([rows] sizes each): per row, its new slots it did not own before.
-int64_t slots_changing_owner(const std::vector<int32_t>& from, const std::vector<int32_t>& to) {
-  int64_t moved = 0, old_begin = 0, new_begin = 0;
-  for (size_t r = 0; r < from.size() && r < to.size(); ++r) {
-    const int64_t old_end = old_begin + from[r], new_end = new_begin + to[r];
-    const int64_t kept = std::max<int64_t>(0, std::min(old_end, new_end) - std::max(old_begin, new_begin));
-    moved += to[r] - kept;
-    old_begin = old_end;
-    new_begin = new_end;
+std::vector<BudgetSegment> measured_hit_curve(const DecodeWindow& w, int64_t soft_floor,
+                                              int64_t budget, int64_t working_set, int64_t cap) {
+  const int64_t top = std::min(std::max(working_set, soft_floor), cap);
+  const double base = std::min(w.reused, w.hits);
+  std::vector<HitPoint> points{{soft_floor, base}};
+  double slope = 0.0;
+  if (budget > soft_floor) {
+    // Hits beyond one step's reuse are re-reads from older steps that the buffer kept.
+    slope = std::max(0.0, w.hits - base) / static_cast<double>(budget - soft_floor);
+    points.push_back({budget, std::max(w.hits, base)});
+  } else {
+    // Nothing measured above the floor: assume one more step's worth of pages would turn half of
+    // the step's other misses into hits (explores; the next plan measures it).
+    slope = 0.5 * std::max(0.0, w.selected - base) / static_cast<double>(std::max<int64_t>(1, soft_floor));
   }
-  return moved;
+  const int64_t from = std::max(budget, soft_floor);
+  if (top > from && slope > 0.0) {
+    // Beyond what was measured, half the measured slope up to the working set, and never more
+    // hits than pages read.
+    const double h = std::max(w.hits, base) + 0.5 * slope * static_cast<double>(top - from);
+    points.push_back({top, std::min(w.selected, h)});
+  }
+  return concave_hit_curve(soft_floor, std::move(points));
 }
-
-}  // namespace
 
 Result<std::vector<int64_t>> plan_device_budgets(const std::vector<BudgetDemand>& demands,
                                                  int64_t cache) {
@@ -168,7 +175,12 @@ DeviceBudgetPlanner::DeviceBudgetPlanner(KvGeometry geometry, int64_t cache_page
       decode_pages_per_head_(decode_pages_per_head),
       interval_(std::max(1, interval)),
       budgets_(static_cast<size_t>(std::max(0, num_rows)),
-               num_rows > 0 ? static_cast<int32_t>(cache_pages / num_rows) : 0) {}
+               num_rows > 0 ? static_cast<int32_t>(cache_pages / num_rows) : 0) {
+  for (size_t r = 0; r < budgets_.size(); ++r) {
+    const auto begin = static_cast<int32_t>(r) * budgets_[r];
+    spans_.push_back({begin, begin + budgets_[r]});
+  }
+}
 
 int64_t DeviceBudgetPlanner::hard_floor(int32_t context) const {
   return tier_slots_for_layer(geometry_, std::min(context, max_model_len_));
@@ -211,16 +223,9 @@ Status DeviceBudgetPlanner::before_step(const std::vector<Sequence*>& running,
                               d.hard_floor, d.cap);
     const DecodeWindow w = tracker.decode_window(seq->slot);
     if (w.steps > 0) {
-      // Measured: the hits now at the current budget; one step's reuse at the soft floor (LRU
-      // over the layers keeps the previous step's pages exactly until they are read again);
-      // at the working set, every page but the truly new ones (at most the fewest fresh pages
-      // of a step, since evictions only add to fresh).
-      const int64_t ws = std::max(d.soft_floor, tracker.decode_pages(seq->slot, seq->num_tokens()));
-      const double best = std::min(w.selected, std::max(w.hits, w.selected - static_cast<double>(w.min_fresh)));
-      d.segments = concave_hit_curve(
-          d.soft_floor, {{d.soft_floor, std::min(w.reused, w.hits)},
-                         {budgets_[static_cast<size_t>(seq->slot)], w.hits},
-                         {std::min(ws, d.cap), best}});
+      d.segments = measured_hit_curve(w, d.soft_floor, budgets_[static_cast<size_t>(seq->slot)],
+                                      std::max(d.soft_floor, tracker.decode_pages(seq->slot, seq->num_tokens())),
+                                      d.cap);
     }
     demands.push_back(std::move(d));
     demand_rows.push_back(seq->slot);
@@ -235,7 +240,10 @@ Status DeviceBudgetPlanner::before_step(const std::vector<Sequence*>& running,
   if (next == budgets_) return {};
   LS_RETURN_IF_ERROR(executor.set_device_budgets(next));
   ++num_changes_;
-  moved_slots_ += slots_changing_owner(budgets_, next);
+  // The executor places the partitions with tier_layout too; mirror it to count the moves.
+  std::vector<SlotSpan> spans = tier_layout(spans_, next, static_cast<int32_t>(cache_pages_));
+  moved_slots_ += tier_slots_moved(spans_, spans);
+  spans_ = std::move(spans);
   budgets_ = std::move(next);
   return {};
 }

@@ -22,6 +22,7 @@
 
 #include "core/status.h"
 #include "kv/kv_geometry.h"
+#include "kv/kv_tier_config.h"
 
 namespace ls {
 
@@ -59,6 +60,16 @@ struct HitPoint {
 // the first point at `from` or its height 0 when there is none.
 std::vector<BudgetSegment> concave_hit_curve(int64_t from, std::vector<HitPoint> points);
 
+struct DecodeWindow;
+// A request's hit curve from its last decode steps `w`, measured with `budget` slots: one step's
+// reuse at the soft floor (LRU over the layers keeps the previous step's pages until they are
+// read again), the measured hits at `budget`, and beyond it half the measured slope (diminishing
+// returns) up to its working set (at most `cap`), never above the pages it reads per step. A
+// request measured at its floor gets an exploring slope (half its other misses per step's worth
+// of pages).
+std::vector<BudgetSegment> measured_hit_curve(const DecodeWindow& w, int64_t soft_floor,
+                                              int64_t budget, int64_t working_set, int64_t cap);
+
 // The engine's driver: plans budgets from the tracker between steps and applies them.
 class DeviceBudgetPlanner {
  public:
@@ -89,6 +100,7 @@ class DeviceBudgetPlanner {
   int32_t interval_;
   int32_t steps_since_plan_ = 0;
   std::vector<int32_t> budgets_;
+  std::vector<SlotSpan> spans_;  // where the executor's partitions are (tier_layout)
   std::vector<int32_t> planned_rows_;  // running rows at the last plan, ascending
   int64_t num_changes_ = 0;
   int64_t moved_slots_ = 0;

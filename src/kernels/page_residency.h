@@ -8,7 +8,7 @@
 // (kernels/cuda/page_residency.cu) implement the same rule.
 //
 // Per sequence s (row r = cache_rows[s], partition slots [r * slots_per_row, (r+1) * slots_per_row),
-// or [row_slots[r], row_slots[r+1]) when the plan sizes the partitions per request):
+// or [row_slots[2r], row_slots[2r+1]) when the plan sizes the partitions per request):
 //  1. now = ++row_clock[r];
 //  2. the mandatory pages: for each kv head g with head_mode[g] != kStreaming, the head-pages
 //     collect_visible_pages lists for the sequence's whole query range (kSelected with a
@@ -59,8 +59,9 @@ struct PageResidencyParams {
   // cache state (device memory of the backend)
   const int32_t* cache_rows = nullptr;  // [num_seqs] partition (request row) of each sequence
   int32_t slots_per_row = 0;            // the even partition; num_rows = num_cache_slots / it
-  // optional [num_rows + 1] ascending slot offsets: row r's partition is [row_slots[r],
-  // row_slots[r + 1]) (per-request device budgets, docs/device-cache-budgets.md); null: even
+  // optional [num_rows, 2] (begin, end): row r's partition is [row_slots[2r], row_slots[2r + 1]),
+  // disjoint from the others' (per-request device budgets, docs/device-cache-budgets.md); null:
+  // the even partitions
   const int32_t* row_slots = nullptr;
   int32_t num_cache_slots = 0;
   int32_t* page_slot = nullptr;   // [num_blocks * heads_per_block] slot or -1
@@ -116,7 +117,7 @@ struct SlotRange {
   int32_t end = 0;
 };
 inline SlotRange row_partition(const PageResidencyParams& p, int32_t row) {
-  if (p.row_slots != nullptr) return {p.row_slots[row], p.row_slots[row + 1]};
+  if (p.row_slots != nullptr) return {p.row_slots[2 * row], p.row_slots[2 * row + 1]};
   return {row * p.slots_per_row, (row + 1) * p.slots_per_row};
 }
 inline SlotRange reset_range(const ResidencyResetParams& p) {

@@ -47,14 +47,14 @@ Result<KvCacheTier> KvCacheTier::create(const KvGeometry& g, Backend& backend,
   const int64_t row_counter_bytes = int64_t{config.num_rows} * kernels::kRowCounters * 8;
   LS_ASSIGN_OR_RETURN(t.row_counters_, backend.allocate(row_counter_bytes));
   backend.fill_zero(t.row_counters_.data(), row_counter_bytes);
-  t.offsets_.resize(static_cast<size_t>(config.num_rows) + 1);
-  for (int32_t r = 0; r <= config.num_rows; ++r) {
-    t.offsets_[static_cast<size_t>(r)] = r * config.slots_per_row;
+  for (int32_t r = 0; r < config.num_rows; ++r) {
+    t.spans_.push_back({r * config.slots_per_row, (r + 1) * config.slots_per_row});
   }
   if (config.budget == KvBudgetMode::kElastic) {
     // Starts even; the engine's plans resize it (set_row_budgets).
-    LS_ASSIGN_OR_RETURN(t.row_slots_, backend.allocate(static_cast<int64_t>(t.offsets_.size()) * 4));
-    backend.copy_bytes(t.row_slots_.data(), t.offsets_.data(), t.row_slots_.bytes());
+    static_assert(sizeof(SlotSpan) == 8);
+    LS_ASSIGN_OR_RETURN(t.row_slots_, backend.allocate(int64_t{config.num_rows} * 8));
+    backend.copy_bytes(t.row_slots_.data(), t.spans_.data(), t.row_slots_.bytes());
   }
   backend.synchronize();
   return t;
@@ -125,8 +125,8 @@ void KvCacheTier::reset_row(Backend& backend, int32_t row) const {
   kernels::ResidencyResetParams r;
   r.row = row;
   r.slots_per_row = config_.slots_per_row;
-  r.first_slot = offsets_[static_cast<size_t>(row)];
-  r.num_slots = offsets_[static_cast<size_t>(row) + 1] - r.first_slot;
+  r.first_slot = spans_[static_cast<size_t>(row)].begin;
+  r.num_slots = spans_[static_cast<size_t>(row)].end - r.first_slot;
   r.page_slot = page_slot_.as<int32_t>();
   r.slot_page = slot_page_.as<int32_t>();
   r.slot_stamp = slot_stamp_.as<int32_t>();
@@ -157,14 +157,12 @@ Status KvCacheTier::set_row_budgets(Backend& backend, const std::vector<int32_t>
     return invalid_argument("device budgets of {} slots exceed the cache's {}", total,
                             config_.num_cache_slots());
   }
-  std::vector<int32_t> next(offsets_.size(), 0);
-  for (size_t r = 0; r < slots.size(); ++r) next[r + 1] = next[r] + slots[r];
-  if (next == offsets_) return {};
+  std::vector<SlotSpan> next = tier_layout(spans_, slots, config_.num_cache_slots());
+  if (next == spans_) return {};
   // Each row gives up the part of its old partition outside its new one. Partitions are disjoint
   // before and after, so every slot that changes owner is freed by its old owner here.
   for (int32_t row = 0; row < config_.num_rows; ++row) {
-    const auto i = static_cast<size_t>(row);
-    const int32_t ob = offsets_[i], oe = offsets_[i + 1], nb = next[i], ne = next[i + 1];
+    const SlotSpan o = spans_[static_cast<size_t>(row)], n = next[static_cast<size_t>(row)];
     auto release = [&](int32_t b, int32_t e) {
       if (e <= b) return;
       kernels::ResidencyResetParams r;
@@ -179,17 +177,17 @@ Status KvCacheTier::set_row_budgets(Backend& backend, const std::vector<int32_t>
       r.row_clock = row_clock_.as<int32_t>();
       backend.page_residency_reset(r);
     };
-    release(ob, std::min(oe, nb));  // the old slots below the new range
-    release(std::max(ob, ne), oe);  // and above it
+    release(o.begin, std::min(o.end, n.begin));  // the old slots below the new span
+    release(std::max(o.begin, n.end), o.end);    // and above it
   }
-  offsets_ = std::move(next);
-  backend.copy_bytes(row_slots_.data(), offsets_.data(), row_slots_.bytes());
+  spans_ = std::move(next);
+  backend.copy_bytes(row_slots_.data(), spans_.data(), row_slots_.bytes());
   return {};
 }
 
 std::vector<int32_t> KvCacheTier::row_budgets() const {
-  std::vector<int32_t> out(static_cast<size_t>(config_.num_rows));
-  for (size_t r = 0; r < out.size(); ++r) out[r] = offsets_[r + 1] - offsets_[r];
+  std::vector<int32_t> out;
+  for (const SlotSpan& s : spans_) out.push_back(s.end - s.begin);
   return out;
 }
 

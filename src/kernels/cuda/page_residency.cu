@@ -122,8 +122,8 @@ __global__ void __launch_bounds__(kThreads) residency_kernel(const PageResidency
   const int lane = tid % 32, warp = tid / 32;
   const int32_t row = p.cache_rows[s];
   // The row's partition: even, or sized per request by the plan's offsets.
-  const int32_t begin = p.row_slots != nullptr ? p.row_slots[row] : row * p.slots_per_row;
-  const int32_t end = p.row_slots != nullptr ? p.row_slots[row + 1] : begin + p.slots_per_row;
+  const int32_t begin = p.row_slots != nullptr ? p.row_slots[2 * row] : row * p.slots_per_row;
+  const int32_t end = p.row_slots != nullptr ? p.row_slots[2 * row + 1] : begin + p.slots_per_row;
   const int32_t n = end - begin;
   if (tid == 0) s_now = ++p.row_clock[row];
   __syncthreads();
