@@ -198,17 +198,16 @@ std::vector<int32_t> DeviceBudgetPlanner::sorted_budgets(const std::vector<int32
 Status DeviceBudgetPlanner::before_step(const std::vector<Sequence*>& running,
                                         const WorkingSetTracker& tracker, StepExecutor& executor) {
   std::vector<int32_t> rows;
-  const bool due = ++steps_since_plan_ > interval_;
-  bool forced = false;  // some request must get slots now
+  bool need = ++steps_since_plan_ > interval_;
   for (const Sequence* seq : running) {
     if (seq->slot < 0 || seq->slot >= static_cast<int32_t>(budgets_.size())) continue;
     rows.push_back(seq->slot);
     // This step's context is at most num_tokens(): a decode computes the last sampled token.
-    if (budgets_[static_cast<size_t>(seq->slot)] < hard_floor(seq->num_tokens())) forced = true;
+    if (budgets_[static_cast<size_t>(seq->slot)] < hard_floor(seq->num_tokens())) need = true;
   }
   std::sort(rows.begin(), rows.end());
-  if (rows != planned_rows_) forced = true;
-  if (!forced && !due) return {};
+  if (rows != planned_rows_) need = true;
+  if (!need) return {};
 
   std::vector<BudgetDemand> demands;
   demands.reserve(running.size());
@@ -239,22 +238,11 @@ Status DeviceBudgetPlanner::before_step(const std::vector<Sequence*>& running,
   steps_since_plan_ = 0;
   planned_rows_ = std::move(rows);
   if (next == budgets_) return {};
-  std::vector<SlotSpan> spans = tier_layout(spans_, next, static_cast<int32_t>(cache_pages_));
-  const int64_t moved = tier_slots_moved(spans_, spans);
-  if (!forced) {
-    // A periodic re-plan must pay for itself: every slot that changes owner costs about one
-    // page copy, so apply it only if the modelled hits it adds until the next plan exceed that.
-    double gain = 0.0;
-    for (size_t i = 0; i < demands.size(); ++i) {
-      const auto r = static_cast<size_t>(demand_rows[i]);
-      gain += modelled_hits(demands[i], next[r]) - modelled_hits(demands[i], budgets_[r]);
-    }
-    if (gain * interval_ <= static_cast<double>(moved)) return {};
-  }
   LS_RETURN_IF_ERROR(executor.set_device_budgets(next));
   ++num_changes_;
-  // The executor places the partitions with tier_layout too: `spans` mirrors them.
-  moved_slots_ += moved;
+  // The executor places the partitions with tier_layout too; mirror it to count the moves.
+  std::vector<SlotSpan> spans = tier_layout(spans_, next, static_cast<int32_t>(cache_pages_));
+  moved_slots_ += tier_slots_moved(spans_, spans);
   spans_ = std::move(spans);
   budgets_ = std::move(next);
   return {};

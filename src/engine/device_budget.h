@@ -79,9 +79,8 @@ class DeviceBudgetPlanner {
                       int32_t max_model_len, int32_t decode_pages_per_head, int32_t interval);
 
   // Before a step that runs `running` (the scheduler's running sequences): re-plans when one of
-  // them lacks its hard floor for this step or the set of running rows changed (applied), or
-  // when `interval` steps passed (applied only if the modelled hits it adds over the next
-  // interval exceed the slots it moves: each costs about one page copy), through `executor`.
+  // them lacks its hard floor for this step, the set of running rows changed, or `interval`
+  // steps passed, and applies a changed plan through `executor`.
   Status before_step(const std::vector<Sequence*>& running, const WorkingSetTracker& tracker,
                      StepExecutor& executor);
 
