@@ -95,6 +95,14 @@ struct EngineStats {
   int64_t kv_working_set_pages = 0;     // running requests' summed working sets (tier on)
   int64_t kv_selected_pages_total = 0;  // decode steps' mandatory pages, since start (tier on)
   int64_t kv_reused_pages_total = 0;    // of them, read one step earlier too: overlap = ratio
+  // Per-request device budgets (docs/device-cache-budgets.md), over the running requests'
+  // partitions in head-page slots (tier on; 0 with none running).
+  bool kv_budget_elastic = false;
+  int64_t kv_budget_min_pages = 0;
+  int64_t kv_budget_median_pages = 0;
+  int64_t kv_budget_max_pages = 0;
+  int64_t kv_budget_changes_total = 0;      // plans that changed some request's budget
+  int64_t kv_budget_moved_pages_total = 0;  // cache slots that changed owner through them
   // K/V page format (docs/kv-quantization.md) and the cache bytes one token of context adds
   // (retrieval heads, all layers, K + V, scales and summaries included).
   std::string kv_cache_dtype;

@@ -33,6 +33,14 @@ Status EngineConfig::validate() const {
     return invalid_argument("--kv-cache-replacement must be bucketed-lru or lru (got '{}')",
                             kv_cache_replacement);
   }
+  if (device_cache_budget != "even" && device_cache_budget != "elastic") {
+    return invalid_argument("--device-cache-budget must be even or elastic (got '{}')",
+                            device_cache_budget);
+  }
+  if (device_budget_interval < 1) {
+    return invalid_argument("--device-budget-interval must be at least 1 (got {})",
+                            device_budget_interval);
+  }
   if (!(decode_reserve_ratio >= 0.0 && decode_reserve_ratio <= 1.0)) {
     return invalid_argument("--decode-reserve-ratio must be in [0, 1] (got {})", decode_reserve_ratio);
   }

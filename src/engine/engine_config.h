@@ -30,6 +30,9 @@ struct EngineConfig {
   int64_t device_kv_cache_bytes = 0;     // device page cache; 0: from offload_buffer_ratio
   double offload_buffer_ratio = 4.0;     // auto cache: decode steps' worth of pages per request
   std::string kv_cache_replacement = "bucketed-lru";  // bucketed-lru | lru
+  // Per-request device budgets (docs/device-cache-budgets.md): even | elastic.
+  std::string device_cache_budget = "even";
+  int32_t device_budget_interval = 8;  // elastic: decode steps between re-plans
   // Admission control (docs/working-set-scheduling.md).
   double decode_reserve_ratio = 1.0 / 16;  // KV reserved for decode, share of a request's length
   bool working_set_admission = true;       // --kv-offload on: admit by working sets (SparseServe)

@@ -75,6 +75,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   o.device_kv_cache_bytes = config.device_kv_cache_bytes;
   o.offload_buffer_ratio = config.offload_buffer_ratio;
   o.kv_plain_lru = config.kv_cache_replacement == "lru";
+  o.elastic_device_budgets = config.device_cache_budget == "elastic";
   o.layer_segmented_prefill = config.layer_segmented_prefill();
   LS_ASSIGN_OR_RETURN(o.kv_cache_dtype, parse_kv_cache_dtype(config.kv_cache_dtype));
   o.quantization = config.quantization;
@@ -122,6 +123,11 @@ void EngineCore::init_working_sets() {
                                                       t.cache_pages, t.decode_pages_per_head,
                                                       kv_->max_seqs());
   if (config_.working_set_admission) scheduler_.set_working_set_model(working_sets_.get());
+  if (t.elastic_budgets) {
+    budgets_ = std::make_unique<DeviceBudgetPlanner>(
+        kv_->geometry(), t.cache_pages, kv_->max_seqs(), max_model_len_, t.decode_pages_per_head,
+        config_.device_budget_interval);
+  }
 }
 
 EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<StepExecutor> executor,
@@ -362,6 +368,14 @@ Status EngineCore::step() {
   cap_prompt_logprob_chunks();
   SchedulerOutput out = scheduler_.schedule();
   if (out.empty()) return {};
+  if (budgets_) {
+    // Elastic device budgets: re-planned between steps, before the step's residency ops.
+    Status st = budgets_->before_step(scheduler_.running(), *working_sets_, *executor_);
+    if (!st.ok()) {
+      fail_sequences(out, st);
+      return st;
+    }
+  }
   const int64_t step_ns = now_ns();
   // A layer-segmented share counts as the tokens' worth of work it does.
   const int32_t step_tokens = out.num_tokens + out.segments.token_equivalents;
@@ -520,6 +534,22 @@ EngineStats EngineCore::stats() const {
     s.kv_working_set_pages = scheduler_.working_set_pages();
     s.kv_selected_pages_total = working_sets_->total().selected_pages;
     s.kv_reused_pages_total = working_sets_->total().reused_pages;
+    std::vector<int32_t> sizes;
+    for (const Sequence* seq : scheduler_.running()) {
+      const auto r = static_cast<size_t>(seq->slot);
+      if (seq->slot >= 0 && r < t.row_budgets.size()) sizes.push_back(t.row_budgets[r]);
+    }
+    std::sort(sizes.begin(), sizes.end());
+    if (!sizes.empty()) {
+      s.kv_budget_min_pages = sizes.front();
+      s.kv_budget_median_pages = sizes[sizes.size() / 2];
+      s.kv_budget_max_pages = sizes.back();
+    }
+    s.kv_budget_elastic = budgets_ != nullptr;
+    if (budgets_) {
+      s.kv_budget_changes_total = budgets_->num_changes();
+      s.kv_budget_moved_pages_total = budgets_->moved_slots();
+    }
   }
   const KvGeometry& g = kv_->geometry();
   s.kv_cache_dtype = std::string(g.page_format_name());

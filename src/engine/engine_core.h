@@ -15,6 +15,7 @@
 
 #include "core/status.h"
 #include "engine/engine_api.h"
+#include "engine/device_budget.h"
 #include "engine/engine_config.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -74,6 +75,7 @@ class EngineCore {
   int64_t recomputed_tokens() const { return scheduler_.num_recomputed_tokens(); }
   // Selection locality and working sets (--kv-offload on; null otherwise).
   const WorkingSetTracker* working_sets() const { return working_sets_.get(); }
+  const DeviceBudgetPlanner* device_budgets() const { return budgets_.get(); }
   // Layer-segmented prefill: whether the scheduler uses it, and the runner's hidden-state arena.
   bool layer_segmented_prefill() const { return scheduler_.config().layer_segment_min_tokens > 0; }
   int64_t layer_segment_arena_bytes() const { return executor_->layer_segment_arena_bytes(); }
@@ -113,6 +115,7 @@ class EngineCore {
   std::string model_name_;
   Scheduler scheduler_;
   std::unique_ptr<WorkingSetTracker> working_sets_;  // --kv-offload on
+  std::unique_ptr<DeviceBudgetPlanner> budgets_;     // --device-cache-budget elastic
   std::mt19937_64 seed_rng_;
 
   std::map<std::string, std::vector<std::unique_ptr<Sequence>>> requests_;  // id -> choices

@@ -102,6 +102,7 @@ class Scheduler {
 
   const SchedulerConfig& config() const { return config_; }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  const std::vector<Sequence*>& running() const { return running_; }  // in arrival order
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
   // Tokens computed again because their sequence was preempted, since start.

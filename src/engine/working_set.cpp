@@ -45,6 +45,26 @@ int64_t WorkingSetTracker::decode_pages(int32_t slot, int32_t context) const {
   return std::min(all_pages, max_selected + added);
 }
 
+DecodeWindow WorkingSetTracker::decode_window(int32_t slot) const {
+  DecodeWindow w;
+  if (slot < 0 || slot >= static_cast<int32_t>(rows_.size())) return w;
+  const std::deque<DecodeStep>& h = rows_[static_cast<size_t>(slot)].history;
+  if (h.empty()) return w;
+  w.steps = static_cast<int32_t>(h.size());
+  w.min_fresh = h.front().fresh;
+  for (const DecodeStep& d : h) {
+    w.selected += static_cast<double>(d.selected);
+    w.hits += static_cast<double>(d.hits);
+    w.reused += static_cast<double>(d.reused);
+    w.min_fresh = std::min(w.min_fresh, d.fresh);
+  }
+  const auto n = static_cast<double>(h.size());
+  w.selected /= n;
+  w.hits /= n;
+  w.reused /= n;
+  return w;
+}
+
 void WorkingSetTracker::observe(const std::vector<RowStep>& steps,
                                 const std::vector<int64_t>& row_counters) {
   for (const RowStep& st : steps) {
@@ -62,7 +82,8 @@ void WorkingSetTracker::observe(const std::vector<RowStep>& steps,
       r.locality = {};
     }
     if (!st.decode) continue;
-    DecodeStep ds{d[kernels::kRowMandatory], d[kernels::kRowMandatory] - d[kernels::kRowReused]};
+    DecodeStep ds{d[kernels::kRowMandatory], d[kernels::kRowMandatory] - d[kernels::kRowReused],
+                  d[kernels::kRowHits], d[kernels::kRowReused]};
     r.history.push_back(ds);
     while (static_cast<int32_t>(r.history.size()) > window_) r.history.pop_front();
     for (SelectionLocality* l : {&r.locality, &total_}) {

@@ -34,6 +34,16 @@ struct SelectionLocality {
   }
 };
 
+// A request's last decode steps (at most the window), per step: what elastic device budgets
+// plan from (engine/device_budget.h).
+struct DecodeWindow {
+  int32_t steps = 0;       // decode steps in the window
+  double selected = 0.0;   // mean mandatory pages per step (all layers)
+  double hits = 0.0;       // mean of them found resident
+  double reused = 0.0;     // mean read one step earlier too
+  int64_t min_fresh = 0;   // fewest pages per step not read one step earlier (or evicted)
+};
+
 // One request row's part of a step, as the engine scheduled it.
 struct RowStep {
   int32_t slot = 0;
@@ -57,11 +67,14 @@ class WorkingSetTracker final : public WorkingSetModel {
   // The request now in `slot` (since it last started).
   const SelectionLocality& row(int32_t slot) const { return rows_[static_cast<size_t>(slot)].locality; }
   int32_t window() const { return window_; }
+  DecodeWindow decode_window(int32_t slot) const;
 
  private:
   struct DecodeStep {
     int64_t selected = 0;
     int64_t fresh = 0;  // selected - reused
+    int64_t hits = 0;
+    int64_t reused = 0;
   };
   struct Row {
     std::vector<int64_t> last;        // cumulative counters at the last observe

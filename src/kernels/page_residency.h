@@ -7,7 +7,8 @@
 // step runs it without a host round trip. CPU (kernels/cpu/page_residency.cpp) and CUDA
 // (kernels/cuda/page_residency.cu) implement the same rule.
 //
-// Per sequence s (row r = cache_rows[s], partition slots [r * slots_per_row, (r+1) * slots_per_row)):
+// Per sequence s (row r = cache_rows[s], partition slots [r * slots_per_row, (r+1) * slots_per_row),
+// or [row_slots[2r], row_slots[2r+1]) when the plan sizes the partitions per request):
 //  1. now = ++row_clock[r];
 //  2. the mandatory pages: for each kv head g with head_mode[g] != kStreaming, the head-pages
 //     collect_visible_pages lists for the sequence's whole query range (kSelected with a
@@ -57,7 +58,11 @@ struct PageResidencyParams {
 
   // cache state (device memory of the backend)
   const int32_t* cache_rows = nullptr;  // [num_seqs] partition (request row) of each sequence
-  int32_t slots_per_row = 0;
+  int32_t slots_per_row = 0;            // the even partition; num_rows = num_cache_slots / it
+  // optional [num_rows, 2] (begin, end): row r's partition is [row_slots[2r], row_slots[2r + 1]),
+  // disjoint from the others' (per-request device budgets, docs/device-cache-budgets.md); null:
+  // the even partitions
+  const int32_t* row_slots = nullptr;
   int32_t num_cache_slots = 0;
   int32_t* page_slot = nullptr;   // [num_blocks * heads_per_block] slot or -1
   int32_t* slot_page = nullptr;   // [num_cache_slots] head-page or -1
@@ -91,15 +96,34 @@ enum RowCounter : int32_t {
 inline constexpr int32_t kRowCounters = 4;
 
 // Empties one partition: each slot of `row` that holds a page is freed (the page's page_slot
-// cleared if it still points there), its stamps and the row clock are reset.
+// cleared if it still points there), its stamps and the row clock are reset. With
+// `num_slots` > 0 it frees the slots [first_slot, first_slot + num_slots) instead, and resets the
+// row clock only if reset_clock (a partition that shrinks or moves gives those slots up).
 struct ResidencyResetParams {
   int32_t row = 0;
   int32_t slots_per_row = 0;
+  int32_t first_slot = 0;
+  int32_t num_slots = 0;  // 0: the even partition of `row`
+  bool reset_clock = true;
   int32_t* page_slot = nullptr;
   int32_t* slot_page = nullptr;
   int32_t* slot_stamp = nullptr;
   int32_t* row_clock = nullptr;
 };
+
+// The slots [begin, end) of request row `row`'s partition.
+struct SlotRange {
+  int32_t begin = 0;
+  int32_t end = 0;
+};
+inline SlotRange row_partition(const PageResidencyParams& p, int32_t row) {
+  if (p.row_slots != nullptr) return {p.row_slots[2 * row], p.row_slots[2 * row + 1]};
+  return {row * p.slots_per_row, (row + 1) * p.slots_per_row};
+}
+inline SlotRange reset_range(const ResidencyResetParams& p) {
+  if (p.num_slots > 0) return {p.first_slot, p.first_slot + p.num_slots};
+  return {p.row * p.slots_per_row, (p.row + 1) * p.slots_per_row};
+}
 
 // The mandatory head-pages of sequence s, kv head g (step 2 above), in ascending position order,
 // passed to `emit(head_page)`. Shared by the CPU op and the tests' shadow model.

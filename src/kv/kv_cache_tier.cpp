@@ -47,6 +47,15 @@ Result<KvCacheTier> KvCacheTier::create(const KvGeometry& g, Backend& backend,
   const int64_t row_counter_bytes = int64_t{config.num_rows} * kernels::kRowCounters * 8;
   LS_ASSIGN_OR_RETURN(t.row_counters_, backend.allocate(row_counter_bytes));
   backend.fill_zero(t.row_counters_.data(), row_counter_bytes);
+  for (int32_t r = 0; r < config.num_rows; ++r) {
+    t.spans_.push_back({r * config.slots_per_row, (r + 1) * config.slots_per_row});
+  }
+  if (config.budget == KvBudgetMode::kElastic) {
+    // Starts even; the engine's plans resize it (set_row_budgets).
+    static_assert(sizeof(SlotSpan) == 8);
+    LS_ASSIGN_OR_RETURN(t.row_slots_, backend.allocate(int64_t{config.num_rows} * 8));
+    backend.copy_bytes(t.row_slots_.data(), t.spans_.data(), t.row_slots_.bytes());
+  }
   backend.synchronize();
   return t;
 }
@@ -54,7 +63,7 @@ Result<KvCacheTier> KvCacheTier::create(const KvGeometry& g, Backend& backend,
 int64_t KvCacheTier::bytes() const {
   return cache_k_.bytes() + cache_v_.bytes() + page_slot_.bytes() + slot_page_.bytes() +
          slot_stamp_.bytes() + row_clock_.bytes() + copy_src_.bytes() + copy_dst_.bytes() +
-         scratch_.bytes() + small_.bytes() + row_counters_.bytes();
+         scratch_.bytes() + small_.bytes() + row_counters_.bytes() + row_slots_.bytes();
 }
 
 kernels::PagedKvPool KvCacheTier::tiered_view(const kernels::PagedKvPool& homes) const {
@@ -73,6 +82,7 @@ void KvCacheTier::retrieve(Backend& backend, const kernels::AttentionParams& a,
   kernels::PageResidencyParams r = kernels::residency_of(a);
   r.cache_rows = cache_rows;
   r.slots_per_row = config_.slots_per_row;
+  r.row_slots = row_slots_.bytes() > 0 ? row_slots_.as<int32_t>() : nullptr;
   r.num_cache_slots = config_.num_cache_slots();
   r.page_slot = page_slot_.as<int32_t>();
   r.slot_page = slot_page_.as<int32_t>();
@@ -115,11 +125,70 @@ void KvCacheTier::reset_row(Backend& backend, int32_t row) const {
   kernels::ResidencyResetParams r;
   r.row = row;
   r.slots_per_row = config_.slots_per_row;
+  r.first_slot = spans_[static_cast<size_t>(row)].begin;
+  r.num_slots = spans_[static_cast<size_t>(row)].end - r.first_slot;
   r.page_slot = page_slot_.as<int32_t>();
   r.slot_page = slot_page_.as<int32_t>();
   r.slot_stamp = slot_stamp_.as<int32_t>();
   r.row_clock = row_clock_.as<int32_t>();
+  if (r.num_slots == 0) {
+    // An empty partition (elastic, an idle row) holds nothing; only its clock restarts.
+    const int32_t zero = 0;
+    backend.copy_bytes(row_clock_.as<int32_t>() + row, &zero, 4);
+    return;
+  }
   backend.page_residency_reset(r);
+}
+
+Status KvCacheTier::set_row_budgets(Backend& backend, const std::vector<int32_t>& slots) const {
+  if (config_.budget != KvBudgetMode::kElastic) {
+    return failed_precondition("per-request device budgets need --device-cache-budget elastic");
+  }
+  if (static_cast<int32_t>(slots.size()) != config_.num_rows) {
+    return invalid_argument("device budgets for {} rows, the cache has {}", slots.size(),
+                            config_.num_rows);
+  }
+  int64_t total = 0;
+  for (int32_t n : slots) {
+    if (n < 0) return invalid_argument("a device budget of {} slots", n);
+    total += n;
+  }
+  if (total > config_.num_cache_slots()) {
+    return invalid_argument("device budgets of {} slots exceed the cache's {}", total,
+                            config_.num_cache_slots());
+  }
+  std::vector<SlotSpan> next = tier_layout(spans_, slots, config_.num_cache_slots());
+  if (next == spans_) return {};
+  // Each row gives up the part of its old partition outside its new one. Partitions are disjoint
+  // before and after, so every slot that changes owner is freed by its old owner here.
+  for (int32_t row = 0; row < config_.num_rows; ++row) {
+    const SlotSpan o = spans_[static_cast<size_t>(row)], n = next[static_cast<size_t>(row)];
+    auto release = [&](int32_t b, int32_t e) {
+      if (e <= b) return;
+      kernels::ResidencyResetParams r;
+      r.row = row;
+      r.slots_per_row = config_.slots_per_row;
+      r.first_slot = b;
+      r.num_slots = e - b;
+      r.reset_clock = false;
+      r.page_slot = page_slot_.as<int32_t>();
+      r.slot_page = slot_page_.as<int32_t>();
+      r.slot_stamp = slot_stamp_.as<int32_t>();
+      r.row_clock = row_clock_.as<int32_t>();
+      backend.page_residency_reset(r);
+    };
+    release(o.begin, std::min(o.end, n.begin));  // the old slots below the new span
+    release(std::max(o.begin, n.end), o.end);    // and above it
+  }
+  spans_ = std::move(next);
+  backend.copy_bytes(row_slots_.data(), spans_.data(), row_slots_.bytes());
+  return {};
+}
+
+std::vector<int32_t> KvCacheTier::row_budgets() const {
+  std::vector<int32_t> out;
+  for (const SlotSpan& s : spans_) out.push_back(s.end - s.begin);
+  return out;
 }
 
 Status KvCacheTier::finish_step(Backend& backend, KvTierCounters& counters) const {

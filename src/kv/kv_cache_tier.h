@@ -44,6 +44,16 @@ class KvCacheTier {
                 const int32_t* cache_rows) const;
   // Empties the partition of `row` (a request ended, aborted or its row is reused).
   void reset_row(Backend& backend, int32_t row) const;
+  // Elastic budgets: row r's partition becomes `slots[r]` slots ([num_rows], sum at most the
+  // cache), placed by tier_layout (each row near where it was). Every slot a row gives up is
+  // freed first (its page goes back to being only in its home), so a page is only ever resident
+  // in its own row's partition; the slots a row keeps keep their pages. Refused in even mode or
+  // for sizes that do not fit.
+  // Const like the other ops: the state it changes is the cache's, not the configuration.
+  Status set_row_budgets(Backend& backend, const std::vector<int32_t>& slots) const;
+  // Slots of each row now ([num_rows]), and where they are.
+  std::vector<int32_t> row_budgets() const;
+  const std::vector<SlotSpan>& row_spans() const { return spans_; }
   // Waits for the backend and reads the counters into `counters`; returns an error if some step
   // overflowed a partition since the last call (and clears the flag). One small read per step.
   Status finish_step(Backend& backend, KvTierCounters& counters) const;
@@ -68,6 +78,8 @@ class KvCacheTier {
   Buffer scratch_;     // [num_cache_slots] i32, the GPU op's per-row miss lists
   Buffer small_;       // [copy_count i32, error i32, hits i64, misses i64]
   Buffer row_counters_;  // [num_rows, kernels::kRowCounters] i64
+  Buffer row_slots_;     // [num_rows, 2] i32 partition (begin, end) (elastic budgets only)
+  mutable std::vector<SlotSpan> spans_;  // host copy of row_slots_ (even in even mode)
 };
 
 }  // namespace ls

@@ -28,6 +28,32 @@ int32_t retrieval_heads_in_layer(const KvGeometry& g, int32_t layer) {
 
 }  // namespace
 
+std::vector<SlotSpan> tier_layout(const std::vector<SlotSpan>& old, const std::vector<int32_t>& sizes,
+                                  int32_t cache) {
+  const size_t n = sizes.size();
+  std::vector<int64_t> suffix(n + 1, 0);  // slots the rows from r on need
+  for (size_t r = n; r-- > 0;) suffix[r] = suffix[r + 1] + sizes[r];
+  std::vector<SlotSpan> out(n);
+  int64_t cursor = 0;
+  for (size_t r = 0; r < n; ++r) {
+    const int64_t want = r < old.size() ? old[r].begin : cursor;
+    const int64_t begin = std::clamp<int64_t>(want, cursor, std::max<int64_t>(cursor, cache - suffix[r]));
+    out[r] = {static_cast<int32_t>(begin), static_cast<int32_t>(begin + sizes[r])};
+    cursor = begin + sizes[r];
+  }
+  return out;
+}
+
+int64_t tier_slots_moved(const std::vector<SlotSpan>& from, const std::vector<SlotSpan>& to) {
+  int64_t moved = 0;
+  for (size_t r = 0; r < to.size(); ++r) {
+    const SlotSpan o = r < from.size() ? from[r] : SlotSpan{};
+    const int64_t kept = std::max(0, std::min(o.end, to[r].end) - std::max(o.begin, to[r].begin));
+    moved += (to[r].end - to[r].begin) - kept;
+  }
+  return moved;
+}
+
 int32_t tier_slots_for_layer(const KvGeometry& g, int32_t context_tokens) {
   const int32_t pages = (context_tokens + g.page_tokens - 1) / g.page_tokens;
   int32_t heads = 0;

@@ -251,7 +251,16 @@ KvTierStats ModelRunner::kv_tier_stats() const {
   s.slots_per_row = t.config().slots_per_row;
   s.decode_pages_per_head = policy_.decode_pages_per_head();
   s.row_counters = tier_counters_.rows;
+  s.elastic_budgets = t.config().budget == KvBudgetMode::kElastic;
+  s.row_budgets = t.row_budgets();
   return s;
+}
+
+Status ModelRunner::set_device_budgets(const std::vector<int32_t>& slots) {
+  if (!pool_.tiered()) return failed_precondition("device budgets need --kv-offload on");
+  // Rows whose request ended give their slots up first, so nothing of theirs is moved.
+  release_finished_rows();
+  return pool_.tier().set_row_budgets(backend_, slots);
 }
 
 void ModelRunner::release_finished_rows() {

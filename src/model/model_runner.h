@@ -66,6 +66,7 @@ class ModelRunner final : public StepExecutor {
   // ended since it last ran (forward() does this first; tests call it to check the pools).
   void release_finished_rows();
   KvTierStats kv_tier_stats() const override;
+  Status set_device_budgets(const std::vector<int32_t>& slots) override;
 
  private:
   ModelRunner(const Model& model, const KvManager& kv, const KvPool& pool,

@@ -150,6 +150,7 @@ Result<TierSizes> size_tier(const KvGeometry& g, const ModelStackOptions& o, int
   t.config.num_rows = o.max_num_seqs;
   t.config.slots_per_row = static_cast<int32_t>(std::min<int64_t>(per_row, INT32_MAX / 2 / o.max_num_seqs));
   t.config.replacement = o.kv_plain_lru ? KvReplacement::kPlainLru : KvReplacement::kBucketedLru;
+  t.config.budget = o.elastic_device_budgets ? KvBudgetMode::kElastic : KvBudgetMode::kEven;
   t.config.bucket_ticks = std::max(1, g.num_layers);
   t.config.num_buckets = 64;
   LS_RETURN_IF_ERROR(t.config.validate());
@@ -322,12 +323,13 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
               g.quant() != kernels::KvQuant::kNone ? ", per-token scales" : "", g.page_bytes());
   if (stack->pool->tiered()) {
     LS_LOG_INFO("KV offload on: host pool {:.1f} MB ({}), device page cache {} head-pages per "
-                "request x {} requests ({:.1f} MB), {} LRU",
+                "request x {} requests ({:.1f} MB), {} LRU, {} budgets",
                 static_cast<double>(stack->pool->host_bytes()) / 1e6,
                 backend.device() == Device::kCpu ? "host RAM" : "pinned", tier.slots_per_row,
                 tier.num_rows,
                 static_cast<double>(int64_t{tier.num_cache_slots()} * 2 * g.page_bytes()) / 1e6,
-                o.kv_plain_lru ? "plain" : "bucketed");
+                o.kv_plain_lru ? "plain" : "bucketed",
+                o.elastic_device_budgets ? "elastic" : "even");
   }
   return stack;
 }

@@ -29,6 +29,7 @@ struct ModelStackOptions {
   int64_t device_kv_cache_bytes = 0;  // the page cache; 0: from offload_buffer_ratio
   double offload_buffer_ratio = 4.0;  // auto cache per request: this many decode steps' pages
   bool kv_plain_lru = false;          // plain LRU instead of Spin's bucketed LRU
+  bool elastic_device_budgets = false;  // partitions sized per request (device-cache-budgets.md)
   // Layer-segmented prefill (docs/layer-segmented-prefill.md): the runner keeps a hidden-state
   // arena of max_model_len rows for one prompt at a time.
   bool layer_segmented_prefill = false;

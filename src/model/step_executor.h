@@ -26,12 +26,21 @@ struct KvTierStats {
   // [rows, kernels::kRowCounters] per request row since start: mandatory pages, those reused
   // from the previous step, hits, misses (kernels/page_residency.h)
   std::vector<int64_t> row_counters;
+  // Per-request device budgets (docs/device-cache-budgets.md): whether the executor takes them,
+  // and each row's partition now, in head-page slots ([rows]).
+  bool elastic_budgets = false;
+  std::vector<int32_t> row_budgets;
 };
 
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
   virtual KvTierStats kv_tier_stats() const { return {}; }
+  // Resizes the device-cache partitions: row r gets `slots[r]` head-page slots (the engine's
+  // budget plan, applied between steps). Only with the tier on and elastic budgets.
+  virtual Status set_device_budgets(const std::vector<int32_t>& /*slots*/) {
+    return unimplemented("this executor has no elastic device-cache budgets");
+  }
   // Appends the step's K/V, runs the layers and returns `logits` [logit_rows, vocab] f32 (host).
   virtual Status forward(const StepInput& step, std::vector<float>& logits) = 0;
   virtual int32_t vocab_size() const = 0;

@@ -1,6 +1,9 @@
 #include "server/server_metrics.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "server/openai_names.h"
@@ -212,6 +215,30 @@ ServerMetrics::ServerMetrics(std::string model_name, int32_t max_model_len)
                   "since start (--kv-offload on).",
                   kLabelNames)
            .with(labels_);
+  auto budget_gauge = [&](const char* name, const char* which) {
+    return &registry_
+                .gauge(name,
+                       fmt::format("{} device page cache partition of the running requests, in "
+                                   "head-pages (--kv-offload on).",
+                                   which),
+                       kLabelNames)
+                .with(labels_);
+  };
+  kv_budget_min_pages_ = budget_gauge("longserve:kv_device_budget_min_pages", "Smallest");
+  kv_budget_median_pages_ = budget_gauge("longserve:kv_device_budget_median_pages", "Median");
+  kv_budget_max_pages_ = budget_gauge("longserve:kv_device_budget_max_pages", "Largest");
+  kv_budget_changes_total_ =
+      &registry_
+           .counter("longserve:kv_device_budget_changes_total",
+                    "Elastic device budget plans that changed some request's partition.",
+                    kLabelNames)
+           .with(labels_);
+  kv_budget_moved_pages_total_ =
+      &registry_
+           .counter("longserve:kv_device_budget_moved_pages_total",
+                    "Device cache slots that changed owner through elastic budget plans.",
+                    kLabelNames)
+           .with(labels_);
   e2e_request_latency_ = &registry_
                               .histogram("vllm:e2e_request_latency_seconds",
                                          "Histogram of e2e request latency in seconds.",
@@ -283,6 +310,11 @@ std::string ServerMetrics::render(const EngineStats& stats) {
                                  ? static_cast<double>(stats.kv_reused_pages_total) /
                                        static_cast<double>(stats.kv_selected_pages_total)
                                  : 0.0);
+  kv_budget_min_pages_->set(static_cast<double>(stats.kv_budget_min_pages));
+  kv_budget_median_pages_->set(static_cast<double>(stats.kv_budget_median_pages));
+  kv_budget_max_pages_->set(static_cast<double>(stats.kv_budget_max_pages));
+  kv_budget_changes_total_->set_total(static_cast<double>(stats.kv_budget_changes_total));
+  kv_budget_moved_pages_total_->set_total(static_cast<double>(stats.kv_budget_moved_pages_total));
   kv_cache_bytes_per_token_->set(stats.kv_bytes_per_token);
   if (!stats.kv_cache_dtype.empty()) {
     kv_cache_dtype_info_->with({labels_[0], labels_[1], stats.kv_cache_dtype}).set(1.0);

@@ -83,6 +83,12 @@ class ServerMetrics {
   Gauge* kv_working_set_pages_;
   Gauge* kv_device_cache_pages_;
   Gauge* kv_selection_overlap_;
+  // Per-request device budgets (docs/device-cache-budgets.md).
+  Gauge* kv_budget_min_pages_;
+  Gauge* kv_budget_median_pages_;
+  Gauge* kv_budget_max_pages_;
+  Counter* kv_budget_changes_total_;
+  Counter* kv_budget_moved_pages_total_;
 };
 
 // Follows one sequence: call on_output for each of its outputs in order (the engine delivers

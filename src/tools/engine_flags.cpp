@@ -54,6 +54,15 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
   app.add_option("--kv-cache-replacement", c.kv_cache_replacement,
                  "Device page cache replacement: bucketed-lru (Spin) or lru")
       ->capture_default_str();
+  app.add_option("--device-cache-budget", c.device_cache_budget,
+                 "With --kv-offload on, how the device page cache is split over the running "
+                 "requests: even (fixed, equal) or elastic (sized from each request's measured "
+                 "working set and hit ratio, docs/device-cache-budgets.md)")
+      ->capture_default_str();
+  app.add_option("--device-budget-interval", c.device_budget_interval,
+                 "Elastic budgets: decode steps between re-plans (a request that needs more "
+                 "for its next step is re-planned at once)")
+      ->capture_default_str();
   app.add_option("--decode-reserve-ratio", c.decode_reserve_ratio,
                  "Admission reserves KV for min(output tokens left, max(one page, this share of "
                  "the request's length)) of decode per request (docs/working-set-scheduling.md)")

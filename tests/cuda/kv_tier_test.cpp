@@ -2,6 +2,8 @@
 //  - the residency op (kernels/cuda/page_residency.cu) from the same random states and batches as
 //    kernels/cpu/page_residency: tables, stamps, clocks, error flag, counters equal, copy lists
 //    equal as sets (GPU rows append in any order), carried over many calls; the partition reset;
+//    also with per-request partitions (row_slots, elastic device budgets) resized and moved every
+//    20 calls, each row freeing the slots it gives up by a ranged reset;
 //  - attention reading a tiered retrieval pool (every head-page at a random cache slot, the homes
 //    NaN-poisoned so a read of them shows) gives bitwise the output of the untiered pool, for
 //    decode (selected, causal, streaming heads) and prefill chunks;
@@ -29,8 +31,11 @@ using kernels::HeadMode;
 
 TEST(CudaKvTier, ResidencyOpEqualsTheCpuOp) {
   LS_REQUIRE_CUDA();
-  for (auto replacement : {kernels::Replacement::kBucketedLru, kernels::Replacement::kPlainLru}) {
-    std::mt19937 rng(replacement == kernels::Replacement::kPlainLru ? 5 : 6);
+  for (int variant = 0; variant < 4; ++variant) {
+    const auto replacement =
+        variant % 2 == 1 ? kernels::Replacement::kPlainLru : kernels::Replacement::kBucketedLru;
+    const bool elastic = variant >= 2;
+    std::mt19937 rng((replacement == kernels::Replacement::kPlainLru ? 5 : 6) + (elastic ? 10 : 0));
     const int32_t rows = 5, per_row = 200, heads = 4, hpb = 3, pt = 16, max_sel = 24;
     const int32_t blocks = 400, slots = rows * per_row;
     const int64_t pages = int64_t{blocks} * hpb;
@@ -55,8 +60,55 @@ TEST(CudaKvTier, ResidencyOpEqualsTheCpuOp) {
     std::vector<int32_t> perm(blocks);
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
+    // Partitions as (begin, end) per row; the op reads them only when elastic.
+    std::vector<int32_t> spans;
+    for (int32_t r = 0; r < rows; ++r) spans.insert(spans.end(), {r * per_row, (r + 1) * per_row});
+    DeviceArray d_spans = DeviceArray::of(spans);
+    auto reset_both = [&](int32_t row, int32_t begin, int32_t end, bool clock_too) {
+      kernels::ResidencyResetParams rp;
+      rp.row = row;
+      rp.slots_per_row = per_row;
+      rp.first_slot = begin;
+      rp.num_slots = end - begin;
+      rp.reset_clock = clock_too;
+      rp.page_slot = page_slot.data();
+      rp.slot_page = slot_page.data();
+      rp.slot_stamp = stamp.data();
+      rp.row_clock = clock.data();
+      ASSERT_TRUE(kernels::cpu::page_residency_reset(rp).ok());
+      rp.page_slot = d_page_slot.as<int32_t>();
+      rp.slot_page = d_slot_page.as<int32_t>();
+      rp.slot_stamp = d_stamp.as<int32_t>();
+      rp.row_clock = d_clock.as<int32_t>();
+      gpu()->page_residency_reset(rp);
+    };
     for (int call = 0; call < 120; ++call) {
-      if (call % 30 == 29) {  // reset a random row on both sides
+      if (elastic && call % 20 == 10) {
+        // New partitions: random sizes and gaps, in row order.
+        std::vector<int32_t> next;
+        int32_t cursor = 0;
+        for (int32_t r = 0; r < rows; ++r) {
+          cursor = std::min(slots, cursor + static_cast<int32_t>(rng() % 3));
+          const int32_t left = slots - cursor;
+          const int32_t fair = left / (rows - r);
+          const int32_t size = std::min(left, static_cast<int32_t>(rng() % static_cast<uint32_t>(2 * fair + 1)));
+          next.insert(next.end(), {cursor, cursor + size});
+          cursor += size;
+        }
+        for (int32_t r = 0; r < rows; ++r) {
+          const int32_t ob = spans[2 * static_cast<size_t>(r)], oe = spans[2 * static_cast<size_t>(r) + 1];
+          const int32_t nb = next[2 * static_cast<size_t>(r)], ne = next[2 * static_cast<size_t>(r) + 1];
+          if (std::min(oe, nb) > ob) reset_both(r, ob, std::min(oe, nb), false);
+          if (oe > std::max(ob, ne)) reset_both(r, std::max(ob, ne), oe, false);
+        }
+        spans = next;
+        gpu()->copy_bytes(d_spans.data(), spans.data(), static_cast<int64_t>(spans.size()) * 4);
+      }
+      if (elastic && call % 30 == 29) {  // reset a random row's partition on both sides
+        const auto row = static_cast<int32_t>(rng() % rows);
+        const int32_t b = spans[2 * static_cast<size_t>(row)], e = spans[2 * static_cast<size_t>(row) + 1];
+        if (e > b) reset_both(row, b, e, true);
+      } else if (call % 30 == 29) {  // reset a random row on both sides
         kernels::ResidencyResetParams rp;
         rp.row = static_cast<int32_t>(rng() % rows);
         rp.slots_per_row = per_row;
@@ -127,6 +179,7 @@ TEST(CudaKvTier, ResidencyOpEqualsTheCpuOp) {
       c.selected = selected.data();
       c.num_selected = num_selected.data();
       c.cache_rows = batch.data();
+      c.row_slots = elastic ? spans.data() : nullptr;
       c.page_slot = page_slot.data();
       c.slot_page = slot_page.data();
       c.slot_stamp = stamp.data();
@@ -152,6 +205,7 @@ TEST(CudaKvTier, ResidencyOpEqualsTheCpuOp) {
       g.selected = d_sel.as<int32_t>();
       g.num_selected = d_nsel.as<int32_t>();
       g.cache_rows = d_rows.as<int32_t>();
+      g.row_slots = elastic ? d_spans.as<int32_t>() : nullptr;
       g.page_slot = d_page_slot.as<int32_t>();
       g.slot_page = d_slot_page.as<int32_t>();
       g.slot_stamp = d_stamp.as<int32_t>();

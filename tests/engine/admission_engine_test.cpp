@@ -170,6 +170,60 @@ TEST_P(AdmissionEngine, NeverFitIsRefusedAndTheLargestFittingRequestStillRuns) {
   EXPECT_EQ(core->stats().kv_bytes_in_use, 0);
 }
 
+// Elastic device budgets (docs/device-cache-budgets.md) change only what is resident: a mix of
+// short and long requests gives exactly the tokens of even budgets, every step succeeds (the
+// residency op fails a step whose partition cannot hold its pages), the plans stay within the
+// cache and actually move slots.
+TEST(DeviceBudgetEngine, ElasticBudgetsGiveTheTokensOfEvenBudgets) {
+  const Case k{"lserve", true};
+  std::vector<GenerateRequest> reqs;
+  std::mt19937 rng(9);
+  for (int32_t i = 0; i < 8; ++i) {
+    const int32_t prompt = i % 2 == 0 ? 20 + static_cast<int32_t>(rng() % 20)
+                                      : 300 + static_cast<int32_t>(rng() % 100);
+    reqs.push_back(request(i, prompt, 24 + static_cast<int32_t>(rng() % 16)));
+  }
+  Tokens by_mode[2];
+  for (int mode = 0; mode < 2; ++mode) {
+    EngineConfig c = config(k, 0, 0);
+    c.device_cache_budget = mode == 0 ? "even" : "elastic";
+    c.device_budget_interval = 3;
+    auto core = make(c);
+    ASSERT_TRUE(core);
+    for (const auto& r : reqs) ASSERT_TRUE(submit(*core, r, by_mode[mode]).ok());
+    int guard = 0;
+    while (core->has_work() && guard++ < 100000) {
+      ASSERT_TRUE(core->step().ok()) << c.device_cache_budget << " step " << guard;
+      const EngineStats s = core->stats();
+      EXPECT_LE(s.kv_budget_min_pages, s.kv_budget_median_pages);
+      EXPECT_LE(s.kv_budget_median_pages, s.kv_budget_max_pages);
+      EXPECT_LE(s.kv_budget_max_pages, s.kv_cache_pages);
+      if (mode == 1) {
+        int64_t sum = 0;
+        for (int32_t b : core->device_budgets()->budgets()) sum += b;
+        EXPECT_LE(sum, s.kv_cache_pages) << "step " << guard;
+      }
+    }
+    const EngineStats s = core->stats();
+    EXPECT_EQ(s.kv_budget_elastic, mode == 1);
+    if (mode == 1) {
+      EXPECT_GT(s.kv_budget_changes_total, 0);
+      EXPECT_GT(s.kv_budget_moved_pages_total, 0);
+    }
+    std::printf("%s budgets: hit ratio %.3f, %lld pages copied, %lld plans\n",
+                c.device_cache_budget.c_str(),
+                static_cast<double>(s.kv_offload_hits_total) /
+                    static_cast<double>(std::max<int64_t>(1, s.kv_offload_hits_total + s.kv_offload_misses_total)),
+                static_cast<long long>(s.kv_offload_misses_total),
+                static_cast<long long>(s.kv_budget_changes_total));
+  }
+  ASSERT_EQ(by_mode[0].size(), reqs.size());
+  for (const auto& r : reqs) {
+    EXPECT_EQ(by_mode[0][r.request_id], by_mode[1][r.request_id]) << r.request_id;
+    EXPECT_EQ(static_cast<int32_t>(by_mode[1][r.request_id].size()), r.stop.max_tokens);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, AdmissionEngine,
                          ::testing::Values(Case{"dense", false}, Case{"lserve", true}),
                          [](const auto& info) {

@@ -6,6 +6,10 @@
 //    call that needs it), the tables are a consistent bijection, and after copying the copy list
 //    every slot the attention will read holds its home's bytes (nothing read before it arrives,
 //    nothing lost); after every row is reset, both tables are empty;
+//  - the same with per-request partitions (row_slots: elastic device budgets) that are resized and
+//    moved every few steps, with gaps between them: the slots a row gives up are freed by a
+//    ranged reset, the shadow drops exactly those pages, and no page is ever resident outside its
+//    row's partition;
 //  - overflow: more mandatory pages than a partition holds sets the error flag, changes nothing.
 #include <gtest/gtest.h>
 
@@ -14,7 +18,9 @@
 #include <map>
 #include <random>
 #include <set>
+#include <iterator>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -40,13 +46,15 @@ int32_t klass(int32_t stamp, int32_t now, int32_t ticks, int32_t buckets) {
   return std::min(buckets - 1, (now - stamp) / ticks);
 }
 
-class Residency : public ::testing::TestWithParam<std::tuple<Replacement, int32_t, uint32_t>> {};
+class Residency
+    : public ::testing::TestWithParam<std::tuple<Replacement, int32_t, uint32_t, bool>> {};
 
 TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
   // Plain locals: lambdas below capture them (clang 14 cannot capture structured bindings).
   const Replacement replacement = std::get<0>(GetParam());
   const int32_t slots_per_row = std::get<1>(GetParam());
   const uint32_t seed = std::get<2>(GetParam());
+  const bool elastic = std::get<3>(GetParam());
   std::mt19937 rng(seed);
   const int32_t num_rows = 4;
   const int32_t num_blocks = 64;
@@ -69,6 +77,33 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
   for (auto& v : homes) v = static_cast<int32_t>(rng());
   std::vector<int32_t> cache(static_cast<size_t>(num_slots) * kPageInts, -0x5a5a5a5a);
 
+  // Each row's partition [begin, end): even, or resized every few steps when elastic.
+  std::vector<std::pair<int32_t, int32_t>> spans;
+  for (int32_t r = 0; r < num_rows; ++r) spans.push_back({r * slots_per_row, (r + 1) * slots_per_row});
+  std::vector<int32_t> row_slots;  // [num_rows, 2], what the op reads when elastic
+  auto sync_row_slots = [&]() {
+    row_slots.clear();
+    for (const auto& sp : spans) row_slots.insert(row_slots.end(), {sp.first, sp.second});
+  };
+  sync_row_slots();
+  auto reset_slots = [&](int32_t r, int32_t begin, int32_t end, bool clock_too) {
+    ResidencyResetParams rp;
+    rp.row = r;
+    rp.slots_per_row = slots_per_row;
+    rp.first_slot = begin;
+    rp.num_slots = end - begin;
+    rp.reset_clock = clock_too;
+    rp.page_slot = page_slot.data();
+    rp.slot_page = slot_page.data();
+    rp.slot_stamp = stamp.data();
+    rp.row_clock = clock.data();
+    if (end > begin) {
+      ASSERT_TRUE(cpu::page_residency_reset(rp).ok());
+    } else if (clock_too) {
+      clock[static_cast<size_t>(r)] = 0;
+    }
+  };
+
   Shadow shadow;
   shadow.rows.resize(static_cast<size_t>(num_rows));
   shadow.clock.assign(static_cast<size_t>(num_rows), 0);
@@ -86,14 +121,18 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
     RowSeq& rs = rowseq[static_cast<size_t>(r)];
     for (int32_t b : rs.blocks) free_blocks.push_back(b);
     rs = RowSeq{};
-    ResidencyResetParams rp;
-    rp.row = r;
-    rp.slots_per_row = slots_per_row;
-    rp.page_slot = page_slot.data();
-    rp.slot_page = slot_page.data();
-    rp.slot_stamp = stamp.data();
-    rp.row_clock = clock.data();
-    ASSERT_TRUE(cpu::page_residency_reset(rp).ok());
+    if (elastic) {
+      reset_slots(r, spans[static_cast<size_t>(r)].first, spans[static_cast<size_t>(r)].second, true);
+    } else {
+      ResidencyResetParams rp;  // the even partition of the row
+      rp.row = r;
+      rp.slots_per_row = slots_per_row;
+      rp.page_slot = page_slot.data();
+      rp.slot_page = slot_page.data();
+      rp.slot_stamp = stamp.data();
+      rp.row_clock = clock.data();
+      ASSERT_TRUE(cpu::page_residency_reset(rp).ok());
+    }
     shadow.rows[static_cast<size_t>(r)].clear();
     shadow.clock[static_cast<size_t>(r)] = 0;
   };
@@ -104,6 +143,31 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
   const std::vector<int32_t> head_slot = {0, 0, 1};
   int64_t total_misses = 0;
   for (int step = 0; step < 400; ++step) {
+    if (elastic && step % 7 == 6) {
+      // New partitions: random sizes (some rows get none), random gaps, in row order.
+      std::vector<std::pair<int32_t, int32_t>> next;
+      int32_t cursor = 0;
+      for (int32_t r = 0; r < num_rows; ++r) {
+        cursor = std::min(num_slots, cursor + static_cast<int32_t>(rng() % 3));
+        const int32_t left = num_slots - cursor;
+        const int32_t fair = left / (num_rows - r);
+        const int32_t size = std::min(left, static_cast<int32_t>(rng() % static_cast<uint32_t>(2 * fair + 1)));
+        next.push_back({cursor, cursor + size});
+        cursor += size;
+      }
+      for (int32_t r = 0; r < num_rows; ++r) {
+        const auto [ob, oe] = spans[static_cast<size_t>(r)];
+        const auto [nb, ne] = next[static_cast<size_t>(r)];
+        reset_slots(r, ob, std::min(oe, nb), false);
+        reset_slots(r, std::max(ob, ne), oe, false);
+        auto& rowmap = shadow.rows[static_cast<size_t>(r)];
+        for (auto it = rowmap.begin(); it != rowmap.end();) {
+          it = it->first >= nb && it->first < ne ? std::next(it) : rowmap.erase(it);
+        }
+      }
+      spans = next;
+      sync_row_slots();
+    }
     // Random row events: join, grow, end/abort.
     for (int32_t r = 0; r < num_rows; ++r) {
       RowSeq& rs = rowseq[static_cast<size_t>(r)];
@@ -176,7 +240,10 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
     // whose set is too large is left out of this step.
     std::vector<int32_t> keep;
     for (int32_t s = 0; s < n; ++s) {
-      if (static_cast<int32_t>(mandatory[static_cast<size_t>(s)].size()) <= slots_per_row) keep.push_back(s);
+      const auto& sp = spans[static_cast<size_t>(batch[static_cast<size_t>(s)])];
+      if (static_cast<int32_t>(mandatory[static_cast<size_t>(s)].size()) <= sp.second - sp.first) {
+        keep.push_back(s);
+      }
     }
     if (keep.size() != static_cast<size_t>(n)) {
       // Rebuild compacted arrays (sequence order = keep order; selection rows keep their index).
@@ -211,6 +278,7 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
     p.max_selected = kMaxSelected;
     p.cache_rows = batch.data();
     p.slots_per_row = slots_per_row;
+    p.row_slots = elastic ? row_slots.data() : nullptr;
     p.num_cache_slots = num_slots;
     p.page_slot = page_slot.data();
     p.slot_page = slot_page.data();
@@ -255,7 +323,8 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
         int32_t slot, key1, key2;
       };
       std::vector<Cand> cands;
-      for (int32_t slot = r * slots_per_row; slot < (r + 1) * slots_per_row; ++slot) {
+      for (int32_t slot = spans[static_cast<size_t>(r)].first; slot < spans[static_cast<size_t>(r)].second;
+           ++slot) {
         auto it = rowmap.find(slot);
         if (it == rowmap.end()) {
           cands.push_back({slot, 0, 0});
@@ -292,8 +361,11 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
     ASSERT_EQ(got_copies, want_copies) << "step " << step;
     ASSERT_EQ(row_counters, want_row_counters) << "step " << step;
     // Tables equal the shadow: slot_page/stamp per slot, page_slot a consistent inverse.
+    std::vector<bool> owned(static_cast<size_t>(num_slots), false);
     for (int32_t r = 0; r < num_rows; ++r) {
-      for (int32_t slot = r * slots_per_row; slot < (r + 1) * slots_per_row; ++slot) {
+      for (int32_t slot = spans[static_cast<size_t>(r)].first; slot < spans[static_cast<size_t>(r)].second;
+           ++slot) {
+        owned[static_cast<size_t>(slot)] = true;
         auto it = shadow.rows[static_cast<size_t>(r)].find(slot);
         const int32_t want_page = it == shadow.rows[static_cast<size_t>(r)].end() ? -1 : it->second.first;
         ASSERT_EQ(slot_page[static_cast<size_t>(slot)], want_page) << "step " << step << " slot " << slot;
@@ -301,6 +373,11 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
           ASSERT_EQ(stamp[static_cast<size_t>(slot)], it->second.second);
           ASSERT_EQ(page_slot[static_cast<size_t>(want_page)], slot);
         }
+      }
+    }
+    for (int32_t slot = 0; slot < num_slots; ++slot) {
+      if (!owned[static_cast<size_t>(slot)]) {
+        ASSERT_EQ(slot_page[static_cast<size_t>(slot)], -1) << "slot " << slot;
       }
     }
     for (int32_t page = 0; page < num_pages; ++page) {
@@ -325,8 +402,8 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
     for (int32_t s = 0; s < m; ++s) {
       for (int32_t page : mandatory[static_cast<size_t>(s)]) {
         const int32_t slot = page_slot[static_cast<size_t>(page)];
-        ASSERT_GE(slot, batch[static_cast<size_t>(s)] * slots_per_row);
-        ASSERT_LT(slot, (batch[static_cast<size_t>(s)] + 1) * slots_per_row);
+        ASSERT_GE(slot, spans[static_cast<size_t>(batch[static_cast<size_t>(s)])].first);
+        ASSERT_LT(slot, spans[static_cast<size_t>(batch[static_cast<size_t>(s)])].second);
         ASSERT_EQ(std::memcmp(&cache[static_cast<size_t>(slot) * kPageInts],
                               &homes[static_cast<size_t>(page) * kPageInts], kPageInts * 4),
                   0)
@@ -357,7 +434,12 @@ TEST_P(Residency, MatchesShadowModelUnderRandomSchedules) {
 INSTANTIATE_TEST_SUITE_P(
     Rules, Residency,
     ::testing::Combine(::testing::Values(Replacement::kBucketedLru, Replacement::kPlainLru),
-                       ::testing::Values(12, 20, 40), ::testing::Values(1u, 2u, 3u)));
+                       ::testing::Values(12, 20, 40), ::testing::Values(1u, 2u, 3u),
+                       ::testing::Values(false)));
+INSTANTIATE_TEST_SUITE_P(
+    ElasticPartitions, Residency,
+    ::testing::Combine(::testing::Values(Replacement::kBucketedLru, Replacement::kPlainLru),
+                       ::testing::Values(12, 40), ::testing::Values(4u), ::testing::Values(true)));
 
 TEST(Residency, OverflowSetsTheErrorAndAssignsNothing) {
   ThreadPool pool(1);

@@ -52,5 +52,26 @@ TEST(PreemptionMetrics, HistogramAndGaugesFollowTheEngine) {
   EXPECT_EQ(sample(text, "longserve:kv_selection_overlap" + l + "}"), 0.75);
 }
 
+// Per-request device budgets (docs/device-cache-budgets.md): gauges of the running requests'
+// partitions and counters of the plans, copied from EngineStats.
+TEST(PreemptionMetrics, DeviceBudgetSeriesFollowTheEngine) {
+  auto metrics = std::make_shared<ServerMetrics>("m", 1024);
+  const std::string l = R"({model_name="m",engine="0")";
+  EngineStats s;
+  s.kv_budget_elastic = true;
+  s.kv_budget_min_pages = 70;
+  s.kv_budget_median_pages = 96;
+  s.kv_budget_max_pages = 300;
+  s.kv_budget_changes_total = 12;
+  s.kv_budget_moved_pages_total = 4321;
+  const std::string text = "\n" + metrics->render(s);
+  EXPECT_NE(text.find("# TYPE longserve:kv_device_budget_changes_total counter"), std::string::npos);
+  EXPECT_EQ(sample(text, "longserve:kv_device_budget_min_pages" + l + "}"), 70.0);
+  EXPECT_EQ(sample(text, "longserve:kv_device_budget_median_pages" + l + "}"), 96.0);
+  EXPECT_EQ(sample(text, "longserve:kv_device_budget_max_pages" + l + "}"), 300.0);
+  EXPECT_EQ(sample(text, "longserve:kv_device_budget_changes_total" + l + "}"), 12.0);
+  EXPECT_EQ(sample(text, "longserve:kv_device_budget_moved_pages_total" + l + "}"), 4321.0);
+}
+
 }  // namespace
 }  // namespace ls

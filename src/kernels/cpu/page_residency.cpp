@@ -23,10 +23,9 @@ struct RowScratch {
 };
 
 // Victims for `want` misses among the partition's evictable slots, in replacement order.
-void choose_victims(const PageResidencyParams& p, int32_t begin, int32_t now, int32_t want,
-                    RowScratch& sc) {
+void choose_victims(const PageResidencyParams& p, int32_t begin, int32_t end, int32_t now,
+                    int32_t want, RowScratch& sc) {
   sc.victims.clear();
-  const int32_t end = begin + p.slots_per_row;
   auto evictable = [&](int32_t slot) { return p.slot_page[slot] < 0 || p.slot_stamp[slot] != now; };
   if (p.replacement == Replacement::kBucketedLru) {
     // Histogram of classes, then walk classes from the oldest: every slot of a class above the
@@ -65,7 +64,7 @@ void choose_victims(const PageResidencyParams& p, int32_t begin, int32_t now, in
     return;
   }
   // Plain LRU: free slots by index, then repeatedly the oldest stamp (lowest index on ties).
-  std::vector<bool> taken(static_cast<size_t>(p.slots_per_row), false);
+  std::vector<bool> taken(static_cast<size_t>(end - begin), false);
   for (int32_t slot = begin; slot < end && static_cast<int32_t>(sc.victims.size()) < want; ++slot) {
     if (p.slot_page[slot] < 0) {
       sc.victims.push_back(slot);
@@ -112,8 +111,11 @@ Status page_residency(const PageResidencyParams& p, ThreadPool& /*pool*/) {
     if (row < 0 || row >= num_rows) {
       return invalid_argument("page_residency: sequence {} has cache row {} of {}", s, row, num_rows);
     }
-    const int32_t begin = row * p.slots_per_row;
-    const int32_t end = begin + p.slots_per_row;
+    const auto [begin, end] = row_partition(p, row);
+    if (begin < 0 || end < begin || end > p.num_cache_slots) {
+      return invalid_argument("page_residency: row {} has slots [{}, {}) of {}", row, begin, end,
+                              p.num_cache_slots);
+    }
     const int32_t now = ++p.row_clock[row];
     sc.misses.clear();
     int64_t row_hits = 0, reused = 0;
@@ -139,7 +141,7 @@ Status page_residency(const PageResidencyParams& p, ThreadPool& /*pool*/) {
       rc[kRowHits] += row_hits;
     }
     if (want == 0) continue;
-    choose_victims(p, begin, now, want, sc);
+    choose_victims(p, begin, end, now, want, sc);
     if (static_cast<int32_t>(sc.victims.size()) < want) {
       *p.error = kResidencyOverflow;
       continue;
@@ -173,14 +175,15 @@ Status page_residency_reset(const ResidencyResetParams& p) {
       p.row < 0) {
     return invalid_argument("page_residency_reset: bad params");
   }
-  const int32_t begin = p.row * p.slots_per_row;
-  for (int32_t slot = begin; slot < begin + p.slots_per_row; ++slot) {
+  const SlotRange range = reset_range(p);
+  if (range.begin < 0) return invalid_argument("page_residency_reset: slot {}", range.begin);
+  for (int32_t slot = range.begin; slot < range.end; ++slot) {
     const int32_t page = p.slot_page[slot];
     if (page >= 0 && p.page_slot[page] == slot) p.page_slot[page] = -1;
     p.slot_page[slot] = -1;
     p.slot_stamp[slot] = 0;
   }
-  p.row_clock[p.row] = 0;
+  if (p.reset_clock) p.row_clock[p.row] = 0;
   return {};
 }
 

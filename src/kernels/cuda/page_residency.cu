@@ -121,8 +121,10 @@ __global__ void __launch_bounds__(kThreads) residency_kernel(const PageResidency
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32, warp = tid / 32;
   const int32_t row = p.cache_rows[s];
-  const int32_t begin = row * p.slots_per_row;
-  const int32_t end = begin + p.slots_per_row;
+  // The row's partition: even, or sized per request by the plan's offsets.
+  const int32_t begin = p.row_slots != nullptr ? p.row_slots[2 * row] : row * p.slots_per_row;
+  const int32_t end = p.row_slots != nullptr ? p.row_slots[2 * row + 1] : begin + p.slots_per_row;
+  const int32_t n = end - begin;
   if (tid == 0) s_now = ++p.row_clock[row];
   __syncthreads();
   const int32_t now = s_now;
@@ -197,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) residency_kernel(const PageResidency
       }
       int chunk_misses = 0;
       const int pos = block_exclusive_scan<false>(miss, &chunk_misses, scan_smem);
-      if (miss && num_misses + pos < p.slots_per_row) misses[num_misses + pos] = static_cast<int32_t>(page);
+      if (miss && num_misses + pos < n) misses[num_misses + pos] = static_cast<int32_t>(page);
       num_misses += chunk_misses;
     }
     __syncthreads();  // `listed` is rewritten for the next head
@@ -229,13 +231,12 @@ __global__ void __launch_bounds__(kThreads) residency_kernel(const PageResidency
   }
   const int m = num_misses;
   if (m == 0) return;
-  if (m > p.slots_per_row) {
+  if (m > n) {
     if (tid == 0) *p.error = kResidencyOverflow;
     return;
   }
 
   // Each warp's contiguous segment of the partition.
-  const int32_t n = p.slots_per_row;
   const int32_t seg = (n + kWarps - 1) / kWarps;
   const int32_t w_begin = begin + min(n, warp * seg);
   const int32_t w_end = begin + min(n, (warp + 1) * seg);
@@ -386,15 +387,16 @@ __global__ void __launch_bounds__(kThreads) residency_kernel(const PageResidency
 constexpr int kResetThreads = 256;
 
 __global__ void __launch_bounds__(kResetThreads) reset_kernel(const ResidencyResetParams p) {
-  const int32_t begin = p.row * p.slots_per_row;
-  for (int32_t slot = begin + static_cast<int32_t>(threadIdx.x); slot < begin + p.slots_per_row;
+  const int32_t begin = p.num_slots > 0 ? p.first_slot : p.row * p.slots_per_row;
+  const int32_t end = begin + (p.num_slots > 0 ? p.num_slots : p.slots_per_row);
+  for (int32_t slot = begin + static_cast<int32_t>(threadIdx.x); slot < end;
        slot += kResetThreads) {
     const int32_t page = p.slot_page[slot];
     if (page >= 0 && p.page_slot[page] == slot) p.page_slot[page] = -1;
     p.slot_page[slot] = -1;
     p.slot_stamp[slot] = 0;
   }
-  if (threadIdx.x == 0) p.row_clock[p.row] = 0;
+  if (threadIdx.x == 0 && p.reset_clock) p.row_clock[p.row] = 0;
 }
 
 }  // namespace
@@ -421,7 +423,7 @@ Status page_residency(const PageResidencyParams& p, cudaStream_t stream) {
 
 Status page_residency_reset(const ResidencyResetParams& p, cudaStream_t stream) {
   if (!p.page_slot || !p.slot_page || !p.slot_stamp || !p.row_clock || p.slots_per_row <= 0 ||
-      p.row < 0) {
+      p.row < 0 || p.first_slot < 0 || p.num_slots < 0) {
     return invalid_argument("page_residency_reset: bad params");
   }
   reset_kernel<<<1, kResetThreads, 0, stream>>>(p);
