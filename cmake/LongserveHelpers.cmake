@@ -39,11 +39,31 @@ function(longserve_library name)
   longserve_target_options(ls_${name})
 endfunction()
 
-# longserve_test(NAME SOURCES ... DEPS ... [LABELS ...] [RUN_SERIAL]): one gtest binary registered
-# with ctest (RUN_SERIAL: its tests run alone, e.g. when they take a whole device's memory).
-# Tests run with the repository root as working directory so fixtures resolve the same everywhere.
+# One precompiled header for every gtest binary (gtest and the standard headers most tests use):
+# each of ~100 test files otherwise parses gtest.h again, about a second per file in every tree
+# CI builds. A test target must then have exactly ls_test_pch's compile definitions (clang
+# checks); one that adds its own (e.g. the real-server tests' LONGSERVE_BINARY) passes NO_PCH.
+option(LONGSERVE_TEST_PCH "Share one precompiled header among the gtest binaries" ON)
+function(longserve_test_pch)
+  if(NOT LONGSERVE_TEST_PCH OR TARGET ls_test_pch)
+    return()
+  endif()
+  # An executable like the tests (same -fPIE), so its header is valid for them.
+  add_executable(ls_test_pch ${PROJECT_SOURCE_DIR}/tests/common/test_pch.cpp)
+  target_link_libraries(ls_test_pch PRIVATE GTest::gtest GTest::gtest_main)
+  longserve_target_options(ls_test_pch)
+  target_compile_definitions(ls_test_pch PRIVATE LONGSERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  target_precompile_headers(ls_test_pch PRIVATE
+    <gtest/gtest.h> <algorithm> <cmath> <cstdint> <cstring> <memory> <optional> <random> <string>
+    <string_view> <utility> <vector>)
+endfunction()
+
+# longserve_test(NAME SOURCES ... DEPS ... [LABELS ...] [RUN_SERIAL] [NO_PCH]): one gtest binary
+# registered with ctest (RUN_SERIAL: its tests run alone, e.g. when they take a whole device's
+# memory; NO_PCH: see longserve_test_pch). Tests run with the repository root as working
+# directory so fixtures resolve the same everywhere.
 function(longserve_test name)
-  cmake_parse_arguments(ARG "RUN_SERIAL" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "RUN_SERIAL;NO_PCH" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   if(LONGSERVE_FUZZ)
     return()
   endif()
@@ -55,6 +75,10 @@ function(longserve_test name)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   longserve_target_options(${name})
   target_compile_definitions(${name} PRIVATE LONGSERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  if(LONGSERVE_TEST_PCH AND NOT ARG_NO_PCH)
+    longserve_test_pch()
+    target_precompile_headers(${name} REUSE_FROM ls_test_pch)
+  endif()
   include(GoogleTest)
   gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
     PROPERTIES LABELS "${ARG_LABELS}" RUN_SERIAL ${serial} DISCOVERY_TIMEOUT 60)
