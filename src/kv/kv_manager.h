@@ -89,7 +89,8 @@ class KvManager {
   PrefixHit match_prefix(const TokenView& tokens, int32_t max_tokens) const;
   // Gives the sequence just added in `slot` the hit's blocks (one more reference each).
   void attach_prefix(int32_t slot, const PrefixHit& hit);
-  // Keys the full pages among the sequence's first num_computed tokens (their K/V written).
+  // Keys the full pages among the sequence's first num_computed tokens (their K/V written), while
+  // it prefills; pages computed by decode steps are never keyed.
   void register_pages(int32_t slot, const TokenView& tokens, int32_t num_computed);
   int32_t num_cached_free_blocks() const {
     return retrieval_.num_cached_free() + streaming_.num_cached_free();

@@ -86,7 +86,11 @@ void KvManager::attach_prefix(int32_t slot, const PrefixHit& hit) {
 
 void KvManager::register_pages(int32_t slot, const TokenView& tokens, int32_t num_computed) {
   SequenceKv& seq = seqs_[static_cast<size_t>(slot)];
-  if (!caching_ || !seq.active) return;
+  // Only pages computed by prefill: a decode step computes its token's K/V with decode-mode
+  // attention (the decode window, page selection), which a prefill of the same tokens would
+  // not reproduce, so such pages could change a later request's output. A preempted sequence
+  // recomputes its outputs by prefill, and those pages are keyed then.
+  if (!caching_ || !seq.active || !seq.prefilling) return;
   const int32_t p = geometry_.page_tokens;
   const int32_t full = std::min({num_computed, seq.num_tokens, tokens.size()}) / p;
   std::vector<int32_t> page(static_cast<size_t>(p));

@@ -80,6 +80,9 @@ class ServerMetrics {
   // Admission control (docs/working-set-scheduling.md).
   Histogram* request_num_preemptions_;
   Counter* recomputed_tokens_total_;
+  Counter* prefix_cache_queries_total_;
+  Counter* prefix_cache_hits_total_;
+  Counter* prompt_tokens_cached_total_;
   Gauge* kv_working_set_pages_;
   Gauge* kv_device_cache_pages_;
   Gauge* kv_selection_overlap_;
