@@ -146,17 +146,6 @@ ServerMetrics::ServerMetrics(std::string model_name, int32_t max_model_len)
       {"model_name", "engine", "reason"});
   waiting_capacity_ = &waiting_by_reason.with({labels_[0], labels_[1], "capacity"});
   waiting_deferred_ = &waiting_by_reason.with({labels_[0], labels_[1], "deferred"});
-  // No prefix cache yet: both stay zero.
-  prefix_cache_queries_ =
-      &registry_
-           .counter("vllm:prefix_cache_queries_total",
-                    "Prefix cache queries, in terms of number of queried tokens.", kLabelNames)
-           .with(labels_);
-  prefix_cache_hits_ =
-      &registry_
-           .counter("vllm:prefix_cache_hits_total",
-                    "Prefix cache hits, in terms of number of cached tokens.", kLabelNames)
-           .with(labels_);
   request_prompt_tokens_ =
       &registry_
            .histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
@@ -253,7 +242,7 @@ void ServerMetrics::observe_finished(FinishReason reason, double e2e_seconds, do
   if (num_output_tokens > 1) request_time_per_output_token_->observe(tpot_seconds);
   request_prompt_tokens_->observe(num_prompt_tokens);
   request_generation_tokens_->observe(num_output_tokens);
-  // Without a prefix cache every prompt token is computed.
+  // Every prompt token counted as computed, prefix-cache hits included (not split out yet).
   request_prefill_kv_computed_tokens_->observe(num_prompt_tokens);
 }
 

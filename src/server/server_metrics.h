@@ -75,8 +75,6 @@ class ServerMetrics {
   Histogram* iteration_tokens_;
   Gauge* waiting_capacity_;
   Gauge* waiting_deferred_;
-  Counter* prefix_cache_queries_;
-  Counter* prefix_cache_hits_;
   // Admission control (docs/working-set-scheduling.md).
   Histogram* request_num_preemptions_;
   Counter* recomputed_tokens_total_;
