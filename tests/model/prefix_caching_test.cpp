@@ -203,7 +203,7 @@ TEST_P(PrefixCaching, BurstWithPreemptionAndAbortAgrees) {
   // The smallest KV budget the engine accepts (one longest sequence), and a little more: the
   // burst's sequences outgrow their decode reserve and preempt one another.
   int64_t bytes = 0;
-  for (int64_t b = 64 << 10; b < (16 << 20) && bytes == 0; b += 16 << 10) {
+  for (int64_t b = 256 << 10; b < (16 << 20) && bytes == 0; b += 32 << 10) {
     if (EngineCore::create(burst_config(GetParam(), false, b)).ok()) bytes = b;
   }
   ASSERT_GT(bytes, 0);
