@@ -37,6 +37,7 @@
 
 #include "engine/sequence.h"
 #include "kv/kv_manager.h"
+#include "kv/prefix_key.h"
 
 namespace ls {
 
