@@ -48,6 +48,9 @@ struct RequestOutput {
   // prefill / decode time metrics.
   int64_t scheduled_ns = 0;
   int32_t num_preemptions = 0;  // times the choice was preempted and recomputed
+  // Prompt tokens the request found in the prefix cache (usage.prompt_tokens_details), set once
+  // it was admitted; -1 with prefix caching off.
+  int32_t cached_tokens = -1;
 };
 
 // Called on the engine thread for every RequestOutput of a request, in order; the last one per
@@ -90,6 +93,11 @@ struct EngineStats {
   int64_t kv_offload_misses_total = 0;  // pages copied from host memory
   int64_t kv_offload_bytes_total = 0;   // host-to-device bytes of those copies
   // Admission control (docs/working-set-scheduling.md).
+  // Prefix caching (vLLM's counters, in tokens).
+  bool prefix_caching = false;
+  int64_t prefix_cache_queries = 0;  // tokens looked up when sequences were admitted
+  int64_t prefix_cache_hits = 0;     // of them, found cached
+  int64_t prompt_tokens_cached = 0;  // prompt tokens found cached at requests' first admission
   int64_t num_recomputed_tokens = 0;    // tokens prefilled again after preemptions, since start
   int64_t kv_cache_pages = 0;           // device page cache in head-pages (tier on)
   int64_t kv_working_set_pages = 0;     // running requests' summed working sets (tier on)

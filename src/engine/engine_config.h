@@ -55,6 +55,10 @@ struct EngineConfig {
   // none (dequantize GGUF at load), or q8_0|q4_0|q4_1|q4_k|q6_k (quantize a safetensors
   // checkpoint at load; CPU).
   std::string quantization = "auto";
+  // Automatic prefix caching (docs/prefix-caching.md; vLLM's --enable-prefix-caching): full KV
+  // pages are shared between requests with the same prefix and kept, LRU, after they end. Off
+  // by default until it is proven on the GPU.
+  bool enable_prefix_caching = false;
 
   Status validate() const;
 };

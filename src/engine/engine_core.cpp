@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <string>
 #include <utility>
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "kv/prefix_key.h"
 
 namespace ls {
 
@@ -52,6 +55,18 @@ void read_generation_defaults(const GenerationConfig& gen, const ModelConfig& mo
   if (gen.min_p) sampling.min_p = static_cast<float>(*gen.min_p);
   if (gen.repetition_penalty) sampling.repetition_penalty = static_cast<float>(*gen.repetition_penalty);
   if (gen.do_sample && !*gen.do_sample) sampling.temperature = 0.0f;
+}
+
+// What decides a page's K/V bytes besides its tokens: the prefix cache's key seed, so pages of
+// another model, attention configuration or KV format never match.
+PrefixKey prefix_cache_seed(const EngineConfig& c, const KvGeometry& g) {
+  const AttentionConfig& a = c.attention;
+  return prefix_seed(fmt::format(
+      "model={}|quant={}|policy={}|pattern={}|ratio={}|page={}/{}|sink={}|local={}/{}|kv={}|"
+      "roles={}",
+      std::filesystem::absolute(c.model_dir).string(), c.quantization, a.policy,
+      a.head_pattern_path, a.streaming_ratio, g.page_tokens, g.logical_page_tokens, g.sink_tokens,
+      g.prefill_local_tokens, g.decode_local_tokens, g.page_format_name(), g.roles.describe()));
 }
 
 }  // namespace
@@ -114,6 +129,14 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<EngineModel> 
                                                  : config.served_model_name;
   if (model_name_.empty()) model_name_ = config.model_dir.parent_path().filename().string();
   init_working_sets();
+  init_prefix_caching();
+}
+
+void EngineCore::init_prefix_caching() {
+  if (!config_.enable_prefix_caching) return;
+  kv_->enable_prefix_caching(prefix_cache_seed(config_, kv_->geometry()));
+  LS_LOG_INFO("prefix caching on: full {}-token pages are shared and kept after their requests",
+              kv_->geometry().page_tokens);
 }
 
 void EngineCore::init_working_sets() {
@@ -147,6 +170,7 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<StepExecutor>
       scheduler_(scheduler_config(config, *executor_), *kv_),
       seed_rng_(config.seed) {
   init_working_sets();
+  init_prefix_caching();
 }
 
 EngineCore::~EngineCore() = default;
@@ -226,6 +250,7 @@ void EngineCore::finish(Sequence* seq, RequestOutput& out) {
   out.prompt_tokens = seq->prompt_len();
   out.completion_tokens = static_cast<int32_t>(seq->output_ids.size());
   out.num_preemptions = seq->num_preemptions;
+  out.cached_tokens = cached_tokens(*seq);
   if (working_sets_ && seq->slot >= 0 && spdlog::should_log(spdlog::level::debug)) {
     const SelectionLocality& l = working_sets_->row(seq->slot);
     spdlog::debug("request {}: {} decode steps, selection overlap {:.3f}, hit ratio {:.3f}, {} "
@@ -296,6 +321,7 @@ void EngineCore::process_sample(Sequence* seq, std::span<float> logits) {
   RequestOutput out;
   out.index = seq->index;
   out.scheduled_ns = seq->first_scheduled_ns;
+  out.cached_tokens = cached_tokens(*seq);
   out.token_ids.push_back(token);
   out.text = std::move(stop.emit);
   if (want_logprobs) {
@@ -529,6 +555,10 @@ EngineStats EngineCore::stats() const {
   s.kv_offload_misses_total = t.misses;
   s.kv_offload_bytes_total = t.bytes_retrieved;
   s.num_recomputed_tokens = scheduler_.num_recomputed_tokens();
+  s.prefix_caching = kv_->prefix_caching();
+  s.prefix_cache_queries = scheduler_.prefix_cache_queries();
+  s.prefix_cache_hits = scheduler_.prefix_cache_hits();
+  s.prompt_tokens_cached = scheduler_.prompt_tokens_cached();
   if (working_sets_) {
     s.kv_cache_pages = t.cache_pages;
     s.kv_working_set_pages = scheduler_.working_set_pages();
@@ -555,6 +585,11 @@ EngineStats EngineCore::stats() const {
   s.kv_cache_dtype = std::string(g.page_format_name());
   s.kv_bytes_per_token = g.retrieval_bytes_per_token();
   return s;
+}
+
+int32_t EngineCore::cached_tokens(const Sequence& seq) const {
+  if (!kv_->prefix_caching()) return -1;
+  return std::max(0, seq.request->num_cached_tokens);
 }
 
 Status EngineCore::score(std::span<const int32_t> ids, std::vector<float>& logits,

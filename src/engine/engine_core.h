@@ -93,6 +93,9 @@ class EngineCore {
   void collect_prompt_logprobs(Sequence* seq, int32_t first_position, int32_t num_positions,
                                const float* rows);
   void init_working_sets();
+  void init_prefix_caching();
+  // The request's prompt tokens found in the prefix cache (-1 with caching off).
+  int32_t cached_tokens(const Sequence& seq) const;
   // The step's tokens (decodes, prefill chunks) through the executor into logits_; fills
   // prompt_rows (per chunk: the prompt positions whose logits give prompt logprobs).
   Status forward_chunks(const SchedulerOutput& out, int64_t step_ns,

@@ -127,7 +127,12 @@ SchedulerOutput Scheduler::schedule() {
   while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
-    if (wants_layer_segments(seq)) {
+    // Prefix caching: the cached pages of its tokens, short of the last (whose logits it needs);
+    // none for prompt logprobs, which need every prompt position's logits.
+    const PrefixHit hit = seq->wants_prompt_logprobs()
+                              ? PrefixHit{}
+                              : kv_.match_prefix(tokens_of(*seq), seq->num_tokens() - 1);
+    if (hit.num_tokens == 0 && wants_layer_segments(seq)) {
       // Its blocks, the running sequences' reserves or the arena are not free yet.
       if (!admissible(*seq) || !admit_layer_segmented(seq)) break;
       waiting_.pop_front();
@@ -138,23 +143,26 @@ SchedulerOutput Scheduler::schedule() {
       schedule_segments(out, budget);
       continue;
     }
-    const int32_t want =
-        std::min({seq->num_uncomputed(), budget, config_.max_chunk_tokens, chunk_cap(seq)});
+    const int32_t want = std::min(
+        {seq->num_uncomputed() - hit.num_tokens, budget, config_.max_chunk_tokens, chunk_cap(seq)});
     if (!admissible(*seq)) break;
     auto slot = kv_.add_sequence();
     if (!slot.ok()) break;
-    if (!kv_.grow(*slot, want).ok()) {
+    kv_.attach_prefix(*slot, hit);
+    if (!kv_.grow(*slot, hit.num_tokens + want).ok()) {
       kv_.remove_sequence(*slot);
       break;
     }
     waiting_.pop_front();
+    count_prefix_hit(*seq, hit.num_tokens);
+    seq->num_computed = hit.num_tokens;
     seq->slot = *slot;
     seq->status = SequenceStatus::kRunning;
     running_.push_back(seq);
     std::stable_sort(running_.begin(), running_.end(), [](const Sequence* a, const Sequence* b) {
       return a->arrival_order < b->arrival_order;
     });
-    out.chunks.push_back({seq, want, true, want == seq->num_tokens()});
+    out.chunks.push_back({seq, want, true, seq->num_computed + want == seq->num_tokens()});
     out.num_tokens += want;
     budget -= want;
   }
@@ -167,9 +175,26 @@ void Scheduler::on_step_done(const SchedulerOutput& out) {
   for (const ScheduledChunk& c : out.chunks) {
     Sequence* seq = c.seq;
     seq->num_computed += c.num_tokens;
+    // Key the pages this step filled (prefix caching) before the ring may shrink.
+    kv_.register_pages(seq->slot, tokens_of(*seq), seq->num_computed);
     if (c.prefilling && seq->num_computed == seq->num_tokens()) kv_.finish_prefill(seq->slot);
   }
   finish_segments(out.segments);
+}
+
+TokenView Scheduler::tokens_of(const Sequence& seq) {
+  return {seq.request->prompt_ids, seq.output_ids};
+}
+
+void Scheduler::count_prefix_hit(Sequence& seq, int32_t hit_tokens) {
+  if (!kv_.prefix_caching()) return;
+  prefix_queries_ += seq.num_tokens();
+  prefix_hits_ += hit_tokens;
+  RequestState& req = *seq.request;
+  if (req.num_cached_tokens < 0) {  // the request's first admission (of any of its choices)
+    req.num_cached_tokens = std::min(hit_tokens, seq.prompt_len());
+    prompt_tokens_cached_ += req.num_cached_tokens;
+  }
 }
 
 void Scheduler::remove(Sequence* seq) {

@@ -8,7 +8,10 @@
 //     sequence (its KV is freed and it waits at the front, to be recomputed) until it fits or is
 //     itself the latest, which then waits. Admission below makes this the last resort;
 //  2. waiting sequences in arrival order are admitted while the budget and a slot are available
-//     and admission control agrees. No waiting sequence jumps an earlier one (FCFS).
+//     and admission control agrees. No waiting sequence jumps an earlier one (FCFS). With prefix
+//     caching on, an admitted sequence starts after the longest cached prefix of its tokens
+//     (KvManager::match_prefix; admission still counts its whole length, so a hit never makes
+//     admission looser than without caching).
 // Decode tokens go first so running streams keep their pace; prefill chunks fill what is left.
 //
 // Admission control (docs/working-set-scheduling.md), so that admitted work never has to be
@@ -34,6 +37,7 @@
 
 #include "engine/sequence.h"
 #include "kv/kv_manager.h"
+#include "kv/prefix_key.h"
 
 namespace ls {
 
@@ -114,11 +118,19 @@ class Scheduler {
   // The length a sequence is owed KV blocks for (admission a).
   int32_t reserve_target(const Sequence& seq) const;
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  // Prefix caching (vLLM's counters, in tokens): tokens looked up at admissions, tokens found
+  // cached, and prompt tokens found cached at requests' first admissions.
+  int64_t prefix_cache_queries() const { return prefix_queries_; }
+  int64_t prefix_cache_hits() const { return prefix_hits_; }
+  int64_t prompt_tokens_cached() const { return prompt_tokens_cached_; }
   // The sequence whose prefill runs layer by layer now, or null.
   const Sequence* layer_segmented() const { return segmented_; }
 
  private:
   void preempt(Sequence* seq);
+  static TokenView tokens_of(const Sequence& seq);
+  // Counts an admission's prefix-cache lookup that found hit_tokens cached.
+  void count_prefix_hit(Sequence& seq, int32_t hit_tokens);
   bool admissible(const Sequence& seq) const;
   bool wants_layer_segments(const Sequence* seq) const;
   // Admits `seq` (the first waiting one) into layer-segmented prefill if its blocks fit.
@@ -136,6 +148,9 @@ class Scheduler {
   int64_t num_preemptions_ = 0;
   int64_t num_recomputed_tokens_ = 0;
   int64_t working_set_pages_ = 0;
+  int64_t prefix_queries_ = 0;
+  int64_t prefix_hits_ = 0;
+  int64_t prompt_tokens_cached_ = 0;
   const WorkingSetModel* working_set_ = nullptr;
   Sequence* segmented_ = nullptr;  // the running layer-segmented prefill
 };

@@ -31,6 +31,7 @@ bool Scheduler::admit_layer_segmented(Sequence* seq) {
       return false;
     }
   }
+  count_prefix_hit(*seq, 0);
   seq->slot = *slot;
   seq->status = SequenceStatus::kRunning;
   seq->layer_segmented = true;
@@ -71,6 +72,7 @@ void Scheduler::finish_segments(const LayerSegmentShare& share) {
   seq->segment_units_done = share.unit_end;
   if (!share.samples) return;
   seq->num_computed = share.num_tokens;
+  kv_.register_pages(seq->slot, tokens_of(*seq), seq->num_computed);
   kv_.finish_prefill(seq->slot);
   seq->layer_segmented = false;
   seq->segment_units_done = 0;

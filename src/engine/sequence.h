@@ -25,6 +25,9 @@ struct RequestState {
   OutputSink sink;
   int64_t arrival_ns = 0;
   int32_t num_unfinished = 0;  // choices not yet finished
+  // Prompt tokens found in the prefix cache at the first admission of one of its choices
+  // (usage.prompt_tokens_details.cached_tokens); -1 until then.
+  int32_t num_cached_tokens = -1;
 };
 
 struct Sequence {

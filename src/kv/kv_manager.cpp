@@ -33,9 +33,17 @@ Result<int32_t> KvManager::add_sequence() {
 void KvManager::remove_sequence(int32_t slot) {
   SequenceKv& seq = seqs_[static_cast<size_t>(slot)];
   if (!seq.active) return;
-  for (int32_t b : seq.retrieval) retrieval_.free(b);
-  for (int32_t b : seq.streaming)
-    if (b >= 0) streaming_.free(b);
+  // Last pages first: cached-free blocks are evicted in release order, so a cached prefix loses
+  // its tail before its head (a shorter hit stays possible). Sink pages go last.
+  for (auto it = seq.retrieval.rbegin(); it != seq.retrieval.rend(); ++it) retrieval_.free(*it);
+  const auto sink = static_cast<size_t>(std::min<int64_t>(geometry_.num_sink_pages(),
+                                                          static_cast<int64_t>(seq.streaming.size())));
+  for (size_t c = seq.streaming.size(); c-- > sink;) {
+    if (seq.streaming[c] >= 0) streaming_.free(seq.streaming[c]);
+  }
+  for (size_t c = sink; c-- > 0;) {
+    if (seq.streaming[c] >= 0) streaming_.free(seq.streaming[c]);
+  }
   seq = SequenceKv{};
 }
 
@@ -76,7 +84,11 @@ BlockCount KvManager::blocks_needed(int32_t slot, int32_t new_len) const {
     const int32_t ring_begin = std::max(first_new_page, sink);
     const int32_t ring_end = std::min(end_page, ring_begin + seq.ring_pages);
     for (int32_t j = ring_begin; j < ring_end; ++j) {
-      if (seq.streaming[static_cast<size_t>(ring_column(j, seq.ring_pages))] < 0) ++count.streaming;
+      const int32_t b = seq.streaming[static_cast<size_t>(ring_column(j, seq.ring_pages))];
+      // With prefix caching a wrapping column takes a fresh block (the old one may be cached
+      // or shared); releasing a block only this sequence holds gives one back, so only a
+      // shared one costs a block.
+      if (b < 0 || (caching_ && streaming_.ref_count(b) > 1)) ++count.streaming;
     }
   }
   return count;
@@ -127,6 +139,12 @@ Status KvManager::grow(int32_t slot, int32_t new_len) {
   if (geometry_.roles.num_streaming() > 0) {
     for (int32_t j = pages_for(seq.num_tokens, p); j < end_page; ++j) {
       int32_t& col = seq.streaming[static_cast<size_t>(ring_column(j, seq.ring_pages))];
+      if (col >= 0 && caching_ && j >= geometry_.num_sink_pages()) {
+        // Copy-on-write without a copy: the new page overwrites the whole block, so it gets a
+        // fresh one and the old page stays intact for whoever shares or may reuse it.
+        streaming_.free(col);
+        col = -1;
+      }
       if (col < 0) col = streaming_.allocate();
     }
   }

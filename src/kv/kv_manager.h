@@ -8,13 +8,24 @@
 // kernels/paged_kv.h). While a sequence prefills, its ring is sized for the prefill window plus
 // one chunk; finish_prefill() shrinks it to the decode window, freeing the extra blocks, so a
 // streaming head holds at most num_sink_pages + prefill ring pages whatever the context length.
+//
+// Prefix caching (docs/prefix-caching.md), when enabled: every full page a sequence computed is
+// keyed by its prefix (prefix_key.h) in both pools; blocks are shared read-only by reference
+// count and, once unreferenced, stay cached-free in an LRU until the allocator needs them. A new
+// sequence starts from the longest cached prefix (match_prefix + attach_prefix). No shared block
+// is ever written: a hit covers whole pages short of the last token, and a ring column that
+// wraps onto a page takes a fresh block instead of overwriting the cached one.
 
 #include <cstdint>
+#include <utility>
 #include <vector>
+
+#include "kv/prefix_key.h"
 
 #include "core/status.h"
 #include "kv/block_allocator.h"
 #include "kv/kv_geometry.h"
+#include "kv/prefix_key.h"
 
 namespace ls {
 
@@ -25,6 +36,17 @@ struct SequenceKv {
   int32_t ring_pages = 0;           // current ring capacity in pages
   std::vector<int32_t> retrieval;   // [num logical pages] retrieval block per page
   std::vector<int32_t> streaming;   // [streaming_table_stride] block per table column, -1 = none
+  std::vector<PrefixKey> keys;      // [full pages keyed so far] prefix key of each (caching on)
+};
+
+// A cached prefix found for a new sequence: its first num_tokens tokens (whole pages).
+struct PrefixHit {
+  int32_t num_tokens = 0;
+  std::vector<PrefixKey> keys;      // [num pages]
+  std::vector<int32_t> retrieval;   // [num pages] (empty without retrieval heads)
+  // Streaming heads: (page, block) of the sink pages and of the pages the next chunk's window
+  // reads; older pages are not needed (their ring columns start empty).
+  std::vector<std::pair<int32_t, int32_t>> streaming;
 };
 
 struct BlockCount {
@@ -59,6 +81,23 @@ class KvManager {
   // The sequence moves to decode: its ring shrinks to decode_ring_pages().
   void finish_prefill(int32_t slot);
 
+  // Prefix caching: keys pages from now on, under the chain seeded by `seed`.
+  void enable_prefix_caching(const PrefixKey& seed);
+  bool prefix_caching() const { return caching_; }
+  // The longest cached prefix of `tokens`, in whole pages, of at most max_tokens tokens (the
+  // caller keeps at least the last token to compute). Changes nothing.
+  PrefixHit match_prefix(const TokenView& tokens, int32_t max_tokens) const;
+  // Gives the sequence just added in `slot` the hit's blocks (one more reference each).
+  void attach_prefix(int32_t slot, const PrefixHit& hit);
+  // Keys the full pages among the sequence's first num_computed tokens (their K/V written), while
+  // it prefills; pages computed by decode steps are never keyed.
+  void register_pages(int32_t slot, const TokenView& tokens, int32_t num_computed);
+  int32_t num_cached_free_blocks() const {
+    return retrieval_.num_cached_free() + streaming_.num_cached_free();
+  }
+  const BlockAllocator& retrieval_allocator() const { return retrieval_; }
+  const BlockAllocator& streaming_allocator() const { return streaming_; }
+
   int32_t num_free_retrieval_blocks() const { return retrieval_.num_free(); }
   int32_t num_free_streaming_blocks() const { return streaming_.num_free(); }
   int32_t num_retrieval_blocks() const { return retrieval_.num_blocks(); }
@@ -72,11 +111,15 @@ class KvManager {
 
  private:
   int32_t ring_column(int32_t logical_page, int32_t ring_pages) const;
+  // Whether page j of the sequence still has its own ring column (or is a sink page).
+  bool streaming_page_held(const SequenceKv& seq, int32_t page) const;
 
   KvGeometry geometry_;
   BlockAllocator retrieval_;
   BlockAllocator streaming_;
   std::vector<SequenceKv> seqs_;  // [max_seqs]
+  bool caching_ = false;
+  PrefixKey seed_;
 };
 
 }  // namespace ls

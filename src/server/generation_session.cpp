@@ -101,6 +101,14 @@ Usage GenerationSession::usage() const {
     usage.prompt_tokens += static_cast<int64_t>(prompt.token_ids.size());
   }
   for (const ChoiceState& choice : choices_) usage.completion_tokens += choice.completion_tokens;
+  // Cached prompt tokens, once per prompt (its n choices are one engine request).
+  for (size_t p = 0; p < request_.prompts.size(); ++p) {
+    int32_t cached = -1;
+    for (int32_t i = 0; i < request_.n; ++i) {
+      cached = std::max(cached, choices_[p * static_cast<size_t>(request_.n) + static_cast<size_t>(i)].cached_tokens);
+    }
+    if (cached >= 0) usage.cached_tokens = std::max<int64_t>(usage.cached_tokens, 0) + cached;
+  }
   return usage;
 }
 
@@ -114,6 +122,7 @@ void GenerationSession::apply(const ChannelItem& item, std::vector<std::string>*
   const int32_t index = item.prompt_index * request_.n + out.index;
   ChoiceState& choice = choices_[static_cast<size_t>(index)];
   if (choice.finished) return;
+  choice.cached_tokens = std::max(choice.cached_tokens, out.cached_tokens);
 
   if (out.finish_reason == FinishReason::kError) {
     error_ = out.error.empty() ? std::string("the engine failed to run the request") : out.error;

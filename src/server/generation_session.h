@@ -74,6 +74,7 @@ class GenerationSession {
     bool echoed = false;          // the prompt text went out ahead of the first delta
     int64_t text_sent_chars = 0;  // code points streamed so far (completions text_offset)
     int32_t completion_tokens = 0;
+    int32_t cached_tokens = -1;  // the engine request's prompt tokens found in the prefix cache
     // Chat with tool parsing: the text so far as content and tool-call deltas, and the ids of
     // the calls streamed.
     std::unique_ptr<grammar::ToolCallStreamer> tools;

@@ -36,7 +36,11 @@ Json usage_json(const Usage& usage, bool with_details) {
   Json out = {{"prompt_tokens", usage.prompt_tokens},
               {"completion_tokens", usage.completion_tokens},
               {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
-  if (with_details) out["prompt_tokens_details"] = nullptr;
+  if (usage.cached_tokens >= 0) {
+    out["prompt_tokens_details"] = {{"cached_tokens", usage.cached_tokens}};
+  } else if (with_details) {
+    out["prompt_tokens_details"] = nullptr;
+  }
   return out;
 }
 

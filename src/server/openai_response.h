@@ -25,6 +25,9 @@ struct ResponseMeta {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // Prompt tokens found in the prefix cache: prompt_tokens_details.cached_tokens; -1 (prefix
+  // caching off) leaves prompt_tokens_details null, as vLLM does.
+  int64_t cached_tokens = -1;
 };
 
 // Everything one choice produced, for non-streaming responses.

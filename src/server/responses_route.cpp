@@ -141,8 +141,13 @@ Json responses_usage(const Json& chat_usage) {
   if (!chat_usage.is_object()) return nullptr;
   const int64_t input = chat_usage.value("prompt_tokens", int64_t{0});
   const int64_t output = chat_usage.value("completion_tokens", int64_t{0});
+  int64_t cached = 0;
+  auto details = chat_usage.find("prompt_tokens_details");
+  if (details != chat_usage.end() && details->is_object()) {
+    cached = details->value("cached_tokens", int64_t{0});
+  }
   return Json{{"input_tokens", input},
-              {"input_tokens_details", {{"cached_tokens", 0}}},
+              {"input_tokens_details", {{"cached_tokens", cached}}},
               {"output_tokens", output},
               {"output_tokens_details", {{"reasoning_tokens", 0}}},
               {"total_tokens", input + output}};

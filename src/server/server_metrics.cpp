@@ -149,17 +149,6 @@ ServerMetrics::ServerMetrics(std::string model_name, int32_t max_model_len)
       {"model_name", "engine", "reason"});
   waiting_capacity_ = &waiting_by_reason.with({labels_[0], labels_[1], "capacity"});
   waiting_deferred_ = &waiting_by_reason.with({labels_[0], labels_[1], "deferred"});
-  // No prefix cache yet: both stay zero.
-  prefix_cache_queries_ =
-      &registry_
-           .counter("vllm:prefix_cache_queries_total",
-                    "Prefix cache queries, in terms of number of queried tokens.", kLabelNames)
-           .with(labels_);
-  prefix_cache_hits_ =
-      &registry_
-           .counter("vllm:prefix_cache_hits_total",
-                    "Prefix cache hits, in terms of number of cached tokens.", kLabelNames)
-           .with(labels_);
   request_prompt_tokens_ =
       &registry_
            .histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
@@ -190,6 +179,21 @@ ServerMetrics::ServerMetrics(std::string model_name, int32_t max_model_len)
       &registry_
            .histogram("vllm:request_num_preemptions", "Number of preemptions per request.",
                       kLabelNames, {0, 1, 2, 5, 10, 20, 50, 100})
+           .with(labels_);
+  prefix_cache_queries_total_ =
+      &registry_
+           .counter("vllm:prefix_cache_queries_total",
+                    "Prefix cache queries, in terms of number of queried tokens.", kLabelNames)
+           .with(labels_);
+  prefix_cache_hits_total_ =
+      &registry_
+           .counter("vllm:prefix_cache_hits_total",
+                    "Prefix cache hits, in terms of number of cached tokens.", kLabelNames)
+           .with(labels_);
+  prompt_tokens_cached_total_ =
+      &registry_
+           .counter("vllm:prompt_tokens_cached_total", "Number of cached prompt tokens.",
+                    kLabelNames)
            .with(labels_);
   recomputed_tokens_total_ =
       &registry_
@@ -265,7 +269,7 @@ void ServerMetrics::observe_finished(FinishReason reason, double e2e_seconds, do
   if (num_output_tokens > 1) request_time_per_output_token_->observe(tpot_seconds);
   request_prompt_tokens_->observe(num_prompt_tokens);
   request_generation_tokens_->observe(num_output_tokens);
-  // Without a prefix cache every prompt token is computed.
+  // Every prompt token counted as computed, prefix-cache hits included (not split out yet).
   request_prefill_kv_computed_tokens_->observe(num_prompt_tokens);
 }
 
@@ -304,6 +308,9 @@ std::string ServerMetrics::render(const EngineStats& stats) {
   kv_offload_misses_total_->set_total(static_cast<double>(stats.kv_offload_misses_total));
   kv_offload_h2d_bytes_total_->set_total(static_cast<double>(stats.kv_offload_bytes_total));
   recomputed_tokens_total_->set_total(static_cast<double>(stats.num_recomputed_tokens));
+  prefix_cache_queries_total_->set_total(static_cast<double>(stats.prefix_cache_queries));
+  prefix_cache_hits_total_->set_total(static_cast<double>(stats.prefix_cache_hits));
+  prompt_tokens_cached_total_->set_total(static_cast<double>(stats.prompt_tokens_cached));
   kv_working_set_pages_->set(static_cast<double>(stats.kv_working_set_pages));
   kv_device_cache_pages_->set(static_cast<double>(stats.kv_cache_pages));
   kv_selection_overlap_->set(stats.kv_selected_pages_total > 0

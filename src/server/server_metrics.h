@@ -75,11 +75,12 @@ class ServerMetrics {
   Histogram* iteration_tokens_;
   Gauge* waiting_capacity_;
   Gauge* waiting_deferred_;
-  Counter* prefix_cache_queries_;
-  Counter* prefix_cache_hits_;
   // Admission control (docs/working-set-scheduling.md).
   Histogram* request_num_preemptions_;
   Counter* recomputed_tokens_total_;
+  Counter* prefix_cache_queries_total_;
+  Counter* prefix_cache_hits_total_;
+  Counter* prompt_tokens_cached_total_;
   Gauge* kv_working_set_pages_;
   Gauge* kv_device_cache_pages_;
   Gauge* kv_selection_overlap_;

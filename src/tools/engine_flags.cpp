@@ -30,6 +30,10 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
                "CUDA: run decode steps op by op instead of replaying recorded CUDA graphs");
   app.add_option("--engine-seed", c.seed, "Engine seed (requests without a seed draw from it)")
       ->capture_default_str();
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", c.enable_prefix_caching,
+               "Share full KV pages between requests with the same prefix and keep them (LRU) "
+               "after their requests end (docs/prefix-caching.md); off by default")
+      ->capture_default_str();
   app.add_option("--kv-offload", c.kv_offload,
                  "on|off: keep retrieval heads' KV in host memory with a device page cache "
                  "(docs/hierarchical-kv.md)")

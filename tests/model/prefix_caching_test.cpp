@@ -1,0 +1,257 @@
+// Prefix caching must not change a bit of the output: through the engine on the CPU backend,
+// for every attention policy (dense, streaming heads only, quest's page selection, lserve's mix
+// of both), each request's greedy tokens and the logprobs of its top tokens with
+// --enable-prefix-caching equal those without, across a miss, partial hits, full hits (the last
+// prompt token recomputed), a hit shorter than the streaming window, a multi-turn follow-up (its
+// first turn's prompt pages hit, the decoded answer's are not cached), a burst that shares pages while a small cache preempts sequences holding
+// shared pages, and an abort. The reference is the same workload with caching off. Afterwards
+// no KV is in use (cached pages are free to take) and the cache was actually hit.
+// Steps have at most 16 tokens so that the CPU kernels' results per row do not depend on how a
+// step is composed (see config()).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine_core.h"
+
+namespace ls {
+namespace {
+
+struct Outcome {
+  std::map<std::string, std::vector<int32_t>> tokens;
+  std::map<std::string, std::vector<float>> logprobs;  // chosen and top-5 tokens', bit for bit
+  std::map<std::string, int32_t> cached;               // RequestOutput::cached_tokens
+  std::map<std::string, int32_t> preemptions;          // RequestOutput::num_preemptions
+  EngineStats stats;
+};
+
+EngineConfig config(const std::string& policy, bool caching, int64_t kv_cache_bytes) {
+  EngineConfig c;
+  c.model_dir = std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/models/llama3";
+  c.num_threads = 2;
+  c.max_num_seqs = 4;
+  // At most 16 rows per step: the CPU GEMMs stay in their small-M kernel, whose rows do not
+  // depend on the batch, so steps composed differently (a hit skips chunks) still give the same
+  // bits. Larger steps switch kernels by row count (docs/layer-segmented-prefill.md), and then
+  // any change of schedule, caching or not, moves the last bits.
+  c.max_num_batched_tokens = 16;
+  c.max_model_len = 640;
+  c.attention.policy = policy;
+  c.attention.token_budget = policy == "quest" ? 64 : 128;
+  c.attention.select_interval = 2;
+  c.attention.sink_tokens = 16;
+  c.attention.decode_local_tokens = 64;
+  c.attention.prefill_local_tokens = 128;
+  c.attention.streaming_ratio = 0.5;
+  c.kv_cache_bytes = kv_cache_bytes;
+  c.enable_prefix_caching = caching;
+  return c;
+}
+
+GenerateRequest request(const std::string& id, std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerateRequest g;
+  g.request_id = id;
+  g.prompt_ids = std::move(prompt);
+  g.sampling.temperature = 0;
+  g.sampling.logprobs = 5;
+  g.stop.max_tokens = max_tokens;
+  g.stop.eos_token_ids = {};
+  return g;
+}
+
+void submit(EngineCore& core, const GenerateRequest& g, Outcome& run) {
+  const std::string id = g.request_id;
+  ASSERT_TRUE(core.add_request(g, [&run, id](const RequestOutput& o) {
+                    auto& t = run.tokens[id];
+                    t.insert(t.end(), o.token_ids.begin(), o.token_ids.end());
+                    auto& l = run.logprobs[id];
+                    for (const TokenLogprob& x : o.logprobs) l.push_back(x.logprob);
+                    for (const auto& top : o.top_logprobs)
+                      for (const TokenLogprob& x : top) l.push_back(x.logprob);
+                    if (o.finished) run.cached[id] = o.cached_tokens;
+                    if (o.finished) run.preemptions[id] = o.num_preemptions;
+                  }).ok());
+}
+
+void drain(EngineCore& core) {
+  for (int32_t guard = 0; core.has_work() && guard < 20000; ++guard) ASSERT_TRUE(core.step().ok());
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int32_t n) {
+  std::vector<int32_t> v;
+  for (int32_t i = 0; i < n; ++i) v.push_back(static_cast<int32_t>(rng() % 300));
+  return v;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// One request at a time, each after the previous ended: the cache holds what they left.
+Outcome sequential(const std::string& policy, bool caching) {
+  Outcome run;
+  auto core_or = EngineCore::create(config(policy, caching, 0));
+  EXPECT_TRUE(core_or.ok()) << core_or.status().to_string();
+  if (!core_or.ok()) return run;
+  EngineCore& core = **core_or;
+  std::mt19937 rng(5);
+  const std::vector<int32_t> doc = random_tokens(rng, 300);
+  const std::vector<int32_t> a = concat(doc, random_tokens(rng, 21));
+  auto run_one = [&](const GenerateRequest& g) {
+    submit(core, g, run);
+    drain(core);
+  };
+  run_one(request("miss", a, 80));  // fills pages while decoding
+  run_one(request("partial", concat(doc, random_tokens(rng, 40)), 12));  // the document's pages
+  run_one(request("full", a, 12));  // the whole prompt cached but its last token
+  run_one(request("aligned", std::vector<int32_t>(doc.begin(), doc.begin() + 256), 8));  // pages
+  run_one(request("short", std::vector<int32_t>(doc.begin(), doc.begin() + 70), 8));  // in window
+  // Multi-turn: the first answer and a new question follow the first prompt.
+  const std::vector<int32_t> turn2 = concat(concat(a, run.tokens["miss"]), random_tokens(rng, 30));
+  run_one(request("turn2", turn2, 12));
+  run.stats = core.stats();
+  return run;
+}
+
+// A shorter context and no decode reserve beyond what admission must keep, so that a small
+// cache preempts.
+EngineConfig burst_config(const std::string& policy, bool caching, int64_t kv_cache_bytes) {
+  EngineConfig c = config(policy, caching, kv_cache_bytes);
+  c.max_model_len = 512;
+  c.decode_reserve_ratio = 0;
+  return c;
+}
+
+// Requests sharing a document arrive at once into a cache too small for all of them: pages are
+// shared while they run, sequences holding shared pages are preempted and recompute (hitting
+// the cache), and one request is aborted midway.
+Outcome burst(const std::string& policy, bool caching, int64_t kv_cache_bytes) {
+  Outcome run;
+  auto core_or = EngineCore::create(burst_config(policy, caching, kv_cache_bytes));
+  EXPECT_TRUE(core_or.ok()) << core_or.status().to_string();
+  if (!core_or.ok()) return run;
+  EngineCore& core = **core_or;
+  std::mt19937 rng(11);
+  const std::vector<int32_t> doc = random_tokens(rng, 200);
+  submit(core, request("first", concat(doc, random_tokens(rng, 10)), 4), run);
+  drain(core);
+  for (int32_t i = 0; i < 6; ++i) {
+    submit(core, request("q" + std::to_string(i), concat(doc, random_tokens(rng, 5 + 13 * i)), 200),
+           run);
+  }
+  for (int32_t step = 0; core.has_work() && step < 20000; ++step) {
+    EXPECT_TRUE(core.step().ok());
+    if (run.tokens["q2"].size() == 10) core.abort("q2");  // after as many tokens in both runs
+  }
+  run.stats = core.stats();
+  return run;
+}
+
+void expect_same(const Outcome& off, const Outcome& on) {
+  ASSERT_EQ(off.tokens.size(), on.tokens.size());
+  for (const auto& [id, tokens] : off.tokens) {
+    ASSERT_TRUE(on.tokens.count(id)) << id;
+    EXPECT_EQ(on.tokens.at(id), tokens) << id;
+    const auto& a = off.logprobs.at(id);
+    const auto& b = on.logprobs.at(id);
+    ASSERT_EQ(a.size(), b.size()) << id;
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << id;
+  }
+  EXPECT_EQ(on.stats.kv_bytes_in_use, 0);
+  EXPECT_EQ(off.stats.kv_bytes_in_use, 0);
+  EXPECT_EQ(on.stats.num_running + on.stats.num_waiting, 0);
+}
+
+class PrefixCaching : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PrefixCaching, SequentialHitsChangeNothing) {
+  const Outcome off = sequential(GetParam(), false);
+  const Outcome on = sequential(GetParam(), true);
+  expect_same(off, on);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(off.cached.at("full"), -1);  // caching off: no prompt_tokens_details
+  EXPECT_EQ(on.cached.at("miss"), 0);
+  EXPECT_GT(on.cached.at("partial"), 0);
+  EXPECT_GT(on.cached.at("full"), on.cached.at("partial"));
+  EXPECT_GT(on.cached.at("short"), 0);
+  // The first turn's prompt pages hit; the pages its answer filled were computed by decode steps
+  // (decode-mode attention) and are not cached.
+  EXPECT_EQ(on.cached.at("turn2"), on.cached.at("full"));
+  EXPECT_EQ(on.stats.prefix_cache_hits, on.stats.prompt_tokens_cached);  // no preemption here
+  int64_t cached = 0;
+  for (const auto& [id, n] : on.cached) cached += n;
+  EXPECT_EQ(on.stats.prompt_tokens_cached, cached);
+  EXPECT_EQ(on.stats.prefix_cache_queries, on.stats.prompt_tokens_total);
+  EXPECT_EQ(off.stats.prefix_cache_queries, 0);
+}
+
+// In a burst, caching changes how steps are composed (hits skip chunks) and when sequences are
+// preempted, and neither is bit-neutral in this engine with caching off either: a step's rows
+// can differ in the last bits with the batch around them, and a preempted sequence recomputes
+// its generated tokens by prefill (decode-mode attention — windows, page selection — is not what
+// prefill computes). So the burst checks: requests preempted in neither run give the same greedy
+// tokens and logprobs to rounding; dense attention gives the same greedy tokens for all; the
+// cache was hit and sequences holding shared pages were preempted; nothing stays in use. The
+// bitwise claims are the sequential test's, where steps are composed alike.
+TEST_P(PrefixCaching, BurstWithPreemptionAndAbortAgrees) {
+  // The smallest KV budget the engine accepts (one longest sequence), and a little more: the
+  // burst's sequences outgrow their decode reserve and preempt one another.
+  int64_t bytes = 0;
+  for (int64_t b = 256 << 10; b < (16 << 20) && bytes == 0; b += 32 << 10) {
+    if (EngineCore::create(burst_config(GetParam(), false, b)).ok()) bytes = b;
+  }
+  ASSERT_GT(bytes, 0);
+  bytes += bytes / 3;
+  const Outcome off = burst(GetParam(), false, bytes);
+  const Outcome on = burst(GetParam(), true, bytes);
+  ASSERT_EQ(off.tokens.size(), on.tokens.size());
+  int32_t compared = 0;
+  for (const auto& [id, tokens] : off.tokens) {
+    ASSERT_TRUE(on.tokens.count(id)) << id;
+    const bool preempted = off.preemptions.at(id) > 0 || on.preemptions.at(id) > 0;
+    if (!preempted || GetParam() == "dense") {
+      EXPECT_EQ(on.tokens.at(id), tokens) << id;
+    }
+    if (preempted) continue;
+    ++compared;
+    const auto& a = off.logprobs.at(id);
+    const auto& b = on.logprobs.at(id);
+    ASSERT_EQ(a.size(), b.size()) << id;
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4) << id << " " << i;
+  }
+  EXPECT_GE(compared, 3);
+  if (GetParam() != "streaming") {  // streaming heads alone hold a bounded, pre-sized pool
+    EXPECT_GT(on.stats.num_preemptions, 0);
+  }
+  EXPECT_GT(on.stats.prefix_cache_hits, on.stats.prompt_tokens_cached - 1);
+  EXPECT_GT(on.stats.prompt_tokens_cached, 0);
+  EXPECT_EQ(on.tokens.at("q2").size(), 10u);  // aborted
+  EXPECT_EQ(on.stats.kv_bytes_in_use, 0);
+  EXPECT_EQ(on.stats.num_running + on.stats.num_waiting, 0);
+}
+
+// Combinations not supported yet are refused at start-up with a message that says why.
+TEST(PrefixCachingConfig, RefusesTheHostTierAndTwoLevelSummaries) {
+  EngineConfig tier = config("quest", true, 0);
+  tier.kv_offload = true;
+  const Status a = EngineCore::create(tier).status();
+  EXPECT_EQ(a.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(a.message().find("--kv-offload"), std::string::npos) << a.message();
+  EngineConfig two = config("quest", true, 0);
+  two.attention.page_summary_levels = 2;
+  const Status b = EngineCore::create(two).status();
+  EXPECT_EQ(b.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(b.message().find("--page-summary-levels"), std::string::npos) << b.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, PrefixCaching,
+                         ::testing::Values("dense", "streaming", "quest", "lserve"));
+
+}  // namespace
+}  // namespace ls
