@@ -57,6 +57,8 @@ make_carry() {
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .carry/wheels -r "$tmp/requirements-gpu.txt" || { echo "make-carry: pip download failed" >&2; exit 1; }
+  # numpy comes with the GPU machine's PyTorch; a carried one would shadow it (and is 16 MB).
+  rm -f .carry/wheels/numpy-*.whl
   rm -rf "$tmp"
   echo "make-carry: .carry/deps.tar.xz ($(du -sh .carry/deps.tar.xz | cut -f1)) from $(echo $CARRY_PACKAGES | wc -w) packages, $(ls .carry/wheels | wc -l) wheels ($(du -sh .carry/wheels | cut -f1))"
 }
