@@ -12,8 +12,8 @@
 #                                         # .carry carried
 #
 # Sections, in order (names for --only / --skip): env, build, tests, kernels, transfers, torch,
-# e2e, hf, serve; only when named in --only: profile, tierk, tier32k, tier128k, tiercap (the host
-# KV tier). Each section has its own time limit and a failing section never stops the others; the
+# e2e, hf, serve; only when named in --only: prefix (prefix caching), profile, tierk, tier32k,
+# tier128k, tiercap (the host KV tier). Each section has its own time limit and a failing section never stops the others; the
 # whole run keeps within GPU_CHECK_BUDGET_S seconds (default 540). Logs and results go to $OUT
 # (default ./gpu-out): gpu_check.log, build.log, ptxas.txt, tests.log, results.jsonl,
 # gpu_results.md (its table is printed last) and serve/.
@@ -465,6 +465,65 @@ PY
 }
 export -f serve_section
 if wanted serve; then wait_model; section serve 480 serve_section; fi
+
+# ---- prefix caching (only with --only prefix): a long shared prefix (a document) with many short
+# questions through `longserve serve --device cuda`, caching off vs on. One question at a time
+# (--max-concurrency 1), so the first request misses and the others hit: the median TTFT is a
+# hit's with caching on and a full prefill's with it off. PREFIX_LENS (default "32768 131072"),
+# PREFIX_POLICIES (default "dense lserve"), PREFIX_PROMPTS (default 12). ----
+prefix_section() {
+  [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
+  local port=8124 rc=0
+  mkdir -p "$OUT/prefix"
+  for len in ${PREFIX_LENS:-32768 131072}; do
+    for policy in ${PREFIX_POLICIES:-dense lserve}; do
+      for caching in off on; do
+        local flags="--attention $policy"
+        [ "$policy" = lserve ] && flags="$flags --streaming-ratio 0.5 --token-budget 4096"
+        [ "$caching" = on ] && flags="$flags --enable-prefix-caching"
+        local tag="$policy-$len-$caching"
+        # shellcheck disable=SC2086
+        "$BUILD/longserve" serve --device cuda --model "$MODEL_DIR" --served-model-name llama3-8b-shape \
+          --port $port --max-num-seqs 16 --max-model-len $((len + 4096)) $flags >"$OUT/prefix/server-$tag.log" 2>&1 &
+        local server=$! up=0
+        for _ in $(seq 600); do
+          curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && { up=1; break; }
+          kill -0 $server 2>/dev/null || break
+          sleep 0.5
+        done
+        if [ $up = 0 ]; then
+          echo "prefix $tag: the server did not come up"; tail -5 "$OUT/prefix/server-$tag.log"
+          kill $server 2>/dev/null; wait $server 2>/dev/null; rc=1; continue
+        fi
+        "$BUILD/longserve" bench serve --port $port --model "$MODEL_DIR" --served-model-name llama3-8b-shape \
+          --random-prefix-len "$len" --random-input-len 64 --random-output-len 32 \
+          --num-prompts "${PREFIX_PROMPTS:-12}" --max-concurrency 1 --request-rate inf --seed 1 \
+          --disable-tqdm --percentile-metrics ttft,tpot,e2el --save-result --result-dir "$OUT/prefix" \
+          --result-filename "$tag.json" >"$OUT/prefix/$tag.log" 2>&1 || rc=1
+        local cached
+        cached=$(curl -sf "http://127.0.0.1:$port/metrics" | awk '/^vllm:prompt_tokens_cached_total/ {print $2}')
+        kill $server 2>/dev/null
+        wait $server 2>/dev/null
+        python3 - "$OUT/prefix/$tag.json" "$policy" "$len" "$caching" "${cached:-0}" >>"$RESULTS" <<'PY'
+import json, os, sys
+path, policy, length, caching, cached = sys.argv[1:]
+row = {"bench": "prefix_cache", "policy": policy, "prefix": int(length), "caching": caching,
+       "prompt_tokens_cached": float(cached)}
+if os.path.exists(path):
+    r = json.load(open(path))
+    for k in ["completed", "median_ttft_ms", "mean_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "duration"]:
+        if k in r:
+            row[k] = r[k]
+print(json.dumps(row))
+PY
+        tail -1 "$RESULTS"
+      done
+    done
+  done
+  return $rc
+}
+export -f prefix_section
+if [[ "$ONLY" == *",prefix,"* ]]; then wait_model; section prefix 540 prefix_section; fi
 
 # ---- report ----
 python3 - "$OUT" <<'PY' 2>&1 | tee -a "$LOG"

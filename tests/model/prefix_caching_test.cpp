@@ -207,9 +207,17 @@ TEST_P(PrefixCaching, BurstWithPreemptionAndAbortAgrees) {
     if (EngineCore::create(burst_config(GetParam(), false, b)).ok()) bytes = b;
   }
   ASSERT_GT(bytes, 0);
-  bytes += bytes / 3;
-  const Outcome off = burst(GetParam(), false, bytes);
-  const Outcome on = burst(GetParam(), true, bytes);
+  // How far above that budget the burst still preempts depends on the page format and the
+  // machine's kernels (pages per block, scratch): shrink the margin until both runs preempt.
+  Outcome off, on;
+  for (const int64_t margin : {bytes / 3, bytes / 6, bytes / 12, int64_t{0}}) {
+    off = burst(GetParam(), false, bytes + margin);
+    on = burst(GetParam(), true, bytes + margin);
+    if (GetParam() == "streaming" ||
+        (off.stats.num_preemptions > 0 && on.stats.num_preemptions > 0)) {
+      break;
+    }
+  }
   ASSERT_EQ(off.tokens.size(), on.tokens.size());
   int32_t compared = 0;
   for (const auto& [id, tokens] : off.tokens) {
