@@ -181,7 +181,7 @@ export CARRY
 
 # ---- the 8B-shaped model, generated while we build (GPU draws, ~16 GB written) ----
 MODEL_PID=""
-if wanted e2e || wanted hf || wanted serve || [[ "$ONLY" =~ ,(profile|tier32k|tier128k|tiercap|prefill), ]]; then
+if wanted e2e || wanted hf || wanted serve || [[ "$ONLY" =~ ,(profile|tier32k|tier128k|tiercap|prefill|prefix), ]]; then
   if [ -f "$MODEL_DIR/model.safetensors.index.json" ]; then
     log "model: reusing $MODEL_DIR"
   else
