@@ -111,7 +111,9 @@ Status page_residency(const PageResidencyParams& p, ThreadPool& /*pool*/) {
     if (row < 0 || row >= num_rows) {
       return invalid_argument("page_residency: sequence {} has cache row {} of {}", s, row, num_rows);
     }
-    const auto [begin, end] = row_partition(p, row);
+    // Plain variables, not a structured binding: clang 14 cannot capture those in a lambda.
+    const auto partition = row_partition(p, row);
+    const int32_t begin = partition.begin, end = partition.end;
     if (begin < 0 || end < begin || end > p.num_cache_slots) {
       return invalid_argument("page_residency: row {} has slots [{}, {}) of {}", row, begin, end,
                               p.num_cache_slots);
