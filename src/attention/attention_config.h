@@ -18,6 +18,9 @@ struct AttentionConfig {
   int32_t page_tokens = -1;          // physical page; lserve 64, quest 16, dense/streaming 64
   int32_t logical_page_tokens = -1;  // summary granularity; lserve 16 (quest: = page)
   int32_t select_interval = 4;       // decode steps a selection is reused for
+  // Selecting heads always keep page 0 (the attention sink) besides the last page; the other
+  // budget pages come from the bound (docs/smollm2-selection.md says why).
+  bool keep_first_page = false;
   // Page summaries in two levels (docs/two-level-summaries.md): 1 = one level (every logical
   // page scored each selection); 2 = a coarse level per group of pages on the device, refined
   // only where it can matter (the same pages are chosen).

@@ -6,10 +6,11 @@ namespace ls {
 
 SelectingPolicy::SelectingPolicy(std::string name, KvGeometry geometry,
                                  std::vector<kernels::HeadMode> modes, int32_t token_budget,
-                                 int32_t select_interval)
+                                 int32_t select_interval, bool keep_first_page)
     : PolicyBase(std::move(name), std::move(geometry), std::move(modes)),
       token_budget_(token_budget),
-      select_interval_(select_interval) {}
+      select_interval_(select_interval),
+      keep_first_page_(keep_first_page) {}
 
 int32_t SelectingPolicy::budget_pages() const {
   return std::max(1, token_budget_ / geometry_.page_tokens);
@@ -81,6 +82,7 @@ void SelectingPolicy::select(Backend& backend, const LayerAttentionContext& ctx)
   p.heads_per_block = geometry_.roles.num_retrieval();
   p.summaries = ctx.summaries;
   p.budget_pages = budget_pages();
+  p.keep_first_page = keep_first_page_ ? 1 : 0;
   p.out_rows = ctx.select_rows;
   p.selected = layer_selected(ctx.layer);
   p.num_selected = layer_num_selected(ctx.layer);

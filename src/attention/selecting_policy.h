@@ -38,7 +38,7 @@ class SelectingPolicy : public PolicyBase {
 
  protected:
   SelectingPolicy(std::string name, KvGeometry geometry, std::vector<kernels::HeadMode> modes,
-                  int32_t token_budget, int32_t select_interval);
+                  int32_t token_budget, int32_t select_interval, bool keep_first_page);
 
  private:
   int32_t* layer_selected(int32_t layer) const;
@@ -46,6 +46,7 @@ class SelectingPolicy : public PolicyBase {
 
   int32_t token_budget_;
   int32_t select_interval_;
+  bool keep_first_page_;  // page 0 (the attention sink) always selected (AttentionConfig)
   int32_t max_seqs_ = 0;
   // Decode steps since each row last selected; -1: no selection cached (prefill, short context).
   std::vector<int32_t> steps_since_select_;  // [max_seqs]

@@ -290,6 +290,8 @@ struct PageSelectParams {
   int32_t heads_per_block = 0;
   PageSummaries summaries;
   int32_t budget_pages = 0;             // token budget / page_tokens
+  int32_t keep_first_page = 0;          // 1: page 0 (the attention sink) is always chosen, like
+                                        //   the last page, whatever its score
   const int32_t* out_rows = nullptr;    // [num_seqs] row to write for each sequence; -1: skip it
                                         //   (its selection is being reused, or it is prefilling)
   int32_t* selected = nullptr;          // [num_rows, num_kv_heads, max_selected] out

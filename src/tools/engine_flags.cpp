@@ -115,6 +115,10 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
   app.add_option("--select-interval", a.select_interval,
                  "Decode steps a page selection is reused for")
       ->capture_default_str();
+  app.add_option("--keep-first-page", a.keep_first_page,
+                 "on|off: selecting heads (quest, lserve) always read page 0, the attention sink, "
+                 "besides the last page; the rest of the budget goes by the page bound")
+      ->capture_default_str();
   app.add_option("--page-summary-levels", a.page_summary_levels,
                  "Page summaries in 1 level, or 2: a coarse level per group of pages that page "
                  "selection scores first, refining only the groups that can matter (same pages)")

@@ -16,8 +16,8 @@ std::string default_model_dir();
 // Adds --model, --device, --threads, --max-model-len, --max-num-seqs,
 // --max-num-batched-tokens, --kv-cache-bytes, --gpu-memory-utilization, --engine-seed and the attention
 // flags (--attention, --head-pattern, --streaming-ratio, --token-budget, --page-tokens,
-// --logical-page-tokens, --select-interval, --sink-tokens, --prefill-local-tokens,
-// --decode-local-tokens) to `app`, writing into `config`.
+// --logical-page-tokens, --select-interval, --keep-first-page, --sink-tokens,
+// --prefill-local-tokens, --decode-local-tokens) to `app`, writing into `config`.
 void add_engine_flags(CLI::App& app, EngineConfig& config);
 
 // Fills defaults that depend on other flags (the bundled model when --model is absent).

@@ -383,6 +383,7 @@ TEST(CudaPagedOps, KvAppendWithIndexRequestStaysExactAcrossSteps) {
 
 struct SelectCase {
   int32_t d = 64, group = 1, pt = 16, lpt = 16, budget = 4, num_kv = 3, hpb = 2;
+  int32_t keep_first = 0;  // PageSelectParams::keep_first_page
   DType dt = DType::kBF16;
   std::vector<int32_t> kv_lens, q_lens, out_rows, mode, slot, table, q_indptr;
   int32_t stride = 0, num_blocks = 0, num_rows = 6, max_selected = 0, max_pages = 0;
@@ -530,6 +531,7 @@ kernels::PageSelectParams select_sizes(const SelectCase& c) {
   p.summaries.logical_page_tokens = c.lpt;
   p.summaries.logical_per_page = c.pt / c.lpt;
   p.budget_pages = c.budget;
+  p.keep_first_page = c.keep_first;
   p.max_selected = c.max_selected;
   p.max_pages = c.max_pages;
   return p;
@@ -594,12 +596,14 @@ TEST(CudaPageSelect, EqualsCpuExactlyOnIntegerDataWithTies) {
   for (Config cf :
        {Config{64, 1, 16, 16, 4}, Config{128, 4, 64, 16, 4}, Config{96, 8, 64, 16, 6},
         Config{128, 4, 16, 16, 3}, Config{64, 2, 32, 8, 10}, Config{64, 16, 64, 16, 5}}) {
-    for (int rep = 0; rep < 3; ++rep) {
-      const SelectCase c = make_select_case(rng, cf.d, cf.group, cf.pt, cf.lpt, cf.budget, true);
+    for (int rep = 0; rep < 4; ++rep) {
+      SelectCase c = make_select_case(rng, cf.d, cf.group, cf.pt, cf.lpt, cf.budget, true);
+      c.keep_first = rep % 2;  // both selection rules
       const SelectOutputs want = run_select(c, false), got = run_select(c, true);
       const std::string label = "d " + std::to_string(cf.d) + " group " + std::to_string(cf.group) +
                                 " page " + std::to_string(cf.pt) + " budget " +
-                                std::to_string(cf.budget);
+                                std::to_string(cf.budget) + " keep first " +
+                                std::to_string(c.keep_first);
       EXPECT_EQ(got.selected, want.selected) << label << "\n" << selection_diff(c, got, want);
       EXPECT_EQ(got.num_selected, want.num_selected) << label;
       EXPECT_EQ(got.scores, want.scores) << label;
@@ -632,9 +636,10 @@ TEST(CudaPageSelect, EqualsCpuExactlyOnLongContextsWithTies) {
       {256, 3, 64, 16, 64, {64 * 2049 + 1, 64 * 4097 + 5, 64 * 66 + 2}},
       {64, 8, 64, 16, 64, {64 * 3001 + 9}},  // group 8: eight heads per pass
   };
-  for (const Config& cf : configs) {
-    const SelectCase c =
-        make_select_case(rng, cf.d, cf.group, cf.pt, cf.lpt, cf.budget, true, cf.lens);
+  for (size_t ci = 0; ci < configs.size(); ++ci) {
+    const Config& cf = configs[ci];
+    SelectCase c = make_select_case(rng, cf.d, cf.group, cf.pt, cf.lpt, cf.budget, true, cf.lens);
+    c.keep_first = static_cast<int32_t>(ci % 2);  // both selection rules
     const SelectOutputs want = run_select(c, false), got = run_select(c, true);
     const std::string label = "d " + std::to_string(cf.d) + " group " + std::to_string(cf.group) +
                               " page " + std::to_string(cf.pt) + " logical " +

@@ -19,6 +19,7 @@ using cpu::Isa;
 
 struct SelectCase {
   int32_t d = 64, group = 1, num_kv = 2, pt = 16, lpt = 16, budget = 4;
+  int32_t keep_first = 0;  // PageSelectParams::keep_first_page
   DType sum_dtype = DType::kF32, q_dtype = DType::kF32;
   std::vector<int32_t> kv_lens, q_lens, out_rows, mode, slot;
   int32_t hpb = 0, stride = 0, num_blocks = 0, num_rows = 0, max_selected = 0, max_pages = 0;
@@ -126,10 +127,13 @@ Oracle oracle(const SelectCase& c, int32_t s, int32_t g) {
     return o;
   }
   const int32_t k = std::min(std::max(3, c.budget), pages);
+  // A kept first page ranks above every score; the reported scores stay the bounds.
+  std::vector<double> rank = o.page_scores;
+  if (c.keep_first != 0) rank[0] = INFINITY;
   std::vector<int32_t> cand(static_cast<size_t>(pages - 1));
   std::iota(cand.begin(), cand.end(), 0);
   std::sort(cand.begin(), cand.end(), [&](int32_t a, int32_t b) {
-    return o.page_scores[a] != o.page_scores[b] ? o.page_scores[a] > o.page_scores[b] : a < b;
+    return rank[a] != rank[b] ? rank[a] > rank[b] : a < b;
   });
   o.selected.assign(cand.begin(), cand.begin() + (k - 1));
   o.selected.push_back(pages - 1);
@@ -166,6 +170,7 @@ SelectOutput run_select(const SelectCase& c, ThreadPool& pool, Isa isa) {
   p.summaries = PageSummaries{const_cast<void*>(c.kmin.data()), const_cast<void*>(c.kmax.data()),
                               c.sum_dtype, c.lpt, c.lpp()};
   p.budget_pages = c.budget;
+  p.keep_first_page = c.keep_first;
   p.out_rows = c.out_rows.data();
   p.selected = out.selected.data();
   p.num_selected = out.num_selected.data();
@@ -219,9 +224,13 @@ void check(const SelectCase& c, const SelectOutput& out, bool exact, const std::
       ASSERT_EQ(got.size(), want.selected.size());
       EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
       EXPECT_EQ(got.back(), pages - 1);
+      if (c.keep_first != 0) {
+        EXPECT_EQ(got.front(), 0);
+      }
       double worst_in = INFINITY;
       for (int32_t pg : got) {
-        if (pg != pages - 1) worst_in = std::min(worst_in, want.page_scores[pg]);
+        if (pg != pages - 1 && !(pg == 0 && c.keep_first != 0))
+          worst_in = std::min(worst_in, want.page_scores[pg]);
       }
       for (int32_t pg = 0; pg + 1 < pages; ++pg) {
         if (std::find(got.begin(), got.end(), pg) == got.end()) {
@@ -249,6 +258,29 @@ TEST(PageSelect, MatchesBruteForceOracleWithTiesAndPartialPages) {
                 " budget=" + std::to_string(budget) + " " + std::string(dtype_name(dt));
             const SelectCase c = make_case(rng, d, group, pt, lpt, budget, dt, /*integers=*/true);
             check(c, run_select(c, pool, isa), /*exact=*/true, label);
+          }
+        }
+      }
+    }
+  }
+}
+
+// keep_first_page: page 0 joins the last page as always chosen (the attention sink), the other
+// k - 2 pages are the best scores among the rest; with the budget covering every page nothing
+// changes.
+TEST(PageSelect, KeepsTheFirstPageWhenAsked) {
+  std::mt19937 rng(53);
+  ThreadPool pool(2);
+  for (Isa isa : all_isas()) {
+    for (int32_t group : {1, 4}) {
+      for (auto [pt, lpt] : {std::pair{16, 16}, {64, 16}}) {
+        for (int32_t budget : {1, 3, 4, 9}) {
+          const std::string label = isa_label(isa) + " g=" + std::to_string(group) + " pt=" +
+                                    std::to_string(pt) + " budget=" + std::to_string(budget);
+          for (bool integers : {true, false}) {
+            SelectCase c = make_case(rng, 64, group, pt, lpt, budget, DType::kF32, integers);
+            c.keep_first = 1;
+            check(c, run_select(c, pool, isa), /*exact=*/integers, label);
           }
         }
       }

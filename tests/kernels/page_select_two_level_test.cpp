@@ -63,6 +63,7 @@ std::vector<int32_t> brute_force(const Case& c, int32_t s, int32_t g) {
     }
   }
   const int32_t k = std::min(std::max(3, c.budget), pages);
+  if (c.keep_first != 0) score[0] = INFINITY;  // a kept first page ranks above every score
   std::vector<int32_t> cand(static_cast<size_t>(pages - 1));
   std::iota(cand.begin(), cand.end(), 0);
   std::stable_sort(cand.begin(), cand.end(),
@@ -150,7 +151,8 @@ TEST(PageSelectTwoLevel, EqualsOneLevelAndBruteForceWithTies) {
               const DType dt = (group + budget + gp) % 3 == 0 ? DType::kBF16 : DType::kF32;
               const int32_t d = (group + gp) % 2 == 0 ? 64 : 40;
               const std::string label = label_of(isa, d, group, pt, lpt, budget, gp, dt, kind);
-              const Case c = make_case(rng, d, group, pt, lpt, budget, gp, dt, kind);
+              Case c = make_case(rng, d, group, pt, lpt, budget, gp, dt, kind);
+              c.keep_first = (group + gp) % 2;  // both selection rules over the spread
               const Pruning pr =
                   check(c, run(c, false, pool, isa), run(c, true, pool, isa), true, label);
               // Flat data: every page ties with every other, so no group may be skipped.

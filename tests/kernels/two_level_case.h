@@ -36,6 +36,7 @@ inline const char* data_name(Data k) {
 
 struct Case {
   int32_t d = 64, group = 1, num_kv = 2, pt = 16, lpt = 16, budget = 4, gp = 4;
+  int32_t keep_first = 0;  // PageSelectParams::keep_first_page
   DType dtype = DType::kF32;
   std::vector<int32_t> kv_lens, q_lens, out_rows, coarse_rows, mode, slot;
   int32_t hpb = 2, stride = 0, num_blocks = 0, num_rows = 0, max_selected = 0, max_pages = 0;
@@ -227,6 +228,7 @@ inline PageSelectParams host_params(const Case& c, bool two_level, Output& out) 
     p.summaries.rows = c.coarse_rows.data();
   }
   p.budget_pages = c.budget;
+  p.keep_first_page = c.keep_first;
   p.out_rows = c.out_rows.data();
   p.selected = out.selected.data();
   p.num_selected = out.num_selected.data();

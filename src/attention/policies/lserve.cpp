@@ -14,7 +14,7 @@ class LservePolicy final : public SelectingPolicy {
  public:
   LservePolicy(KvGeometry g, std::vector<kernels::HeadMode> modes, const AttentionConfig& c)
       : SelectingPolicy("lserve", std::move(g), std::move(modes), c.token_budget,
-                        c.select_interval) {}
+                        c.select_interval, c.keep_first_page) {}
 };
 
 }  // namespace

@@ -10,7 +10,7 @@ class QuestPolicy final : public SelectingPolicy {
  public:
   QuestPolicy(KvGeometry g, std::vector<kernels::HeadMode> modes, const AttentionConfig& c)
       : SelectingPolicy("quest", std::move(g), std::move(modes), c.token_budget,
-                        c.select_interval) {}
+                        c.select_interval, c.keep_first_page) {}
 };
 
 }  // namespace

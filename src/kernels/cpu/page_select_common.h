@@ -105,9 +105,18 @@ inline void score_logical_pages(const PageSelectParams& p, const SelectItem& it,
   }
 }
 
+// The score page `page` ranks with: +inf for page 0 when the selection keeps it (it then counts
+// as one of the top (k - 1) candidates, so the other k - 2 come from the scores).
+inline float ranking_score(const PageSelectParams& p, const std::vector<float>& page_score,
+                           int32_t page) {
+  if (p.keep_first_page != 0 && page == 0) return std::numeric_limits<float>::infinity();
+  return page_score[static_cast<size_t>(page)];
+}
+
 // Writes the item's selection from its physical-page scores ([num_pages], NaN already -inf):
 // every page when num_pages <= budget_pages, else the top (k - 1) pages among all but the last
-// (ties: the lower page) plus the last, ascending; the rest of the row -1.
+// (ranked by ranking_score; ties: the lower page) plus the last, ascending; the rest of the
+// row -1.
 inline void choose_from_scores(const PageSelectParams& p, const SelectItem& it,
                                const std::vector<float>& page_score, std::vector<int32_t>& order) {
   int32_t* sel =

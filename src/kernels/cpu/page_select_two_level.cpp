@@ -211,8 +211,8 @@ void select_two_level(const PageSelectParams& p, const std::vector<SelectItem>& 
       const int32_t take = std::max(0, std::min(k - 1, it.num_pages - 1));
       cand.clear();
       for (int32_t pg = 0; pg + 1 < it.num_pages; ++pg) {
-        if (st.refined[static_cast<size_t>(pg / gp)])
-          cand.push_back(page_score[static_cast<size_t>(pg)]);
+        if (st.refined[static_cast<size_t>(pg / gp)] || (pg == 0 && p.keep_first_page != 0))
+          cand.push_back(ranking_score(p, page_score, pg));
       }
       float threshold = kNegInf;
       if (take > 0 && static_cast<int32_t>(cand.size()) >= take) {

@@ -386,7 +386,8 @@ __global__ void __launch_bounds__(kChooseThreads)
     for (int i = 0; i < 4; ++i) {
       if (j + i < P) {
         const float score = sc[i] + 0.0f;  // -0 -> +0
-        keys[j + i] = order_key(score);
+        // A kept page 0 ranks first (the CPU's ranking_score); its reported score stays.
+        keys[j + i] = order_key(p.keep_first_page != 0 && j + i == 0 ? INFINITY : score);
         if (scores_out && j + i < p.max_pages) scores_out[j + i] = score;
       }
     }

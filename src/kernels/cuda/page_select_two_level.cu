@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(kPlanThreads)
       if (dlt != dlt) dlt = -INFINITY;
       sc = fmaxf(sc, dlt);
     }
-    keys[j] = order_key(sc + 0.0f);
+    keys[j] = order_key(p.keep_first_page != 0 && j == 0 ? INFINITY : sc + 0.0f);
   }
   __syncthreads();
   int32_t k = min(max(3, p.budget_pages), P);

@@ -69,6 +69,7 @@ std::string config_json(const EvalOptions& o, const EngineCore& engine, const st
   j["page_tokens"] = a.page_tokens;
   j["logical_page_tokens"] = a.logical_page_tokens;
   j["select_interval"] = a.select_interval;
+  j["keep_first_page"] = a.keep_first_page;
   j["sink_tokens"] = a.sink_tokens;
   j["prefill_local_tokens"] = a.prefill_local_tokens;
   j["decode_local_tokens"] = a.decode_local_tokens;

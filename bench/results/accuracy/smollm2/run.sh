@@ -31,10 +31,12 @@ declare -A FLAGS=(
   [streaming]="--attention streaming"
   [quest-p16-1024]="--attention quest --page-tokens 16 --token-budget 1024"
   [lserve-1024]="--attention lserve --head-pattern $PATTERN --streaming-ratio 0.5 --token-budget 1024"
+  [quest-p16-1024-keep0]="--attention quest --page-tokens 16 --token-budget 1024 --keep-first-page on"
+  [lserve-1024-keep0]="--attention lserve --head-pattern $PATTERN --streaming-ratio 0.5 --token-budget 1024 --keep-first-page on"
 )
 ORDER=(dense quest-p16-1024 streaming lserve-1024)
 if [ $# -gt 0 ]; then ORDER=("$@"); fi
-if [[ " ${ORDER[*]} " == *" lserve-1024 "* ]]; then
+if [[ " ${ORDER[*]} " == *" lserve-1024"* ]]; then
   if [ ! -f "$PATTERN" ]; then
     # leave-one-out: 91 passes over one 512-token prompt (greedy needs ~90 passes per round on 90
     # kv heads); the pattern is the per-head drop of the answer's log-probability.
