@@ -384,6 +384,27 @@ hf_section() {
 export -f hf_section
 section hf 120 hf_section
 
+# start_server LOG PORT FLAGS...: `longserve serve --device cuda` on the 8B-shaped model in the
+# background, its output in LOG; waits up to 300 s for /health. Returns 0 with SERVER_PID set, or
+# 1 (the log's tail printed, the process gone) when it does not come up.
+start_server() {
+  local log=$1 port=$2
+  shift 2
+  "$BUILD/longserve" serve --device cuda --model "$MODEL_DIR" --served-model-name llama3-8b-shape \
+    --port "$port" "$@" >"$log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+    kill -0 $SERVER_PID 2>/dev/null || break
+    sleep 0.5
+  done
+  tail -5 "$log"
+  kill $SERVER_PID 2>/dev/null
+  wait $SERVER_PID 2>/dev/null
+  return 1
+}
+export -f start_server
+
 # ---- serving: `longserve serve --device cuda` on the 8B-shaped model under `longserve bench
 # serve`, dense and lserve. SERVE_WORKLOADS: "NAME:INPUT:OUTPUT:PROMPTS:CONCURRENCY[:RATE]"
 # entries (CONCURRENCY 0 = no cap; RATE requests per second, default inf = all at once);
@@ -403,19 +424,9 @@ serve_section() {
     [ "$base" != "$policy" ] && flags="$flags --kv-offload on"
     flags="$flags ${SERVE_EXTRA_FLAGS:-}"
     # shellcheck disable=SC2086
-    "$BUILD/longserve" serve --device cuda --model "$MODEL_DIR" --served-model-name llama3-8b-shape --port $port --max-num-seqs 64 \
-      --max-model-len "${SERVE_MAX_MODEL_LEN:-65536}" $flags >"$OUT/serve/server-$policy.log" 2>&1 &
-    local server=$!
-    local up=0
-    for _ in $(seq 600); do
-      curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && { up=1; break; }
-      kill -0 $server 2>/dev/null || break
-      sleep 0.5
-    done
-    if [ $up = 0 ]; then
-      echo "serve $policy: the server did not come up"; tail -5 "$OUT/serve/server-$policy.log"
-      kill $server 2>/dev/null; wait $server 2>/dev/null; rc=1; continue
-    fi
+    start_server "$OUT/serve/server-$policy.log" $port --max-num-seqs 64 \
+      --max-model-len "${SERVE_MAX_MODEL_LEN:-65536}" $flags || { echo "serve $policy: the server did not come up"; rc=1; continue; }
+    local server=$SERVER_PID
     grep -m1 -E "KV cache" "$OUT/serve/server-$policy.log"
     for w in $workloads; do
       IFS=: read -r name input output prompts conc rate <<<"$w"
@@ -483,18 +494,9 @@ prefix_section() {
         [ "$caching" = on ] && flags="$flags --enable-prefix-caching"
         local tag="$policy-$len-$caching"
         # shellcheck disable=SC2086
-        "$BUILD/longserve" serve --device cuda --model "$MODEL_DIR" --served-model-name llama3-8b-shape \
-          --port $port --max-num-seqs 16 --max-model-len $((len + 4096)) $flags >"$OUT/prefix/server-$tag.log" 2>&1 &
-        local server=$! up=0
-        for _ in $(seq 600); do
-          curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && { up=1; break; }
-          kill -0 $server 2>/dev/null || break
-          sleep 0.5
-        done
-        if [ $up = 0 ]; then
-          echo "prefix $tag: the server did not come up"; tail -5 "$OUT/prefix/server-$tag.log"
-          kill $server 2>/dev/null; wait $server 2>/dev/null; rc=1; continue
-        fi
+        start_server "$OUT/prefix/server-$tag.log" $port --max-num-seqs 16 \
+          --max-model-len $((len + 4096)) $flags || { echo "prefix $tag: the server did not come up"; rc=1; continue; }
+        local server=$SERVER_PID
         "$BUILD/longserve" bench serve --port $port --model "$MODEL_DIR" --served-model-name llama3-8b-shape \
           --random-prefix-len "$len" --random-input-len 64 --random-output-len 32 \
           --num-prompts "${PREFIX_PROMPTS:-12}" --max-concurrency 1 --request-rate inf --seed 1 \
