@@ -133,7 +133,7 @@ inline void choose_from_scores(const PageSelectParams& p, const SelectItem& it,
     order.resize(static_cast<size_t>(candidates));
     for (int32_t i = 0; i < candidates; ++i) order[static_cast<size_t>(i)] = i;
     const auto better = [&](int32_t a, int32_t b) {
-      const float sa = page_score[static_cast<size_t>(a)], sb = page_score[static_cast<size_t>(b)];
+      const float sa = ranking_score(p, page_score, a), sb = ranking_score(p, page_score, b);
       return sa > sb || (sa == sb && a < b);
     };
     if (take < candidates)
