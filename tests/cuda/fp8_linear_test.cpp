@@ -1,8 +1,8 @@
 // FP8 weights on the CUDA backend (docs/fp8-weights.md, kernels/cuda/fp8_linear.h): linear() with
 // e4m3 weights and per-row scales against a double reference over the dequantized weights.
-// - The GEMV (m <= 4) multiplies unquantized activations: only f32 summation and the output's
+// - The GEMV (m <= 8) multiplies unquantized activations: only f32 summation and the output's
 //   rounding separate it from the reference.
-// - The FP8 GEMM (m > 4) quantizes each activation row: every element moves by at most half an
+// - The FP8 GEMM (m > 8) quantizes each activation row: every element moves by at most half an
 //   e4m3 step, |dx| <= 2^-4 |x| (2^-10 s_x in the subnormal range), so
 //   |y - y_ref| <= sum_k (2^-4 |x_k| + 2^-10 s_x) |w_k| + the output's rounding (2^-8 |y| bf16,
 //   2^-11 f16). The test asserts that bound element by element, and that the activation
@@ -85,8 +85,8 @@ TEST(CudaFp8, LinearWithinTheFp8Bound) {
   struct Shape {
     int64_t m, n, k;
   };
-  // m 1..4: the GEMV; larger m: per-token quantization + cuBLASLt's FP8 GEMM (n % 8 != 0 or
-  // k = 16: the GEMV in chunks of four rows). n odd and k not a multiple of a warp's 512
+  // m 1..8: the GEMV; larger m: per-token quantization + cuBLASLt's FP8 GEMM (n % 8 != 0: the
+  // GEMV in chunks of eight rows). The f16 cases check that unscaled products stay in range. n odd and k not a multiple of a warp's 512
   // weights per pass; m not a multiple of any tile.
   const std::vector<Shape> shapes = {{1, 64, 64},    {2, 7, 208},     {3, 1000, 4096},
                                      {4, 33, 1040},  {1, 4097, 1296}, {5, 96, 128},

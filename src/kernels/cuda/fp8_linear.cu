@@ -1,5 +1,5 @@
 // FP8 linear helpers (kernels/cuda/fp8_linear.h).
-// fp8_gemv: one warp per pair of weight rows, 4 warps per block, as gemv.cu, but lane l reads 16
+// fp8_gemv: up to 8 activation rows per pass; one warp per pair of weight rows, 4 warps per block, as gemv.cu, but lane l reads 16
 // e4m3 weights (16 bytes) of each row at k = 16 * (l + 32 * i), two batches in flight, and the
 // 16 matching activations (32 bytes) through the read-only path. e4m3 pairs widen to f16 pairs
 // (exact: every e4m3 value is an f16 value) and then to f32; the row scale multiplies the
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_rows_kernel(const T* _
 }
 
 template <typename T>
-__global__ void scale_rows_cols_kernel(T* __restrict__ out, int64_t m, int64_t n,
+__global__ void scale_rows_cols_kernel(T* __restrict__ out, int64_t m, int64_t n, float factor,
                                        const float* __restrict__ row_scale,
                                        const float* __restrict__ col_scale,
                                        const float* __restrict__ bias) {
@@ -180,7 +180,7 @@ __global__ void scale_rows_cols_kernel(T* __restrict__ out, int64_t m, int64_t n
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / n, c = i % n;
-    const float v = to_f32(out[i]) * (row_scale[r] * col_scale[c]);
+    const float v = to_f32(out[i]) * factor * (row_scale[r] * col_scale[c]);
     out[i] = from_f32<T>(bias ? v + bias[c] : v);
   }
 }
@@ -203,19 +203,27 @@ Status fp8_gemv(const void* x, const void* w, const float* w_scale, const float*
     if constexpr (sizeof(T) != 2) {
       return invalid_argument("fp8_gemv: f32 activations are not supported");
     } else {
-      static_assert(kFp8GemvMaxRows == 4);
+      static_assert(kFp8GemvMaxRows == 8);
       const auto* xb = static_cast<const T*>(x);
       auto* ob = static_cast<T*>(out);
-      // Rows past kFp8GemvMaxRows (a GEMM that cuBLASLt would not take) go in chunks of four.
+      // Rows past kFp8GemvMaxRows (a GEMM that cuBLASLt would not take) go in chunks of eight.
       for (int64_t r = 0; r < m; r += kFp8GemvMaxRows) {
         const int64_t rows = std::min<int64_t>(kFp8GemvMaxRows, m - r);
         const void* xr = xb + r * k;
         void* outr = ob + r * n;
-        Status s = rows == 1   ? launch_gemv<T, 1>(xr, w, w_scale, bias, outr, n, k, stream)
-                   : rows == 2 ? launch_gemv<T, 2>(xr, w, w_scale, bias, outr, n, k, stream)
-                   : rows == 3 ? launch_gemv<T, 3>(xr, w, w_scale, bias, outr, n, k, stream)
-                               : launch_gemv<T, 4>(xr, w, w_scale, bias, outr, n, k, stream);
-        LS_RETURN_IF_ERROR(s);
+        const auto launch_rows = [&]() -> Status {
+          switch (rows) {
+            case 1: return launch_gemv<T, 1>(xr, w, w_scale, bias, outr, n, k, stream);
+            case 2: return launch_gemv<T, 2>(xr, w, w_scale, bias, outr, n, k, stream);
+            case 3: return launch_gemv<T, 3>(xr, w, w_scale, bias, outr, n, k, stream);
+            case 4: return launch_gemv<T, 4>(xr, w, w_scale, bias, outr, n, k, stream);
+            case 5: return launch_gemv<T, 5>(xr, w, w_scale, bias, outr, n, k, stream);
+            case 6: return launch_gemv<T, 6>(xr, w, w_scale, bias, outr, n, k, stream);
+            case 7: return launch_gemv<T, 7>(xr, w, w_scale, bias, outr, n, k, stream);
+            default: return launch_gemv<T, 8>(xr, w, w_scale, bias, outr, n, k, stream);
+          }
+        };
+        LS_RETURN_IF_ERROR(launch_rows());
       }
       return Status{};
     }
@@ -235,7 +243,7 @@ Status quantize_rows_e4m3(const void* x, int64_t m, int64_t k, DType dtype, void
   });
 }
 
-Status scale_rows_cols(void* out, int64_t m, int64_t n, const float* row_scale,
+Status scale_rows_cols(void* out, int64_t m, int64_t n, float factor, const float* row_scale,
                        const float* col_scale, const float* bias, DType dtype,
                        cudaStream_t stream) {
   if (m <= 0 || n <= 0) return {};
@@ -243,7 +251,7 @@ Status scale_rows_cols(void* out, int64_t m, int64_t n, const float* row_scale,
   return dispatch_float(dtype, "scale_rows_cols", [&]<typename T>() -> Status {
     constexpr int kThreads = 256;
     return launch_pdl(scale_rows_cols_kernel<T>, dim3(grid_for(m * n, kThreads)), kThreads, 0,
-                      stream, "scale_rows_cols", static_cast<T*>(out), m, n, row_scale,
+                      stream, "scale_rows_cols", static_cast<T*>(out), m, n, factor, row_scale,
                       col_scale, bias);
   });
 }

@@ -296,8 +296,13 @@ Status CublasLtLinear::run_fp8(const void* xq, const float* x_scale, const void*
   }
   const Fp8Key key{m, n, k, static_cast<int>(dtype)};
   LS_ASSIGN_OR_RETURN(const Fp8Plan* p, impl_->fp8_plan_for(key));
-  const float alpha = 1.0f, beta = 0.0f;
+  // Unscaled products are taken times 2^-16: sums of up to k products of e4m3 codes (448^2 each)
+  // then fit f16 (65504) for k up to 14336 with room; scale_rows_cols multiplies it back.
+  constexpr float kUnscaledAlpha = 1.0f / 65536.0f;
+  const float beta = 0.0f;
+  float alpha = 1.0f;
   const auto matmul = [&](const Fp8Plan& plan) -> cublasStatus_t {
+    alpha = plan.outer_vec ? 1.0f : kUnscaledAlpha;
     if (plan.outer_vec) {
       cublasLtMatmulDescSetAttribute(plan.plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                      &w_scale, sizeof(w_scale));
@@ -318,7 +323,9 @@ Status CublasLtLinear::run_fp8(const void* xq, const float* x_scale, const void*
     st = matmul(*p);
   }
   LS_RETURN_IF_ERROR(lt_status(st, "cublasLtMatmul (fp8)"));
-  if (!p->outer_vec) return scale_rows_cols(out, m, n, x_scale, w_scale, bias, dtype, stream);
+  if (!p->outer_vec) {
+    return scale_rows_cols(out, m, n, 1.0f / kUnscaledAlpha, x_scale, w_scale, bias, dtype, stream);
+  }
   if (bias) return bias_add(out, bias, m, n, dtype, stream);
   return {};
 }
