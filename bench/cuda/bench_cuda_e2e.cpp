@@ -11,7 +11,9 @@
 // divided by the measured device-to-device copy bandwidth.
 // Usage: bench_cuda_e2e --model DIR [--out FILE] [--policies dense,streaming,lserve]
 //        [--ttft 8192,32768,131072] [--tpot 32768,131072] [--chunk 16384] [--steps 16]
-//        [--profile-step 1] [--record 0|1] [--gemv 0|1]
+//        [--profile-step 1] [--record 0|1] [--gemv 0|1] [--quantization auto|none|fp8]
+// --quantization fp8 quantizes the linear weights to e4m3 at load (docs/fp8-weights.md): TTFT
+// on FP8 tensor cores, TPOT against the halved weight-read floor.
 // --record 0 runs decode steps op by op (no CUDA graphs); --gemv 0 sends decode-sized linear
 // layers to cuBLASLt instead of the gemv kernel.
 // The host KV tier (docs/hierarchical-kv.md): --offload-ratios 0,2,4 runs every case once per
@@ -354,7 +356,8 @@ int run(int argc, char** argv) {
   b.set_gemv(b_gemv);
   const double copy_bps = copy_bandwidth(b, int64_t{2} << 30);
   const auto t_load = std::chrono::steady_clock::now();
-  auto model = Model::load(model_dir, b);
+  const std::string quantization = arg(argc, argv, "--quantization", "auto");
+  auto model = Model::load(model_dir, b, quantization);
   if (!model.ok()) {
     std::fprintf(stderr, "bench_cuda_e2e: %s\n", model.status().to_string().c_str());
     return 2;
@@ -364,8 +367,8 @@ int run(int argc, char** argv) {
   const ModelWeights& w = (*model)->weights();
   const double floor_ms = static_cast<double>(w.bytes_per_token) / copy_bps * 1e3;
   out.write(fmt::format(
-      R"({{"bench": "e2e_model", "weights_gb": {:.2f}, "bytes_per_token_gb": {:.2f}, "load_s": {:.1f}, "copy_gbps": {:.1f}, "floor_ms": {:.3f}}})",
-      static_cast<double>(w.bytes) / 1e9, static_cast<double>(w.bytes_per_token) / 1e9, load_s,
+      R"({{"bench": "e2e_model", "quantization": "{}", "weights_gb": {:.2f}, "bytes_per_token_gb": {:.2f}, "load_s": {:.1f}, "copy_gbps": {:.1f}, "floor_ms": {:.3f}}})",
+      json_safe(quantization), static_cast<double>(w.bytes) / 1e9, static_cast<double>(w.bytes_per_token) / 1e9, load_s,
       copy_bps / 1e9, floor_ms));
   const int32_t vocab = static_cast<int32_t>((*model)->config().vocab_size());
   int64_t max_len = 0;

@@ -28,6 +28,9 @@
 //  - linear layers at decode shapes (M = 1, 8, 32 rows; the Llama-3-8B weight shapes): the bytes
 //    of the weight read per call against the copy bandwidth, timed as a graph of calls that
 //    rotate over enough weight copies to defeat the L2.
+//  - FP8 weights (section "fp8", bench_fp8_linear.cpp, not in the default sections): bf16 against
+//    e4m3 weights at the Llama-3-8B shapes for --fp8-m rows: copy fraction of the decode GEMV,
+//    TFLOP/s of the prefill GEMM.
 //  - page selection (section "select", bench_select.cpp, not in the default sections): one level
 //    against two levels (a coarse level per --summary-group-pages pages) at --batches and
 //    --select-contexts, on random keys and on keys with planted hot spans (--select-data), with
@@ -54,6 +57,7 @@
 //        [--sections shared-prefix --shared-prefix-batches 8,32 --shared-prefix-tokens 32768
 //         --shared-prefix-suffix 512 --shared-prefix-split 1024]
 //        [--decode-rounds 3] [--decode-trace FILE] [--kv-formats bf16,fp8,int8,int4]
+//        [--sections fp8 --fp8-m 1,2,4,8,32,512,4096,16384]
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -68,6 +72,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "bench_fp8_linear.h"
 #include "bench_select.h"
 #include "bench_shared_prefix.h"
 #include "kernels/cuda/gemv.h"
@@ -840,6 +845,10 @@ int run(int argc, char** argv) {
   if (has("prefill")) {
     bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")),
                   arg(argc, argv, "--prefill-kernels", "mma,wgmma"));
+  }
+  if (has("fp8")) {  // bench_fp8_linear.cpp: bf16 against FP8 weights
+    bench_fp8_linear(*dev.b, out, parse_list(arg(argc, argv, "--fp8-m", "1,2,4,8,32,512,4096,16384")),
+                     copy_bps, dev.l2_bytes);
   }
   if (has("select")) {  // bench_select.cpp: one level against two levels
     bench_select(*dev.b, dev.stream, out, parse_list(arg(argc, argv, "--batches", "1,8,32")),

@@ -72,6 +72,11 @@ struct LinearWeight {
   // Set when the weight stays in ggml's quantized blocks (GGUF on a backend whose
   // reads_quantized() accepts every part's type); w then carries only the shape.
   std::shared_ptr<const kernels::QuantMatrix> quant;
+  // Set for FP8 weights (--quantization fp8, or an FP8 checkpoint on a backend that reads e4m3):
+  // w is then [out_features, in_features] e4m3 codes (dtype kU8) and the real weight row r is
+  // e4m3(w[r]) * scale[r]. Only a backend whose reads_fp8() accepts the shape gets such weights.
+  TensorView scale;  // [out_features] f32, or empty
+  bool is_fp8() const { return !scale.empty(); }
 };
 
 class Backend {
@@ -86,6 +91,9 @@ class Backend {
   virtual DType weight_dtype_for(DType stored) const { return stored; }
   // Whether linear() reads weights kept in `type` blocks (LinearWeight::quant) directly.
   virtual bool reads_quantized(kernels::QuantType /*type*/) const { return false; }
+  // Whether linear() reads FP8 e4m3 weights with per-output-row scales (LinearWeight::scale)
+  // of `in_features` columns.
+  virtual bool reads_fp8(int64_t /*in_features*/) const { return false; }
 
   // ---- memory ----
   virtual Result<Buffer> allocate(int64_t bytes, MemoryTier tier = MemoryTier::kDevice) = 0;

@@ -61,10 +61,11 @@ Status EngineConfig::validate() const {
         max_num_batched_tokens, prefill_segment_tokens);
   }
   LS_RETURN_IF_ERROR(parse_kv_cache_dtype(kv_cache_dtype).status());
-  if (quantization != "auto" && quantization != "none" && quantization != "q8_0" &&
+  if (quantization != "auto" && quantization != "none" && quantization != "fp8" &&
+      quantization != "q8_0" &&
       quantization != "q4_0" && quantization != "q4_1" && quantization != "q4_k" &&
       quantization != "q6_k") {
-    return invalid_argument("--quantization must be auto, none, q8_0, q4_0, q4_1, q4_k or q6_k "
+    return invalid_argument("--quantization must be auto, none, fp8, q8_0, q4_0, q4_1, q4_k or q6_k "
                             "(got '{}')", quantization);
   }
   if (enable_prefix_caching && kv_offload) {

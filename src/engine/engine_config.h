@@ -53,7 +53,8 @@ struct EngineConfig {
   std::string kv_cache_dtype = "auto";
   // Linear weights (docs/gguf.md): auto (GGUF blocks as stored where the backend reads them),
   // none (dequantize GGUF at load), or q8_0|q4_0|q4_1|q4_k|q6_k (quantize a safetensors
-  // checkpoint at load; CPU).
+  // checkpoint at load; CPU), or fp8 (docs/fp8-weights.md: e4m3 weights quantized at load,
+  // W8A8 on FP8 tensor cores; CUDA). FP8 checkpoints load as published under auto.
   std::string quantization = "auto";
   // Automatic prefix caching (docs/prefix-caching.md; vLLM's --enable-prefix-caching): full KV
   // pages are shared between requests with the same prefix and kept, LRU, after they end. Off

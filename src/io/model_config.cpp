@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/log.h"
+#include "io/fp8_format_json.h"
 #include "io/gguf_model.h"
 #include "io/json_util.h"
 
@@ -301,6 +302,9 @@ Result<ModelConfig> parse_model_config(std::string_view json, std::string_view s
       }
     }
 
+    if (f.has("quantization_config")) {
+      LS_ASSIGN_OR_RETURN(c.fp8_weights_, parse_fp8_format(root["quantization_config"], source));
+    }
     LS_ASSIGN_OR_RETURN(c.rope_, parse_rope(root, source, c.max_position_embeddings_));
     const int64_t rotary_dim = c.rotary_dim();
     const int64_t min_rotary_dim = c.rope_.type == RopeType::kDynamic ? 4 : 2;

@@ -27,6 +27,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "io/fp8_format.h"
 #include "io/rope.h"
 
 namespace ls {
@@ -60,6 +61,9 @@ class ModelConfig {
   // "dtype" (v5) or "torch_dtype": float32/float16/bfloat16; nullopt when absent or another type.
   std::optional<DType> dtype() const { return dtype_; }
   const RopeConfig& rope() const { return rope_; }
+  // quantization_config of an FP8 checkpoint (io/fp8_format.h); nullopt when the config has none.
+  // Any other quantization_config is refused when the config is parsed.
+  const std::optional<Fp8CheckpointFormat>& fp8_weights() const { return fp8_weights_; }
   // int(head_dim * partial_rotary_factor).
   int64_t rotary_dim() const { return rope_rotary_dim(rope_, head_dim_); }
   // Where the config came from, for messages.
@@ -91,6 +95,7 @@ class ModelConfig {
   std::optional<int64_t> pad_token_id_;
   std::optional<DType> dtype_;
   RopeConfig rope_;
+  std::optional<Fp8CheckpointFormat> fp8_weights_;
   std::string source_;
 };
 

@@ -36,7 +36,23 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
   // on the CPU, bf16 on CUDA).
   LS_ASSIGN_OR_RETURN(std::optional<std::filesystem::path> gguf, find_gguf_model(dir));
   std::optional<GgmlType> quantize_to;
-  if (quantization != "auto" && quantization != "none") {
+  Fp8Load fp8 = quantization == "none" ? Fp8Load::kDequantize : Fp8Load::kAuto;
+  if (quantization == "fp8") {
+    // W8A8 on FP8 tensor cores: only a backend that reads e4m3 weights (CUDA, Hopper) takes it.
+    // The CPU loads FP8 checkpoints (dequantized) with auto, but does not quantize to FP8.
+    if (gguf) {
+      return invalid_argument("{}: --quantization fp8 quantizes a safetensors checkpoint; a GGUF "
+                              "model keeps its own types (auto) or is dequantized (none)",
+                              gguf->string());
+    }
+    if (!backend.reads_fp8(config.hidden_size())) {
+      return invalid_argument("--quantization fp8 needs the CUDA backend (FP8 tensor cores, "
+                              "Hopper); {} does not compute with FP8 weights (it loads FP8 "
+                              "checkpoints dequantized with --quantization auto)",
+                              backend.name());
+    }
+    fp8 = Fp8Load::kQuantize;
+  } else if (quantization != "auto" && quantization != "none") {
     LS_ASSIGN_OR_RETURN(GgmlType t, parse_quant_type(quantization));
     if (gguf) {
       return invalid_argument("{}: --quantization {} quantizes a safetensors checkpoint; a GGUF "
@@ -63,7 +79,8 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
                            backend.weight_dtype_for(DType::kF32), keep);
   };
   LS_ASSIGN_OR_RETURN(Checkpoint ckpt, open_checkpoint());
-  LS_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(ckpt, config, *arch, backend, quantize_to));
+  LS_ASSIGN_OR_RETURN(ModelWeights weights,
+                      load_weights(ckpt, config, *arch, backend, quantize_to, fp8));
   backend.synchronize();
   LS_LOG_INFO("loaded {} ({}, {} layers, hidden {}, {}/{} heads, head_dim {}, vocab {}): {:.1f} MB of weights on {}",
               dir.string(), config.architecture(), config.num_hidden_layers(), config.hidden_size(),

@@ -20,7 +20,8 @@ class Model {
  public:
   // Reads config.json and the safetensors weights of a Hugging Face model directory.
   // Unknown architectures, unsupported features and every loader fault end in one clear error.
-  // quantization: auto | none | q8_0 | q4_0 | q4_1 | q4_k | q6_k (EngineConfig::quantization).
+  // quantization: auto | none | fp8 | q8_0 | q4_0 | q4_1 | q4_k | q6_k
+  // (EngineConfig::quantization; fp8: model/weights.h Fp8Load).
   static Result<std::unique_ptr<Model>> load(const std::filesystem::path& dir, Backend& backend,
                                              std::string_view quantization = "auto");
 

@@ -10,6 +10,7 @@
 
 #include "io/gguf_dequant.h"
 #include "io/gguf_quantize.h"
+#include "model/fp8_weights.h"
 
 namespace ls {
 
@@ -53,14 +54,31 @@ std::optional<kernels::QuantType> quant_type_of(GgmlType t) {
 class Uploader {
  public:
   Uploader(const Checkpoint& ckpt, Backend& backend, ModelWeights& out,
-           std::optional<GgmlType> quantize_to)
-      : ckpt_(ckpt), backend_(backend), out_(out), quantize_to_(quantize_to) {}
+           std::optional<GgmlType> quantize_to, const Fp8CheckpointFormat* fp8_format,
+           Fp8Load fp8)
+      : ckpt_(ckpt),
+        backend_(backend),
+        out_(out),
+        quantize_to_(quantize_to),
+        fp8_format_(fp8_format),
+        fp8_(fp8) {}
 
   // A linear weight from `names` concatenated along dim 0: kept in its quantized blocks when
   // every part is quantized in a type the backend reads (no copy: the parts point into the
   // checkpoint's blocks, which the weights then hold), else a float matrix().
+  // FP8: e4m3 rows with per-row scales when the checkpoint stores any part in FP8 or
+  // `quantizable` weights are quantized at load (Fp8Load), and the backend reads them.
   Result<LinearWeight> linear(const std::vector<std::string>& names,
-                              const std::vector<int64_t>& rows, int64_t cols) {
+                              const std::vector<int64_t>& rows, int64_t cols,
+                              bool quantizable = true) {
+    bool any_fp8 = false;
+    for (const std::string& name : names) {
+      any_fp8 = any_fp8 || (fp8_format_ != nullptr && is_fp8_tensor(ckpt_, name));
+    }
+    if (backend_.reads_fp8(cols) && ((any_fp8 && fp8_ != Fp8Load::kDequantize) ||
+                                     (fp8_ == Fp8Load::kQuantize && quantizable))) {
+      return fp8_linear(names, rows, cols);
+    }
     LinearWeight lw;
     auto q = std::make_shared<kernels::QuantMatrix>();
     q->cols = cols;
@@ -130,6 +148,46 @@ class Uploader {
     return lw;
   }
 
+  // `names` as one [sum(rows), cols] e4m3 matrix with per-row scales: FP8 parts as the checkpoint
+  // stores them (block scales requantized per row), float parts quantized here.
+  Result<LinearWeight> fp8_linear(const std::vector<std::string>& names,
+                                  const std::vector<int64_t>& rows, int64_t cols) {
+    int64_t total_rows = 0;
+    for (int64_t r : rows) total_rows += r;
+    std::vector<uint8_t> codes;   // [total_rows, cols] e4m3
+    std::vector<float> scales;    // [total_rows] f32
+    codes.reserve(static_cast<size_t>(total_rows * cols));
+    scales.reserve(static_cast<size_t>(total_rows));
+    for (size_t i = 0; i < names.size(); ++i) {
+      Fp8Rows part;
+      if (fp8_format_ != nullptr && is_fp8_tensor(ckpt_, names[i])) {
+        LS_ASSIGN_OR_RETURN(part, read_fp8_rows(ckpt_, *fp8_format_, names[i], rows[i], cols));
+      } else {
+        LS_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(names[i]));
+        LS_RETURN_IF_ERROR(ckpt_.check_tensor(*t, {rows[i], cols},
+                                              {DType::kF32, DType::kF16, DType::kBF16}));
+        std::vector<float> f32(static_cast<size_t>(rows[i] * cols));
+        std::vector<uint8_t> src(static_cast<size_t>(t->nbytes));
+        std::memcpy(src.data(), t->data, src.size());
+        convert_to_f32(*t->dtype, src.data(), f32.data(), rows[i] * cols);
+        part = quantize_fp8_rows(f32.data(), rows[i], cols);
+      }
+      codes.insert(codes.end(), part.codes.begin(), part.codes.end());
+      scales.insert(scales.end(), part.scales.begin(), part.scales.end());
+    }
+    LS_ASSIGN_OR_RETURN(Buffer wbuf, backend_.allocate(total_rows * cols));
+    backend_.copy_bytes(wbuf.data(), codes.data(), total_rows * cols);
+    LS_ASSIGN_OR_RETURN(Buffer sbuf, backend_.allocate(total_rows * 4));
+    backend_.copy_bytes(sbuf.data(), scales.data(), total_rows * 4);
+    LinearWeight lw;
+    lw.w = wbuf.view(DType::kU8, {total_rows, cols});
+    lw.scale = sbuf.view(DType::kF32, {total_rows});
+    out_.bytes += wbuf.bytes() + sbuf.bytes();
+    out_.storage.push_back(std::move(wbuf));
+    out_.storage.push_back(std::move(sbuf));
+    return lw;
+  }
+
   // Concatenates `names` along dim 0 into one [sum(rows), cols] tensor of the linear dtype.
   // Parts kept only quantized (a backend that reads some block types but not this one, or a
   // fused matrix mixing types) are dequantized to f32 here.
@@ -157,10 +215,28 @@ class Uploader {
         t.data = data.data();
         t.nbytes = qi->rows * qi->cols * 4;
         t.file = qi->file;
+      } else if (is_fp8_tensor(ckpt_, names[i])) {
+        // An FP8 checkpoint's weight on a backend that computes in floats: dequantized to f32.
+        if (fp8_format_ == nullptr) {
+          return invalid_argument("{} is stored as F8_E4M3 but {}/config.json has no FP8 "
+                                  "quantization_config",
+                                  names[i], ckpt_.dir().string());
+        }
+        LS_ASSIGN_OR_RETURN(std::vector<float> deq,
+                            read_fp8_dequantized(ckpt_, *fp8_format_, names[i], rows[i], cols));
+        std::vector<float>& data = dequantized_data.emplace_back(std::move(deq));
+        TensorInfo& t = dequantized.emplace_back();
+        t.name = names[i];
+        t.dtype = DType::kF32;
+        t.shape = {rows[i], cols};
+        t.data = data.data();
+        t.nbytes = rows[i] * cols * 4;
+        t.file = ckpt_.dir().string();
       }
+      const bool was_dequantized = qi != nullptr || is_fp8_tensor(ckpt_, names[i]);
       LS_ASSIGN_OR_RETURN(const TensorInfo* t,
-                          qi != nullptr ? Result<const TensorInfo*>(&dequantized.back())
-                                        : ckpt_.get(names[i]));
+                          was_dequantized ? Result<const TensorInfo*>(&dequantized.back())
+                                          : ckpt_.get(names[i]));
       LS_RETURN_IF_ERROR(ckpt_.check_tensor(*t, {rows[i], cols},
                                             {DType::kF32, DType::kF16, DType::kBF16}));
       if (i == 0) stored = *t->dtype;  // check_tensor guaranteed a float dtype
@@ -221,6 +297,8 @@ class Uploader {
   Backend& backend_;
   ModelWeights& out_;
   std::optional<GgmlType> quantize_to_;
+  const Fp8CheckpointFormat* fp8_format_;  // null unless config.json describes an FP8 checkpoint
+  Fp8Load fp8_;
 };
 
 }  // namespace
@@ -231,6 +309,7 @@ void expected_tensor_names(const ModelConfig& c, const ArchitectureSpec& arch,
   required.push_back("model.embed_tokens.weight");
   required.push_back("model.norm.weight");
   (c.tie_word_embeddings() ? optional : required).push_back("lm_head.weight");
+  if (c.fp8_weights()) optional.push_back(fp8_scale_name(*c.fp8_weights(), "lm_head.weight"));
   for (int64_t l = 0; l < c.num_hidden_layers(); ++l) {
     for (const char* s : {"input_layernorm.weight", "post_attention_layernorm.weight",
                           "self_attn.q_proj.weight", "self_attn.k_proj.weight",
@@ -254,6 +333,15 @@ void expected_tensor_names(const ModelConfig& c, const ArchitectureSpec& arch,
       required.push_back(layer_name(l, "self_attn.q_norm.weight"));
       required.push_back(layer_name(l, "self_attn.k_norm.weight"));
     }
+    // An FP8 checkpoint's scale beside each linear weight it quantized (io/fp8_format.h); the
+    // loader demands it for every weight stored as F8_E4M3.
+    if (c.fp8_weights()) {
+      for (const char* s : {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                            "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                            "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+        optional.push_back(fp8_scale_name(*c.fp8_weights(), layer_name(l, s)));
+      }
+    }
     // Old checkpoints saved RoPE's inverse frequencies as a buffer; we recompute them.
     optional.push_back(layer_name(l, "self_attn.rotary_emb.inv_freq"));
   }
@@ -261,13 +349,14 @@ void expected_tensor_names(const ModelConfig& c, const ArchitectureSpec& arch,
 
 Result<ModelWeights> load_weights(const Checkpoint& ckpt, const ModelConfig& c,
                                   const ArchitectureSpec& arch, Backend& backend,
-                                  std::optional<GgmlType> quantize_to) {
+                                  std::optional<GgmlType> quantize_to, Fp8Load fp8) {
   std::vector<std::string> required, optional;
   expected_tensor_names(c, arch, required, optional);
   LS_RETURN_IF_ERROR(ckpt.check_names(required, optional));
 
   ModelWeights w;
-  Uploader up(ckpt, backend, w, quantize_to);
+  Uploader up(ckpt, backend, w, quantize_to,
+              c.fp8_weights() ? &*c.fp8_weights() : nullptr, fp8);
   const int64_t hidden = c.hidden_size();
   const int64_t q_out = c.num_attention_heads() * c.head_dim();
   const int64_t kv_out = c.num_key_value_heads() * c.head_dim();
@@ -343,12 +432,13 @@ Result<ModelWeights> load_weights(const Checkpoint& ckpt, const ModelConfig& c,
     }
   }
   if (tied && ((qembed_type && backend.reads_quantized(*qembed_type)) || quantize_lm_head)) {
-    LS_ASSIGN_OR_RETURN(w.lm_head, up.linear({"model.embed_tokens.weight"}, {c.vocab_size()}, hidden));
+    LS_ASSIGN_OR_RETURN(w.lm_head,
+                        up.linear({"model.embed_tokens.weight"}, {c.vocab_size()}, hidden, false));
   } else if (tied) {
     w.lm_head.w = w.embed;
   }
   if (!tied) {
-    LS_ASSIGN_OR_RETURN(w.lm_head, up.linear({"lm_head.weight"}, {c.vocab_size()}, hidden));
+    LS_ASSIGN_OR_RETURN(w.lm_head, up.linear({"lm_head.weight"}, {c.vocab_size()}, hidden, false));
   }
   // Per decoded token every parameter is read once, except the embedding table (one row) —
   // unless the lm_head views it.

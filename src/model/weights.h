@@ -41,6 +41,13 @@ struct ModelWeights {
   int64_t bytes_per_token = 0;
 };
 
+// How linear weights meet FP8 (docs/fp8-weights.md). kAuto: an FP8 checkpoint's e4m3 weights
+// stay e4m3 (per-row scales, model/fp8_weights.h) where backend.reads_fp8() accepts them, the
+// rest is dequantized to the backend's weight dtype (the CPU: f32). kDequantize (--quantization
+// none): every FP8 weight is dequantized. kQuantize (--quantization fp8): float linear weights
+// are quantized at load too, per output row; the lm_head and the embedding table stay as stored.
+enum class Fp8Load : uint8_t { kAuto, kDequantize, kQuantize };
+
 // Reads, checks and uploads every tensor. Linear weights and the embedding table are stored as
 // backend.weight_dtype_for(checkpoint dtype) (the CPU keeps f32/bf16/f16 as they are); norm
 // weights and biases become f32. Errors name the tensor and its file.
@@ -49,7 +56,8 @@ struct ModelWeights {
 // as they are.
 Result<ModelWeights> load_weights(const Checkpoint& checkpoint, const ModelConfig& config,
                                   const ArchitectureSpec& arch, Backend& backend,
-                                  std::optional<GgmlType> quantize_to = std::nullopt);
+                                  std::optional<GgmlType> quantize_to = std::nullopt,
+                                  Fp8Load fp8 = Fp8Load::kAuto);
 
 // The tensor names this architecture reads for `config` (required first, optional second).
 void expected_tensor_names(const ModelConfig& config, const ArchitectureSpec& arch,

@@ -53,7 +53,9 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
   app.add_option("--quantization", c.quantization,
                  "Linear weights: auto (a GGUF's quantized blocks as stored, read by the CPU "
                  "kernels), none (dequantize a GGUF at load), or q8_0|q4_0|q4_1|q4_k|q6_k "
-                 "(quantize a safetensors checkpoint at load, CPU)")
+                 "(quantize a safetensors checkpoint at load, CPU), or fp8 (e4m3 weights with "
+                 "per-channel scales and per-token activations on FP8 tensor cores, CUDA; "
+                 "docs/fp8-weights.md). FP8 checkpoints load as published with auto")
       ->capture_default_str();
   app.add_option("--kv-cache-replacement", c.kv_cache_replacement,
                  "Device page cache replacement: bucketed-lru (Spin) or lru")

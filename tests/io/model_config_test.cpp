@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <string>
+#include <vector>
+
 #include "io_test_util.h"
 
 namespace ls {
@@ -358,6 +361,115 @@ TEST(ModelConfig, MalformedConfigs) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), b.code) << r.status().to_string();
     EXPECT_EQ(r.status().message().rfind("/models/x/config.json: ", 0), 0u) << r.status().message();
+    EXPECT_NE(r.status().message().find(b.fragment), std::string::npos) << r.status().message();
+  }
+}
+
+// quantization_config of published FP8 checkpoints (RedHatAI's FP8-dynamic compressed-tensors
+// configs; the fine-grained fp8 config of DeepSeek-V3 / Qwen3-FP8), trimmed.
+constexpr const char* kCtChannel = R"({"quantization_config": {
+  "quant_method": "compressed-tensors", "format": "float-quantized",
+  "quantization_status": "compressed", "ignore": ["lm_head"], "kv_cache_scheme": null,
+  "config_groups": {"group_0": {"targets": ["Linear"],
+    "weights": {"type": "float", "num_bits": 8, "strategy": "channel", "symmetric": true,
+                "dynamic": false, "group_size": null, "block_structure": null},
+    "input_activations": {"type": "float", "num_bits": 8, "strategy": "token",
+                          "symmetric": true, "dynamic": true},
+    "output_activations": null}}}})";
+
+std::string with_quant(const std::string& patch_json) {
+  return llama2_patched(patch_json);
+}
+
+// ct: the compressed-tensors config above with `group` fields of the group replaced.
+std::string ct_with(const std::string& section, const std::string& key, const std::string& value) {
+  auto j = nlohmann::json::parse(kCtChannel);
+  auto& qc = j["quantization_config"];
+  auto& target = section.empty() ? qc : section == "group" ? qc["config_groups"]["group_0"]
+                                                           : qc["config_groups"]["group_0"][section];
+  target[key] = nlohmann::json::parse(value);
+  return with_quant(j.dump());
+}
+
+TEST(ModelConfig, Fp8Formats) {
+  auto none = parse_model_config(kLlama2, "c");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->fp8_weights());
+
+  auto ct = parse_model_config(with_quant(kCtChannel), "c");
+  ASSERT_TRUE(ct.ok()) << ct.status().to_string();
+  ASSERT_TRUE(ct->fp8_weights());
+  EXPECT_EQ(ct->fp8_weights()->method, "compressed-tensors");
+  EXPECT_EQ(ct->fp8_weights()->layout, Fp8ScaleLayout::kChannel);
+  EXPECT_EQ(ct->fp8_weights()->scale_suffix, "weight_scale");
+  EXPECT_EQ(ct->fp8_weights()->ignore, std::vector<std::string>{"lm_head"});
+
+  auto tensor = parse_model_config(ct_with("weights", "strategy", R"("tensor")"), "c");
+  ASSERT_TRUE(tensor.ok()) << tensor.status().to_string();
+  EXPECT_EQ(tensor->fp8_weights()->layout, Fp8ScaleLayout::kTensor);
+  // Weight-only FP8 (no input_activations) loads too: activations are quantized per token.
+  auto weight_only = parse_model_config(ct_with("group", "input_activations", "null"), "c");
+  ASSERT_TRUE(weight_only.ok()) << weight_only.status().to_string();
+
+  auto block = parse_model_config(
+      with_quant(R"({"quantization_config": {"quant_method": "fp8", "activation_scheme":
+                 "dynamic", "fmt": "e4m3", "weight_block_size": [128, 128]}})"),
+      "c");
+  ASSERT_TRUE(block.ok()) << block.status().to_string();
+  EXPECT_EQ(block->fp8_weights()->method, "fp8");
+  EXPECT_EQ(block->fp8_weights()->layout, Fp8ScaleLayout::kBlock);
+  EXPECT_EQ(block->fp8_weights()->block_rows, 128);
+  EXPECT_EQ(block->fp8_weights()->block_cols, 128);
+  EXPECT_EQ(block->fp8_weights()->scale_suffix, "weight_scale_inv");
+}
+
+// Every format, scale layout or activation scheme the loader does not implement is refused when
+// config.json is parsed, naming it.
+TEST(ModelConfig, Fp8FormatsRefused) {
+  const auto inv = StatusCode::kInvalidArgument;
+  const auto unimpl = StatusCode::kUnimplemented;
+  const std::vector<Bad> cases = {
+      {"awq", with_quant(R"({"quantization_config": {"quant_method": "awq", "bits": 4}})"), unimpl,
+       "quant_method \"awq\" is not supported"},
+      {"no quant_method", with_quant(R"({"quantization_config": {"bits": 4}})"), inv,
+       "quant_method is missing"},
+      {"not an object", with_quant(R"({"quantization_config": "fp8"})"), inv, "must be an object"},
+      {"int8 compressed-tensors", ct_with("", "format", R"("int-quantized")"), unimpl,
+       "compressed-tensors format \"int-quantized\""},
+      {"nvfp4", ct_with("", "format", R"("nvfp4-pack-quantized")"), unimpl,
+       "\"nvfp4-pack-quantized\""},
+      {"int weights", ct_with("weights", "type", R"("int")"), unimpl, ".weights.type \"int\""},
+      {"4-bit float", ct_with("weights", "num_bits", "4"), unimpl, "num_bits 4"},
+      {"group strategy", ct_with("weights", "strategy", R"("group")"), unimpl,
+       "strategy \"group\" is not supported"},
+      {"asymmetric", ct_with("weights", "symmetric", "false"), unimpl, "asymmetric"},
+      {"static activations", ct_with("input_activations", "dynamic", "false"), unimpl,
+       "input_activations are static"},
+      {"output activations", ct_with("group", "output_activations",
+                                     R"({"type": "float", "num_bits": 8})"),
+       unimpl, "output_activations"},
+      {"kv cache scheme", ct_with("", "kv_cache_scheme", R"({"type": "float", "num_bits": 8})"),
+       unimpl, "kv_cache_scheme"},
+      {"block without structure", ct_with("weights", "strategy", R"("block")"), inv,
+       "needs block_structure"},
+      {"native static", with_quant(R"({"quantization_config": {"quant_method": "fp8",
+         "activation_scheme": "static", "weight_block_size": [128, 128]}})"),
+       unimpl, "activation_scheme \"static\""},
+      {"native e5m2", with_quant(R"({"quantization_config": {"quant_method": "fp8",
+         "fmt": "e5m2", "weight_block_size": [128, 128]}})"),
+       unimpl, "fmt \"e5m2\""},
+      {"native per-tensor", with_quant(R"({"quantization_config": {"quant_method": "fp8",
+         "activation_scheme": "dynamic"}})"),
+       unimpl, "without weight_block_size"},
+      {"native bad block", with_quant(R"({"quantization_config": {"quant_method": "fp8",
+         "weight_block_size": [128, 0]}})"),
+       inv, "weight_block_size\" must be [rows, cols]"},
+  };
+  for (const Bad& b : cases) {
+    SCOPED_TRACE(b.what);
+    auto r = parse_model_config(b.json, "/models/x/config.json");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), b.code) << r.status().to_string();
     EXPECT_NE(r.status().message().find(b.fragment), std::string::npos) << r.status().message();
   }
 }

@@ -71,6 +71,9 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   DType act_dtype() const override { return DType::kBF16; }
   DType weight_dtype_for(DType) const override { return DType::kBF16; }
+  // FP8 e4m3 weights with per-row scales (docs/fp8-weights.md): the GEMV and cuBLASLt's FP8
+  // GEMM both need whole 16-byte rows.
+  bool reads_fp8(int64_t in_features) const override { return in_features > 0 && in_features % 16 == 0; }
 
   Result<Buffer> allocate(int64_t bytes, MemoryTier tier = MemoryTier::kDevice) override;
   void release(void* data, int64_t bytes, MemoryTier tier) override;
@@ -145,6 +148,11 @@ class CudaBackend final : public Backend {
   // Linear layers of up to kernels::cuda::kGemvMaxRows rows go to the gemv kernel (default) or,
   // when off, to cuBLASLt like the others (benchmarks compare the two).
   void set_gemv(bool on) { use_gemv_ = on; }
+  // Whether the last FP8 GEMM of this shape ran with cuBLASLt's outer-vector scales (else an
+  // unscaled product and an epilogue kernel); for benchmarks.
+  bool fp8_outer_vec_scales(int64_t m, int64_t n, int64_t k) const {
+    return linear_->fp8_outer_vec_scales(m, n, k, DType::kBF16);
+  }
   void set_attention_options(const kernels::cuda::AttentionOptions& options) {
     attention_options_ = options;
   }
@@ -156,6 +164,10 @@ class CudaBackend final : public Backend {
   Status init(int device);
   // Logs a failed op (skipped); aborts on errors that poison the context.
   void report(const Status& status, const char* op);
+  // linear() for FP8 weights (LinearWeight::scale set): fp8_gemv for up to
+  // kernels::cuda::kFp8GemvMaxRows rows, else per-token activation quantization into the
+  // workspace and cuBLASLt's FP8 GEMM (fp8_gemv again where cuBLASLt has no FP8 algorithm).
+  void linear_fp8(const TensorView& x, const LinearWeight& w, const TensorView& out);
   void check_sticky(const char* op);
   Result<void*> workspace(int64_t bytes);
   void copy_from_pageable(void* dst, const void* src, int64_t bytes);

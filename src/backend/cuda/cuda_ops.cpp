@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/log.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/page_residency.h"
 #include "kernels/cuda/paged_ops.h"
@@ -82,6 +83,10 @@ void CudaBackend::add_rmsnorm(const TensorView& x, const TensorView& residual, c
 
 void CudaBackend::linear(const TensorView& x, const LinearWeight& w, const TensorView& out) {
   const char* op = "linear";
+  if (w.is_fp8()) {
+    linear_fp8(x, w, out);
+    return;
+  }
   if (!check(float_contiguous(x) && x.ndim == 2, op,
              "x must be [M, K] contiguous float, got " + x.describe()) ||
       !check(
@@ -105,6 +110,57 @@ void CudaBackend::linear(const TensorView& x, const LinearWeight& w, const Tenso
   report(linear_->run(x.data, w.w.data, bias, out.data, x.dim(0), w.w.dim(0), x.dim(1), x.dtype,
                       stream_),
          op);
+}
+
+void CudaBackend::linear_fp8(const TensorView& x, const LinearWeight& w, const TensorView& out) {
+  const char* op = "linear (fp8)";
+  if (!check(float_contiguous(x) && x.ndim == 2 && x.dtype != DType::kF32, op,
+             "x must be [M, K] contiguous bf16/f16, got " + x.describe()) ||
+      !check(w.w.ndim == 2 && w.w.data && w.w.is_contiguous() && w.w.dtype == DType::kU8 &&
+                 w.w.dim(1) == x.dim(1),
+             op, "w must be [N, K] e4m3 (u8), got " + w.w.describe()) ||
+      !check(w.scale.dtype == DType::kF32 && w.scale.is_contiguous() &&
+                 w.scale.numel() == w.w.dim(0),
+             op, "scale must be [N] f32") ||
+      !check(w.bias.empty() || (w.bias.dtype == DType::kF32 && w.bias.is_contiguous() &&
+                                w.bias.numel() == w.w.dim(0)),
+             op, "bias must be [N] f32") ||
+      !check(float_contiguous(out) && out.dtype == x.dtype && out.ndim == 2 &&
+                 out.dim(0) == x.dim(0) && out.dim(1) == w.w.dim(0),
+             op, "out must be [M, N] of x's dtype, got " + out.describe()) ||
+      !check(kc::fp8_gemv_supports(x.data, w.w.data, x.dim(0), x.dim(1), x.dtype), op,
+             "K must be a multiple of 16 and x, w 16-byte aligned")) {
+    return;
+  }
+  const int64_t m = x.dim(0), n = w.w.dim(0), k = x.dim(1);
+  const float* bias = w.bias.empty() ? nullptr : w.bias.ptr<float>();
+  const float* w_scale = w.scale.ptr<float>();
+  const auto gemv = [&] {
+    report(kc::fp8_gemv(x.data, w.w.data, w_scale, bias, out.data, m, n, k, x.dtype, stream_), op);
+  };
+  if ((use_gemv_ && m <= kc::kFp8GemvMaxRows) ||
+      !kc::CublasLtLinear::fp8_supported(w.w.data, w.w.data, out.data, n, k, x.dtype)) {
+    gemv();
+    return;
+  }
+  // Activations quantized per token into the workspace: [m, k] e4m3, then [m] f32 scales.
+  const int64_t codes_bytes = (m * k + 255) / 256 * 256;
+  Result<void*> ws = workspace(codes_bytes + m * 4);
+  if (!ws.ok()) {
+    report(ws.status(), op);
+    return;
+  }
+  void* xq = *ws;
+  auto* x_scale = reinterpret_cast<float*>(static_cast<char*>(*ws) + codes_bytes);
+  Status s = kc::quantize_rows_e4m3(x.data, m, k, x.dtype, xq, x_scale, stream_);
+  if (s.ok()) {
+    s = linear_->run_fp8(xq, x_scale, w.w.data, w_scale, bias, out.data, m, n, k, x.dtype, stream_);
+    if (s.code() == StatusCode::kUnimplemented) {  // no FP8 algorithm for the shape
+      gemv();
+      return;
+    }
+  }
+  report(s, op);
 }
 
 void CudaBackend::linear_silu_mul(const TensorView& x, const LinearWeight& w,
