@@ -3,13 +3,17 @@
 // decode batches, mixed batches, head_dim 16..128, GQA 1/4/8, pages of 16 and 64 tokens, bf16
 // and f16, streaming rings at every length around the wrap, selected lists with entries the
 // contract says to skip, forced split counts, and the prefill kernel serving single tokens. Both
-// prefill kernels (mma.sync, and wgmma with key blocks of 64 and 128) run the prefill cases.
+// prefill kernels (mma.sync, and wgmma with key blocks of 64 and 128) run the prefill cases; the
+// warp-specialised wgmma kernel and its ping-pong variant have suites of their own.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "attention_scenario.h"
 #include "cuda_test_util.h"
@@ -381,12 +385,13 @@ TEST(CudaAttention, RowsWithNoVisibleKeyAreZero) {
 
 // Prompts ending at and around every tile and key-block edge (1, 17, 64, 127, 128, 129, 300),
 // a chunk that starts mid-page and a decode token, in one batch, on every page size.
-void check_tile_and_block_edges(std::mt19937& rng, const std::vector<PrefillVariant>& variants) {
+void check_tile_and_block_edges(std::mt19937& rng, const std::vector<PrefillVariant>& variants,
+                                int32_t head_dim = 128) {
   const std::pair<int32_t, int32_t> group_pages[] = {{1, 16}, {8, 32}, {4, 64}, {4, 128}};
   for (DType dt : {DType::kBF16, DType::kF16}) {
     for (const auto& [group, pt] : group_pages) {
       ScenarioConfig cfg;
-      cfg.head_dim = 128;
+      cfg.head_dim = head_dim;
       cfg.group = group;
       cfg.page_tokens = pt;
       cfg.modes = {HeadMode::kCausal, HeadMode::kSelected, HeadMode::kStreaming};
@@ -414,9 +419,10 @@ TEST(CudaAttention, PrefillKernelsAtTileAndBlockEdges) {
 // Long prompts (several waves of tiles, thousands of key blocks) on both kernels: a 4100-token
 // prompt and a 1500-token chunk after 2600 cached tokens, with streaming heads whose window is
 // longer than a tile and selected heads without a selection.
-void check_long_prefill(std::mt19937& rng, DType dt, const std::vector<PrefillVariant>& variants) {
+void check_long_prefill(std::mt19937& rng, DType dt, const std::vector<PrefillVariant>& variants,
+                        int32_t head_dim = 128) {
   ScenarioConfig cfg;
-  cfg.head_dim = 128;
+  cfg.head_dim = head_dim;
   cfg.group = 4;
   cfg.page_tokens = 64;
   cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected};
@@ -509,15 +515,17 @@ TEST(CudaAttentionWarpSpecialized, PrefillAtTileAndBlockEdges) {
   check_tile_and_block_edges(rng, warp_specialized());
 }
 
-TEST(CudaAttentionWarpSpecialized, LongPrefillAndMixedBatches) {
-  LS_REQUIRE_CUDA();
-  std::mt19937 rng(43);
-  check_long_prefill(rng, DType::kBF16, warp_specialized());
+// Mixed batches (prefill chunks over cached pages, decode tokens, streaming sinks and windows,
+// selected heads) with and without the decode kernel serving the q_len 1 rows.
+void check_mixed_batches(
+    std::mt19937& rng,
+    const std::function<std::vector<PrefillVariant>(kernels::cuda::AttentionOptions)>& variants,
+    int32_t head_dim = 128) {
   for (bool prefill_only : {false, true}) {
     kernels::cuda::AttentionOptions base;
     base.prefill_only = prefill_only;
     ScenarioConfig cfg;
-    cfg.head_dim = 128;
+    cfg.head_dim = head_dim;
     cfg.group = 4;
     cfg.page_tokens = 16;
     cfg.modes = {HeadMode::kStreaming, HeadMode::kCausal, HeadMode::kSelected};
@@ -534,8 +542,71 @@ TEST(CudaAttentionWarpSpecialized, LongPrefillAndMixedBatches) {
                                   .selected = {{}, {}, {1, 5, 9}}}};
     AttentionScenario sc(rng, cfg, seqs);
     check_variants(sc, describe(cfg) + (prefill_only ? " mixed, prefill kernel only" : " mixed"),
-                   warp_specialized(base));
+                   variants(base));
   }
+}
+
+TEST(CudaAttentionWarpSpecialized, LongPrefillAndMixedBatches) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(43);
+  check_long_prefill(rng, DType::kBF16, warp_specialized());
+  check_mixed_batches(rng, warp_specialized);
+}
+
+// The ping-pong variant of the warp-specialised kernel (PrefillKernel::kWgmmaPingPong), head_dim
+// 128 and 64, in its own suite for the same reason.
+std::vector<PrefillVariant> ping_pong(kernels::cuda::AttentionOptions o = {}) {
+  o.prefill_kernel = kernels::cuda::PrefillKernel::kWgmmaPingPong;
+  return {{"wgmma-pp", o}};
+}
+
+TEST(CudaAttentionPingPong, PrefillAtTileAndBlockEdges) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(44);
+  check_tile_and_block_edges(rng, ping_pong());
+  check_tile_and_block_edges(rng, ping_pong(), 64);
+}
+
+TEST(CudaAttentionPingPong, LongPrefillAndMixedBatches) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(45);
+  check_long_prefill(rng, DType::kBF16, ping_pong());
+  check_long_prefill(rng, DType::kF16, ping_pong(), 64);
+  check_mixed_batches(rng, ping_pong);
+  check_mixed_batches(rng, ping_pong, 64);
+}
+
+TEST(CudaAttentionPingPong, RowsWithNoVisibleKeyAreZero) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(46);
+  for (int32_t head_dim : {64, 128}) {
+    ScenarioConfig cfg;
+    cfg.head_dim = head_dim;
+    cfg.group = 4;
+    cfg.page_tokens = 16;
+    cfg.modes = {HeadMode::kStreaming, HeadMode::kCausal};
+    cfg.num_sink_pages = 0;
+    cfg.sink_tokens = 0;
+    // local 0 and no sinks: a streaming head sees nothing (its tiles have no key block, so the
+    // ping-pong turns are only the first arrival and the drain).
+    std::vector<SeqSpec> seqs = {{.kv_len = 100, .q_len = 100, .local_tokens = 0, .ring_pages = 8},
+                                 {.kv_len = 50, .q_len = 1, .local_tokens = 0, .ring_pages = 4}};
+    AttentionScenario sc(rng, cfg, seqs);
+    check_variants(sc, "no visible key, d" + std::to_string(head_dim), ping_pong());
+  }
+}
+
+// Forcing the ping-pong kernel on a head_dim it does not cover is an error.
+TEST(CudaAttentionPingPong, RejectsOtherHeadDims) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(47);
+  ScopedAttentionOptions scoped(ping_pong()[0].options);
+  ScenarioConfig cfg;
+  cfg.head_dim = 96;
+  std::vector<SeqSpec> seqs = {{.kv_len = 40, .q_len = 40}};
+  AttentionScenario sc(rng, cfg, seqs);
+  (void)sc.run_gpu();
+  EXPECT_FALSE(gpu()->take_error().ok());
 }
 
 }  // namespace

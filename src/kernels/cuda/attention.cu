@@ -51,6 +51,7 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
   L.run_decode = !o.prefill_only;
   L.wgmma = o.prefill_kernel == PrefillKernel::kWgmma ||
             o.prefill_kernel == PrefillKernel::kWgmmaWs ||
+            o.prefill_kernel == PrefillKernel::kWgmmaPingPong ||
             (o.prefill_kernel == PrefillKernel::kAuto && wgmma_covers(p));
   const int warps = L.wgmma || (o.prefill_warps == 8 && p.head_dim >= 64) ? 8 : 4;
   L.bm = 16 * warps;
@@ -268,14 +269,27 @@ __global__ void __launch_bounds__(kReduceThreads)
 template <typename T>
 Status run_prefill_wgmma(const AttentionParams& p, const Layout& L, const PrefillTile* tiles,
                          const int32_t* num_tiles, int key_block, bool warp_specialized,
-                         cudaStream_t stream) {
+                         bool ping_pong, cudaStream_t stream) {
+  if (ping_pong) {
+    switch (p.head_dim) {
+      case 64:
+        return launch_prefill_wgmma_ws<64, T, 64, true>(p, tiles, num_tiles, L.max_tiles,
+                                                        L.listed_cap, stream);
+      case 128:
+        return launch_prefill_wgmma_ws<128, T, 64, true>(p, tiles, num_tiles, L.max_tiles,
+                                                         L.listed_cap, stream);
+      default:
+        return invalid_argument("attention: the ping-pong wgmma kernel has no head_dim {}",
+                                p.head_dim);
+    }
+  }
   if (warp_specialized) {
     if (p.head_dim != 128) {
       return invalid_argument("attention: the warp-specialised wgmma kernel has no head_dim {}",
                               p.head_dim);
     }
-    return launch_prefill_wgmma_ws<128, T, 64>(p, tiles, num_tiles, L.max_tiles, L.listed_cap,
-                                               stream);
+    return launch_prefill_wgmma_ws<128, T, 64, false>(p, tiles, num_tiles, L.max_tiles,
+                                                      L.listed_cap, stream);
   }
   const auto typed = [&]<int kD>() -> Status {
     if (key_block == 64) {
@@ -399,8 +413,9 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
       // there (AttentionOptions::prefill_kernel says by how much).
       const bool ws = o.prefill_kernel == PrefillKernel::kWgmmaWs ||
                       (o.prefill_kernel == PrefillKernel::kAuto && p.head_dim == 128);
+      const bool ping_pong = o.prefill_kernel == PrefillKernel::kWgmmaPingPong;
       LS_RETURN_IF_ERROR(
-          run_prefill_wgmma<T>(p, L, tiles, num_tiles, o.wgmma_key_block, ws, stream));
+          run_prefill_wgmma<T>(p, L, tiles, num_tiles, o.wgmma_key_block, ws, ping_pong, stream));
     } else {
       LS_RETURN_IF_ERROR(run_prefill<T>(p, L, tiles, num_tiles, warps, stream));
     }

@@ -34,6 +34,10 @@ enum class PrefillKernel : int32_t {
   // of 64, wgmma_key_block ignored): kAuto's choice for head_dim 128, where it is the fastest of
   // the three (H100: 392-401 TFLOP/s against 347-377 for kWgmma at 8K-128K tokens).
   kWgmmaWs = 3,
+  // kWgmmaWs with FlashAttention-3's ping-pong scheduling: the two consumer warpgroups issue
+  // their wgmmas in turns (named barriers), so one's softmax overlaps the other's GEMMs. Head_dim
+  // 64 and 128, key blocks of 64 (wgmma_key_block ignored). Opt-in until measured on a GPU.
+  kWgmmaPingPong = 4,
 };
 
 struct AttentionOptions {

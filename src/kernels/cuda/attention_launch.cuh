@@ -26,8 +26,9 @@ Status launch_prefill_wgmma(const AttentionParams& p, const PrefillTile* tiles,
                             const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                             cudaStream_t stream);
 
-// Its warp-specialised variant (head_dim 128; kAuto's choice there).
-template <int kD, typename T, int kBN>
+// Its warp-specialised variant (head_dim 128; kAuto's choice there); kPingPong: with the two
+// consumer warpgroups' wgmmas issued in turns (PrefillKernel::kWgmmaPingPong; head_dim 64, 128).
+template <int kD, typename T, int kBN, bool kPingPong>
 Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tiles,
                                const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                                cudaStream_t stream);
@@ -131,20 +132,21 @@ Status launch_prefill_wgmma(const AttentionParams& p, const PrefillTile* tiles,
   return launch_status("prefill_wgmma_kernel");
 }
 
-template <int kD, typename T, int kBN>
+template <int kD, typename T, int kBN, bool kPingPong>
 Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tiles,
                                const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                                cudaStream_t stream) {
   using Shape = WgmmaWsShape<kD, kBN>;
   static std::once_flag once;
   static cudaError_t err = cudaSuccess;
-  LS_RETURN_IF_ERROR(allow_smem(prefill_wgmma_ws_kernel<kD, T, kBN>,
+  LS_RETURN_IF_ERROR(allow_smem(prefill_wgmma_ws_kernel<kD, T, kBN, kPingPong>,
                                 Shape::smem_bytes(kMaxListedPages), once, err));
   const dim3 grid(static_cast<unsigned>(p.num_q_heads), static_cast<unsigned>(max_tiles));
-  prefill_wgmma_ws_kernel<kD, T, kBN>
+  prefill_wgmma_ws_kernel<kD, T, kBN, kPingPong>
       <<<grid, Shape::kThreads, Shape::smem_bytes(listed_cap), stream>>>(p, tiles, num_tiles,
                                                                          listed_cap);
-  return launch_status("prefill_wgmma_ws_kernel");
+  return launch_status(kPingPong ? "prefill_wgmma_ws_kernel (ping-pong)"
+                                 : "prefill_wgmma_ws_kernel");
 }
 
 template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant::kNone>
@@ -232,10 +234,10 @@ Status launch_decode_quant(const AttentionParams& p, const DecodeArgs& args, int
   template Status launch_prefill_wgmma<D, __half, BN>(                                             \
       const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t);
 
-#define LS_INSTANTIATE_PREFILL_WGMMA_WS(D, BN)                                                     \
-  template Status launch_prefill_wgmma_ws<D, __nv_bfloat16, BN>(                                   \
+#define LS_INSTANTIATE_PREFILL_WGMMA_WS(D, BN, PP)                                                 \
+  template Status launch_prefill_wgmma_ws<D, __nv_bfloat16, BN, PP>(                               \
       const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t); \
-  template Status launch_prefill_wgmma_ws<D, __half, BN>(                                          \
+  template Status launch_prefill_wgmma_ws<D, __half, BN, PP>(                                      \
       const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t);
 
 #define LS_INSTANTIATE_DECODE(D)                                                               \

@@ -1,8 +1,8 @@
 #pragma once
 // Internal to kernels/cuda: the warp-specialised variant of the wgmma prefill kernel
-// (attention_prefill_wgmma.cuh), the default for head_dim 128 (PrefillKernel::kAuto / kWgmmaWs): it computes
-// the same thing with the same tiles, layouts, descriptors and math, but a producer warpgroup
-// does all the K/V copies and the two consumer warpgroups never wait for each other.
+// (attention_prefill_wgmma.cuh), the default for head_dim 128 (PrefillKernel::kAuto / kWgmmaWs): it
+// computes the same thing with the same tiles, layouts, descriptors and math, but a producer
+// warpgroup does all the K/V copies and the two consumer warpgroups never wait for each other.
 //
 // Block: 384 threads. Warpgroup 0 = producer (setmaxnreg 56), warpgroups 1 and 2 = consumers
 // (setmaxnreg 224; 2 * 128 * 224 + 128 * 56 = 64512 registers) owning query rows 0..63 and
@@ -19,6 +19,21 @@
 // Barrier counts: full_k 256 (128 async + 128 plain arrivals), full_v 128, empty_k / empty_v 256
 // (every consumer thread). Waits are bounded: a wait that never completes traps (a protocol bug
 // must fail the launch, not hang the process).
+//
+// kPingPong (PrefillKernel::kWgmmaPingPong): FlashAttention-3's ping-pong scheduling of the two
+// consumer warpgroups. Each iteration's wgmmas (S_j and P_{j-1} V_{j-1}) are issued in turns:
+// warpgroup A (rows 0..63) issues, then B, then A, ... so that while the tensor cores run one
+// warpgroup's GEMMs the other runs its softmax, instead of both issuing at once and then both
+// waiting with the tensor cores idle. Two named barriers of 256 threads (ids 3: A's turn, 4: B's
+// turn): a warpgroup takes its turn with bar.sync on its own id (its 128 threads plus 128
+// arrivals of the other warpgroup complete the phase) and hands it over with bar.arrive on the
+// other's id right after issuing. A arrives once on its own barrier before the first turn (the
+// first phase of 3 completes with A's own 128 arrivals). Both warpgroups take num_blocks - 1
+// turns (the loop below; S_0 and the last P V are issued outside turns), so barrier 3 receives
+// one more arrival set than A syncs: A drains it with a last bar.sync after the loop, and every
+// phase of both barriers has completed when the block exits. No deadlock: B's arrive of turn j
+// needs only A's arrive of turn j and the K/V of blocks <= j, which the producer fills after
+// both warpgroups released blocks <= j - 2.
 
 #include <cstdint>
 
@@ -67,7 +82,25 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
-template <int kD, typename T, int kBN>
+// The ping-pong turns (kPingPong): named barrier 3 + consumer warpgroup index, 256 threads.
+// Immediate ids: a register id would make ptxas reserve all 16 barriers.
+__device__ __forceinline__ void pingpong_take_turn(int cwg) {
+  if (cwg == 0) {
+    asm volatile("bar.sync 3, 256;\n" ::: "memory");
+  } else {
+    asm volatile("bar.sync 4, 256;\n" ::: "memory");
+  }
+}
+
+__device__ __forceinline__ void pingpong_pass_turn(int cwg) {
+  if (cwg == 0) {
+    asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+  } else {
+    asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+  }
+}
+
+template <int kD, typename T, int kBN, bool kPingPong>
 __global__ void __launch_bounds__(384, 1)
     prefill_wgmma_ws_kernel(const AttentionParams p, const PrefillTile* tiles,
                             const int32_t* num_tiles, int32_t listed_cap) {
@@ -224,7 +257,11 @@ __global__ void __launch_bounds__(384, 1)
   auto rescale = [&](float alpha0, float alpha1) { Math::rescale(o, alpha0, alpha1); };
   auto pack = [&]() { Math::pack(pf, s); };
 
-  // The loop of prefill_wgmma_kernel, with the barriers replaced by the stage mbarriers.
+  // The loop of prefill_wgmma_kernel, with the barriers replaced by the stage mbarriers (and, with
+  // kPingPong, each iteration's wgmmas issued in turns).
+  if constexpr (kPingPong) {
+    if (cwg == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");  // A's first turn
+  }
   if (num_blocks > 0) {
     float alpha0, alpha1;
     wait_k(0);
@@ -238,11 +275,13 @@ __global__ void __launch_bounds__(384, 1)
     for (int32_t j = 1; j < num_blocks; ++j) {
       wait_k(j);
       wait_v(j - 1);
+      if constexpr (kPingPong) pingpong_take_turn(cwg);
       wgmma_fence();
       issue_s(j);
       rescale(alpha0, alpha1);
       wgmma_fence();
       issue_pv(j - 1);
+      if constexpr (kPingPong) pingpong_pass_turn(cwg);
       wgmma_wait<1>();  // S_j done
       wgmma_hold(s);
       softmax(j, alpha0, alpha1);
@@ -258,6 +297,11 @@ __global__ void __launch_bounds__(384, 1)
     issue_pv(num_blocks - 1);
     wgmma_wait<0>();
     wgmma_hold(o);
+  }
+  if constexpr (kPingPong) {
+    // Completes barrier 3's last phase (B's last hand-over, or A's own first arrival when no turn
+    // was taken), so no named-barrier phase is left open at exit.
+    if (cwg == 0) asm volatile("bar.sync 3, 256;\n" ::: "memory");
   }
 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
