@@ -553,27 +553,49 @@ TEST(CudaAttentionWarpSpecialized, LongPrefillAndMixedBatches) {
   check_mixed_batches(rng, warp_specialized);
 }
 
-// The ping-pong variant of the warp-specialised kernel (PrefillKernel::kWgmmaPingPong), head_dim
-// 128 and 64, in its own suite for the same reason.
-std::vector<PrefillVariant> ping_pong(kernels::cuda::AttentionOptions o = {}) {
-  o.prefill_kernel = kernels::cuda::PrefillKernel::kWgmmaPingPong;
-  return {{"wgmma-pp", o}};
+// The ping-pong variant of the warp-specialised kernel (PrefillKernel::kWgmmaPingPong) and its
+// persistent form (kWgmmaPersistent), head_dim 128 and 64, in their own suite for the same
+// reason. 3 K/V stages exist at head_dim 128 only; the persistent kernel runs with one block per
+// SM and with 3 blocks (each block then walks many tiles: the cross-tile protocol), and with 1.
+std::vector<PrefillVariant> ping_pong(kernels::cuda::AttentionOptions o = {},
+                                      int32_t head_dim = 128) {
+  using kernels::cuda::PrefillKernel;
+  std::vector<PrefillVariant> v;
+  for (int stages : {2, 3}) {
+    if (stages == 3 && head_dim != 128) continue;
+    o.wgmma_ws_stages = stages;
+    o.prefill_kernel = PrefillKernel::kWgmmaPingPong;
+    o.persistent_blocks = 0;
+    v.push_back({stages == 2 ? "wgmma-pp" : "wgmma-pp/3 stages", o});
+    o.prefill_kernel = PrefillKernel::kWgmmaPersistent;
+    v.push_back({stages == 2 ? "wgmma-persistent" : "wgmma-persistent/3 stages", o});
+    o.persistent_blocks = 3;
+    v.push_back(
+        {stages == 2 ? "wgmma-persistent/3 blocks" : "wgmma-persistent/3 stages/3 blocks", o});
+  }
+  o.wgmma_ws_stages = 2;
+  o.persistent_blocks = 1;
+  v.push_back({"wgmma-persistent/1 block", o});
+  return v;
+}
+std::vector<PrefillVariant> ping_pong_d64(kernels::cuda::AttentionOptions o = {}) {
+  return ping_pong(o, 64);
 }
 
 TEST(CudaAttentionPingPong, PrefillAtTileAndBlockEdges) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(44);
   check_tile_and_block_edges(rng, ping_pong());
-  check_tile_and_block_edges(rng, ping_pong(), 64);
+  check_tile_and_block_edges(rng, ping_pong_d64(), 64);
 }
 
 TEST(CudaAttentionPingPong, LongPrefillAndMixedBatches) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(45);
   check_long_prefill(rng, DType::kBF16, ping_pong());
-  check_long_prefill(rng, DType::kF16, ping_pong(), 64);
-  check_mixed_batches(rng, ping_pong);
-  check_mixed_batches(rng, ping_pong, 64);
+  check_long_prefill(rng, DType::kF16, ping_pong_d64(), 64);
+  check_mixed_batches(rng, [](kernels::cuda::AttentionOptions o) { return ping_pong(o); });
+  check_mixed_batches(rng, ping_pong_d64, 64);
 }
 
 TEST(CudaAttentionPingPong, RowsWithNoVisibleKeyAreZero) {
@@ -592,21 +614,28 @@ TEST(CudaAttentionPingPong, RowsWithNoVisibleKeyAreZero) {
     std::vector<SeqSpec> seqs = {{.kv_len = 100, .q_len = 100, .local_tokens = 0, .ring_pages = 8},
                                  {.kv_len = 50, .q_len = 1, .local_tokens = 0, .ring_pages = 4}};
     AttentionScenario sc(rng, cfg, seqs);
-    check_variants(sc, "no visible key, d" + std::to_string(head_dim), ping_pong());
+    check_variants(sc, "no visible key, d" + std::to_string(head_dim),
+                   head_dim == 128 ? ping_pong() : ping_pong_d64());
   }
 }
 
-// Forcing the ping-pong kernel on a head_dim it does not cover is an error.
-TEST(CudaAttentionPingPong, RejectsOtherHeadDims) {
+// Forcing the ping-pong kernels on a head_dim they do not cover, or 3 stages at head_dim 64, is
+// an error.
+TEST(CudaAttentionPingPong, RejectsOtherHeadDimsAndStages) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(47);
-  ScopedAttentionOptions scoped(ping_pong()[0].options);
-  ScenarioConfig cfg;
-  cfg.head_dim = 96;
-  std::vector<SeqSpec> seqs = {{.kv_len = 40, .q_len = 40}};
-  AttentionScenario sc(rng, cfg, seqs);
-  (void)sc.run_gpu();
-  EXPECT_FALSE(gpu()->take_error().ok());
+  for (const PrefillVariant& v : ping_pong()) {
+    for (int32_t head_dim : {96, 64}) {
+      if (head_dim == 64 && v.options.wgmma_ws_stages == 2) continue;  // covered
+      ScopedAttentionOptions scoped(v.options);
+      ScenarioConfig cfg;
+      cfg.head_dim = head_dim;
+      std::vector<SeqSpec> seqs = {{.kv_len = 40, .q_len = 40}};
+      AttentionScenario sc(rng, cfg, seqs);
+      (void)sc.run_gpu();
+      EXPECT_FALSE(gpu()->take_error().ok()) << v.name << " d" << head_dim;
+    }
+  }
 }
 
 }  // namespace
