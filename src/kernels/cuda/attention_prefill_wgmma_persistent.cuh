@@ -10,8 +10,10 @@
 // bound gives the block (128 * 104 + 256 * 200 = 168 * 384; setmaxnreg.inc would wait forever
 // for registers the block does not have). Items are (tile, query head) pairs in
 // the plan's order (item i: tile i / num_q_heads, head i % num_q_heads; the plan lists each
-// sequence's tiles from the one with the most keys), and block b takes items b, b + grid, ...
-// (static round-robin: the heaviest items start first and each block's items get lighter). Every
+// sequence's tiles from the one with the most keys), and round r of block b is item
+// r * grid + b for even r and r * grid + grid - 1 - b for odd r: static, the heaviest items start
+// first, and the snake order evens the blocks out (plain round-robin would give block 0 the
+// heaviest item of every round, a few percent of the kernel's time at 8K tokens causal). Every
 // thread walks the same items and decides `usable` the same way (params only), so the three
 // warpgroups agree on the tiles without talking; unusable tiles are zeroed by the consumers.
 //
@@ -69,6 +71,11 @@ __global__ void __launch_bounds__(384, 1)
   const int wg = warp / 4;  // 0: producer, 1 and 2: consumers
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int32_t num_items = *num_tiles * p.num_q_heads;  // the launcher checks the product fits
+  // This block's item of round `round` (see above); >= num_items: the block is done.
+  const auto item_of = [&](int32_t round) {
+    const int64_t base = static_cast<int64_t>(round) * gridDim.x;
+    return base + ((round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+  };
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -127,7 +134,8 @@ __global__ void __launch_bounds__(384, 1)
     // ---- producer ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 104;\n" ::: "memory");
     const int my_row = tid / kProducerRowThreads;
-    for (int32_t item = static_cast<int32_t>(blockIdx.x); item < num_items; item += gridDim.x) {
+    for (int32_t round = 0; item_of(round) < num_items; ++round) {
+      const int32_t item = static_cast<int32_t>(item_of(round));
       const PrefillTile tile = tiles[item / p.num_q_heads];
       const int32_t g = item % p.num_q_heads / group;
       const int64_t q_first = tile.first_pos;
@@ -194,7 +202,8 @@ __global__ void __launch_bounds__(384, 1)
   float o[Math::kORegs];
   float s[Math::kSRegs];
   uint32_t pf[Math::kPVSteps][4];
-  for (int32_t item = static_cast<int32_t>(blockIdx.x); item < num_items; item += gridDim.x) {
+  for (int32_t round = 0; item_of(round) < num_items; ++round) {
+    const int32_t item = static_cast<int32_t>(item_of(round));
     const PrefillTile tile = tiles[item / p.num_q_heads];
     const int32_t h = item % p.num_q_heads;
     const int32_t g = h / group;
