@@ -36,7 +36,9 @@ enum class PrefillKernel : int32_t {
   kWgmmaWs = 3,
   // kWgmmaWs with FlashAttention-3's ping-pong scheduling: the two consumer warpgroups issue
   // their wgmmas in turns (named barriers), so one's softmax overlaps the other's GEMMs. Head_dim
-  // 64 and 128, key blocks of 64 (wgmma_key_block ignored). Opt-in until measured on a GPU.
+  // 64 and 128, key blocks of 64 (wgmma_key_block ignored). Opt-in: about 4% slower than
+  // kWgmmaWs on an H200 at 8K-32K tokens, where shared-memory bandwidth, not the softmax, bounds
+  // both (docs/cuda-prefill-wgmma.md).
   kWgmmaPingPong = 4,
   // kWgmmaPingPong as a persistent kernel: persistent_blocks blocks (one per SM) walk the
   // (query tile, head) items in the plan's order (most keys first), and each block's producer
