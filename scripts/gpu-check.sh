@@ -256,6 +256,10 @@ kernels_section() {
   [ "$QUICK" = 1 ] && pargs=(--prefill-tokens 8192,32768)
   "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections prefill --prefill-kernels wgmma-ws \
     "${pargs[@]}" || echo "bench_cuda_kernels --prefill-kernels wgmma-ws failed (exit $?)"
+  # The opt-in ping-pong variants (2 and 3 stages, persistent), in a process of their own too.
+  local pp=wgmma-pp,wgmma-pp3,wgmma-persistent,wgmma-persistent3
+  "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections prefill --prefill-kernels "$pp" \
+    "${pargs[@]}" || echo "bench_cuda_kernels --prefill-kernels $pp failed (exit $?)"
   return $rc
 }
 export -f kernels_section
@@ -562,7 +566,7 @@ md.append(f"| device-to-device copy, GB/s (read + write) | {f(copy and copy['gbp
 md.append(f"| bf16 GEMM 8192^3, TFLOP/s | {f(gemm and gemm['tflops'])} | {f(tgemm and tgemm['tflops'])} |\n")
 
 md.append("## Prefill attention, Llama-3-8B shape (32 q / 8 kv heads, d 128), batch 1\n")
-md.append("Best configuration of each kernel: mma.sync (tile rows) and wgmma (key block rows; ws: the experimental warp-specialised variant).\n")
+md.append("Best configuration of each kernel: mma.sync (tile rows) and wgmma (key block rows; ws: the warp-specialised variant; pp / pp3: its ping-pong variant with 2 / 3 stages; persistent(3): the persistent ping-pong kernel).\n")
 md.append("| tokens | torch SDPA ms (backend) | mma dense ms (tile) | mma TFLOP/s | wgmma dense ms (key block) | wgmma TFLOP/s | best / torch speed | lserve ms (kernel) | lserve speed-up vs dense |")
 md.append("|---|---|---|---|---|---|---|---|---|")
 def best(xs):
@@ -577,7 +581,7 @@ for T in sorted({r["tokens"] for r in pick("prefill")} | {r["tokens"] for r in p
     l = best(pick("prefill", tokens=T, policy="lserve"))
     md.append(f"| {k(T)} | {f(tb and tb['ms'], '{:.2f}')} ({tb['backend'] if tb else '-'}) | "
               f"{f(dm and dm['ms'], '{:.2f}')} ({dm['warps'] * 16 if dm else '-'} rows) | {f(dm and dm['tflops'])} | "
-              f"{f(dw and dw['ms'], '{:.2f}')} ({str(dw.get('key_block', '-')) + (' ws' if dw.get('kernel') == 'wgmma-ws' else '') if dw else '-'}) | {f(dw and dw['tflops'])} | "
+              f"{f(dw and dw['ms'], '{:.2f}')} ({str(dw.get('key_block', '-')) + (' ' + dw['kernel'][6:] if dw.get('kernel', 'wgmma') != 'wgmma' else '') if dw else '-'}) | {f(dw and dw['tflops'])} | "
               f"{f(tb and d and tb['ms'] / d['ms'], '{:.2f}x')} | "
               f"{f(l and l['ms'], '{:.2f}')} ({l.get('kernel', 'mma') if l else '-'}) | {f(d and l and d['ms'] / l['ms'], '{:.2f}x')} |")
 md.append("\nTargets: ours/torch >= 0.6x (aim 1.0x); lserve vs dense >= 1.7x at 128K.\n")

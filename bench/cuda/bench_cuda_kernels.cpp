@@ -46,7 +46,7 @@
 //    chunk. Each op is captured as a graph of many calls; "us" is the replay time per call, so
 //    it is what a captured decode step pays per launch of that op.
 // Usage: bench_cuda_kernels [--out FILE] [--sections copy,gemm,linear,prefill,decode,small]
-//        [--prefill-tokens 8192,32768,131072] [--prefill-kernels mma,wgmma(,wgmma-ws)]
+//        [--prefill-tokens 8192,32768,131072] [--prefill-kernels mma,wgmma(,wgmma-ws,wgmma-pp,...)]
 //        [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
@@ -307,20 +307,26 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
           lserve ? causal_flops(T, kQHeads / 2) + streaming_flops(T, kQHeads / 2, local)
                  : causal_flops(T, kQHeads);
       // The mma.sync kernel with 4 and 8 warps, the wgmma kernel with key blocks of 128 (the
-      // default; first, so ncu's first wgmma launch is it) and 64, and (only when asked for,
-      // experimental) the warp-specialised wgmma kernel; --prefill-kernels picks among them.
+      // default; first, so ncu's first wgmma launch is it) and 64, and (only when asked for) the
+      // warp-specialised wgmma kernel, its ping-pong variant with 2 and 3 K/V stages and the
+      // persistent ping-pong kernel; --prefill-kernels picks among them.
       using kernels::cuda::PrefillKernel;
       struct Variant {
         const char* kernel;
         PrefillKernel which;
         int warps;
         int key_block;
+        int stages = 2;
       };
       for (const Variant v :
            {Variant{"mma", PrefillKernel::kMma, 4, 64}, Variant{"mma", PrefillKernel::kMma, 8, 64},
             Variant{"wgmma", PrefillKernel::kWgmma, 8, 128},
             Variant{"wgmma", PrefillKernel::kWgmma, 8, 64},
-            Variant{"wgmma-ws", PrefillKernel::kWgmmaWs, 12, 64}}) {
+            Variant{"wgmma-ws", PrefillKernel::kWgmmaWs, 12, 64},
+            Variant{"wgmma-pp", PrefillKernel::kWgmmaPingPong, 12, 64},
+            Variant{"wgmma-pp3", PrefillKernel::kWgmmaPingPong, 12, 64, 3},
+            Variant{"wgmma-persistent", PrefillKernel::kWgmmaPersistent, 12, 64},
+            Variant{"wgmma-persistent3", PrefillKernel::kWgmmaPersistent, 12, 64, 3}}) {
         bool wanted = false;
         for (size_t b = 0; b <= kernel_names.size();) {
           const size_t e = std::min(kernel_names.find(',', b), kernel_names.size());
@@ -332,6 +338,7 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
         opt.prefill_kernel = v.which;
         opt.prefill_warps = v.warps == 4 ? 4 : 8;
         opt.wgmma_key_block = v.key_block;
+        opt.wgmma_ws_stages = v.stages;
         dev.b->set_attention_options(opt);
         const int reps = T <= 8192 ? 10 : (T <= 32768 ? 5 : 3);
         const double ms = median_ms(*dev.b, 1, reps, [&] { dev.b->attention(p); });

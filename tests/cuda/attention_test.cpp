@@ -3,13 +3,17 @@
 // decode batches, mixed batches, head_dim 16..128, GQA 1/4/8, pages of 16 and 64 tokens, bf16
 // and f16, streaming rings at every length around the wrap, selected lists with entries the
 // contract says to skip, forced split counts, and the prefill kernel serving single tokens. Both
-// prefill kernels (mma.sync, and wgmma with key blocks of 64 and 128) run the prefill cases.
+// prefill kernels (mma.sync, and wgmma with key blocks of 64 and 128) run the prefill cases; the
+// warp-specialised wgmma kernel and its ping-pong variant have suites of their own.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "attention_scenario.h"
 #include "cuda_test_util.h"
@@ -381,12 +385,13 @@ TEST(CudaAttention, RowsWithNoVisibleKeyAreZero) {
 
 // Prompts ending at and around every tile and key-block edge (1, 17, 64, 127, 128, 129, 300),
 // a chunk that starts mid-page and a decode token, in one batch, on every page size.
-void check_tile_and_block_edges(std::mt19937& rng, const std::vector<PrefillVariant>& variants) {
+void check_tile_and_block_edges(std::mt19937& rng, const std::vector<PrefillVariant>& variants,
+                                int32_t head_dim = 128) {
   const std::pair<int32_t, int32_t> group_pages[] = {{1, 16}, {8, 32}, {4, 64}, {4, 128}};
   for (DType dt : {DType::kBF16, DType::kF16}) {
     for (const auto& [group, pt] : group_pages) {
       ScenarioConfig cfg;
-      cfg.head_dim = 128;
+      cfg.head_dim = head_dim;
       cfg.group = group;
       cfg.page_tokens = pt;
       cfg.modes = {HeadMode::kCausal, HeadMode::kSelected, HeadMode::kStreaming};
@@ -414,9 +419,10 @@ TEST(CudaAttention, PrefillKernelsAtTileAndBlockEdges) {
 // Long prompts (several waves of tiles, thousands of key blocks) on both kernels: a 4100-token
 // prompt and a 1500-token chunk after 2600 cached tokens, with streaming heads whose window is
 // longer than a tile and selected heads without a selection.
-void check_long_prefill(std::mt19937& rng, DType dt, const std::vector<PrefillVariant>& variants) {
+void check_long_prefill(std::mt19937& rng, DType dt, const std::vector<PrefillVariant>& variants,
+                        int32_t head_dim = 128) {
   ScenarioConfig cfg;
-  cfg.head_dim = 128;
+  cfg.head_dim = head_dim;
   cfg.group = 4;
   cfg.page_tokens = 64;
   cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected};
@@ -509,15 +515,17 @@ TEST(CudaAttentionWarpSpecialized, PrefillAtTileAndBlockEdges) {
   check_tile_and_block_edges(rng, warp_specialized());
 }
 
-TEST(CudaAttentionWarpSpecialized, LongPrefillAndMixedBatches) {
-  LS_REQUIRE_CUDA();
-  std::mt19937 rng(43);
-  check_long_prefill(rng, DType::kBF16, warp_specialized());
+// Mixed batches (prefill chunks over cached pages, decode tokens, streaming sinks and windows,
+// selected heads) with and without the decode kernel serving the q_len 1 rows.
+void check_mixed_batches(
+    std::mt19937& rng,
+    const std::function<std::vector<PrefillVariant>(kernels::cuda::AttentionOptions)>& variants,
+    int32_t head_dim = 128) {
   for (bool prefill_only : {false, true}) {
     kernels::cuda::AttentionOptions base;
     base.prefill_only = prefill_only;
     ScenarioConfig cfg;
-    cfg.head_dim = 128;
+    cfg.head_dim = head_dim;
     cfg.group = 4;
     cfg.page_tokens = 16;
     cfg.modes = {HeadMode::kStreaming, HeadMode::kCausal, HeadMode::kSelected};
@@ -534,7 +542,99 @@ TEST(CudaAttentionWarpSpecialized, LongPrefillAndMixedBatches) {
                                   .selected = {{}, {}, {1, 5, 9}}}};
     AttentionScenario sc(rng, cfg, seqs);
     check_variants(sc, describe(cfg) + (prefill_only ? " mixed, prefill kernel only" : " mixed"),
-                   warp_specialized(base));
+                   variants(base));
+  }
+}
+
+TEST(CudaAttentionWarpSpecialized, LongPrefillAndMixedBatches) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(43);
+  check_long_prefill(rng, DType::kBF16, warp_specialized());
+  check_mixed_batches(rng, warp_specialized);
+}
+
+// The ping-pong variant of the warp-specialised kernel (PrefillKernel::kWgmmaPingPong) and its
+// persistent form (kWgmmaPersistent), head_dim 128 and 64, in their own suite for the same
+// reason. 3 K/V stages exist at head_dim 128 only; the persistent kernel runs with one block per
+// SM and with 3 blocks (each block then walks many tiles: the cross-tile protocol), and with 1.
+std::vector<PrefillVariant> ping_pong(kernels::cuda::AttentionOptions o = {},
+                                      int32_t head_dim = 128) {
+  using kernels::cuda::PrefillKernel;
+  std::vector<PrefillVariant> v;
+  for (int stages : {2, 3}) {
+    if (stages == 3 && head_dim != 128) continue;
+    o.wgmma_ws_stages = stages;
+    o.prefill_kernel = PrefillKernel::kWgmmaPingPong;
+    o.persistent_blocks = 0;
+    v.push_back({stages == 2 ? "wgmma-pp" : "wgmma-pp/3 stages", o});
+    o.prefill_kernel = PrefillKernel::kWgmmaPersistent;
+    v.push_back({stages == 2 ? "wgmma-persistent" : "wgmma-persistent/3 stages", o});
+    o.persistent_blocks = 3;
+    v.push_back(
+        {stages == 2 ? "wgmma-persistent/3 blocks" : "wgmma-persistent/3 stages/3 blocks", o});
+  }
+  o.wgmma_ws_stages = 2;
+  o.persistent_blocks = 1;
+  v.push_back({"wgmma-persistent/1 block", o});
+  return v;
+}
+std::vector<PrefillVariant> ping_pong_d64(kernels::cuda::AttentionOptions o = {}) {
+  return ping_pong(o, 64);
+}
+
+TEST(CudaAttentionPingPong, PrefillAtTileAndBlockEdges) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(44);
+  check_tile_and_block_edges(rng, ping_pong());
+  check_tile_and_block_edges(rng, ping_pong_d64(), 64);
+}
+
+TEST(CudaAttentionPingPong, LongPrefillAndMixedBatches) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(45);
+  check_long_prefill(rng, DType::kBF16, ping_pong());
+  check_long_prefill(rng, DType::kF16, ping_pong_d64(), 64);
+  check_mixed_batches(rng, [](kernels::cuda::AttentionOptions o) { return ping_pong(o); });
+  check_mixed_batches(rng, ping_pong_d64, 64);
+}
+
+TEST(CudaAttentionPingPong, RowsWithNoVisibleKeyAreZero) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(46);
+  for (int32_t head_dim : {64, 128}) {
+    ScenarioConfig cfg;
+    cfg.head_dim = head_dim;
+    cfg.group = 4;
+    cfg.page_tokens = 16;
+    cfg.modes = {HeadMode::kStreaming, HeadMode::kCausal};
+    cfg.num_sink_pages = 0;
+    cfg.sink_tokens = 0;
+    // local 0 and no sinks: a streaming head sees nothing (its tiles have no key block, so the
+    // ping-pong turns are only the first arrival and the drain).
+    std::vector<SeqSpec> seqs = {{.kv_len = 100, .q_len = 100, .local_tokens = 0, .ring_pages = 8},
+                                 {.kv_len = 50, .q_len = 1, .local_tokens = 0, .ring_pages = 4}};
+    AttentionScenario sc(rng, cfg, seqs);
+    check_variants(sc, "no visible key, d" + std::to_string(head_dim),
+                   head_dim == 128 ? ping_pong() : ping_pong_d64());
+  }
+}
+
+// Forcing the ping-pong kernels on a head_dim they do not cover, or 3 stages at head_dim 64, is
+// an error.
+TEST(CudaAttentionPingPong, RejectsOtherHeadDimsAndStages) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(47);
+  for (const PrefillVariant& v : ping_pong()) {
+    for (int32_t head_dim : {96, 64}) {
+      if (head_dim == 64 && v.options.wgmma_ws_stages == 2) continue;  // covered
+      ScopedAttentionOptions scoped(v.options);
+      ScenarioConfig cfg;
+      cfg.head_dim = head_dim;
+      std::vector<SeqSpec> seqs = {{.kv_len = 40, .q_len = 40}};
+      AttentionScenario sc(rng, cfg, seqs);
+      (void)sc.run_gpu();
+      EXPECT_FALSE(gpu()->take_error().ok()) << v.name << " d" << head_dim;
+    }
   }
 }
 

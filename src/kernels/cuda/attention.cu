@@ -34,6 +34,7 @@ struct Layout {
   int64_t decode_rows = 0;  // (item, kv head, head chunk) rows: num_splits and row_tickets entries
   int32_t max_splits = 1;
   int32_t listed_cap = 32;
+  int32_t num_sms = 1;  // blocks of the persistent prefill kernel (one per SM)
   bool ticketed = false;  // the decode splits draw their rows' later blocks by ticket
   int64_t tiles = 0, num_tiles = 0, num_splits = 0, row_tickets = 0, partial_ml = 0, partial_o = 0,
           bytes = 0;
@@ -45,12 +46,15 @@ bool wgmma_covers(const AttentionParams& p) {
 
 Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions& o) {
   Layout L;
+  L.num_sms = std::max(1, num_sms);
   const int32_t group = p.num_q_heads / std::max(1, p.num_kv_heads);
   L.decode_all = !o.prefill_only && p.num_tokens == p.num_seqs;
   L.run_prefill = !L.decode_all;
   L.run_decode = !o.prefill_only;
   L.wgmma = o.prefill_kernel == PrefillKernel::kWgmma ||
             o.prefill_kernel == PrefillKernel::kWgmmaWs ||
+            o.prefill_kernel == PrefillKernel::kWgmmaPingPong ||
+            o.prefill_kernel == PrefillKernel::kWgmmaPersistent ||
             (o.prefill_kernel == PrefillKernel::kAuto && wgmma_covers(p));
   const int warps = L.wgmma || (o.prefill_warps == 8 && p.head_dim >= 64) ? 8 : 4;
   L.bm = 16 * warps;
@@ -268,14 +272,48 @@ __global__ void __launch_bounds__(kReduceThreads)
 template <typename T>
 Status run_prefill_wgmma(const AttentionParams& p, const Layout& L, const PrefillTile* tiles,
                          const int32_t* num_tiles, int key_block, bool warp_specialized,
-                         cudaStream_t stream) {
+                         const AttentionOptions& o, cudaStream_t stream) {
+  if (o.prefill_kernel == PrefillKernel::kWgmmaPingPong ||
+      o.prefill_kernel == PrefillKernel::kWgmmaPersistent) {
+    const bool persistent = o.prefill_kernel == PrefillKernel::kWgmmaPersistent;
+    const int stages = o.wgmma_ws_stages;
+    if (!(stages == 2 || (stages == 3 && p.head_dim == 128))) {
+      return invalid_argument("attention: wgmma_ws_stages {} at head_dim {} (2, or 3 at 128)",
+                              stages, p.head_dim);
+    }
+    if (int64_t{L.max_tiles} * p.num_q_heads > INT32_MAX) {
+      return invalid_argument("attention: {} query tiles x {} heads is too many items",
+                              L.max_tiles, p.num_q_heads);
+    }
+    const int32_t blocks = static_cast<int32_t>(std::clamp<int64_t>(
+        o.persistent_blocks > 0 ? o.persistent_blocks : L.num_sms, 1,
+        std::max<int64_t>(1, int64_t{L.max_tiles} * p.num_q_heads)));
+    const auto typed = [&]<int kD, int kStages>() -> Status {
+      if (persistent) {
+        return launch_prefill_wgmma_persistent<kD, T, 64, kStages>(p, tiles, num_tiles, blocks,
+                                                                   L.listed_cap, stream);
+      }
+      return launch_prefill_wgmma_ws<kD, T, 64, true, kStages>(p, tiles, num_tiles, L.max_tiles,
+                                                               L.listed_cap, stream);
+    };
+    switch (p.head_dim) {
+      case 64:
+        return typed.template operator()<64, 2>();
+      case 128:
+        return stages == 3 ? typed.template operator()<128, 3>()
+                           : typed.template operator()<128, 2>();
+      default:
+        return invalid_argument("attention: the ping-pong wgmma kernels have no head_dim {}",
+                                p.head_dim);
+    }
+  }
   if (warp_specialized) {
     if (p.head_dim != 128) {
       return invalid_argument("attention: the warp-specialised wgmma kernel has no head_dim {}",
                               p.head_dim);
     }
-    return launch_prefill_wgmma_ws<128, T, 64>(p, tiles, num_tiles, L.max_tiles, L.listed_cap,
-                                               stream);
+    return launch_prefill_wgmma_ws<128, T, 64, false, 2>(p, tiles, num_tiles, L.max_tiles,
+                                                         L.listed_cap, stream);
   }
   const auto typed = [&]<int kD>() -> Status {
     if (key_block == 64) {
@@ -400,7 +438,7 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
       const bool ws = o.prefill_kernel == PrefillKernel::kWgmmaWs ||
                       (o.prefill_kernel == PrefillKernel::kAuto && p.head_dim == 128);
       LS_RETURN_IF_ERROR(
-          run_prefill_wgmma<T>(p, L, tiles, num_tiles, o.wgmma_key_block, ws, stream));
+          run_prefill_wgmma<T>(p, L, tiles, num_tiles, o.wgmma_key_block, ws, o, stream));
     } else {
       LS_RETURN_IF_ERROR(run_prefill<T>(p, L, tiles, num_tiles, warps, stream));
     }

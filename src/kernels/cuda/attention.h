@@ -34,12 +34,28 @@ enum class PrefillKernel : int32_t {
   // of 64, wgmma_key_block ignored): kAuto's choice for head_dim 128, where it is the fastest of
   // the three (H100: 392-401 TFLOP/s against 347-377 for kWgmma at 8K-128K tokens).
   kWgmmaWs = 3,
+  // kWgmmaWs with FlashAttention-3's ping-pong scheduling: the two consumer warpgroups issue
+  // their wgmmas in turns (named barriers), so one's softmax overlaps the other's GEMMs. Head_dim
+  // 64 and 128, key blocks of 64 (wgmma_key_block ignored). Opt-in: about 4% slower than
+  // kWgmmaWs on an H200 at 8K-32K tokens, where shared-memory bandwidth, not the softmax, bounds
+  // both (docs/cuda-prefill-wgmma.md).
+  kWgmmaPingPong = 4,
+  // kWgmmaPingPong as a persistent kernel: persistent_blocks blocks (one per SM) walk the
+  // (query tile, head) items in the plan's order (most keys first), and each block's producer
+  // loads the next tile's first K/V blocks while its consumers finish the current one. Head_dim
+  // 64 and 128. Opt-in until measured on a GPU.
+  kWgmmaPersistent = 5,
 };
 
 struct AttentionOptions {
   PrefillKernel prefill_kernel = PrefillKernel::kAuto;
   // Key rows per block of the wgmma prefill kernel: 64 or 128.
   int wgmma_key_block = 128;
+  // K/V stages of kWgmmaPingPong and kWgmmaPersistent: 2, or 3 at head_dim 128 (a third stage
+  // lets the producer run one more key block ahead of the lagging consumer warpgroup).
+  int wgmma_ws_stages = 2;
+  // Blocks of kWgmmaPersistent: 0 = one per SM; tests set a few so each block walks many tiles.
+  int persistent_blocks = 0;
   // Warps per block of the mma prefill kernel: 4 (64-row query tiles, two blocks per SM) or 8
   // (128-row tiles, head_dim >= 64). 8 measured 10-24% faster on an H100 at 8K-128K tokens, d 128
   // (bench/results/gpu/h100.jsonl).

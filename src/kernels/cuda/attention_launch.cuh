@@ -10,6 +10,7 @@
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/attention_prefill_wgmma.cuh"
+#include "kernels/cuda/attention_prefill_wgmma_persistent.cuh"
 #include "kernels/cuda/attention_prefill_wgmma_ws.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/pdl_launch.cuh"
@@ -26,11 +27,20 @@ Status launch_prefill_wgmma(const AttentionParams& p, const PrefillTile* tiles,
                             const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                             cudaStream_t stream);
 
-// Its warp-specialised variant (head_dim 128; kAuto's choice there).
-template <int kD, typename T, int kBN>
+// Its warp-specialised variant (head_dim 128; kAuto's choice there); kPingPong: with the two
+// consumer warpgroups' wgmmas issued in turns (PrefillKernel::kWgmmaPingPong; head_dim 64, 128);
+// kStages K/V stages.
+template <int kD, typename T, int kBN, bool kPingPong, int kStages>
 Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tiles,
                                const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                                cudaStream_t stream);
+
+// The persistent ping-pong variant (PrefillKernel::kWgmmaPersistent): `blocks` blocks walk the
+// (tile, head) items.
+template <int kD, typename T, int kBN, int kStages>
+Status launch_prefill_wgmma_persistent(const AttentionParams& p, const PrefillTile* tiles,
+                                       const int32_t* num_tiles, int32_t blocks,
+                                       int32_t listed_cap, cudaStream_t stream);
 
 template <int kD, typename T>
 Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t items,
@@ -131,20 +141,36 @@ Status launch_prefill_wgmma(const AttentionParams& p, const PrefillTile* tiles,
   return launch_status("prefill_wgmma_kernel");
 }
 
-template <int kD, typename T, int kBN>
+template <int kD, typename T, int kBN, bool kPingPong, int kStages>
 Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tiles,
                                const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                                cudaStream_t stream) {
-  using Shape = WgmmaWsShape<kD, kBN>;
+  using Shape = WgmmaWsShape<kD, kBN, kStages>;
   static std::once_flag once;
   static cudaError_t err = cudaSuccess;
-  LS_RETURN_IF_ERROR(allow_smem(prefill_wgmma_ws_kernel<kD, T, kBN>,
+  LS_RETURN_IF_ERROR(allow_smem(prefill_wgmma_ws_kernel<kD, T, kBN, kPingPong, kStages>,
                                 Shape::smem_bytes(kMaxListedPages), once, err));
   const dim3 grid(static_cast<unsigned>(p.num_q_heads), static_cast<unsigned>(max_tiles));
-  prefill_wgmma_ws_kernel<kD, T, kBN>
+  prefill_wgmma_ws_kernel<kD, T, kBN, kPingPong, kStages>
       <<<grid, Shape::kThreads, Shape::smem_bytes(listed_cap), stream>>>(p, tiles, num_tiles,
                                                                          listed_cap);
-  return launch_status("prefill_wgmma_ws_kernel");
+  return launch_status(kPingPong ? "prefill_wgmma_ws_kernel (ping-pong)"
+                                 : "prefill_wgmma_ws_kernel");
+}
+
+template <int kD, typename T, int kBN, int kStages>
+Status launch_prefill_wgmma_persistent(const AttentionParams& p, const PrefillTile* tiles,
+                                       const int32_t* num_tiles, int32_t blocks,
+                                       int32_t listed_cap, cudaStream_t stream) {
+  using Shape = WgmmaPersistentShape<kD, kBN, kStages>;
+  static std::once_flag once;
+  static cudaError_t err = cudaSuccess;
+  LS_RETURN_IF_ERROR(allow_smem(prefill_wgmma_persistent_kernel<kD, T, kBN, kStages>,
+                                Shape::smem_bytes(kMaxListedPages), once, err));
+  prefill_wgmma_persistent_kernel<kD, T, kBN, kStages>
+      <<<static_cast<unsigned>(blocks), Shape::kThreads, Shape::smem_bytes(listed_cap), stream>>>(
+          p, tiles, num_tiles, listed_cap);
+  return launch_status("prefill_wgmma_persistent_kernel");
 }
 
 template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant::kNone>
@@ -232,10 +258,16 @@ Status launch_decode_quant(const AttentionParams& p, const DecodeArgs& args, int
   template Status launch_prefill_wgmma<D, __half, BN>(                                             \
       const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t);
 
-#define LS_INSTANTIATE_PREFILL_WGMMA_WS(D, BN)                                                     \
-  template Status launch_prefill_wgmma_ws<D, __nv_bfloat16, BN>(                                   \
+#define LS_INSTANTIATE_PREFILL_WGMMA_WS(D, BN, PP, ST)                                             \
+  template Status launch_prefill_wgmma_ws<D, __nv_bfloat16, BN, PP, ST>(                           \
       const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t); \
-  template Status launch_prefill_wgmma_ws<D, __half, BN>(                                          \
+  template Status launch_prefill_wgmma_ws<D, __half, BN, PP, ST>(                                  \
+      const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t);
+
+#define LS_INSTANTIATE_PREFILL_WGMMA_PERSISTENT(D, BN, ST)                                         \
+  template Status launch_prefill_wgmma_persistent<D, __nv_bfloat16, BN, ST>(                       \
+      const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t); \
+  template Status launch_prefill_wgmma_persistent<D, __half, BN, ST>(                              \
       const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t);
 
 #define LS_INSTANTIATE_DECODE(D)                                                               \

@@ -1,14 +1,16 @@
 #pragma once
 // Internal to kernels/cuda: the warp-specialised variant of the wgmma prefill kernel
-// (attention_prefill_wgmma.cuh), the default for head_dim 128 (PrefillKernel::kAuto / kWgmmaWs): it computes
-// the same thing with the same tiles, layouts, descriptors and math, but a producer warpgroup
-// does all the K/V copies and the two consumer warpgroups never wait for each other.
+// (attention_prefill_wgmma.cuh), the default for head_dim 128 (PrefillKernel::kAuto /
+// kWgmmaWs): it computes the same thing with the same tiles, layouts, descriptors and math, but a
+// producer warpgroup does all the K/V copies and the two consumer warpgroups never wait for each
+// other.
 //
 // Block: 384 threads. Warpgroup 0 = producer (setmaxnreg 56), warpgroups 1 and 2 = consumers
 // (setmaxnreg 224; 2 * 128 * 224 + 128 * 56 = 64512 registers) owning query rows 0..63 and
 // 64..127 of the 128-row tile. Key blocks of 64 rows only: with 128 the consumers need more than
 // 240 registers (ptxas spills and serializes the wgmmas, C7512).
-// Per key block j (stage s = j % 2, use u = j / 2 of that stage):
+// kStages K/V stages (2 for kWgmmaWs; 2 or 3 for kWgmmaPingPong). Per key block j (stage
+// s = j % kStages, use u = j / kStages of that stage):
 //   producer: waits empty_k[s] (use u - 1 released), copies the 128-byte-swizzled K rows of block
 //     j with cp.async plus their key positions, then cp.async.mbarrier.arrive.noinc (one arrival
 //     per thread when its copies land) and a plain arrive (releases the positions) on full_k[s];
@@ -19,6 +21,21 @@
 // Barrier counts: full_k 256 (128 async + 128 plain arrivals), full_v 128, empty_k / empty_v 256
 // (every consumer thread). Waits are bounded: a wait that never completes traps (a protocol bug
 // must fail the launch, not hang the process).
+//
+// kPingPong (PrefillKernel::kWgmmaPingPong): FlashAttention-3's ping-pong scheduling of the two
+// consumer warpgroups. Each iteration's wgmmas (S_j and P_{j-1} V_{j-1}) are issued in turns:
+// warpgroup A (rows 0..63) issues, then B, then A, ... so that while the tensor cores run one
+// warpgroup's GEMMs the other runs its softmax, instead of both issuing at once and then both
+// waiting with the tensor cores idle. Two named barriers of 256 threads (ids 3: A's turn, 4: B's
+// turn): a warpgroup takes its turn with bar.sync on its own id (its 128 threads plus 128
+// arrivals of the other warpgroup complete the phase) and hands it over with bar.arrive on the
+// other's id right after issuing. A arrives once on its own barrier before the first turn (the
+// first phase of 3 completes with A's own 128 arrivals). Both warpgroups take num_blocks - 1
+// turns (the loop below; S_0 and the last P V are issued outside turns), so barrier 3 receives
+// one more arrival set than A syncs: A drains it with a last bar.sync after the loop, and every
+// phase of both barriers has completed when the block exits. No deadlock: B's arrive of turn j
+// needs only A's arrive of turn j and the K/V of blocks <= j, which the producer fills after
+// both warpgroups released blocks <= j - 2.
 
 #include <cstdint>
 
@@ -26,13 +43,21 @@
 
 namespace ls::kernels::cuda {
 
-template <int kD, int kBN>
+// Shared memory of the warp-specialised kernel: the wgmma kernel's Q tile, then kStages K and V
+// stages (each laid out as in attention_prefill_wgmma.cuh), the key positions of each stage, the
+// span, 4 kStages mbarriers (full_k, full_v, empty_k, empty_v per stage) and the listed pages.
+template <int kD, int kBN, int kStages = 2>
 struct WgmmaWsShape {
   static_assert(kBN == 64, "the warp-specialised kernel has key blocks of 64 rows");
+  static_assert(kStages >= 2 && kStages <= 4, "2 to 4 K/V stages");
   using Base = WgmmaPrefillShape<kD, kBN>;
   static constexpr int kThreads = 384;
-  static constexpr int kOffBar = Base::kOffSpan + 16;  // 8 mbarriers, 8 bytes each
-  static constexpr int kOffListed = kOffBar + 64;
+  static constexpr int kOffK = Base::kQBytes;
+  static constexpr int kOffV = kOffK + kStages * Base::kKVBytes;
+  static constexpr int kOffPos = kOffV + kStages * Base::kKVBytes;
+  static constexpr int kOffSpan = kOffPos + kStages * kBN * 4;
+  static constexpr int kOffBar = kOffSpan + 16;  // 4 kStages mbarriers, 8 bytes each
+  static constexpr int kOffListed = kOffBar + 32 * kStages;
   static constexpr int smem_bytes(int listed_cap) { return 1024 + kOffListed + 4 * listed_cap; }
 };
 
@@ -67,12 +92,30 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
-template <int kD, typename T, int kBN>
+// The ping-pong turns (kPingPong): named barrier 3 + consumer warpgroup index, 256 threads.
+// Immediate ids: a register id would make ptxas reserve all 16 barriers.
+__device__ __forceinline__ void pingpong_take_turn(int cwg) {
+  if (cwg == 0) {
+    asm volatile("bar.sync 3, 256;\n" ::: "memory");
+  } else {
+    asm volatile("bar.sync 4, 256;\n" ::: "memory");
+  }
+}
+
+__device__ __forceinline__ void pingpong_pass_turn(int cwg) {
+  if (cwg == 0) {
+    asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+  } else {
+    asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+  }
+}
+
+template <int kD, typename T, int kBN, bool kPingPong, int kStages>
 __global__ void __launch_bounds__(384, 1)
     prefill_wgmma_ws_kernel(const AttentionParams p, const PrefillTile* tiles,
                             const int32_t* num_tiles, int32_t listed_cap) {
   using Base = WgmmaPrefillShape<kD, kBN>;
-  using Shape = WgmmaWsShape<kD, kBN>;
+  using Shape = WgmmaWsShape<kD, kBN, kStages>;
   constexpr int kChunks = Base::kChunks;
   constexpr int kPVSteps = WgmmaTileMath<kD, kBN, T>::kPVSteps;
   constexpr int kSRegs = WgmmaTileMath<kD, kBN, T>::kSRegs;
@@ -92,16 +135,20 @@ __global__ void __launch_bounds__(384, 1)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   unsigned char* sQ = smem;
-  unsigned char* sK = smem + Base::kOffK;
-  unsigned char* sV = smem + Base::kOffV;
-  int32_t* kpos = reinterpret_cast<int32_t*>(smem + Base::kOffPos);
-  Span* span_s = reinterpret_cast<Span*>(smem + Base::kOffSpan);
+  unsigned char* sK = smem + Shape::kOffK;
+  unsigned char* sV = smem + Shape::kOffV;
+  int32_t* kpos = reinterpret_cast<int32_t*>(smem + Shape::kOffPos);
+  Span* span_s = reinterpret_cast<Span*>(smem + Shape::kOffSpan);
   const uint32_t bars = smem_addr(smem + Shape::kOffBar);
-  // mbarriers: full_k[2], full_v[2], empty_k[2], empty_v[2]
+  // mbarriers: full_k[kStages], full_v[kStages], empty_k[kStages], empty_v[kStages]
   const auto full_k = [&](int s) { return bars + 8 * s; };
-  const auto full_v = [&](int s) { return bars + 16 + 8 * s; };
-  const auto empty_k = [&](int s) { return bars + 32 + 8 * s; };
-  const auto empty_v = [&](int s) { return bars + 48 + 8 * s; };
+  const auto full_v = [&](int s) { return bars + 8 * (kStages + s); };
+  const auto empty_k = [&](int s) { return bars + 8 * (2 * kStages + s); };
+  const auto empty_v = [&](int s) { return bars + 8 * (3 * kStages + s); };
+  // Block j lives in stage j % kStages; its use of that stage is the (j / kStages)-th, so the
+  // full barriers of block j complete their phase of parity (j / kStages) & 1.
+  const auto stage_of = [](int32_t j) { return static_cast<int>(j % kStages); };
+  const auto parity_of = [](int32_t j) { return static_cast<uint32_t>((j / kStages) & 1); };
   int32_t* listed = reinterpret_cast<int32_t*>(smem + Shape::kOffListed);
   const uint32_t sQ_addr = smem_addr(sQ), sK_addr = smem_addr(sK), sV_addr = smem_addr(sV);
 
@@ -121,7 +168,7 @@ __global__ void __launch_bounds__(384, 1)
     if (lane == 0) *span_s = sp;
   }
   if (tid == 32) {
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       mbar_init(full_k(s), 256);
       mbar_init(full_v(s), 128);
       mbar_init(empty_k(s), 256);
@@ -155,11 +202,12 @@ __global__ void __launch_bounds__(384, 1)
     const T* k_pool = static_cast<const T*>(hv.k);
     const T* v_pool = static_cast<const T*>(hv.v);
     for (int32_t j = 0; j < num_blocks; ++j) {
-      const int s = j & 1;
-      const uint32_t free_parity = static_cast<uint32_t>(((j >> 1) - 1) & 1);
+      const int s = stage_of(j);
+      // The stage's previous block (j - kStages) released it: the phase of that block's parity.
+      const uint32_t free_parity = parity_of(j) ^ 1u;
       const KeyRow kr = locate_row(hv, sp, listed, j * kBN + my_row, kD);
       const bool valid = kr.position >= 0;
-      if (j >= 2) mbar_wait(empty_k(s), free_parity);
+      if (j >= kStages) mbar_wait(empty_k(s), free_parity);
       {
         const T* src = k_pool + (valid ? kr.offset : 0);
         unsigned char* dst = sK + s * Base::kKVBytes;
@@ -170,7 +218,7 @@ __global__ void __launch_bounds__(384, 1)
         mbar_arrive_cp_async(full_k(s));
         mbar_arrive(full_k(s));
       }
-      if (j >= 2) mbar_wait(empty_v(s), free_parity);
+      if (j >= kStages) mbar_wait(empty_v(s), free_parity);
       {
         const T* src = v_pool + (valid ? kr.offset : 0);
         unsigned char* dst = sV + s * Base::kKVBytes;
@@ -205,26 +253,30 @@ __global__ void __launch_bounds__(384, 1)
   uint32_t pf[kPVSteps][4];
 
   auto wait_k = [&](int32_t j) {
-    mbar_wait(full_k(j & 1), static_cast<uint32_t>((j >> 1) & 1));
+    mbar_wait(full_k(stage_of(j)), parity_of(j));
     fence_proxy_async();
   };
   auto wait_v = [&](int32_t j) {
-    mbar_wait(full_v(j & 1), static_cast<uint32_t>((j >> 1) & 1));
+    mbar_wait(full_v(stage_of(j)), parity_of(j));
     fence_proxy_async();
   };
   using Math = WgmmaTileMath<kD, kBN, T>;
   const typename Math::Rows rows{q_pos0, q_pos1, wq_min, wq_max, scale_log2};
   auto issue_s = [&](int32_t j) {
-    Math::template issue_s<Base::kBM>(s, sQ_addr, wg_row0, sK_addr + (j & 1) * Base::kKVBytes);
+    Math::template issue_s<Base::kBM>(s, sQ_addr, wg_row0, sK_addr + stage_of(j) * Base::kKVBytes);
   };
-  auto issue_pv = [&](int32_t j) { Math::issue_pv(o, pf, sV_addr + (j & 1) * Base::kKVBytes); };
+  auto issue_pv = [&](int32_t j) { Math::issue_pv(o, pf, sV_addr + stage_of(j) * Base::kKVBytes); };
   auto softmax = [&](int32_t j, float& alpha0, float& alpha1) {
-    Math::softmax(s, kpos + (j & 1) * kBN, hv, lane, rows, m0, m1, l0, l1, alpha0, alpha1);
+    Math::softmax(s, kpos + stage_of(j) * kBN, hv, lane, rows, m0, m1, l0, l1, alpha0, alpha1);
   };
   auto rescale = [&](float alpha0, float alpha1) { Math::rescale(o, alpha0, alpha1); };
   auto pack = [&]() { Math::pack(pf, s); };
 
-  // The loop of prefill_wgmma_kernel, with the barriers replaced by the stage mbarriers.
+  // The loop of prefill_wgmma_kernel, with the barriers replaced by the stage mbarriers (and, with
+  // kPingPong, each iteration's wgmmas issued in turns).
+  if constexpr (kPingPong) {
+    if (cwg == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");  // A's first turn
+  }
   if (num_blocks > 0) {
     float alpha0, alpha1;
     wait_k(0);
@@ -238,18 +290,20 @@ __global__ void __launch_bounds__(384, 1)
     for (int32_t j = 1; j < num_blocks; ++j) {
       wait_k(j);
       wait_v(j - 1);
+      if constexpr (kPingPong) pingpong_take_turn(cwg);
       wgmma_fence();
       issue_s(j);
       rescale(alpha0, alpha1);
       wgmma_fence();
       issue_pv(j - 1);
+      if constexpr (kPingPong) pingpong_pass_turn(cwg);
       wgmma_wait<1>();  // S_j done
       wgmma_hold(s);
       softmax(j, alpha0, alpha1);
-      mbar_arrive(empty_k(j & 1));
+      mbar_arrive(empty_k(stage_of(j)));
       wgmma_wait<0>();  // P_{j-1} V_{j-1} done
       wgmma_hold(o);
-      mbar_arrive(empty_v((j - 1) & 1));
+      mbar_arrive(empty_v(stage_of(j - 1)));
       pack();
     }
     wait_v(num_blocks - 1);
@@ -258,6 +312,11 @@ __global__ void __launch_bounds__(384, 1)
     issue_pv(num_blocks - 1);
     wgmma_wait<0>();
     wgmma_hold(o);
+  }
+  if constexpr (kPingPong) {
+    // Completes barrier 3's last phase (B's last hand-over, or A's own first arrival when no turn
+    // was taken), so no named-barrier phase is left open at exit.
+    if (cwg == 0) asm volatile("bar.sync 3, 256;\n" ::: "memory");
   }
 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);

@@ -4,5 +4,5 @@
 #include "kernels/cuda/attention_launch.cuh"
 
 namespace ls::kernels::cuda {
-LS_INSTANTIATE_PREFILL_WGMMA_WS(128, 64)
+LS_INSTANTIATE_PREFILL_WGMMA_WS(128, 64, false, 2)
 }  // namespace ls::kernels::cuda
