@@ -87,6 +87,20 @@ KvGeometry make_policy_geometry(const AttentionConfig& config, const PolicyModel
   return g;
 }
 
+std::vector<bool> rank_streaming_heads(const std::vector<bool>& global,
+                                       const PolicyModelInfo& model) {
+  if (model.kv_head_ids.empty()) return global;
+  std::vector<bool> mine;
+  mine.reserve(static_cast<size_t>(model.num_layers) * model.kv_head_ids.size());
+  for (int32_t l = 0; l < model.num_layers; ++l) {
+    for (int32_t h : model.kv_head_ids) {
+      mine.push_back(global[static_cast<size_t>(l) * static_cast<size_t>(model.global_num_kv_heads) +
+                            static_cast<size_t>(h)]);
+    }
+  }
+  return mine;
+}
+
 std::vector<kernels::HeadMode> modes_for(const std::vector<bool>& streaming,
                                          kernels::HeadMode retrieval_mode) {
   std::vector<kernels::HeadMode> modes(streaming.size());

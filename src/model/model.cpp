@@ -10,6 +10,7 @@
 #include "io/checkpoint.h"
 #include "io/gguf_convert.h"
 #include "io/gguf_model.h"
+#include "model/tensor_parallel.h"
 
 namespace ls {
 
@@ -23,7 +24,7 @@ Model::Model(ModelConfig config, const ArchitectureSpec* arch, ModelWeights weig
       dir_(std::move(dir)) {}
 
 Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Backend& backend,
-                                           std::string_view quantization) {
+                                           std::string_view quantization, TpShard shard) {
   LS_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
   const ArchitectureSpec* arch = find_architecture(config.architecture());
   if (arch == nullptr) {
@@ -63,6 +64,18 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
                            backend.weight_dtype_for(DType::kF32), keep);
   };
   LS_ASSIGN_OR_RETURN(Checkpoint ckpt, open_checkpoint());
+  if (shard.size > 1) {
+    // One rank's slices, loaded as if they were a checkpoint of the rank's shard of the model.
+    if (gguf || quantize_to) {
+      return unimplemented("--tensor-parallel-size {}: tensor parallelism reads unquantized "
+                           "safetensors checkpoints; {} is {}",
+                           shard.size, dir.string(),
+                           gguf ? "a GGUF model" : "quantized at load (--quantization)");
+    }
+    LS_ASSIGN_OR_RETURN(TpLayout layout, make_tp_layout(config, shard.size));
+    LS_ASSIGN_OR_RETURN(ckpt, shard_checkpoint(ckpt, config, layout, shard.rank));
+    config = shard_config(config, layout);
+  }
   LS_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(ckpt, config, *arch, backend, quantize_to));
   backend.synchronize();
   LS_LOG_INFO("loaded {} ({}, {} layers, hidden {}, {}/{} heads, head_dim {}, vocab {}): {:.1f} MB of weights on {}",

@@ -114,7 +114,7 @@ Status ModelRunner::forward_layer_segments(const LayerSegmentInput& in,
     backend_.copy_bytes(logits.data(), src.data(), static_cast<int64_t>(logits.size()) * 4);
   }
   backend_.synchronize();
-  if (st.ok()) st = backend_.take_error();
+  if (st.ok()) st = take_step_error();
   if (!st.ok()) {
     progress = {};  // the engine fails the sequence; a retry starts from unit 0
     logits.clear();

@@ -1,0 +1,121 @@
+// Builds the tensor-parallel data plane (docs/tensor-parallel.md): one stack per rank (backend on
+// device r, model shard, policy over the rank's kv heads, KV pool), ONE KvManager whose block ids
+// index every rank's pool, and the executor that runs the ranks' runners on their threads.
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "attention/policy_registry.h"
+#include "backend/backend_factory.h"
+#include "backend/cpu/cpu_communicator.h"
+#include "core/log.h"
+#include "io/model_config.h"
+#include "model/model_stack.h"
+#include "model/tensor_parallel.h"
+#include "model/tensor_parallel_executor.h"
+
+namespace ls {
+
+namespace {
+
+Result<std::vector<std::unique_ptr<Communicator>>> make_communicators(
+    const std::string& device, const std::vector<Backend*>& backends) {
+  if (device == "cpu") return make_cpu_communicators(static_cast<int32_t>(backends.size()));
+  return make_device_communicators(backends);
+}
+
+// "RRS.." per rank: retrieval vs streaming kv heads over all layers.
+std::string describe_rank(const KvGeometry& g) {
+  return fmt::format("{} retrieval + {} streaming head-pages per block over {} layers",
+                     g.roles.num_retrieval(), g.roles.num_streaming(), g.num_layers);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStackOptions& o) {
+  const int32_t n = o.tensor_parallel_size;
+  // NVLink multicast (NVLS) stays off: the GPU machines forbid it (docs/tensor-parallel.md).
+  setenv("NCCL_NVLS_ENABLE", "0", 0);
+  LS_ASSIGN_OR_RETURN(ModelConfig full, load_model_config(o.model_dir));
+  LS_ASSIGN_OR_RETURN(TpLayout layout, make_tp_layout(full, n));
+
+  auto top = std::make_unique<ModelStack>();
+  for (int32_t r = 0; r < n; ++r) {
+    ModelStackOptions ro = o;
+    ro.tensor_parallel_size = 1;
+    ro.tp_rank = r;
+    ro.tp_ranks = n;
+    Result<std::unique_ptr<ModelStack>> rank = build_model_stack(ro);
+    if (!rank.ok()) return rank.status().with_context(fmt::format("tensor-parallel rank {}", r));
+    top->tp_ranks.push_back(std::move(*rank));
+  }
+  ModelStack& rank0 = *top->tp_ranks[0];
+  top->max_model_len = rank0.max_model_len;
+  top->tp_full_config = full;
+
+  // The KvManager sees the whole model's roles (whether any head streams or retrieves), and
+  // hands out block ids every rank's pool holds: the smallest pool bounds them.
+  PolicyModelInfo info;
+  info.num_layers = static_cast<int32_t>(full.num_hidden_layers());
+  info.num_q_heads = static_cast<int32_t>(full.num_attention_heads());
+  info.num_kv_heads = static_cast<int32_t>(full.num_key_value_heads());
+  info.head_dim = static_cast<int32_t>(full.head_dim());
+  LS_ASSIGN_OR_RETURN(top->policy, make_attention_policy(o.attention, info));
+  KvGeometry g = rank0.kv->geometry();
+  g.num_kv_heads = info.num_kv_heads;
+  g.roles = top->policy->kv_geometry().roles;
+  int32_t retrieval_blocks = -1, streaming_blocks = -1;
+  for (const auto& rank : top->tp_ranks) {
+    const KvGeometry& rg = rank->kv->geometry();
+    if (rg.roles.num_retrieval() > 0) {
+      const int32_t b = rank->kv->num_retrieval_blocks();
+      retrieval_blocks = retrieval_blocks < 0 ? b : std::min(retrieval_blocks, b);
+    }
+    if (rg.roles.num_streaming() > 0) {
+      const int32_t b = rank->kv->num_streaming_blocks();
+      streaming_blocks = streaming_blocks < 0 ? b : std::min(streaming_blocks, b);
+    }
+  }
+  top->kv = std::make_unique<KvManager>(g, std::max(0, retrieval_blocks),
+                                        std::max(0, streaming_blocks), o.max_num_seqs);
+
+  std::vector<Backend*> backends;
+  for (const auto& rank : top->tp_ranks) backends.push_back(rank->backend.get());
+  LS_ASSIGN_OR_RETURN(top->tp_comms, make_communicators(o.device, backends));
+
+  std::vector<TensorParallelExecutor::Rank> exec_ranks;
+  for (int32_t r = 0; r < n; ++r) {
+    ModelStack& rank = *top->tp_ranks[static_cast<size_t>(r)];
+    // The rank's runner reads the shared KvManager's block tables; its own manager goes.
+    const RunnerConfig rc = rank.runner->config();
+    rank.backend->bind_thread();
+    rank.runner.reset();
+    LS_ASSIGN_OR_RETURN(rank.runner,
+                        ModelRunner::create(*rank.model, *top->kv, *rank.pool, *rank.policy, rc));
+    rank.kv.reset();
+    rank.runner->set_communicator(top->tp_comms[static_cast<size_t>(r)].get());
+    exec_ranks.push_back({rank.runner.get(), rank.backend.get(),
+                          top->tp_comms[static_cast<size_t>(r)].get()});
+    const KvGeometry& rg = rank.policy->kv_geometry();
+    LS_LOG_INFO("tensor-parallel rank {} on {}: q heads [{}, {}), kv heads {}{}, MLP columns "
+                "[{}, {}), {}",
+                r, rank.backend->name(), layout.first_q_head(r),
+                layout.first_q_head(r) + layout.q_heads_per_rank,
+                fmt::join(layout.kv_heads_of(r), ","),
+                layout.kv_replicas > 1 ? fmt::format(" (replicated on {} ranks)", layout.kv_replicas)
+                                       : std::string(),
+                r * layout.inter_per_rank, (r + 1) * layout.inter_per_rank, describe_rank(rg));
+  }
+  LS_LOG_INFO("tensor parallel over {} ranks ({} communicator): {} retrieval blocks, {} "
+              "streaming blocks shared by every rank's pool",
+              n, top->tp_comms[0]->name(), top->kv->num_retrieval_blocks(),
+              top->kv->num_streaming_blocks());
+  top->tp_executor = std::make_unique<TensorParallelExecutor>(std::move(exec_ranks));
+  return top;
+}
+
+}  // namespace ls

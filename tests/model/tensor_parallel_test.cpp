@@ -1,0 +1,419 @@
+// Tensor parallelism on the CPU (docs/tensor-parallel.md): the layout's divisibility rules, the
+// weight slicing (the ranks' slices put back together are the checkpoint; replicated kv heads;
+// row-parallel biases on rank 0 only), and TP = 2 and 4 against TP = 1 on the four fixture
+// families, dense and lserve: logits equal within reduction-order tolerance and greedy tokens
+// equal, over a chunked prefill, two sequences and decode steps. The CPU communicator sums in
+// f32 in rank order, so TP runs are also bit-identical to themselves across runs.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "backend/cpu/cpu_communicator.h"
+#include "io/checkpoint.h"
+#include "io/model_config.h"
+#include "model/model_stack.h"
+#include "model/tensor_parallel.h"
+
+namespace ls {
+namespace {
+
+std::filesystem::path fixture_dir(const std::string& name) {
+  return std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/models" / name;
+}
+
+ModelConfig config_of(const std::string& json) {
+  auto c = parse_model_config(json, "test config.json");
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  return *c;
+}
+
+std::string llama_json(int heads, int kv_heads, int inter) {
+  return fmt::format(
+      R"({{"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": {},
+          "num_hidden_layers": 2, "num_attention_heads": {}, "num_key_value_heads": {},
+          "head_dim": 16, "vocab_size": 32, "max_position_embeddings": 128,
+          "rms_norm_eps": 1e-5}})",
+      inter, heads, kv_heads);
+}
+
+TEST(TensorParallelLayout, SplitsAndReplicates) {
+  const ModelConfig c = config_of(llama_json(8, 2, 96));
+  auto l2 = make_tp_layout(c, 2);
+  ASSERT_TRUE(l2.ok());
+  EXPECT_EQ(l2->q_heads_per_rank, 4);
+  EXPECT_EQ(l2->kv_heads_per_rank, 1);
+  EXPECT_EQ(l2->kv_replicas, 1);
+  EXPECT_EQ(l2->inter_per_rank, 48);
+  EXPECT_EQ(l2->kv_heads_of(1), std::vector<int32_t>{1});
+  // 2 kv heads over 8 ranks: each kv head on 4 ranks, whose q heads (1 each) are its group.
+  auto l8 = make_tp_layout(c, 8);
+  ASSERT_TRUE(l8.ok());
+  EXPECT_EQ(l8->q_heads_per_rank, 1);
+  EXPECT_EQ(l8->kv_heads_per_rank, 1);
+  EXPECT_EQ(l8->kv_replicas, 4);
+  for (int32_t r = 0; r < 8; ++r) {
+    // q head r belongs to kv group r / (8 / 2) by the GQA rule of the whole model.
+    EXPECT_EQ(l8->first_kv_head(r), l8->first_q_head(r) / (8 / 2)) << r;
+  }
+  const ModelConfig shard = shard_config(c, *l8);
+  EXPECT_EQ(shard.num_attention_heads(), 1);
+  EXPECT_EQ(shard.num_key_value_heads(), 1);
+  EXPECT_EQ(shard.intermediate_size(), 12);
+  EXPECT_EQ(shard.head_dim(), 16);
+  EXPECT_EQ(shard.hidden_size(), 64);
+}
+
+TEST(TensorParallelLayout, RefusesUnevenSplitsNamingTheSizes) {
+  auto bad_size = make_tp_layout(config_of(llama_json(8, 2, 96)), 3);
+  ASSERT_FALSE(bad_size.ok());
+  EXPECT_NE(bad_size.status().message().find("1, 2, 4 or 8"), std::string::npos);
+  auto heads = make_tp_layout(config_of(llama_json(4, 2, 96)), 8);
+  ASSERT_FALSE(heads.ok());
+  EXPECT_NE(heads.status().message().find("4 attention heads"), std::string::npos)
+      << heads.status().message();
+  auto kv = make_tp_layout(config_of(llama_json(12, 3, 96)), 4);
+  ASSERT_FALSE(kv.ok());
+  EXPECT_NE(kv.status().message().find("3 kv heads"), std::string::npos) << kv.status().message();
+  auto inter = make_tp_layout(config_of(llama_json(8, 8, 90)), 4);
+  ASSERT_FALSE(inter.ok());
+  EXPECT_NE(inter.status().message().find("MLP width 90"), std::string::npos)
+      << inter.status().message();
+}
+
+// [rows, cols] bytes of a tensor.
+std::vector<uint8_t> bytes_of(const TensorInfo& t) {
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  return std::vector<uint8_t>(p, p + t.nbytes);
+}
+
+// Rank slices put back together (rows concatenated, or columns side by side) give the full tensor.
+void expect_reassembles(const std::vector<Checkpoint>& shards, const Checkpoint& full,
+                        const std::string& name, bool by_columns) {
+  const TensorInfo* f = full.find(name);
+  ASSERT_NE(f, nullptr) << name;
+  const int64_t es = f->nbytes / f->numel();
+  const int64_t rows = f->shape[0];
+  const int64_t cols = f->shape.size() > 1 ? f->shape[1] : 1;
+  std::vector<uint8_t> joined(static_cast<size_t>(f->nbytes));
+  int64_t at = 0;  // rows or columns placed so far
+  for (const Checkpoint& s : shards) {
+    const TensorInfo* t = s.find(name);
+    ASSERT_NE(t, nullptr) << name;
+    const std::vector<uint8_t> b = bytes_of(*t);
+    if (!by_columns) {
+      std::memcpy(joined.data() + at * cols * es, b.data(), b.size());
+      at += t->shape[0];
+    } else {
+      const int64_t c = t->shape[1];
+      ASSERT_EQ(t->shape[0], rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(joined.data() + (r * cols + at) * es, b.data() + r * c * es,
+                    static_cast<size_t>(c * es));
+      }
+      at += c;
+    }
+  }
+  EXPECT_EQ(at, by_columns ? cols : rows) << name;
+  EXPECT_TRUE(joined == bytes_of(*f)) << name << " does not reassemble";
+}
+
+TEST(TensorParallelSlicing, SlicesReassembleToTheCheckpoint) {
+  for (const std::string model : {"llama3", "qwen2", "qwen3"}) {
+    auto full = Checkpoint::open(fixture_dir(model));
+    ASSERT_TRUE(full.ok()) << full.status().to_string();
+    auto config = load_model_config(fixture_dir(model));
+    ASSERT_TRUE(config.ok());
+    auto layout = make_tp_layout(*config, 2);
+    ASSERT_TRUE(layout.ok());
+    std::vector<Checkpoint> shards;
+    for (int32_t r = 0; r < 2; ++r) {
+      auto s = shard_checkpoint(*full, *config, *layout, r);
+      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      EXPECT_EQ(s->names(), full->names());
+      shards.push_back(std::move(*s));
+    }
+    for (int l = 0; l < config->num_hidden_layers(); ++l) {
+      auto n = [&](const char* s) { return fmt::format("model.layers.{}.{}", l, s); };
+      for (const char* rows : {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                               "self_attn.v_proj.weight", "mlp.gate_proj.weight",
+                               "mlp.up_proj.weight"}) {
+        expect_reassembles(shards, *full, n(rows), false);
+      }
+      expect_reassembles(shards, *full, n("self_attn.o_proj.weight"), true);
+      expect_reassembles(shards, *full, n("mlp.down_proj.weight"), true);
+      if (model == "qwen2") {  // q/k/v biases go with their rows
+        for (const char* b : {"self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                              "self_attn.v_proj.bias"}) {
+          expect_reassembles(shards, *full, n(b), false);
+        }
+      }
+      // Replicated: norms (and qwen3's per-head q/k norms, one vector every head shares).
+      for (const Checkpoint& s : shards) {
+        EXPECT_TRUE(bytes_of(*s.find(n("input_layernorm.weight"))) ==
+                    bytes_of(*full->find(n("input_layernorm.weight"))));
+        if (model == "qwen3") {
+          EXPECT_TRUE(bytes_of(*s.find(n("self_attn.q_norm.weight"))) ==
+                      bytes_of(*full->find(n("self_attn.q_norm.weight"))));
+        }
+      }
+    }
+    for (const Checkpoint& s : shards) {  // vocabulary replicated
+      EXPECT_TRUE(bytes_of(*s.find("model.embed_tokens.weight")) ==
+                  bytes_of(*full->find("model.embed_tokens.weight")));
+    }
+  }
+}
+
+TEST(TensorParallelSlicing, ReplicatesKvHeadsBeyondTheirCount) {
+  auto full = Checkpoint::open(fixture_dir("llama3"));  // 4 q heads, 2 kv heads, head_dim 16
+  ASSERT_TRUE(full.ok());
+  auto config = load_model_config(fixture_dir("llama3"));
+  ASSERT_TRUE(config.ok());
+  auto layout = make_tp_layout(*config, 4);
+  ASSERT_TRUE(layout.ok());
+  const TensorInfo* k = full->find("model.layers.0.self_attn.k_proj.weight");
+  const TensorInfo* q = full->find("model.layers.0.self_attn.q_proj.weight");
+  const int64_t head_bytes = k->nbytes / 2;  // one kv head's 16 rows
+  for (int32_t r = 0; r < 4; ++r) {
+    auto s = shard_checkpoint(*full, *config, *layout, r);
+    ASSERT_TRUE(s.ok());
+    const TensorInfo* sk = s->find("model.layers.0.self_attn.k_proj.weight");
+    const TensorInfo* sq = s->find("model.layers.0.self_attn.q_proj.weight");
+    ASSERT_EQ(sk->shape, (std::vector<int64_t>{16, 64}));
+    ASSERT_EQ(sq->shape, (std::vector<int64_t>{16, 64}));
+    // Ranks 0, 1 hold kv head 0 (q heads 0, 1); ranks 2, 3 hold kv head 1 (q heads 2, 3).
+    EXPECT_EQ(std::memcmp(sk->data, static_cast<const uint8_t*>(k->data) + (r / 2) * head_bytes,
+                          static_cast<size_t>(head_bytes)),
+              0)
+        << r;
+    EXPECT_EQ(std::memcmp(sq->data, static_cast<const uint8_t*>(q->data) + r * sq->nbytes,
+                          static_cast<size_t>(sq->nbytes)),
+              0)
+        << r;
+  }
+}
+
+TEST(CpuCommunicator, SumsInRankOrderAndGathers) {
+  constexpr int32_t kRanks = 3;
+  auto comms = make_cpu_communicators(kRanks);
+  std::vector<std::vector<float>> bufs(kRanks);
+  std::vector<std::vector<float>> gathered(kRanks, std::vector<float>(2 * kRanks));
+  std::vector<Status> st(kRanks);
+  std::vector<std::thread> threads;
+  for (int32_t r = 0; r < kRanks; ++r) {
+    bufs[static_cast<size_t>(r)] = {1.0f + static_cast<float>(r), 1e8f * (r == 0 ? 1 : -1) , 0.5f};
+    threads.emplace_back([&, r] {
+      auto& b = bufs[static_cast<size_t>(r)];
+      Status s = comms[static_cast<size_t>(r)]->all_reduce_sum(
+          TensorView(b.data(), DType::kF32, {3}));
+      std::vector<float> mine = {static_cast<float>(r), static_cast<float>(10 * r)};
+      if (s.ok()) {
+        s = comms[static_cast<size_t>(r)]->all_gather(
+            TensorView(mine.data(), DType::kF32, {2}),
+            TensorView(gathered[static_cast<size_t>(r)].data(), DType::kF32, {2 * kRanks}));
+      }
+      st[static_cast<size_t>(r)] = s;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int32_t r = 0; r < kRanks; ++r) {
+    ASSERT_TRUE(st[static_cast<size_t>(r)].ok()) << st[static_cast<size_t>(r)].to_string();
+    EXPECT_EQ(bufs[static_cast<size_t>(r)][0], 6.0f);
+    // (1e8 + -1e8) + -1e8 in rank order, the same bits on every rank.
+    EXPECT_EQ(bufs[static_cast<size_t>(r)][1], (1e8f + -1e8f) + -1e8f);
+    EXPECT_EQ(bufs[static_cast<size_t>(r)][2], 1.5f);
+    EXPECT_EQ(gathered[static_cast<size_t>(r)], (std::vector<float>{0, 0, 1, 10, 2, 20}));
+  }
+}
+
+TEST(CpuCommunicator, AbortEndsWaitsAndResetRecovers) {
+  auto comms = make_cpu_communicators(2, std::chrono::milliseconds(60000));
+  Status waited;
+  std::thread t([&] { waited = comms[0]->barrier(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  comms[1]->abort("rank 1 failed: test");  // rank 1 never arrives
+  t.join();
+  ASSERT_FALSE(waited.ok());
+  EXPECT_NE(waited.message().find("rank 1 failed: test"), std::string::npos);
+  ASSERT_TRUE(comms[0]->reset());
+  Status a, b;
+  std::thread t0([&] { a = comms[0]->barrier(); });
+  std::thread t1([&] { b = comms[1]->barrier(); });
+  t0.join();
+  t1.join();
+  EXPECT_TRUE(a.ok() && b.ok());
+}
+
+TEST(CpuCommunicator, TimesOutInsteadOfHanging) {
+  auto comms = make_cpu_communicators(2, std::chrono::milliseconds(50));
+  Status s = comms[0]->barrier();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("timed out"), std::string::npos);
+}
+
+ModelStackOptions options(const std::string& model, const std::string& policy, int32_t tp) {
+  ModelStackOptions o;
+  o.model_dir = fixture_dir(model);
+  o.num_threads = 1;
+  o.max_num_seqs = 2;
+  o.max_step_tokens = 128;
+  o.max_logit_rows = 128;
+  o.max_model_len = 512;
+  o.attention.policy = policy;
+  o.attention.token_budget = 64;  // a few pages: selection matters
+  o.attention.sink_tokens = 16;
+  o.attention.decode_local_tokens = 32;
+  o.attention.prefill_local_tokens = 64;
+  o.attention.page_tokens = 16;
+  o.attention.logical_page_tokens = 4;
+  o.attention.streaming_ratio = 0.5;
+  o.kv_cache_dtype = KvCacheDtype::kF32;
+  o.tensor_parallel_size = tp;
+  return o;
+}
+
+size_t argmax(const float* row, int32_t vocab) {
+  return static_cast<size_t>(std::max_element(row, row + vocab) - row);
+}
+
+class TensorParallelLogits
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string, int32_t>> {};
+
+TEST_P(TensorParallelLogits, EqualToOneRank) {
+  const auto& [model, policy, tp] = GetParam();
+  // The fixtures have 2 kv heads: at TP = 4 each is replicated on 2 ranks holding one q head of
+  // its group each, and a replica selects pages by its own q head (docs/tensor-parallel.md),
+  // which differs from one rank selecting by both. With a budget that keeps every page the
+  // selection is the same and the split itself is checked.
+  ModelStackOptions o1 = options(model, policy, 1);
+  if (tp > 2 && policy == "lserve") o1.attention.token_budget = o1.max_model_len;
+  ModelStackOptions on = o1;
+  on.tensor_parallel_size = tp;
+  auto one = build_model_stack(o1);
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  auto many = build_model_stack(on);
+  ASSERT_TRUE(many.ok()) << many.status().to_string();
+  ModelStack& a = **one;
+  ModelStack& b = **many;
+  ASSERT_EQ(b.tp_ranks.size(), static_cast<size_t>(tp));
+  EXPECT_EQ(b.config().num_attention_heads(), a.config().num_attention_heads());
+  ASSERT_EQ(a.kv->geometry().roles.num_streaming() > 0, b.kv->geometry().roles.num_streaming() > 0);
+  const int32_t vocab = a.executor().vocab_size();
+  ASSERT_EQ(b.executor().vocab_size(), vocab);
+
+  // Two sequences: prompts of 150 and 40 tokens (prefill chunks of at most 64), then 40 decode
+  // steps each, the next token being one rank's greedy choice (teacher-forced into both).
+  std::mt19937 rng(7u);
+  struct Seq {
+    int32_t slot = -1;
+    std::vector<int32_t> ids;
+    int32_t prompt = 0, done = 0;
+  };
+  std::vector<Seq> seqs(2);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].prompt = i == 0 ? 150 : 40;
+    for (int32_t t = 0; t < seqs[i].prompt; ++t) {
+      seqs[i].ids.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab)));
+    }
+    auto sa = a.kv->add_sequence();
+    auto sb = b.kv->add_sequence();
+    ASSERT_TRUE(sa.ok() && sb.ok());
+    ASSERT_EQ(*sa, *sb);
+    seqs[i].slot = *sa;
+  }
+  constexpr int32_t kDecode = 40;
+  double worst = 0;
+  int32_t greedy_checked = 0;
+  std::vector<float> la, lb;
+  for (int step = 0; step < 200; ++step) {
+    StepInput in;
+    std::vector<Seq*> decoding;
+    for (Seq& s : seqs) {
+      if (s.done == s.prompt + kDecode) continue;
+      const bool prefilling = s.done < s.prompt;
+      const int32_t len = prefilling ? std::min(64, s.prompt - s.done) : 1;
+      ASSERT_TRUE(a.kv->grow(s.slot, s.done + len).ok());
+      ASSERT_TRUE(b.kv->grow(s.slot, s.done + len).ok());
+      for (int32_t i = 0; i < len; ++i) {
+        in.tokens.push_back(s.ids[static_cast<size_t>(s.done + i)]);
+        in.logit_rows.push_back(static_cast<int32_t>(in.tokens.size()) - 1);  // every row
+      }
+      in.seqs.push_back({s.slot, len, s.done + len, prefilling});
+      if (s.done + len >= s.prompt) decoding.push_back(&s);
+    }
+    if (in.seqs.empty()) break;
+    ASSERT_TRUE(a.executor().forward(in, la).ok());
+    const Status st = b.executor().forward(in, lb);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_EQ(la.size(), lb.size());
+    for (size_t row = 0; row < in.logit_rows.size(); ++row) {
+      const float* ra = la.data() + row * static_cast<size_t>(vocab);
+      const float* rb = lb.data() + row * static_cast<size_t>(vocab);
+      double diff = 0, scale = 0;
+      for (int32_t v = 0; v < vocab; ++v) {
+        diff = std::max(diff, std::fabs(static_cast<double>(ra[v]) - rb[v]));
+        scale = std::max(scale, std::fabs(static_cast<double>(ra[v])));
+      }
+      worst = std::max(worst, diff / std::max(scale, 1e-30));
+    }
+    // Advance; the last row of each sequence past its prompt picks the next token.
+    size_t row_end = 0;
+    for (const StepSequence& ss : in.seqs) {
+      Seq& s = *std::find_if(seqs.begin(), seqs.end(), [&](const Seq& q) { return q.slot == ss.slot; });
+      row_end += static_cast<size_t>(ss.q_len);
+      s.done += ss.q_len;
+      if (s.done == s.prompt) {
+        a.kv->finish_prefill(s.slot);
+        b.kv->finish_prefill(s.slot);
+      }
+      if (s.done >= s.prompt && s.done < s.prompt + kDecode) {
+        const float* ra = la.data() + (row_end - 1) * static_cast<size_t>(vocab);
+        const float* rb = lb.data() + (row_end - 1) * static_cast<size_t>(vocab);
+        const size_t best = argmax(ra, vocab);
+        float second = -INFINITY;
+        for (int32_t v = 0; v < vocab; ++v) {
+          if (static_cast<size_t>(v) != best) second = std::max(second, ra[v]);
+        }
+        if (ra[best] - second > 1e-3f * std::max(1.0f, std::fabs(ra[best]))) {
+          EXPECT_EQ(argmax(rb, vocab), best) << "greedy token differs at position " << s.done;
+          ++greedy_checked;
+        }
+        s.ids.push_back(static_cast<int32_t>(best));
+      }
+    }
+  }
+  for (const Seq& s : seqs) EXPECT_EQ(s.done, s.prompt + kDecode);
+  EXPECT_GT(greedy_checked, 60);
+  // f32 everywhere: only the order of the partial sums differs.
+  EXPECT_LT(worst, 1e-4) << model << " " << policy << " TP=" << tp;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, TensorParallelLogits,
+    ::testing::Combine(::testing::Values("llama3", "mistral", "qwen2", "qwen3"),
+                       ::testing::Values("dense", "lserve"), ::testing::Values(2, 4)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_tp" +
+             std::to_string(std::get<2>(info.param));
+    });
+
+TEST(TensorParallelStack, RefusesAModelThatDoesNotSplit) {
+  auto s = build_model_stack(options("llama3", "dense", 8));  // 4 attention heads
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("4 attention heads"), std::string::npos)
+      << s.status().message();
+}
+
+}  // namespace
+}  // namespace ls
