@@ -24,6 +24,7 @@
 #include "io/model_config.h"
 #include "model/model_stack.h"
 #include "model/tensor_parallel.h"
+#include "tensor_parallel_compare.h"
 
 namespace ls {
 namespace {
@@ -283,10 +284,6 @@ ModelStackOptions options(const std::string& model, const std::string& policy, i
   return o;
 }
 
-size_t argmax(const float* row, int32_t vocab) {
-  return static_cast<size_t>(std::max_element(row, row + vocab) - row);
-}
-
 class TensorParallelLogits
     : public ::testing::TestWithParam<std::tuple<std::string, std::string, int32_t>> {};
 
@@ -309,94 +306,11 @@ TEST_P(TensorParallelLogits, EqualToOneRank) {
   ASSERT_EQ(b.tp_ranks.size(), static_cast<size_t>(tp));
   EXPECT_EQ(b.config().num_attention_heads(), a.config().num_attention_heads());
   ASSERT_EQ(a.kv->geometry().roles.num_streaming() > 0, b.kv->geometry().roles.num_streaming() > 0);
-  const int32_t vocab = a.executor().vocab_size();
-  ASSERT_EQ(b.executor().vocab_size(), vocab);
-
-  // Two sequences: prompts of 150 and 40 tokens (prefill chunks of at most 64), then 40 decode
-  // steps each, the next token being one rank's greedy choice (teacher-forced into both).
-  std::mt19937 rng(7u);
-  struct Seq {
-    int32_t slot = -1;
-    std::vector<int32_t> ids;
-    int32_t prompt = 0, done = 0;
-  };
-  std::vector<Seq> seqs(2);
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    seqs[i].prompt = i == 0 ? 150 : 40;
-    for (int32_t t = 0; t < seqs[i].prompt; ++t) {
-      seqs[i].ids.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab)));
-    }
-    auto sa = a.kv->add_sequence();
-    auto sb = b.kv->add_sequence();
-    ASSERT_TRUE(sa.ok() && sb.ok());
-    ASSERT_EQ(*sa, *sb);
-    seqs[i].slot = *sa;
-  }
-  constexpr int32_t kDecode = 40;
-  double worst = 0;
-  int32_t greedy_checked = 0;
-  std::vector<float> la, lb;
-  for (int step = 0; step < 200; ++step) {
-    StepInput in;
-    std::vector<Seq*> decoding;
-    for (Seq& s : seqs) {
-      if (s.done == s.prompt + kDecode) continue;
-      const bool prefilling = s.done < s.prompt;
-      const int32_t len = prefilling ? std::min(64, s.prompt - s.done) : 1;
-      ASSERT_TRUE(a.kv->grow(s.slot, s.done + len).ok());
-      ASSERT_TRUE(b.kv->grow(s.slot, s.done + len).ok());
-      for (int32_t i = 0; i < len; ++i) {
-        in.tokens.push_back(s.ids[static_cast<size_t>(s.done + i)]);
-        in.logit_rows.push_back(static_cast<int32_t>(in.tokens.size()) - 1);  // every row
-      }
-      in.seqs.push_back({s.slot, len, s.done + len, prefilling});
-      if (s.done + len >= s.prompt) decoding.push_back(&s);
-    }
-    if (in.seqs.empty()) break;
-    ASSERT_TRUE(a.executor().forward(in, la).ok());
-    const Status st = b.executor().forward(in, lb);
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    ASSERT_EQ(la.size(), lb.size());
-    for (size_t row = 0; row < in.logit_rows.size(); ++row) {
-      const float* ra = la.data() + row * static_cast<size_t>(vocab);
-      const float* rb = lb.data() + row * static_cast<size_t>(vocab);
-      double diff = 0, scale = 0;
-      for (int32_t v = 0; v < vocab; ++v) {
-        diff = std::max(diff, std::fabs(static_cast<double>(ra[v]) - rb[v]));
-        scale = std::max(scale, std::fabs(static_cast<double>(ra[v])));
-      }
-      worst = std::max(worst, diff / std::max(scale, 1e-30));
-    }
-    // Advance; the last row of each sequence past its prompt picks the next token.
-    size_t row_end = 0;
-    for (const StepSequence& ss : in.seqs) {
-      Seq& s = *std::find_if(seqs.begin(), seqs.end(), [&](const Seq& q) { return q.slot == ss.slot; });
-      row_end += static_cast<size_t>(ss.q_len);
-      s.done += ss.q_len;
-      if (s.done == s.prompt) {
-        a.kv->finish_prefill(s.slot);
-        b.kv->finish_prefill(s.slot);
-      }
-      if (s.done >= s.prompt && s.done < s.prompt + kDecode) {
-        const float* ra = la.data() + (row_end - 1) * static_cast<size_t>(vocab);
-        const float* rb = lb.data() + (row_end - 1) * static_cast<size_t>(vocab);
-        const size_t best = argmax(ra, vocab);
-        float second = -INFINITY;
-        for (int32_t v = 0; v < vocab; ++v) {
-          if (static_cast<size_t>(v) != best) second = std::max(second, ra[v]);
-        }
-        if (ra[best] - second > 1e-3f * std::max(1.0f, std::fabs(ra[best]))) {
-          EXPECT_EQ(argmax(rb, vocab), best) << "greedy token differs at position " << s.done;
-          ++greedy_checked;
-        }
-        s.ids.push_back(static_cast<int32_t>(best));
-      }
-    }
-  }
-  for (const Seq& s : seqs) EXPECT_EQ(s.done, s.prompt + kDecode);
-  EXPECT_GT(greedy_checked, 60);
+  const TpComparison cmp = compare_tp_runs(a, b, /*margin_scale=*/1e-3);
+  EXPECT_EQ(cmp.decoded, 80);
+  EXPECT_GT(cmp.greedy_checked, 60);
   // f32 everywhere: only the order of the partial sums differs.
-  EXPECT_LT(worst, 1e-4) << model << " " << policy << " TP=" << tp;
+  EXPECT_LT(cmp.worst_relative, 1e-4) << model << " " << policy << " TP=" << tp;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -407,6 +321,28 @@ INSTANTIATE_TEST_SUITE_P(
       return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_tp" +
              std::to_string(std::get<2>(info.param));
     });
+
+TEST(TensorParallelStack, ABadStepFailsAndTheNextOneRuns) {
+  auto s = build_model_stack(options("llama3", "dense", 2));
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  ModelStack& b = **s;
+  std::vector<float> logits;
+  StepInput bad;
+  bad.tokens = {1, 2};
+  bad.seqs.push_back({7, 2, 2, true});  // no such row
+  bad.logit_rows = {1};
+  const Status st = b.executor().forward(bad, logits);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("tensor-parallel rank"), std::string::npos) << st.message();
+  auto slot = b.kv->add_sequence();
+  ASSERT_TRUE(slot.ok());
+  ASSERT_TRUE(b.kv->grow(*slot, 2).ok());
+  StepInput good = bad;
+  good.seqs[0].slot = *slot;
+  const Status ok = b.executor().forward(good, logits);
+  ASSERT_TRUE(ok.ok()) << ok.to_string();
+  EXPECT_EQ(logits.size(), static_cast<size_t>(b.executor().vocab_size()));
+}
 
 TEST(TensorParallelStack, RefusesAModelThatDoesNotSplit) {
   auto s = build_model_stack(options("llama3", "dense", 8));  // 4 attention heads
