@@ -1,6 +1,7 @@
 // Builds the tensor-parallel data plane (docs/tensor-parallel.md): one stack per rank (backend on
 // device r, model shard, policy over the rank's kv heads, KV pool), ONE KvManager whose block ids
 // index every rank's pool, and the executor that runs the ranks' runners on their threads.
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -28,7 +29,7 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_communicators(
   return make_device_communicators(backends);
 }
 
-// "RRS.." per rank: retrieval vs streaming kv heads over all layers.
+// A rank's retrieval and streaming head-pages (kv heads over all layers).
 std::string describe_rank(const KvGeometry& g) {
   return fmt::format("{} retrieval + {} streaming head-pages per block over {} layers",
                      g.roles.num_retrieval(), g.roles.num_streaming(), g.num_layers);
@@ -110,9 +111,21 @@ Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStack
                                        : std::string(),
                 r * layout.inter_per_rank, (r + 1) * layout.inter_per_rank, describe_rank(rg));
   }
-  LS_LOG_INFO("tensor parallel over {} ranks ({} communicator): {} retrieval blocks, {} "
-              "streaming blocks shared by every rank's pool",
-              n, top->tp_comms[0]->name(), top->kv->num_retrieval_blocks(),
+  // Selection and decode attention cost scale with a rank's retrieval heads: the slowest rank
+  // (most retrieval heads) sets the step time.
+  std::vector<int32_t> retrieval_per_rank;
+  int64_t total = 0;
+  for (const auto& rank : top->tp_ranks) {
+    retrieval_per_rank.push_back(rank->policy->kv_geometry().roles.num_retrieval());
+    total += retrieval_per_rank.back();
+  }
+  const double mean = static_cast<double>(total) / n;
+  const int32_t most = *std::max_element(retrieval_per_rank.begin(), retrieval_per_rank.end());
+  LS_LOG_INFO("tensor parallel over {} ranks ({} communicator): retrieval kv heads per rank (all "
+              "layers) {}, imbalance {:.2f} (most / mean); {} retrieval blocks, {} streaming "
+              "blocks shared by every rank's pool",
+              n, top->tp_comms[0]->name(), fmt::join(retrieval_per_rank, ", "),
+              mean > 0 ? most / mean : 1.0, top->kv->num_retrieval_blocks(),
               top->kv->num_streaming_blocks());
   top->tp_executor = std::make_unique<TensorParallelExecutor>(std::move(exec_ranks));
   return top;

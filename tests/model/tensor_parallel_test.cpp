@@ -4,14 +4,15 @@
 // families, dense and lserve: logits equal within reduction-order tolerance and greedy tokens
 // equal, over a chunked prefill, two sequences and decode steps. The CPU communicator sums in
 // f32 in rank order, so TP runs are also bit-identical to themselves across runs.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_communicator.h"
+#include "engine/engine_core.h"
 #include "io/checkpoint.h"
 #include "io/model_config.h"
 #include "model/model_stack.h"
@@ -321,6 +323,70 @@ INSTANTIATE_TEST_SUITE_P(
       return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_tp" +
              std::to_string(std::get<2>(info.param));
     });
+
+TEST(TensorParallelStack, HostKvTierPerRank) {
+  // Each rank keeps its retrieval heads' pages in its own host pool with its own device cache:
+  // the tier changes no bit of a one-rank run, so TP = 2 with it equals TP = 1 without it.
+  ModelStackOptions o1 = options("llama3", "lserve", 1);
+  ModelStackOptions o2 = options("llama3", "lserve", 2);
+  o2.kv_offload = true;
+  o2.host_kv_cache_bytes = int64_t{16} << 20;
+  auto one = build_model_stack(o1);
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  auto two = build_model_stack(o2);
+  ASSERT_TRUE(two.ok()) << two.status().to_string();
+  int tiered = 0;
+  for (const auto& rank : (*two)->tp_ranks) tiered += rank->pool->tiered() ? 1 : 0;
+  EXPECT_GE(tiered, 1);  // the ranks with retrieval heads
+  const TpComparison cmp = compare_tp_runs(**one, **two, 1e-3);
+  EXPECT_EQ(cmp.decoded, 80);
+  EXPECT_LT(cmp.worst_relative, 1e-4);
+}
+
+// Through the whole engine (scheduler, one KvManager, sampler): TP = 2 greedy continuations equal
+// transformers' (expected/greedy.json) wherever its top-2 margin is clear.
+TEST(TensorParallelEngine, GreedyContinuationsMatchTransformers) {
+  for (const std::string model : {"llama3", "qwen3"}) {
+    EngineConfig c;
+    c.model_dir = fixture_dir(model);
+    c.num_threads = 1;
+    c.max_num_seqs = 2;
+    c.max_num_batched_tokens = 256;
+    c.max_model_len = 1024;
+    c.kv_cache_dtype = "f32";
+    c.tensor_parallel_size = 2;
+    auto engine = EngineCore::create(c);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    std::ifstream f(fixture_dir(model) / "expected/greedy.json");
+    const auto greedy = nlohmann::json::parse(f);
+    int req = 0;
+    for (const auto& g : greedy["continuations"]) {
+      GenerateRequest r;
+      r.request_id = "g" + std::to_string(req++);
+      r.prompt_ids = g["prompt_ids"].get<std::vector<int32_t>>();
+      r.sampling.temperature = 0;
+      r.stop.max_tokens = greedy["max_new_tokens"].get<int32_t>();
+      r.stop.eos_token_ids = greedy["eos_token_ids"].get<std::vector<int32_t>>();
+      std::vector<int32_t> got;
+      ASSERT_TRUE((*engine)
+                      ->add_request(r, [&](const RequestOutput& o) {
+                        got.insert(got.end(), o.token_ids.begin(), o.token_ids.end());
+                      })
+                      .ok());
+      while ((*engine)->has_work()) ASSERT_TRUE((*engine)->step().ok());
+      const auto want = g["generated_ids"].get<std::vector<int32_t>>();
+      const auto gap = g["top1_top2_gap"].get<std::vector<double>>();
+      const auto top1 = g["top1_logit"].get<std::vector<double>>();
+      size_t clear = 0;
+      while (clear < want.size() && gap[clear] >= 2e-3 * std::max(1.0, std::fabs(top1[clear]))) {
+        ++clear;
+      }
+      const size_t n = std::min(clear + 1, want.size());
+      ASSERT_GE(got.size(), n) << model;
+      for (size_t i = 0; i < n; ++i) EXPECT_EQ(got[i], want[i]) << model << " token " << i;
+    }
+  }
+}
 
 TEST(TensorParallelStack, ABadStepFailsAndTheNextOneRuns) {
   auto s = build_model_stack(options("llama3", "dense", 2));
