@@ -92,10 +92,11 @@ std::vector<bool> rank_streaming_heads(const std::vector<bool>& global,
   if (model.kv_head_ids.empty()) return global;
   std::vector<bool> mine;
   mine.reserve(static_cast<size_t>(model.num_layers) * model.kv_head_ids.size());
-  for (int32_t l = 0; l < model.num_layers; ++l) {
-    for (int32_t h : model.kv_head_ids) {
-      mine.push_back(global[static_cast<size_t>(l) * static_cast<size_t>(model.global_num_kv_heads) +
-                            static_cast<size_t>(h)]);
+  const auto g = static_cast<size_t>(model.global_num_kv_heads);
+  const auto k = static_cast<size_t>(model.num_kv_heads);
+  for (size_t l = 0; l < static_cast<size_t>(model.num_layers); ++l) {
+    for (size_t j = 0; j < k; ++j) {
+      mine.push_back(global[l * g + static_cast<size_t>(model.kv_head_ids[l * k + j])]);
     }
   }
   return mine;

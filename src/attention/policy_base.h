@@ -51,7 +51,7 @@ KvGeometry make_policy_geometry(const AttentionConfig& config, const PolicyModel
                                 int32_t logical_page_tokens, bool keep_summaries);
 
 // A role mask over the whole model ([num_layers * global_num_kv_heads]) cut down to the kv heads
-// this rank holds (model.kv_head_ids, in order); the mask itself when the model is not split.
+// this rank holds in each layer (model.kv_head_ids); the mask itself when the model is not split.
 std::vector<bool> rank_streaming_heads(const std::vector<bool>& global,
                                        const PolicyModelInfo& model);
 

@@ -72,7 +72,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
                            shard.size, dir.string(),
                            gguf ? "a GGUF model" : "quantized at load (--quantization)");
     }
-    LS_ASSIGN_OR_RETURN(TpLayout layout, make_tp_layout(config, shard.size));
+    LS_ASSIGN_OR_RETURN(TpLayout layout, make_tp_layout(config, shard));
     LS_ASSIGN_OR_RETURN(ckpt, shard_checkpoint(ckpt, config, layout, shard.rank));
     config = shard_config(config, layout);
   }

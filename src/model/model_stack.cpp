@@ -170,7 +170,7 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
   auto stack = std::make_unique<ModelStack>();
   LS_ASSIGN_OR_RETURN(stack->backend, make_backend(o.device, o.num_threads, o.tp_rank));
   Backend& backend = *stack->backend;
-  const TpShard shard{o.tp_rank, o.tp_ranks};
+  const TpShard shard{o.tp_rank, o.tp_ranks, o.tp_kv_order};
   LS_ASSIGN_OR_RETURN(stack->model, Model::load(o.model_dir, backend, o.quantization, shard));
   const ModelConfig& c = stack->model->config();
 
@@ -194,7 +194,7 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
   info.head_dim = static_cast<int32_t>(c.head_dim());
   if (shard.size > 1) {  // this rank's kv heads: the policy keeps their roles in the whole model
     LS_ASSIGN_OR_RETURN(ModelConfig full, load_model_config(o.model_dir));
-    LS_ASSIGN_OR_RETURN(TpLayout layout, make_tp_layout(full, shard.size));
+    LS_ASSIGN_OR_RETURN(TpLayout layout, make_tp_layout(full, shard));
     info.global_num_kv_heads = static_cast<int32_t>(full.num_key_value_heads());
     info.kv_head_ids = layout.kv_heads_of(shard.rank);
   }

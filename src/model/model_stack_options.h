@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "attention/attention_config.h"
 #include "kv/kv_geometry.h"
@@ -42,6 +43,7 @@ struct ModelStackOptions {
   // tp_ranks (its backend on device tp_rank, its model shard, its heads' policy and KV pool).
   int32_t tp_rank = 0;
   int32_t tp_ranks = 1;
+  std::vector<int32_t> tp_kv_order;  // TpLayout::kv_order (empty: the default layout)
 };
 
 }  // namespace ls

@@ -9,11 +9,14 @@
 // adds them once). Norms, q_norm / k_norm (one [head_dim] vector shared by every head), the
 // embedding and the LM head are replicated on every rank.
 //
-// Heads: rank r owns q heads [r * Hq / N, (r + 1) * Hq / N). KV heads are partitioned (Hkv / N
-// per rank) when Hkv >= N, and replicated when Hkv < N: each rank then holds one kv head,
-// Hkv r / (N / Hkv), shared by the N / Hkv ranks whose q heads belong to its group, so a rank's
-// q heads still map to its kv heads by the usual GQA rule (local q head j -> local kv head
-// j / (q heads per rank / kv heads per rank)).
+// Heads. KV heads are partitioned (Hkv / N per rank) when Hkv >= N: by default rank r owns kv
+// heads [r Hkv / N, (r + 1) Hkv / N); a balanced layout (balance_roles) instead picks, layer by
+// layer, which kv heads each rank owns so every rank gets an even share of the retrieval heads
+// (streaming and retrieval heads cost differently). Each rank owns the q heads of its kv heads'
+// GQA groups, in the order of its kv heads, so a rank's q heads map to its kv heads by the usual
+// rule (local q head j -> local kv head j / (Hq / Hkv)). When Hkv < N the kv heads are
+// replicated: rank r owns q heads [r Hq / N, (r + 1) Hq / N) and the one kv head r / (N / Hkv)
+// of their group, shared by the N / Hkv ranks of that group.
 
 #include <cstdint>
 #include <vector>
@@ -25,10 +28,12 @@
 
 namespace ls {
 
-// Which slice of the model one rank holds; size 1 is the whole model.
+// Which slice of the model one rank holds; size 1 is the whole model. kv_order: the balanced
+// layout's TpLayout::kv_order (empty: the default layout).
 struct TpShard {
   int32_t rank = 0;
   int32_t size = 1;
+  std::vector<int32_t> kv_order;
 };
 
 struct TpLayout {
@@ -37,18 +42,33 @@ struct TpLayout {
   int64_t kv_heads_per_rank = 0;  // 1 when replicated
   int64_t kv_replicas = 1;        // ranks holding a copy of one kv head (N / Hkv when replicated)
   int64_t inter_per_rank = 0;     // intermediate_size / N
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;       // the model's
+  int64_t group = 1;              // q heads per kv head (Hq / Hkv)
+  // Balanced layout: [num_layers * num_kv_heads], layer l's kv heads in rank order (rank r owns
+  // entries [r * kv_heads_per_rank, (r + 1) * kv_heads_per_rank) of layer l's row). Empty: the
+  // default layout.
+  std::vector<int32_t> kv_order;
 
-  int64_t first_q_head(int32_t rank) const { return rank * q_heads_per_rank; }
-  int64_t first_kv_head(int32_t rank) const {
-    return kv_replicas > 1 ? rank / kv_replicas : rank * kv_heads_per_rank;
-  }
-  // The global ids of rank's kv heads, in local order.
+  // Global id of rank's j-th kv head in `layer`.
+  int64_t kv_head(int64_t layer, int32_t rank, int64_t j) const;
+  // Global id of rank's j-th q head in `layer`.
+  int64_t q_head(int64_t layer, int32_t rank, int64_t j) const;
+  // The global ids of rank's kv heads, [num_layers * kv_heads_per_rank], layer by layer.
   std::vector<int32_t> kv_heads_of(int32_t rank) const;
+  // Sets kv_order so that, in every layer, the ranks' retrieval heads differ by at most one,
+  // and the layer's extra ones go to different ranks from layer to layer. streaming:
+  // [num_layers * num_kv_heads]. Nothing to balance (replicated kv heads, or every layer's heads
+  // of one role) leaves the default layout.
+  void balance_roles(const std::vector<bool>& streaming);
 };
 
 // N must be 1, 2, 4 or 8 and divide the q heads and the MLP width; the kv heads must be a
 // multiple of N or divide N. Errors name the sizes.
 Result<TpLayout> make_tp_layout(const ModelConfig& config, int32_t size);
+
+// The layout of `shard` (its kv_order checked against the model).
+Result<TpLayout> make_tp_layout(const ModelConfig& config, const TpShard& shard);
 
 // The config one rank's Model sees (its head counts and MLP width).
 ModelConfig shard_config(const ModelConfig& config, const TpLayout& layout);

@@ -45,11 +45,28 @@ Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStack
   LS_ASSIGN_OR_RETURN(TpLayout layout, make_tp_layout(full, n));
 
   auto top = std::make_unique<ModelStack>();
+  // The whole model's policy: its head roles are the KvManager's (whether any head streams or
+  // retrieves), and decide which kv heads each rank owns, so that every rank gets an even share
+  // of the retrieval heads in every layer.
+  PolicyModelInfo info;
+  info.num_layers = static_cast<int32_t>(full.num_hidden_layers());
+  info.num_q_heads = static_cast<int32_t>(full.num_attention_heads());
+  info.num_kv_heads = static_cast<int32_t>(full.num_key_value_heads());
+  info.head_dim = static_cast<int32_t>(full.head_dim());
+  LS_ASSIGN_OR_RETURN(top->policy, make_attention_policy(o.attention, info));
+  const HeadRoles& roles = top->policy->kv_geometry().roles;
+  std::vector<bool> streaming;
+  for (int32_t l = 0; l < info.num_layers; ++l) {
+    for (int32_t h = 0; h < info.num_kv_heads; ++h) streaming.push_back(roles.is_streaming(l, h));
+  }
+  layout.balance_roles(streaming);
+
   for (int32_t r = 0; r < n; ++r) {
     ModelStackOptions ro = o;
     ro.tensor_parallel_size = 1;
     ro.tp_rank = r;
     ro.tp_ranks = n;
+    ro.tp_kv_order = layout.kv_order;
     Result<std::unique_ptr<ModelStack>> rank = build_model_stack(ro);
     if (!rank.ok()) return rank.status().with_context(fmt::format("tensor-parallel rank {}", r));
     top->tp_ranks.push_back(std::move(*rank));
@@ -58,17 +75,10 @@ Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStack
   top->max_model_len = rank0.max_model_len;
   top->tp_full_config = full;
 
-  // The KvManager sees the whole model's roles (whether any head streams or retrieves), and
-  // hands out block ids every rank's pool holds: the smallest pool bounds them.
-  PolicyModelInfo info;
-  info.num_layers = static_cast<int32_t>(full.num_hidden_layers());
-  info.num_q_heads = static_cast<int32_t>(full.num_attention_heads());
-  info.num_kv_heads = static_cast<int32_t>(full.num_key_value_heads());
-  info.head_dim = static_cast<int32_t>(full.head_dim());
-  LS_ASSIGN_OR_RETURN(top->policy, make_attention_policy(o.attention, info));
+  // One KvManager whose block ids every rank's pool holds: the smallest pool bounds them.
   KvGeometry g = rank0.kv->geometry();
   g.num_kv_heads = info.num_kv_heads;
-  g.roles = top->policy->kv_geometry().roles;
+  g.roles = roles;
   int32_t retrieval_blocks = -1, streaming_blocks = -1;
   for (const auto& rank : top->tp_ranks) {
     const KvGeometry& rg = rank->kv->geometry();
@@ -102,11 +112,14 @@ Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStack
     exec_ranks.push_back({rank.runner.get(), rank.backend.get(),
                           top->tp_comms[static_cast<size_t>(r)].get()});
     const KvGeometry& rg = rank.policy->kv_geometry();
-    LS_LOG_INFO("tensor-parallel rank {} on {}: q heads [{}, {}), kv heads {}{}, MLP columns "
-                "[{}, {}), {}",
-                r, rank.backend->name(), layout.first_q_head(r),
-                layout.first_q_head(r) + layout.q_heads_per_rank,
-                fmt::join(layout.kv_heads_of(r), ","),
+    std::vector<int32_t> layer0;  // the rank's kv heads in layer 0
+    for (int64_t j = 0; j < layout.kv_heads_per_rank; ++j) {
+      layer0.push_back(static_cast<int32_t>(layout.kv_head(0, r, j)));
+    }
+    LS_LOG_INFO("tensor-parallel rank {} on {}: {} q heads, kv heads {} in layer 0{}{}, MLP "
+                "columns [{}, {}), {}",
+                r, rank.backend->name(), layout.q_heads_per_rank, fmt::join(layer0, ","),
+                layout.kv_order.empty() ? "" : " (chosen per layer to balance retrieval heads)",
                 layout.kv_replicas > 1 ? fmt::format(" (replicated on {} ranks)", layout.kv_replicas)
                                        : std::string(),
                 r * layout.inter_per_rank, (r + 1) * layout.inter_per_rank, describe_rank(rg));

@@ -58,7 +58,7 @@ TEST(TensorParallelLayout, SplitsAndReplicates) {
   EXPECT_EQ(l2->kv_heads_per_rank, 1);
   EXPECT_EQ(l2->kv_replicas, 1);
   EXPECT_EQ(l2->inter_per_rank, 48);
-  EXPECT_EQ(l2->kv_heads_of(1), std::vector<int32_t>{1});
+  EXPECT_EQ(l2->kv_heads_of(1), (std::vector<int32_t>{1, 1}));  // kv head 1 in both layers
   // 2 kv heads over 8 ranks: each kv head on 4 ranks, whose q heads (1 each) are its group.
   auto l8 = make_tp_layout(c, 8);
   ASSERT_TRUE(l8.ok());
@@ -67,7 +67,7 @@ TEST(TensorParallelLayout, SplitsAndReplicates) {
   EXPECT_EQ(l8->kv_replicas, 4);
   for (int32_t r = 0; r < 8; ++r) {
     // q head r belongs to kv group r / (8 / 2) by the GQA rule of the whole model.
-    EXPECT_EQ(l8->first_kv_head(r), l8->first_q_head(r) / (8 / 2)) << r;
+    EXPECT_EQ(l8->kv_head(0, r, 0), l8->q_head(0, r, 0) / (8 / 2)) << r;
   }
   const ModelConfig shard = shard_config(c, *l8);
   EXPECT_EQ(shard.num_attention_heads(), 1);
@@ -75,6 +75,49 @@ TEST(TensorParallelLayout, SplitsAndReplicates) {
   EXPECT_EQ(shard.intermediate_size(), 12);
   EXPECT_EQ(shard.head_dim(), 16);
   EXPECT_EQ(shard.hidden_size(), 64);
+}
+
+TEST(TensorParallelLayout, BalancesRetrievalHeadsPerLayer) {
+  ModelConfig c = config_of(llama_json(16, 8, 96));
+  auto l = make_tp_layout(c, 4);  // 2 kv heads per rank, 2 layers
+  ASSERT_TRUE(l.ok());
+  // Layer 0: the last 4 kv heads stream (the default pattern's shape); layer 1: only heads 6, 7
+  // retrieve.
+  std::vector<bool> streaming = {false, false, false, false, true, true, true, true,
+                                 true,  true,  true,  true,  true, true, false, false};
+  l->balance_roles(streaming);
+  ASSERT_EQ(l->kv_order.size(), 16u);
+  std::vector<int> total(4, 0);
+  for (int64_t layer = 0; layer < 2; ++layer) {
+    std::vector<int> per_rank(4, 0);
+    std::vector<bool> seen(8, false);
+    for (int32_t r = 0; r < 4; ++r) {
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t h = l->kv_head(layer, r, j);
+        ASSERT_FALSE(seen[static_cast<size_t>(h)]);
+        seen[static_cast<size_t>(h)] = true;
+        if (!streaming[static_cast<size_t>(layer * 8 + h)]) ++per_rank[static_cast<size_t>(r)];
+        // The rank's q heads are its kv heads' groups.
+        EXPECT_EQ(l->q_head(layer, r, 2 * j), 2 * h);
+        EXPECT_EQ(l->q_head(layer, r, 2 * j + 1), 2 * h + 1);
+      }
+    }
+    const auto [lo, hi] = std::minmax_element(per_rank.begin(), per_rank.end());
+    EXPECT_LE(*hi - *lo, 1) << "layer " << layer;
+    for (int r = 0; r < 4; ++r) total[static_cast<size_t>(r)] += per_rank[static_cast<size_t>(r)];
+  }
+  const auto [lo, hi] = std::minmax_element(total.begin(), total.end());
+  EXPECT_LE(*hi - *lo, 1);
+  // Without balancing, ranks 2 and 3 would hold no retrieval head of layer 0.
+  auto plain = make_tp_layout(c, 4);
+  EXPECT_EQ(plain->kv_head(0, 3, 0), 6);
+
+  // A layout of one role everywhere stays the default.
+  l->balance_roles(std::vector<bool>(16, false));
+  EXPECT_TRUE(l->kv_order.empty());
+  // An order that is not a permutation is refused.
+  TpShard bad{0, 4, std::vector<int32_t>(16, 0)};
+  EXPECT_FALSE(make_tp_layout(c, bad).ok());
 }
 
 TEST(TensorParallelLayout, RefusesUnevenSplitsNamingTheSizes) {
@@ -204,6 +247,43 @@ TEST(TensorParallelSlicing, ReplicatesKvHeadsBeyondTheirCount) {
                           static_cast<size_t>(sq->nbytes)),
               0)
         << r;
+  }
+}
+
+TEST(TensorParallelSlicing, FollowsABalancedLayoutLayerByLayer) {
+  auto full = Checkpoint::open(fixture_dir("llama3"));  // 4 q heads, 2 kv heads, head_dim 16
+  ASSERT_TRUE(full.ok());
+  auto config = load_model_config(fixture_dir("llama3"));
+  ASSERT_TRUE(config.ok());
+  // Layer 0: rank 0 owns kv head 1 (q heads 2, 3); layer 1: kv head 0 (q heads 0, 1).
+  auto layout = make_tp_layout(*config, TpShard{0, 2, {1, 0, 0, 1}});
+  ASSERT_TRUE(layout.ok()) << layout.status().to_string();
+  auto s = shard_checkpoint(*full, *config, *layout, 0);
+  ASSERT_TRUE(s.ok());
+  for (int layer = 0; layer < 2; ++layer) {
+    const int64_t kv = layer == 0 ? 1 : 0;
+    auto n = [&](const char* t) { return fmt::format("model.layers.{}.{}", layer, t); };
+    const TensorInfo* q = full->find(n("self_attn.q_proj.weight"));
+    const TensorInfo* k = full->find(n("self_attn.k_proj.weight"));
+    const TensorInfo* o = full->find(n("self_attn.o_proj.weight"));
+    const int64_t es = dtype_size(*q->dtype);
+    const auto* qf = static_cast<const uint8_t*>(q->data);
+    const auto* kf = static_cast<const uint8_t*>(k->data);
+    const auto* of = static_cast<const uint8_t*>(o->data);
+    const TensorInfo* sq = s->find(n("self_attn.q_proj.weight"));
+    const TensorInfo* sk = s->find(n("self_attn.k_proj.weight"));
+    const TensorInfo* so = s->find(n("self_attn.o_proj.weight"));
+    ASSERT_EQ(sq->shape, (std::vector<int64_t>{32, 64}));
+    ASSERT_EQ(so->shape, (std::vector<int64_t>{64, 32}));
+    // q rows of heads 2kv, 2kv + 1 (contiguous), k rows of head kv.
+    EXPECT_EQ(std::memcmp(sq->data, qf + kv * 32 * 64 * es, 32 * 64 * es), 0) << layer;
+    EXPECT_EQ(std::memcmp(sk->data, kf + kv * 16 * 64 * es, 16 * 64 * es), 0) << layer;
+    for (int64_t row = 0; row < 64; ++row) {
+      EXPECT_EQ(std::memcmp(static_cast<const uint8_t*>(so->data) + row * 32 * es,
+                            of + (row * 64 + kv * 32) * es, 32 * es),
+                0)
+          << layer << " row " << row;
+    }
   }
 }
 
