@@ -163,6 +163,16 @@ Result<TierSizes> size_tier(const KvGeometry& g, const ModelStackOptions& o, int
 
 ModelStack::~ModelStack() {
   tp_executor.reset();  // joins the rank threads before the ranks' stacks go
+  // Each rank's communicator and stack are freed with the rank's device current (CUDA handles
+  // and memory belong to a device).
+  for (size_t r = tp_comms.size(); r-- > 0;) {
+    if (r < tp_ranks.size() && tp_ranks[r]->backend) tp_ranks[r]->backend->bind_thread();
+    tp_comms[r].reset();
+  }
+  while (!tp_ranks.empty()) {
+    if (tp_ranks.back()->backend) tp_ranks.back()->backend->bind_thread();
+    tp_ranks.pop_back();
+  }
 }
 
 Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o) {
