@@ -195,6 +195,9 @@ void ModelRunner::upload_metadata(const StepInput& step, const StepAttentionPlan
 }
 
 Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
+  // The calling thread may have another device current (several stacks in one process, e.g.
+  // tensor parallelism): lazily grown scratch must land on this backend's device.
+  backend_.bind_thread();
   LS_RETURN_IF_ERROR(validate(step));
   const ModelConfig& c = model_.config();
   const auto num_tokens = static_cast<int32_t>(step.tokens.size());

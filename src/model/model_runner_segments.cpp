@@ -64,6 +64,7 @@ Status ModelRunner::validate_segments(const LayerSegmentInput& in) const {
 
 Status ModelRunner::forward_layer_segments(const LayerSegmentInput& in,
                                            std::vector<float>& logits) {
+  backend_.bind_thread();  // as forward(): scratch lands on this backend's device
   logits.clear();
   LS_RETURN_IF_ERROR(validate_segments(in));
   SegmentProgress& progress = segment_progress_;
