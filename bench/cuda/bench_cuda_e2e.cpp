@@ -27,6 +27,9 @@
 // the most sequences of C tokens that decode together: the memory estimate (device for the tier
 // off, min(device, 70% of the available host RAM) on) tried first, then fewer until a stack is
 // allocated and two decode steps run.
+// --tensor-parallel-size 1,2 (docs/tensor-parallel.md): instead of the above, TTFT (--ttft) and
+// TPOT (--tpot, batch 1) for each size and policy (--policies, default dense,lserve) on stacks
+// built as the server builds them, "tp" in every JSON line.
 
 #include <cuda_profiler_api.h>
 
@@ -47,6 +50,7 @@
 #include "kv/kv_tier_config.h"
 #include "model/model.h"
 #include "model/model_runner.h"
+#include "model/model_stack.h"
 
 namespace ls::bench {
 namespace {
@@ -117,10 +121,10 @@ Result<PolicyStack> make_policy_stack(const Model& model, Backend& backend,
 }
 
 // Random bf16 in every KV page and summary, so decode reads real-looking data.
-void fill_cache(CudaBackend& b, const PolicyStack& st) {
+void fill_cache(CudaBackend& b, const KvPool& pool) {
   auto stream = static_cast<cudaStream_t>(b.stream_handle());
   uint64_t seed = 100;
-  for (const kernels::PagedKvPool& p : {st.pool->retrieval(), st.pool->streaming()}) {
+  for (const kernels::PagedKvPool& p : {pool.retrieval(), pool.streaming()}) {
     if (!p.k) continue;
     // Tiered: the homes (pinned host memory, written through UVA); the cache fills on misses.
     void* k = p.page_slot ? p.home_k : p.k;
@@ -129,8 +133,8 @@ void fill_cache(CudaBackend& b, const PolicyStack& st) {
     die_on(fill_uniform_bf16(k, n, seed++, -1, 1, stream), "fill");
     die_on(fill_uniform_bf16(v, n, seed++, -1, 1, stream), "fill");
   }
-  const kernels::PageSummaries s = st.pool->summaries();
-  const kernels::PagedKvPool r = st.pool->retrieval();
+  const kernels::PageSummaries s = pool.summaries();
+  const kernels::PagedKvPool r = pool.retrieval();
   if (s.kmin && r.k) {
     const int64_t n = int64_t{r.num_blocks} * r.heads_per_block * s.logical_per_page * r.head_dim;
     die_on(fill_uniform_bf16(s.kmin, n, seed++, -1, 0, stream), "fill");
@@ -157,23 +161,23 @@ class SequenceGuard {
 };
 
 // Wall seconds to prefill `tokens` random tokens and get the last position's logits.
-Result<double> ttft(PolicyStack& st, int32_t tokens, int32_t chunk, std::mt19937& rng,
-                    int32_t vocab) {
+Result<double> ttft(KvManager& kv, StepExecutor& ex, int32_t tokens, int32_t chunk,
+                    std::mt19937& rng, int32_t vocab) {
   std::uniform_int_distribution<int32_t> id(0, vocab - 1);
   std::vector<int32_t> ids(static_cast<size_t>(tokens));
   for (auto& x : ids) x = id(rng);
-  LS_ASSIGN_OR_RETURN(const int32_t slot, st.kv->add_sequence());
-  const SequenceGuard guard(*st.kv, slot);  // freed on every path, errors included
+  LS_ASSIGN_OR_RETURN(const int32_t slot, kv.add_sequence());
+  const SequenceGuard guard(kv, slot);  // freed on every path, errors included
   std::vector<float> logits;
   const auto t0 = std::chrono::steady_clock::now();
   for (int32_t begin = 0; begin < tokens; begin += chunk) {
     const int32_t len = std::min(chunk, tokens - begin);
-    LS_RETURN_IF_ERROR(st.kv->grow(slot, begin + len));
+    LS_RETURN_IF_ERROR(kv.grow(slot, begin + len));
     StepInput in;
     in.tokens.assign(ids.begin() + begin, ids.begin() + begin + len);
     in.seqs.push_back({slot, len, begin + len, true});
     if (begin + len == tokens) in.logit_rows.push_back(len - 1);
-    LS_RETURN_IF_ERROR(st.runner->forward(in, logits));
+    LS_RETURN_IF_ERROR(ex.forward(in, logits));
   }
   return seconds_since(t0);
 }
@@ -191,22 +195,22 @@ struct Tpot {
 // Decode steps at a context of `context` tokens already (randomly) in the cache.
 // profile: the last 4 steps (one reselection with lserve) run between cudaProfilerStart/Stop (for ncu --profile-from-start off).
 // With batch > 1, `batch` sequences of `context` tokens decode together (a step's wall time).
-Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t chunk, int32_t steps,
+Result<Tpot> tpot(KvManager& kv, StepExecutor& ex, int32_t context, int32_t chunk, int32_t steps,
                   std::mt19937& rng, int32_t vocab, bool profile, int32_t batch = 1,
                   int32_t warmup = kTpotWarmup) {
   std::uniform_int_distribution<int32_t> id(0, vocab - 1);
   std::vector<int32_t> slots;
   std::vector<std::unique_ptr<SequenceGuard>> guards;
   for (int32_t b = 0; b < batch; ++b) {
-    LS_ASSIGN_OR_RETURN(const int32_t slot, st.kv->add_sequence());
-    guards.push_back(std::make_unique<SequenceGuard>(*st.kv, slot));
+    LS_ASSIGN_OR_RETURN(const int32_t slot, kv.add_sequence());
+    guards.push_back(std::make_unique<SequenceGuard>(kv, slot));
     slots.push_back(slot);
     // Grown chunk by chunk as a prefill would (a streaming ring takes at most one chunk at once).
     for (int32_t len = 0; len < context;) {
       len = std::min(context, len + chunk);
-      LS_RETURN_IF_ERROR(st.kv->grow(slot, len));
+      LS_RETURN_IF_ERROR(kv.grow(slot, len));
     }
-    st.kv->finish_prefill(slot);
+    kv.finish_prefill(slot);
   }
   std::vector<float> logits;
   std::vector<double> t;
@@ -215,22 +219,22 @@ Result<Tpot> tpot(PolicyStack& st, int32_t context, int32_t chunk, int32_t steps
   for (int32_t i = 0; i < steps + warmup; ++i) {
     StepInput in;
     for (int32_t b = 0; b < batch; ++b) {
-      LS_RETURN_IF_ERROR(st.kv->grow(slots[static_cast<size_t>(b)], len + 1));
+      LS_RETURN_IF_ERROR(kv.grow(slots[static_cast<size_t>(b)], len + 1));
       in.tokens.push_back(id(rng));
       in.seqs.push_back({slots[static_cast<size_t>(b)], 1, len + 1, false});
       in.logit_rows.push_back(b);
     }
     const bool last = i + 1 == steps + warmup;
     if (profile && i + 4 == steps + warmup) cudaProfilerStart();
-    if (i == warmup) before = st.runner->kv_tier_stats();
+    if (i == warmup) before = ex.kv_tier_stats();
     const auto t0 = std::chrono::steady_clock::now();
-    LS_RETURN_IF_ERROR(st.runner->forward(in, logits));
+    LS_RETURN_IF_ERROR(ex.forward(in, logits));
     if (i >= warmup) t.push_back(seconds_since(t0) * 1e3);
     if (profile && last) cudaProfilerStop();
     ++len;
   }
   Tpot r;
-  const KvTierStats after = st.runner->kv_tier_stats();
+  const KvTierStats after = ex.kv_tier_stats();
   if (after.enabled && after.hits + after.misses > before.hits + before.misses) {
     r.hit_ratio = static_cast<double>(after.hits - before.hits) /
                   static_cast<double>(after.hits + after.misses - before.hits - before.misses);
@@ -303,8 +307,8 @@ void capacity(const Model& model, CudaBackend& b, JsonLines& out, const std::str
           (void)b.take_error();
           continue;
         }
-        fill_cache(b, *st);
-        auto r = tpot(*st, context, kChunk, 2, rng, vocab, false, static_cast<int32_t>(n), 1);
+        fill_cache(b, *st->pool);
+        auto r = tpot(*st->kv, *st->runner, context, kChunk, 2, rng, vocab, false, static_cast<int32_t>(n), 1);
         const Status err = b.take_error();
         if (r.ok() && err.ok()) {
           ok_n = n;
@@ -322,11 +326,90 @@ void capacity(const Model& model, CudaBackend& b, JsonLines& out, const std::str
   }
 }
 
+// --tensor-parallel-size 1,2[,4]: TTFT and TPOT (batch 1) per policy for each size, every stack
+// built by build_model_stack as `longserve serve` builds it (so TP = 1 is measured on the same
+// path), the KV pages of every rank filled with random values.
+int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
+  JsonLines out(arg(argc, argv, "--out", ""));
+  const auto sizes = parse_list(arg(argc, argv, "--tensor-parallel-size", "1,2"));
+  const auto policies = arg(argc, argv, "--policies", "dense,lserve");
+  const auto ttft_lens = parse_list(arg(argc, argv, "--ttft", "32768,131072"));
+  const auto tpot_lens = parse_list(arg(argc, argv, "--tpot", "32768,131072"));
+  const auto chunk = static_cast<int32_t>(std::atoi(arg(argc, argv, "--chunk", "16384").c_str()));
+  const auto steps = static_cast<int32_t>(std::atoi(arg(argc, argv, "--steps", "16").c_str()));
+  const bool record = arg(argc, argv, "--record", "1") == "1";
+  int64_t max_len = 0;
+  for (int64_t x : ttft_lens) max_len = std::max(max_len, x);
+  for (int64_t x : tpot_lens) max_len = std::max(max_len, x + steps + kTpotWarmup + 8);
+  std::mt19937 rng(5);
+  for (const int64_t tp : sizes) {
+    for (const std::string& name :
+         {std::string("dense"), std::string("streaming"), std::string("lserve")}) {
+      if (policies.find(name) == std::string::npos) continue;
+      const std::string tag = fmt::format(R"("policy": "{}", "tp": {})", name, tp);
+      ModelStackOptions o;
+      o.model_dir = model_dir;
+      o.device = "cuda";
+      o.attention.policy = name;
+      o.max_num_seqs = 1;
+      o.max_step_tokens = chunk;
+      o.max_logit_rows = 1;
+      o.max_model_len = static_cast<int32_t>(max_len);
+      o.record_decode_steps = record;
+      o.tensor_parallel_size = static_cast<int32_t>(tp);
+      const auto t_load = std::chrono::steady_clock::now();
+      auto built = build_model_stack(o);
+      if (!built.ok()) {
+        out.write(fmt::format(R"({{"bench": "e2e", {}, "error": "{}"}})", tag,
+                              json_safe(built.status().message())));
+        continue;
+      }
+      ModelStack& st = **built;
+      const double load_s = seconds_since(t_load);
+      std::vector<ModelStack*> ranks;
+      if (st.tp_ranks.empty()) ranks.push_back(&st);
+      for (auto& r : st.tp_ranks) ranks.push_back(r.get());
+      for (ModelStack* r : ranks) {
+        r->backend->bind_thread();
+        fill_cache(static_cast<CudaBackend&>(*r->backend), *r->pool);
+      }
+      const int32_t vocab = static_cast<int32_t>(st.config().vocab_size());
+      StepExecutor& ex = st.executor();
+      auto warm = ttft(*st.kv, ex, std::min<int32_t>(chunk, 2048) + 17, chunk, rng, vocab);
+      if (!warm.ok()) {
+        out.write(fmt::format(R"({{"bench": "e2e", {}, "error": "{}"}})", tag,
+                              json_safe(warm.status().message())));
+        continue;
+      }
+      out.write(fmt::format(R"({{"bench": "e2e_model", {}, "load_s": {:.1f}}})", tag, load_s));
+      for (int64_t T : ttft_lens) {
+        auto s = ttft(*st.kv, ex, static_cast<int32_t>(T), chunk, rng, vocab);
+        out.write(s.ok() ? fmt::format(R"({{"bench": "ttft", {}, "tokens": {}, "ms": {:.1f}}})",
+                                       tag, T, *s * 1e3)
+                         : fmt::format(R"({{"bench": "ttft", {}, "tokens": {}, "error": "{}"}})",
+                                       tag, T, json_safe(s.status().message())));
+      }
+      for (int64_t C : tpot_lens) {
+        auto r = tpot(*st.kv, ex, static_cast<int32_t>(C), chunk, steps, rng, vocab, false);
+        out.write(r.ok() ? fmt::format(
+                               R"({{"bench": "tpot", {}, "context": {}, "median_ms": {:.3f}, "mean_ms": {:.3f}, "recorded": {}}})",
+                               tag, C, r->median_ms, r->mean_ms, record)
+                         : fmt::format(R"({{"bench": "tpot", {}, "context": {}, "error": "{}"}})",
+                                       tag, C, json_safe(r.status().message())));
+      }
+    }
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   const std::string model_dir = arg(argc, argv, "--model", "");
   if (model_dir.empty()) {
     std::fprintf(stderr, "usage: bench_cuda_e2e --model DIR [...]\n");
     return 2;
+  }
+  if (!arg(argc, argv, "--tensor-parallel-size", "").empty()) {
+    return run_tensor_parallel(argc, argv, model_dir);
   }
   JsonLines out(arg(argc, argv, "--out", ""));
   const auto policies = arg(argc, argv, "--policies", "dense,streaming,lserve");
@@ -398,16 +481,16 @@ int run(int argc, char** argv) {
           (void)b.take_error();
           continue;
         }
-        fill_cache(b, *st);
+        fill_cache(b, *st->pool);
         auto warm =
-            ttft(*st, std::min<int32_t>(chunk, 2048) + 17, chunk, rng, vocab);  // plans, scratch
+            ttft(*st->kv, *st->runner, std::min<int32_t>(chunk, 2048) + 17, chunk, rng, vocab);  // plans, scratch
         if (!warm.ok()) {
           out.write(fmt::format(R"({{"bench": "e2e", {}, "error": "{}"}})", tag,
                                 json_safe(warm.status().message())));
           continue;
         }
         for (int64_t T : B == 1 ? ttft_lens : std::vector<int64_t>{}) {
-          auto s = ttft(*st, static_cast<int32_t>(T), chunk, rng, vocab);
+          auto s = ttft(*st->kv, *st->runner, static_cast<int32_t>(T), chunk, rng, vocab);
           const Status err = b.take_error();
           if (!s.ok() || !err.ok()) {
             out.write(fmt::format(R"({{"bench": "ttft", {}, "tokens": {}, "error": "{}"}})", tag, T,
@@ -418,7 +501,7 @@ int run(int argc, char** argv) {
                                 *s * 1e3));
         }
         for (int64_t C : tpot_lens) {
-          auto r = tpot(*st, static_cast<int32_t>(C), chunk, steps, rng, vocab, profile,
+          auto r = tpot(*st->kv, *st->runner, static_cast<int32_t>(C), chunk, steps, rng, vocab, profile,
                         static_cast<int32_t>(B));
           const Status err = b.take_error();
           if (!r.ok() || !err.ok()) {

@@ -83,6 +83,12 @@ struct PolicyModelInfo {
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
+  // Tensor parallelism (docs/tensor-parallel.md): the model's kv heads per layer, and the global
+  // ids of this rank's num_kv_heads heads in each layer ([num_layers * num_kv_heads], layer by
+  // layer). A head pattern is chosen over the whole model and each rank keeps its heads' roles.
+  // Empty / 0: the policy sees the whole model.
+  int32_t global_num_kv_heads = 0;
+  std::vector<int32_t> kv_head_ids;
 };
 
 }  // namespace ls

@@ -87,6 +87,21 @@ KvGeometry make_policy_geometry(const AttentionConfig& config, const PolicyModel
   return g;
 }
 
+std::vector<bool> rank_streaming_heads(const std::vector<bool>& global,
+                                       const PolicyModelInfo& model) {
+  if (model.kv_head_ids.empty()) return global;
+  std::vector<bool> mine;
+  mine.reserve(static_cast<size_t>(model.num_layers) * model.kv_head_ids.size());
+  const auto g = static_cast<size_t>(model.global_num_kv_heads);
+  const auto k = static_cast<size_t>(model.num_kv_heads);
+  for (size_t l = 0; l < static_cast<size_t>(model.num_layers); ++l) {
+    for (size_t j = 0; j < k; ++j) {
+      mine.push_back(global[l * g + static_cast<size_t>(model.kv_head_ids[l * k + j])]);
+    }
+  }
+  return mine;
+}
+
 std::vector<kernels::HeadMode> modes_for(const std::vector<bool>& streaming,
                                          kernels::HeadMode retrieval_mode) {
   std::vector<kernels::HeadMode> modes(streaming.size());

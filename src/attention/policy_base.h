@@ -50,6 +50,11 @@ KvGeometry make_policy_geometry(const AttentionConfig& config, const PolicyModel
                                 const std::vector<bool>& streaming, int32_t page_tokens,
                                 int32_t logical_page_tokens, bool keep_summaries);
 
+// A role mask over the whole model ([num_layers * global_num_kv_heads]) cut down to the kv heads
+// this rank holds in each layer (model.kv_head_ids); the mask itself when the model is not split.
+std::vector<bool> rank_streaming_heads(const std::vector<bool>& global,
+                                       const PolicyModelInfo& model);
+
 // Modes for a role mask: streaming heads kStreaming, the others `retrieval_mode`.
 std::vector<kernels::HeadMode> modes_for(const std::vector<bool>& streaming,
                                          kernels::HeadMode retrieval_mode);

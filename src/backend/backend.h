@@ -107,6 +107,9 @@ class Backend {
   virtual void fill_zero(void* dst, int64_t bytes) = 0;
   // Waits until every queued op has finished.
   virtual void synchronize() = 0;
+  // Makes this backend's device current for the calling thread (CUDA: cudaSetDevice), for a
+  // thread other than the one that created it (a tensor-parallel rank's worker).
+  virtual void bind_thread() {}
   // The first failure of an op since the last call (ops return nothing, so a bad view or a
   // device fault is recorded here), then clears it. Callers check it after synchronize().
   virtual Status take_error() { return {}; }

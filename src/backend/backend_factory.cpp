@@ -3,6 +3,9 @@
 #if defined(LONGSERVE_HAVE_CUDA)
 #include "backend/cuda/cuda_backend.h"
 #endif
+#if defined(LONGSERVE_HAVE_NCCL)
+#include "backend/cuda/nccl_communicator.h"
+#endif
 
 namespace ls {
 
@@ -14,16 +17,29 @@ bool cuda_backend_built() {
 #endif
 }
 
-Result<std::unique_ptr<Backend>> make_backend(std::string_view device, int num_threads) {
+Result<std::unique_ptr<Backend>> make_backend(std::string_view device, int num_threads, int device_index) {
   if (device == "cpu") return make_cpu_backend(num_threads);
   if (device == "cuda") {
 #if defined(LONGSERVE_HAVE_CUDA)
-    return make_cuda_backend(0);
+    return make_cuda_backend(device_index);
 #else
+    (void)device_index;
     return unimplemented("--device cuda: this build has no CUDA backend (nvcc was not found)");
 #endif
   }
   return invalid_argument("unknown device '{}' (cpu or cuda)", device);
+}
+
+Result<std::vector<std::unique_ptr<Communicator>>> make_device_communicators(
+    const std::vector<Backend*>& backends) {
+#if defined(LONGSERVE_HAVE_NCCL)
+  return make_nccl_communicators(backends);
+#else
+  (void)backends;
+  return unimplemented(
+      "tensor parallelism on GPUs needs NCCL, and this build has none (configure with NCCL "
+      "installed: LONGSERVE_NCCL=AUTO finds nccl.h and libnccl)");
+#endif
 }
 
 }  // namespace ls

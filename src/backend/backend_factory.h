@@ -3,12 +3,21 @@
 
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "backend/backend.h"
+#include "backend/communicator.h"
 
 namespace ls {
 
-Result<std::unique_ptr<Backend>> make_backend(std::string_view device, int num_threads);
+// device_index: which GPU for "cuda" (a tensor-parallel rank's); ignored on the CPU.
+Result<std::unique_ptr<Backend>> make_backend(std::string_view device, int num_threads,
+                                              int device_index = 0);
 bool cuda_backend_built();
+
+// One device Communicator per backend (rank r bound to backends[r]): NCCL on CUDA backends in
+// builds with NCCL; kUnimplemented otherwise.
+Result<std::vector<std::unique_ptr<Communicator>>> make_device_communicators(
+    const std::vector<Backend*>& backends);
 
 }  // namespace ls

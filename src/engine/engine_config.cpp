@@ -61,6 +61,11 @@ Status EngineConfig::validate() const {
         max_num_batched_tokens, prefill_segment_tokens);
   }
   LS_RETURN_IF_ERROR(parse_kv_cache_dtype(kv_cache_dtype).status());
+  if (tensor_parallel_size != 1 && tensor_parallel_size != 2 && tensor_parallel_size != 4 &&
+      tensor_parallel_size != 8) {
+    return invalid_argument("--tensor-parallel-size must be 1, 2, 4 or 8 (got {})",
+                            tensor_parallel_size);
+  }
   if (quantization != "auto" && quantization != "none" && quantization != "fp8" &&
       quantization != "q8_0" &&
       quantization != "q4_0" && quantization != "q4_1" && quantization != "q4_k" &&

@@ -60,6 +60,10 @@ struct EngineConfig {
   // pages are shared between requests with the same prefix and kept, LRU, after they end. Off
   // by default until it is proven on the GPU.
   bool enable_prefix_caching = false;
+  // Tensor parallelism (docs/tensor-parallel.md): split every layer over this many GPUs (1, 2,
+  // 4 or 8) of one process. On --device cpu the ranks are threads over the same cores: for
+  // testing only (it is slower than one rank), and the engine warns.
+  int32_t tensor_parallel_size = 1;
 
   Status validate() const;
 };

@@ -94,6 +94,12 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   o.layer_segmented_prefill = config.layer_segmented_prefill();
   LS_ASSIGN_OR_RETURN(o.kv_cache_dtype, parse_kv_cache_dtype(config.kv_cache_dtype));
   o.quantization = config.quantization;
+  o.tensor_parallel_size = config.tensor_parallel_size;
+  if (config.tensor_parallel_size > 1 && config.device == "cpu") {
+    LS_LOG_WARN("--tensor-parallel-size {} on --device cpu: the ranks are threads sharing the same "
+                "cores, which only tests the split (it is slower than one rank)",
+                config.tensor_parallel_size);
+  }
   LS_ASSIGN_OR_RETURN(std::unique_ptr<EngineModel> model, EngineModel::load(o));
 
   std::shared_ptr<const Tokenizer> tokenizer;

@@ -69,6 +69,17 @@ class ModelConfig {
   // Where the config came from, for messages.
   const std::string& source() const { return source_; }
 
+  // The same config with the head counts and MLP width of one tensor-parallel rank's shard
+  // (model/tensor_parallel.h); head_dim and everything else stay as stated.
+  ModelConfig with_shard_sizes(int64_t num_attention_heads, int64_t num_key_value_heads,
+                               int64_t intermediate_size) const {
+    ModelConfig c = *this;
+    c.num_attention_heads_ = num_attention_heads;
+    c.num_key_value_heads_ = num_key_value_heads;
+    c.intermediate_size_ = intermediate_size;
+    return c;
+  }
+
  private:
   friend Result<ModelConfig> parse_model_config(std::string_view json,
                                                 std::string_view source_name);

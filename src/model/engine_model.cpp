@@ -15,10 +15,10 @@ Result<std::unique_ptr<EngineModel>> EngineModel::load(const ModelStackOptions& 
   return std::unique_ptr<EngineModel>(new EngineModel(std::move(stack), std::move(generation)));
 }
 
-StepExecutor& EngineModel::executor() { return *stack_->runner; }
+StepExecutor& EngineModel::executor() { return stack_->executor(); }
 KvManager& EngineModel::kv() { return *stack_->kv; }
 int32_t EngineModel::max_model_len() const { return stack_->max_model_len; }
-const ModelConfig& EngineModel::config() const { return stack_->model->config(); }
+const ModelConfig& EngineModel::config() const { return stack_->config(); }
 std::string EngineModel::policy_name() const { return std::string(stack_->policy->name()); }
 
 }  // namespace ls

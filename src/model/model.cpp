@@ -10,6 +10,7 @@
 #include "io/checkpoint.h"
 #include "io/gguf_convert.h"
 #include "io/gguf_model.h"
+#include "model/tensor_parallel.h"
 
 namespace ls {
 
@@ -23,7 +24,7 @@ Model::Model(ModelConfig config, const ArchitectureSpec* arch, ModelWeights weig
       dir_(std::move(dir)) {}
 
 Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Backend& backend,
-                                           std::string_view quantization) {
+                                           std::string_view quantization, TpShard shard) {
   LS_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
   const ArchitectureSpec* arch = find_architecture(config.architecture());
   if (arch == nullptr) {
@@ -79,6 +80,22 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
                            backend.weight_dtype_for(DType::kF32), keep);
   };
   LS_ASSIGN_OR_RETURN(Checkpoint ckpt, open_checkpoint());
+  if (shard.size > 1) {
+    // One rank's slices, loaded as if they were a checkpoint of the rank's shard of the model.
+    // FP8 quantized on load is per output row of the rank's slice; FP8 checkpoints' scale
+    // tensors are not sliced (yet), so they are refused.
+    if (gguf || quantize_to || config.fp8_weights()) {
+      return unimplemented("--tensor-parallel-size {}: tensor parallelism reads unquantized "
+                           "safetensors checkpoints; {} is {}",
+                           shard.size, dir.string(),
+                           gguf ? "a GGUF model"
+                                : (quantize_to ? "quantized at load (--quantization)"
+                                               : "an FP8 checkpoint"));
+    }
+    LS_ASSIGN_OR_RETURN(TpLayout layout, make_tp_layout(config, shard));
+    LS_ASSIGN_OR_RETURN(ckpt, shard_checkpoint(ckpt, config, layout, shard.rank));
+    config = shard_config(config, layout);
+  }
   LS_ASSIGN_OR_RETURN(ModelWeights weights,
                       load_weights(ckpt, config, *arch, backend, quantize_to, fp8));
   backend.synchronize();

@@ -12,6 +12,7 @@
 #include "io/model_config.h"
 #include "model/architecture.h"
 #include "model/rope_table.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 
 namespace ls {
@@ -22,8 +23,11 @@ class Model {
   // Unknown architectures, unsupported features and every loader fault end in one clear error.
   // quantization: auto | none | fp8 | q8_0 | q4_0 | q4_1 | q4_k | q6_k
   // (EngineConfig::quantization; fp8: model/weights.h Fp8Load).
+  // shard: with size > 1, the weights and config (head counts, MLP width) of one
+  // tensor-parallel rank (model/tensor_parallel.h).
   static Result<std::unique_ptr<Model>> load(const std::filesystem::path& dir, Backend& backend,
-                                             std::string_view quantization = "auto");
+                                             std::string_view quantization = "auto",
+                                             TpShard shard = {});
 
   const ModelConfig& config() const { return config_; }
   const ArchitectureSpec& arch() const { return *arch_; }

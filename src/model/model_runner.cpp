@@ -195,6 +195,9 @@ void ModelRunner::upload_metadata(const StepInput& step, const StepAttentionPlan
 }
 
 Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
+  // The calling thread may have another device current (several stacks in one process, e.g.
+  // tensor parallelism): lazily grown scratch must land on this backend's device.
+  backend_.bind_thread();
   LS_RETURN_IF_ERROR(validate(step));
   const ModelConfig& c = model_.config();
   const auto num_tokens = static_cast<int32_t>(step.tokens.size());
@@ -226,14 +229,14 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   if (pool_.tiered()) LS_RETURN_IF_ERROR(pool_.tier().finish_step(backend_, tier_counters_));
   if (num_logit_rows_ == 0) {
     backend_.synchronize();
-    return backend_.take_error();
+    return take_step_error();
   }
   logits.resize(static_cast<size_t>(num_logit_rows_) * static_cast<size_t>(c.vocab_size()));
   const Buffer& src = backend_.act_dtype() == DType::kF32 ? logits_ : logits_f32_;
   backend_.copy_bytes(logits.data(), src.data(), static_cast<int64_t>(logits.size()) * 4);
   backend_.synchronize();
   // Non-finite rows are the caller's to judge per sequence (one bad row must not fail a batch).
-  return backend_.take_error();
+  return take_step_error();
 }
 
 KvTierStats ModelRunner::kv_tier_stats() const {
@@ -476,6 +479,7 @@ void ModelRunner::run_layer(int32_t layer, const TensorView& x, int32_t num_toke
   backend_.attention(p);
 
   backend_.linear(attn, w.o, delta);
+  reduce_partial(delta);  // tensor parallelism: o_proj is row-parallel
   backend_.add_rmsnorm(x, delta, w.post_norm, eps, xn);
 
   // MLP block; its output stays in delta for forward() to add.
@@ -484,6 +488,22 @@ void ModelRunner::run_layer(int32_t layer, const TensorView& x, int32_t num_toke
   TensorView mlp = mlp_.view(act, {num_tokens, inter});
   backend_.linear_silu_mul(xn, w.gate_up, gate_up, mlp);
   backend_.linear(mlp, w.down, delta);
+  reduce_partial(delta);  // tensor parallelism: down_proj is row-parallel
+}
+
+void ModelRunner::reduce_partial(const TensorView& partial) {
+  if (comm_ == nullptr || !comm_status_.ok()) return;
+  comm_status_ = comm_->all_reduce_sum(partial);
+  if (!comm_status_.ok()) comm_->abort(comm_status_.message());
+}
+
+Status ModelRunner::take_step_error() {
+  Status s = backend_.take_error();
+  if (!comm_status_.ok()) {
+    s = comm_status_;
+    comm_status_ = {};
+  }
+  return s;
 }
 
 }  // namespace ls

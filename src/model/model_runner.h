@@ -13,6 +13,7 @@
 
 #include "attention/attention_policy.h"
 #include "backend/backend.h"
+#include "backend/communicator.h"
 #include "core/status.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_pool.h"
@@ -65,6 +66,9 @@ class ModelRunner final : public StepExecutor {
   // Hierarchical KV tier: empties the device-cache partition of every row whose sequence has
   // ended since it last ran (forward() does this first; tests call it to check the pools).
   void release_finished_rows();
+  // Tensor parallelism (docs/tensor-parallel.md): the partial outputs of o_proj and down_proj
+  // are summed over the ranks through `comm` (owned by the caller; null: one rank).
+  void set_communicator(Communicator* comm) { comm_ = comm; }
   KvTierStats kv_tier_stats() const override;
   Status set_device_budgets(const std::vector<int32_t>& slots) override;
 
@@ -87,6 +91,11 @@ class ModelRunner final : public StepExecutor {
   // the MLP's output is left in delta_.
   void run_layer(int32_t layer, const TensorView& x, int32_t num_tokens, int32_t num_seqs,
                  bool any_select);
+  // Sums a row-parallel projection's partial output over the ranks (no-op without a
+  // communicator); a failure is kept for take_step_error() and aborts the group.
+  void reduce_partial(const TensorView& partial);
+  // The step's first failure: the communicator's, else the backend's.
+  Status take_step_error();
   // Final norm and lm_head over the num_logit_rows_ rows of x that layout_.logit_rows lists.
   void enqueue_logits(const TensorView& x);
   // One layer-segmented unit: `layer` over the arena rows [begin, begin + len).
@@ -101,6 +110,8 @@ class ModelRunner final : public StepExecutor {
   AttentionPolicy& policy_;
   RunnerConfig config_;
   Backend& backend_;
+  Communicator* comm_ = nullptr;
+  Status comm_status_;
 
   // Activations, act dtype, sized for max_step_tokens rows.
   Buffer x_;        // [T, hidden] residual stream

@@ -64,6 +64,7 @@ Status ModelRunner::validate_segments(const LayerSegmentInput& in) const {
 
 Status ModelRunner::forward_layer_segments(const LayerSegmentInput& in,
                                            std::vector<float>& logits) {
+  backend_.bind_thread();  // as forward(): scratch lands on this backend's device
   logits.clear();
   LS_RETURN_IF_ERROR(validate_segments(in));
   SegmentProgress& progress = segment_progress_;
@@ -114,7 +115,7 @@ Status ModelRunner::forward_layer_segments(const LayerSegmentInput& in,
     backend_.copy_bytes(logits.data(), src.data(), static_cast<int64_t>(logits.size()) * 4);
   }
   backend_.synchronize();
-  if (st.ok()) st = backend_.take_error();
+  if (st.ok()) st = take_step_error();
   if (!st.ok()) {
     progress = {};  // the engine fails the sequence; a retry starts from unit 0
     logits.clear();

@@ -9,6 +9,8 @@
 #include "attention/policy_registry.h"
 #include "backend/backend_factory.h"
 #include "core/log.h"
+#include "io/model_config.h"
+#include "model/tensor_parallel.h"
 
 namespace ls {
 
@@ -159,11 +161,27 @@ Result<TierSizes> size_tier(const KvGeometry& g, const ModelStackOptions& o, int
 
 }  // namespace
 
+ModelStack::~ModelStack() {
+  tp_executor.reset();  // joins the rank threads before the ranks' stacks go
+  // Each rank's communicator and stack are freed with the rank's device current (CUDA handles
+  // and memory belong to a device).
+  for (size_t r = tp_comms.size(); r-- > 0;) {
+    if (r < tp_ranks.size() && tp_ranks[r]->backend) tp_ranks[r]->backend->bind_thread();
+    tp_comms[r].reset();
+  }
+  while (!tp_ranks.empty()) {
+    if (tp_ranks.back()->backend) tp_ranks.back()->backend->bind_thread();
+    tp_ranks.pop_back();
+  }
+}
+
 Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o) {
+  if (o.tensor_parallel_size > 1) return build_tensor_parallel_stack(o);
   auto stack = std::make_unique<ModelStack>();
-  LS_ASSIGN_OR_RETURN(stack->backend, make_backend(o.device, o.num_threads));
+  LS_ASSIGN_OR_RETURN(stack->backend, make_backend(o.device, o.num_threads, o.tp_rank));
   Backend& backend = *stack->backend;
-  LS_ASSIGN_OR_RETURN(stack->model, Model::load(o.model_dir, backend, o.quantization));
+  const TpShard shard{o.tp_rank, o.tp_ranks, o.tp_kv_order};
+  LS_ASSIGN_OR_RETURN(stack->model, Model::load(o.model_dir, backend, o.quantization, shard));
   const ModelConfig& c = stack->model->config();
 
   const auto max_pos = static_cast<int32_t>(std::min<int64_t>(c.max_position_embeddings(), INT32_MAX / 2));
@@ -184,6 +202,12 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
   info.num_q_heads = static_cast<int32_t>(c.num_attention_heads());
   info.num_kv_heads = static_cast<int32_t>(c.num_key_value_heads());
   info.head_dim = static_cast<int32_t>(c.head_dim());
+  if (shard.size > 1) {  // this rank's kv heads: the policy keeps their roles in the whole model
+    LS_ASSIGN_OR_RETURN(ModelConfig full, load_model_config(o.model_dir));
+    LS_ASSIGN_OR_RETURN(TpLayout layout, make_tp_layout(full, shard));
+    info.global_num_kv_heads = static_cast<int32_t>(full.num_key_value_heads());
+    info.kv_head_ids = layout.kv_heads_of(shard.rank);
+  }
   LS_ASSIGN_OR_RETURN(stack->policy, make_attention_policy(o.attention, info));
 
   KvGeometry g = stack->policy->kv_geometry();

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "attention/attention_config.h"
 #include "kv/kv_geometry.h"
@@ -35,6 +36,14 @@ struct ModelStackOptions {
   bool layer_segmented_prefill = false;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;  // K/V page format (docs/kv-quantization.md)
   std::string quantization = "auto";  // EngineConfig::quantization
+  // Tensor parallelism (docs/tensor-parallel.md): ranks, one device each (cuda:0 .. N-1; on the
+  // CPU, threads of this process, for tests).
+  int32_t tensor_parallel_size = 1;
+  // Set by the tensor-parallel builder when it builds one rank's own stack: rank tp_rank of
+  // tp_ranks (its backend on device tp_rank, its model shard, its heads' policy and KV pool).
+  int32_t tp_rank = 0;
+  int32_t tp_ranks = 1;
+  std::vector<int32_t> tp_kv_order;  // TpLayout::kv_order (empty: the default layout)
 };
 
 }  // namespace ls

@@ -14,6 +14,10 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
                  "Hugging Face model directory, or a GGUF file (or a directory holding one) (default: the bundled model)");
   app.add_option("--device", c.device, "cpu or cuda")->capture_default_str();
   app.add_option("--threads", c.num_threads, "CPU threads (0: all cores)")->capture_default_str();
+  app.add_option("--tensor-parallel-size", c.tensor_parallel_size,
+                 "Split every layer over this many GPUs (1, 2, 4, 8) of one process with NCCL "
+                 "(docs/tensor-parallel.md); on --device cpu only for testing")
+      ->capture_default_str();
   app.add_option("--max-model-len", c.max_model_len,
                  "Context limit in tokens (0: the model's max_position_embeddings)")
       ->capture_default_str();

@@ -28,10 +28,13 @@ Result<std::unique_ptr<AttentionPolicy>> make_lserve_policy(const AttentionConfi
     return invalid_argument("--page-tokens ({}) must be a multiple of --logical-page-tokens ({})",
                             page, logical);
   }
+  // The pattern is chosen over the whole model; a tensor-parallel rank keeps its heads' roles.
+  const int32_t all_kv_heads =
+      model.kv_head_ids.empty() ? model.num_kv_heads : model.global_num_kv_heads;
   std::vector<bool> streaming;
   if (!config.head_pattern_path.empty()) {
     LS_ASSIGN_OR_RETURN(HeadGates gates, load_head_gates(config.head_pattern_path,
-                                                         model.num_layers, model.num_kv_heads));
+                                                         model.num_layers, all_kv_heads));
     streaming = choose_streaming_heads(gates, config.streaming_ratio);
   } else {
     if (config.streaming_ratio > 0) {
@@ -40,9 +43,9 @@ Result<std::unique_ptr<AttentionPolicy>> make_lserve_policy(const AttentionConfi
           "streaming heads (run `longserve calibrate` to find the model's own pattern)",
           config.streaming_ratio * 100);
     }
-    streaming = default_streaming_heads(model.num_layers, model.num_kv_heads,
-                                        config.streaming_ratio);
+    streaming = default_streaming_heads(model.num_layers, all_kv_heads, config.streaming_ratio);
   }
+  streaming = rank_streaming_heads(streaming, model);
   KvGeometry g = make_policy_geometry(config, model, streaming, page, logical, true);
   return std::unique_ptr<AttentionPolicy>(
       new LservePolicy(std::move(g), modes_for(streaming, kernels::HeadMode::kSelected), config));

@@ -460,6 +460,8 @@ void CudaBackend::fill_zero(void* dst, int64_t bytes) {
   }
 }
 
+void CudaBackend::bind_thread() { cudaSetDevice(device_); }
+
 void CudaBackend::synchronize() {
   if (capturing_) {
     report(failed_precondition("synchronize() inside a capture"), "synchronize");

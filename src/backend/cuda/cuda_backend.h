@@ -80,6 +80,8 @@ class CudaBackend final : public Backend {
   void copy_bytes(void* dst, const void* src, int64_t bytes) override;
   void fill_zero(void* dst, int64_t bytes) override;
   void synchronize() override;
+  void bind_thread() override;
+  int device_index() const { return device_; }
   int64_t device_memory_free_bytes() const override;
   int64_t device_memory_total_bytes() const override;
   HostMemoryStats host_memory_stats() const override;

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <mutex>
 
 #include "kernels/cuda/attention_decode.cuh"
@@ -60,17 +61,33 @@ Status launch_decode_quant(const AttentionParams& p, const DecodeArgs& args, int
 
 #ifdef LS_ATTENTION_INSTANTIATE
 
-// Raises the kernel's dynamic shared-memory limit once (to the largest listed_cap) and asks for
-// the largest shared-memory carveout, so two blocks of ~110 KB fit on an SM.
+// Once per device and kernel: a function attribute belongs to one device, and tensor
+// parallelism launches the same kernels on several GPUs (docs/tensor-parallel.md).
+struct PerDeviceOnce {
+  std::mutex mu;
+  uint64_t done = 0;         // bit d: device d has the attribute
+  cudaError_t err[64] = {};  // each device's result
+};
+
+// Raises the kernel's dynamic shared-memory limit once per device (to the largest listed_cap)
+// and asks for the largest shared-memory carveout, so two blocks of ~110 KB fit on an SM.
 template <class Kernel>
-Status allow_smem(Kernel kernel, int bytes, std::once_flag& once, cudaError_t& err) {
-  std::call_once(once, [&] {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (err == cudaSuccess) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                 cudaSharedmemCarveoutMaxShared);
+Status allow_smem(Kernel kernel, int bytes, PerDeviceOnce& once) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess && device >= 0 && device < 64) {
+    std::lock_guard<std::mutex> lock(once.mu);
+    if (((once.done >> device) & 1u) == 0) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if (err == cudaSuccess) {
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   cudaSharedmemCarveoutMaxShared);
+      }
+      once.err[device] = err;
+      once.done |= uint64_t{1} << device;
     }
-  });
+    err = once.err[device];
+  }
   return cuda_status(err, "cudaFuncSetAttribute(attention, max dynamic shared memory)");
 }
 
@@ -78,10 +95,9 @@ template <int kD, typename T, int kWarps>
 Status launch_prefill(const AttentionParams& p, const PrefillTile* tiles, const int32_t* num_tiles,
                       int32_t max_tiles, int32_t listed_cap, cudaStream_t stream) {
   using Shape = PrefillShape<kD, kWarps>;
-  static std::once_flag once;
-  static cudaError_t err = cudaSuccess;
+  static PerDeviceOnce once;
   LS_RETURN_IF_ERROR(allow_smem(prefill_attention_kernel<kD, T, kWarps>,
-                                Shape::template smem_bytes<T>(kMaxListedPages), once, err));
+                                Shape::template smem_bytes<T>(kMaxListedPages), once));
   const dim3 grid(static_cast<unsigned>(p.num_q_heads), static_cast<unsigned>(max_tiles));
   prefill_attention_kernel<kD, T, kWarps>
       <<<grid, Shape::kThreads, Shape::template smem_bytes<T>(listed_cap), stream>>>(
@@ -94,10 +110,9 @@ Status launch_prefill_quant_kernel(const AttentionParams& p, const PrefillTile* 
                                    const int32_t* num_tiles, int32_t max_tiles,
                                    int32_t listed_cap, cudaStream_t stream) {
   using Shape = PrefillShape<kD, kWarps>;
-  static std::once_flag once;
-  static cudaError_t err = cudaSuccess;
+  static PerDeviceOnce once;
   LS_RETURN_IF_ERROR(allow_smem(prefill_attention_kernel<kD, T, kWarps, kQ>,
-                                Shape::template smem_bytes<T>(kMaxListedPages), once, err));
+                                Shape::template smem_bytes<T>(kMaxListedPages), once));
   const dim3 grid(static_cast<unsigned>(p.num_q_heads), static_cast<unsigned>(max_tiles));
   prefill_attention_kernel<kD, T, kWarps, kQ>
       <<<grid, Shape::kThreads, Shape::template smem_bytes<T>(listed_cap), stream>>>(
@@ -130,10 +145,9 @@ Status launch_prefill_wgmma(const AttentionParams& p, const PrefillTile* tiles,
                             const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                             cudaStream_t stream) {
   using Shape = WgmmaPrefillShape<kD, kBN>;
-  static std::once_flag once;
-  static cudaError_t err = cudaSuccess;
+  static PerDeviceOnce once;
   LS_RETURN_IF_ERROR(
-      allow_smem(prefill_wgmma_kernel<kD, T, kBN>, Shape::smem_bytes(kMaxListedPages), once, err));
+      allow_smem(prefill_wgmma_kernel<kD, T, kBN>, Shape::smem_bytes(kMaxListedPages), once));
   const dim3 grid(static_cast<unsigned>(p.num_q_heads), static_cast<unsigned>(max_tiles));
   prefill_wgmma_kernel<kD, T, kBN>
       <<<grid, Shape::kThreads, Shape::smem_bytes(listed_cap), stream>>>(p, tiles, num_tiles,
@@ -146,10 +160,9 @@ Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tile
                                const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                                cudaStream_t stream) {
   using Shape = WgmmaWsShape<kD, kBN, kStages>;
-  static std::once_flag once;
-  static cudaError_t err = cudaSuccess;
+  static PerDeviceOnce once;
   LS_RETURN_IF_ERROR(allow_smem(prefill_wgmma_ws_kernel<kD, T, kBN, kPingPong, kStages>,
-                                Shape::smem_bytes(kMaxListedPages), once, err));
+                                Shape::smem_bytes(kMaxListedPages), once));
   const dim3 grid(static_cast<unsigned>(p.num_q_heads), static_cast<unsigned>(max_tiles));
   prefill_wgmma_ws_kernel<kD, T, kBN, kPingPong, kStages>
       <<<grid, Shape::kThreads, Shape::smem_bytes(listed_cap), stream>>>(p, tiles, num_tiles,
@@ -163,10 +176,9 @@ Status launch_prefill_wgmma_persistent(const AttentionParams& p, const PrefillTi
                                        const int32_t* num_tiles, int32_t blocks,
                                        int32_t listed_cap, cudaStream_t stream) {
   using Shape = WgmmaPersistentShape<kD, kBN, kStages>;
-  static std::once_flag once;
-  static cudaError_t err = cudaSuccess;
+  static PerDeviceOnce once;
   LS_RETURN_IF_ERROR(allow_smem(prefill_wgmma_persistent_kernel<kD, T, kBN, kStages>,
-                                Shape::smem_bytes(kMaxListedPages), once, err));
+                                Shape::smem_bytes(kMaxListedPages), once));
   prefill_wgmma_persistent_kernel<kD, T, kBN, kStages>
       <<<static_cast<unsigned>(blocks), Shape::kThreads, Shape::smem_bytes(listed_cap), stream>>>(
           p, tiles, num_tiles, listed_cap);
@@ -177,10 +189,9 @@ template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant
 Status launch_decode_kernel(const AttentionParams& p, const DecodeArgs& args, int32_t items,
                             int32_t max_splits, cudaStream_t stream) {
   using Shape = DecodeShape<kD, kQ>;
-  static std::once_flag once;
-  static cudaError_t err = cudaSuccess;
+  static PerDeviceOnce once;
   LS_RETURN_IF_ERROR(allow_smem(decode_attention_kernel<kD, T, kTicketed, kTiered, kQ>,
-                                Shape::template smem_bytes<T>(kMaxListedPages), once, err));
+                                Shape::template smem_bytes<T>(kMaxListedPages), once));
   const dim3 grid(static_cast<unsigned>(items),
                   static_cast<unsigned>(p.num_kv_heads * args.head_chunks),
                   static_cast<unsigned>(max_splits));

@@ -335,12 +335,20 @@ int64_t partial_slots(const SharedPrefixParams& p) {
 template <int kD, typename T>
 Status launch(const SharedPrefixParams& p, float* part_o, float* part_lse, cudaStream_t stream) {
   constexpr int kSmem = Shape<kD>::template smem_bytes<T>();
-  static std::once_flag once;
-  static cudaError_t attr_err = cudaSuccess;
-  std::call_once(once, [] {
-    attr_err = cudaFuncSetAttribute(shared_prefix_items_kernel<kD, T>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  });
+  // Per device: a function attribute belongs to one device (tensor parallelism runs the kernel
+  // on several).
+  static std::mutex mu;
+  static uint64_t done = 0;  // bit d: device d has the attribute
+  int device = 0;
+  cudaError_t attr_err = cudaGetDevice(&device);
+  if (attr_err == cudaSuccess && device >= 0 && device < 64) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (((done >> device) & 1u) == 0) {
+      attr_err = cudaFuncSetAttribute(shared_prefix_items_kernel<kD, T>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      if (attr_err == cudaSuccess) done |= uint64_t{1} << device;
+    }
+  }
   LS_RETURN_IF_ERROR(cuda_status(attr_err, "cudaFuncSetAttribute(shared_prefix_items_kernel)"));
   if (p.num_items > 0) {
     const dim3 grid(static_cast<unsigned>(p.num_items), static_cast<unsigned>(p.attn.num_kv_heads));

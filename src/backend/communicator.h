@@ -1,0 +1,40 @@
+#pragma once
+// Collectives between the tensor-parallel ranks of one process (docs/tensor-parallel.md). Each
+// rank holds its own Communicator object, bound to its rank's Backend: a collective is enqueued
+// in order with that backend's ops (the CUDA stream for NCCL; at once on the CPU), so a rank's
+// runner calls it between two ops like any other op, and a recorded decode step records it.
+//
+// Every rank must call the same collectives in the same order with buffers of the same shape and
+// dtype. A rank that fails calls abort() (any rank's object aborts the whole group): collectives
+// waiting on it, and later ones, then fail instead of hanging.
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace ls {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int32_t rank() const = 0;
+  virtual int32_t size() const = 0;
+  virtual std::string name() const = 0;  // "cpu", "nccl"
+  // buf [any shape] f32 | bf16 | f16, contiguous, on this rank's device: becomes the element-wise
+  // sum of every rank's buf.
+  virtual Status all_reduce_sum(const TensorView& buf) = 0;
+  // in [n] elements on every rank; out [size() * n] gets rank r's `in` at [r * n, (r + 1) * n).
+  virtual Status all_gather(const TensorView& in, const TensorView& out) = 0;
+  // Returns once every rank has called it (and, on a device, once this rank's queued ops have).
+  virtual Status barrier() = 0;
+  // Fails the group: collectives in flight and later ones return `why` until reset().
+  virtual void abort(const std::string& why) = 0;
+  // After an abort, once every rank is out of its collectives (the executor knows: all its rank
+  // threads returned), makes the group usable again; false when the transport cannot recover
+  // (an aborted NCCL communicator is gone).
+  virtual bool reset() = 0;
+};
+
+}  // namespace ls

@@ -1,0 +1,175 @@
+#include "backend/cuda/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/log.h"
+
+namespace ls {
+
+namespace {
+
+// The communicators of one group, destroyed together (or aborted together).
+struct NcclGroup {
+  std::vector<ncclComm_t> comms;
+  std::mutex mu;
+  std::atomic<bool> aborted{false};
+  std::string why;
+
+  ~NcclGroup() {
+    if (aborted.load()) return;  // ncclCommAbort already freed them
+    for (ncclComm_t c : comms) {
+      if (c != nullptr) ncclCommDestroy(c);
+    }
+  }
+  void abort(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (aborted.exchange(true)) return;
+    why = reason;
+    for (ncclComm_t c : comms) {
+      if (c != nullptr) ncclCommAbort(c);
+    }
+  }
+  std::string reason() {
+    std::lock_guard<std::mutex> lock(mu);
+    return why;
+  }
+};
+
+Result<ncclDataType_t> nccl_type(DType d) {
+  switch (d) {
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclFloat16;
+    default:
+      return invalid_argument("NCCL collectives: {} buffers are not supported (f32, bf16, f16)",
+                              dtype_name(d));
+  }
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::shared_ptr<NcclGroup> group, int32_t rank, CudaBackend* backend,
+                   Buffer scratch)
+      : group_(std::move(group)), rank_(rank), backend_(backend), scratch_(std::move(scratch)) {}
+
+  int32_t rank() const override { return rank_; }
+  int32_t size() const override { return static_cast<int32_t>(group_->comms.size()); }
+  std::string name() const override { return "nccl"; }
+
+  Status all_reduce_sum(const TensorView& buf) override {
+    LS_RETURN_IF_ERROR(check_alive());
+    LS_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(buf.dtype));
+    if (!buf.is_contiguous()) return invalid_argument("all_reduce_sum: the buffer is not contiguous");
+    return check(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), type, ncclSum,
+                               comm(), stream()),
+                 "ncclAllReduce");
+  }
+
+  Status all_gather(const TensorView& in, const TensorView& out) override {
+    LS_RETURN_IF_ERROR(check_alive());
+    LS_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(in.dtype));
+    if (!in.is_contiguous() || !out.is_contiguous() || in.dtype != out.dtype ||
+        out.numel() != in.numel() * size()) {
+      return invalid_argument("all_gather: out must be [{} x {}] {} contiguous elements", size(),
+                              in.numel(), dtype_name(in.dtype));
+    }
+    return check(ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), type, comm(),
+                               stream()),
+                 "ncclAllGather");
+  }
+
+  Status barrier() override {
+    LS_RETURN_IF_ERROR(check_alive());
+    LS_RETURN_IF_ERROR(check(ncclAllReduce(scratch_.data(), scratch_.data(), 1, ncclFloat32,
+                                           ncclSum, comm(), stream()),
+                             "ncclAllReduce (barrier)"));
+    backend_->synchronize();
+    LS_RETURN_IF_ERROR(backend_->take_error());
+    return check_alive();
+  }
+
+  void abort(const std::string& why) override { group_->abort(why); }
+  bool reset() override { return !group_->aborted.load(); }
+
+ private:
+  ncclComm_t comm() const { return group_->comms[static_cast<size_t>(rank_)]; }
+  cudaStream_t stream() const { return static_cast<cudaStream_t>(backend_->stream_handle()); }
+  Status check_alive() const {
+    if (group_->aborted.load()) {
+      return failed_precondition("tensor parallel: the NCCL group was aborted: {}",
+                                 group_->reason());
+    }
+    return {};
+  }
+  Status check(ncclResult_t r, const char* what) const {
+    if (r == ncclSuccess) return {};
+    ncclResult_t async = ncclSuccess;
+    if (!group_->aborted.load()) ncclCommGetAsyncError(comm(), &async);
+    return internal_error("tensor parallel rank {}: {} failed: {}{}", rank_, what,
+                          ncclGetErrorString(r),
+                          async != ncclSuccess
+                              ? std::string(" (async: ") + ncclGetErrorString(async) + ")"
+                              : std::string());
+  }
+
+  std::shared_ptr<NcclGroup> group_;
+  int32_t rank_;
+  CudaBackend* backend_;
+  Buffer scratch_;  // [1] f32 on the rank's device, the barrier's payload
+};
+
+}  // namespace
+
+Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
+    const std::vector<Backend*>& backends) {
+  std::vector<CudaBackend*> cuda;
+  std::vector<int> devices;
+  for (Backend* b : backends) {
+    auto* c = dynamic_cast<CudaBackend*>(b);
+    if (c == nullptr) return invalid_argument("NCCL communicators need CUDA backends");
+    cuda.push_back(c);
+    devices.push_back(c->device_index());
+  }
+  int visible = 0;
+  if (cudaGetDeviceCount(&visible) != cudaSuccess ||
+      visible < static_cast<int>(backends.size())) {
+    return resource_exhausted("--tensor-parallel-size {} needs {} GPUs; {} are visible",
+                              backends.size(), backends.size(), visible);
+  }
+  auto group = std::make_shared<NcclGroup>();
+  group->comms.assign(backends.size(), nullptr);
+  const ncclResult_t r = ncclCommInitAll(group->comms.data(), static_cast<int>(backends.size()),
+                                         devices.data());
+  if (r != ncclSuccess) {
+    group->comms.assign(backends.size(), nullptr);
+    return internal_error("ncclCommInitAll over {} GPUs failed: {}", backends.size(),
+                          ncclGetErrorString(r));
+  }
+  int version = 0;
+  ncclGetVersion(&version);
+  LS_LOG_INFO("NCCL {} communicators on {} GPUs (NCCL_NVLS_ENABLE={})", version, backends.size(),
+              std::getenv("NCCL_NVLS_ENABLE") ? std::getenv("NCCL_NVLS_ENABLE") : "unset");
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (size_t i = 0; i < cuda.size(); ++i) {
+    cuda[i]->bind_thread();
+    LS_ASSIGN_OR_RETURN(Buffer scratch, cuda[i]->allocate_zeroed(4));
+    out.push_back(std::make_unique<NcclCommunicator>(group, static_cast<int32_t>(i), cuda[i],
+                                                     std::move(scratch)));
+  }
+  return out;
+}
+
+}  // namespace ls

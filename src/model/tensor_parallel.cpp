@@ -1,0 +1,312 @@
+#include "model/tensor_parallel.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "io/safetensors.h"
+
+namespace ls {
+
+int64_t TpLayout::kv_head(int64_t layer, int32_t rank, int64_t j) const {
+  if (kv_replicas > 1) return rank / kv_replicas;
+  if (kv_order.empty()) return rank * kv_heads_per_rank + j;
+  return kv_order[static_cast<size_t>(layer * num_kv_heads + rank * kv_heads_per_rank + j)];
+}
+
+int64_t TpLayout::q_head(int64_t layer, int32_t rank, int64_t j) const {
+  if (kv_replicas > 1) return rank * q_heads_per_rank + j;
+  return kv_head(layer, rank, j / group) * group + j % group;
+}
+
+std::vector<int32_t> TpLayout::kv_heads_of(int32_t rank) const {
+  std::vector<int32_t> ids;
+  for (int64_t l = 0; l < num_layers; ++l) {
+    for (int64_t j = 0; j < kv_heads_per_rank; ++j) {
+      ids.push_back(static_cast<int32_t>(kv_head(l, rank, j)));
+    }
+  }
+  return ids;
+}
+
+void TpLayout::balance_roles(const std::vector<bool>& streaming) {
+  kv_order.clear();
+  if (kv_replicas > 1 || size == 1) return;
+  bool mixed = false;
+  for (int64_t l = 0; l < num_layers && !mixed; ++l) {
+    for (int64_t h = 1; h < num_kv_heads; ++h) {
+      mixed |= streaming[static_cast<size_t>(l * num_kv_heads + h)] !=
+               streaming[static_cast<size_t>(l * num_kv_heads)];
+    }
+  }
+  if (!mixed) return;
+  kv_order.resize(static_cast<size_t>(num_layers * num_kv_heads));
+  std::vector<std::vector<int32_t>> per_rank(static_cast<size_t>(size));
+  for (int64_t l = 0; l < num_layers; ++l) {
+    // Retrieval heads first, then streaming ones, dealt round-robin from a rank that moves on
+    // every layer, so no rank collects every layer's odd retrieval head.
+    for (auto& v : per_rank) v.clear();
+    int64_t dealt = 0;
+    for (const bool want_streaming : {false, true}) {
+      for (int64_t h = 0; h < num_kv_heads; ++h) {
+        if (streaming[static_cast<size_t>(l * num_kv_heads + h)] != want_streaming) continue;
+        // The next rank (from the layer's first) that still has room.
+        int64_t r = (l + dealt) % size;
+        while (static_cast<int64_t>(per_rank[static_cast<size_t>(r)].size()) == kv_heads_per_rank) {
+          r = (r + 1) % size;
+        }
+        per_rank[static_cast<size_t>(r)].push_back(static_cast<int32_t>(h));
+        ++dealt;
+      }
+    }
+    for (int32_t r = 0; r < size; ++r) {
+      auto& heads = per_rank[static_cast<size_t>(r)];
+      std::sort(heads.begin(), heads.end());
+      for (size_t j = 0; j < heads.size(); ++j) {
+        kv_order[static_cast<size_t>(l * num_kv_heads + r * kv_heads_per_rank) + j] = heads[j];
+      }
+    }
+  }
+}
+
+Result<TpLayout> make_tp_layout(const ModelConfig& c, int32_t size) {
+  if (size != 1 && size != 2 && size != 4 && size != 8) {
+    return invalid_argument("--tensor-parallel-size {}: must be 1, 2, 4 or 8", size);
+  }
+  const int64_t hq = c.num_attention_heads();
+  const int64_t hkv = c.num_key_value_heads();
+  const int64_t inter = c.intermediate_size();
+  if (hq % size != 0) {
+    return invalid_argument(
+        "--tensor-parallel-size {}: the model's {} attention heads (num_attention_heads) do not "
+        "split evenly over {} ranks",
+        size, hq, size);
+  }
+  if (hkv >= size ? hkv % size != 0 : size % hkv != 0) {
+    return invalid_argument(
+        "--tensor-parallel-size {}: the model's {} kv heads (num_key_value_heads) must be a "
+        "multiple of {} or divide it",
+        size, hkv, size);
+  }
+  if (inter % size != 0) {
+    return invalid_argument(
+        "--tensor-parallel-size {}: the MLP width {} (intermediate_size) does not split evenly "
+        "over {} ranks",
+        size, inter, size);
+  }
+  TpLayout l;
+  l.size = size;
+  l.q_heads_per_rank = hq / size;
+  l.kv_heads_per_rank = hkv >= size ? hkv / size : 1;
+  l.kv_replicas = hkv >= size ? 1 : size / hkv;
+  l.inter_per_rank = inter / size;
+  l.num_layers = c.num_hidden_layers();
+  l.num_kv_heads = hkv;
+  l.group = hq / hkv;
+  return l;
+}
+
+Result<TpLayout> make_tp_layout(const ModelConfig& c, const TpShard& shard) {
+  LS_ASSIGN_OR_RETURN(TpLayout l, make_tp_layout(c, shard.size));
+  if (!shard.kv_order.empty()) {
+    if (l.kv_replicas > 1 ||
+        static_cast<int64_t>(shard.kv_order.size()) != l.num_layers * l.num_kv_heads) {
+      return invalid_argument("tensor-parallel kv head order of {} entries does not fit {} layers "
+                              "x {} kv heads over {} ranks",
+                              shard.kv_order.size(), l.num_layers, l.num_kv_heads, l.size);
+    }
+    for (int64_t layer = 0; layer < l.num_layers; ++layer) {
+      std::vector<bool> seen(static_cast<size_t>(l.num_kv_heads), false);
+      for (int64_t h = 0; h < l.num_kv_heads; ++h) {
+        const int32_t id = shard.kv_order[static_cast<size_t>(layer * l.num_kv_heads + h)];
+        if (id < 0 || id >= l.num_kv_heads || seen[static_cast<size_t>(id)]) {
+          return invalid_argument("tensor-parallel kv head order: layer {} is not a permutation "
+                                  "of its {} kv heads",
+                                  layer, l.num_kv_heads);
+        }
+        seen[static_cast<size_t>(id)] = true;
+      }
+    }
+    l.kv_order = shard.kv_order;
+  }
+  return l;
+}
+
+ModelConfig shard_config(const ModelConfig& c, const TpLayout& l) {
+  return c.with_shard_sizes(l.q_heads_per_rank, l.kv_heads_per_rank, l.inter_per_rank);
+}
+
+namespace {
+
+// One output tensor of the shard: its bytes and header entry.
+struct ShardTensor {
+  std::string name;
+  SafetensorsDType dtype = SafetensorsDType::kF32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+// [begin, count) ranges of rows or columns, concatenated in order.
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+
+int64_t total(const Ranges& ranges) {
+  int64_t n = 0;
+  for (const auto& r : ranges) n += r.second;
+  return n;
+}
+
+// The rows `ranges` of t viewed as [rows, row_elems] (a 1-D tensor: elements).
+ShardTensor slice_rows(const TensorInfo& t, const Ranges& ranges) {
+  ShardTensor out{t.name, t.file_dtype, t.shape, {}};
+  const int64_t row_elems = t.shape.size() > 1 ? t.shape[1] : 1;
+  const int64_t row_bytes = row_elems * safetensors_dtype_size(t.file_dtype);
+  out.shape[0] = total(ranges);
+  out.bytes.resize(static_cast<size_t>(out.shape[0] * row_bytes));
+  int64_t at = 0;
+  for (const auto& [begin, count] : ranges) {
+    std::memcpy(out.bytes.data() + at * row_bytes,
+                static_cast<const uint8_t*>(t.data) + begin * row_bytes,
+                static_cast<size_t>(count * row_bytes));
+    at += count;
+  }
+  return out;
+}
+
+// The columns `ranges` of the [rows, cols] tensor t.
+ShardTensor slice_cols(const TensorInfo& t, const Ranges& ranges) {
+  ShardTensor out{t.name, t.file_dtype, t.shape, {}};
+  const int64_t es = safetensors_dtype_size(t.file_dtype);
+  const int64_t rows = t.shape[0], cols = t.shape[1];
+  const int64_t n = total(ranges);
+  out.shape[1] = n;
+  out.bytes.resize(static_cast<size_t>(rows * n * es));
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t at = 0;
+    for (const auto& [begin, count] : ranges) {
+      std::memcpy(out.bytes.data() + (r * n + at) * es,
+                  static_cast<const uint8_t*>(t.data) + (r * cols + begin) * es,
+                  static_cast<size_t>(count * es));
+      at += count;
+    }
+  }
+  return out;
+}
+
+// The layer index of "model.layers.<l>.*", or -1.
+int64_t layer_of(std::string_view name) {
+  constexpr std::string_view prefix = "model.layers.";
+  if (name.substr(0, prefix.size()) != prefix) return -1;
+  int64_t l = 0;
+  size_t i = prefix.size();
+  if (i >= name.size() || name[i] < '0' || name[i] > '9') return -1;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) l = l * 10 + (name[i] - '0');
+  return l;
+}
+
+ShardTensor copy_whole(const TensorInfo& t, bool zero) {
+  ShardTensor out{t.name, t.file_dtype, t.shape, {}};
+  out.bytes.resize(static_cast<size_t>(t.nbytes), 0);
+  if (!zero) std::memcpy(out.bytes.data(), t.data, out.bytes.size());
+  return out;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// The safetensors bytes of `tensors` (header padded to 8 bytes, data contiguous).
+std::vector<uint8_t> serialize(const std::vector<ShardTensor>& tensors) {
+  std::string header = "{";
+  int64_t offset = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const ShardTensor& t = tensors[i];
+    const auto n = static_cast<int64_t>(t.bytes.size());
+    header += fmt::format("{}\"{}\":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+                          i ? "," : "", t.name, safetensors_dtype_name(t.dtype),
+                          fmt::join(t.shape, ","), offset, offset + n);
+    offset += n;
+  }
+  header += "}";
+  while (header.size() % 8 != 0) header += ' ';
+  std::vector<uint8_t> out(8 + header.size() + static_cast<size_t>(offset));
+  const uint64_t len = header.size();
+  for (int b = 0; b < 8; ++b) out[static_cast<size_t>(b)] = static_cast<uint8_t>(len >> (8 * b));
+  std::memcpy(out.data() + 8, header.data(), header.size());
+  size_t at = 8 + header.size();
+  for (const ShardTensor& t : tensors) {
+    if (!t.bytes.empty()) std::memcpy(out.data() + at, t.bytes.data(), t.bytes.size());
+    at += t.bytes.size();
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Checkpoint> shard_checkpoint(const Checkpoint& full, const ModelConfig& c,
+                                    const TpLayout& l, int32_t rank) {
+  const int64_t d = c.head_dim();
+  const Ranges mlp = {{rank * l.inter_per_rank, l.inter_per_rank}};
+  std::vector<ShardTensor> out;
+  for (const std::string& name : full.names()) {
+    LS_ASSIGN_OR_RETURN(const TensorInfo* t, full.get(name));
+    const int64_t layer = layer_of(name);
+    // The rank's q heads and kv heads in this layer, as row (or column) ranges of head_dim.
+    Ranges q, kv;
+    if (layer >= 0) {
+      for (int64_t j = 0; j < l.q_heads_per_rank; ++j) q.push_back({l.q_head(layer, rank, j) * d, d});
+      for (int64_t j = 0; j < l.kv_heads_per_rank; ++j) {
+        kv.push_back({l.kv_head(layer, rank, j) * d, d});
+      }
+    }
+    // The loader checks every shape later; here a sliced tensor only needs the dimension it is
+    // sliced along to hold every range.
+    auto need = [&](size_t dims, int64_t dim, const Ranges& ranges) -> Status {
+      int64_t end = 0;
+      for (const auto& [b, n] : ranges) end = std::max(end, b + n);
+      if (t->shape.size() != dims || t->shape[static_cast<size_t>(dim)] < end) {
+        return invalid_argument("{} in {}: shape [{}] cannot be split for tensor parallelism",
+                                name, t->file, fmt::join(t->shape, ", "));
+      }
+      return {};
+    };
+    const size_t dims = ends_with(name, ".weight") ? 2 : 1;
+    if (ends_with(name, "self_attn.q_proj.weight") || ends_with(name, "self_attn.q_proj.bias")) {
+      LS_RETURN_IF_ERROR(need(dims, 0, q));
+      out.push_back(slice_rows(*t, q));
+    } else if (ends_with(name, "self_attn.k_proj.weight") ||
+               ends_with(name, "self_attn.k_proj.bias") ||
+               ends_with(name, "self_attn.v_proj.weight") ||
+               ends_with(name, "self_attn.v_proj.bias")) {
+      LS_RETURN_IF_ERROR(need(dims, 0, kv));
+      out.push_back(slice_rows(*t, kv));
+    } else if (ends_with(name, "mlp.gate_proj.weight") || ends_with(name, "mlp.gate_proj.bias") ||
+               ends_with(name, "mlp.up_proj.weight") || ends_with(name, "mlp.up_proj.bias")) {
+      LS_RETURN_IF_ERROR(need(dims, 0, mlp));
+      out.push_back(slice_rows(*t, mlp));
+    } else if (ends_with(name, "self_attn.o_proj.weight")) {
+      LS_RETURN_IF_ERROR(need(2, 1, q));
+      out.push_back(slice_cols(*t, q));
+    } else if (ends_with(name, "mlp.down_proj.weight")) {
+      LS_RETURN_IF_ERROR(need(2, 1, mlp));
+      out.push_back(slice_cols(*t, mlp));
+    } else if (ends_with(name, "self_attn.o_proj.bias") || ends_with(name, "mlp.down_proj.bias")) {
+      out.push_back(copy_whole(*t, rank != 0));  // added once, by rank 0, before the all-reduce
+    } else {
+      out.push_back(copy_whole(*t, false));  // replicated
+    }
+  }
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                      SafetensorsFile::from_memory(
+                          fmt::format("{} (tensor-parallel rank {} of {})",
+                                      full.dir().string(), rank, l.size),
+                          serialize(out)));
+  return Checkpoint::from_file(full.dir(), std::move(file));
+}
+
+}  // namespace ls

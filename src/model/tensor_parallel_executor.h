@@ -1,0 +1,73 @@
+#pragma once
+// The StepExecutor of tensor parallelism (docs/tensor-parallel.md): one process, one persistent
+// worker thread per rank. forward() hands the same StepInput to every rank's ModelRunner, each on
+// its own thread (bound to its device), and returns rank 0's logits; the ranks meet only in the
+// all-reduces inside their runners. A rank that fails aborts the group, so the others' waits
+// end, and the step fails with that rank's error; the group is then reset for the next step
+// when the transport allows, otherwise every later step fails with the first error.
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/communicator.h"
+#include "core/status.h"
+#include "model/model_runner.h"
+#include "model/step_executor.h"
+
+namespace ls {
+
+class TensorParallelExecutor final : public StepExecutor {
+ public:
+  struct Rank {
+    ModelRunner* runner = nullptr;
+    Backend* backend = nullptr;
+    Communicator* comm = nullptr;
+  };
+  // ranks[r] is rank r; the pointers must outlive the executor.
+  explicit TensorParallelExecutor(std::vector<Rank> ranks);
+  ~TensorParallelExecutor() override;
+  TensorParallelExecutor(const TensorParallelExecutor&) = delete;
+  TensorParallelExecutor& operator=(const TensorParallelExecutor&) = delete;
+
+  Status forward(const StepInput& step, std::vector<float>& logits) override;
+  int32_t vocab_size() const override { return ranks_[0].runner->vocab_size(); }
+  Status forward_layer_segments(const LayerSegmentInput& in, std::vector<float>& logits) override;
+  int32_t num_layers() const override { return ranks_[0].runner->num_layers(); }
+  int32_t max_layer_segment_tokens() const override {
+    return ranks_[0].runner->max_layer_segment_tokens();
+  }
+  // Rank 0's (every rank holds an arena of the same size).
+  int64_t layer_segment_arena_bytes() const override {
+    return ranks_[0].runner->layer_segment_arena_bytes();
+  }
+  // Rank 0's tier (each rank has its own, over its own heads).
+  KvTierStats kv_tier_stats() const override { return ranks_[0].runner->kv_tier_stats(); }
+  Status set_device_budgets(const std::vector<int32_t>& slots) override;
+  int32_t size() const { return static_cast<int32_t>(ranks_.size()); }
+
+ private:
+  // Runs job(rank) on every rank's thread and waits for all; the first failure wins.
+  Status run_all(const std::function<Status(int32_t)>& job);
+  void worker(int32_t rank);
+
+  std::vector<Rank> ranks_;
+  std::vector<std::vector<float>> scratch_logits_;  // [ranks] logits of ranks other than 0
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  const std::function<Status(int32_t)>* job_ = nullptr;
+  int64_t generation_ = 0;
+  int32_t pending_ = 0;
+  bool stop_ = false;
+  Status first_error_;  // this step's first failure, in time order
+  Status broken_;       // set when the group cannot be reset: every later step fails with it
+};
+
+}  // namespace ls
