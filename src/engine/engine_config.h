@@ -59,6 +59,10 @@ struct EngineConfig {
   // pages are shared between requests with the same prefix and kept, LRU, after they end. Off
   // by default until it is proven on the GPU.
   bool enable_prefix_caching = false;
+  // Shared-prefix decode attention (docs/shared-prefix-attention.md): decode steps whose
+  // sequences share prefix blocks (prefix-cache hits) attend the shared part once per group, in
+  // layers whose heads all read every page. Without shared blocks it never engages.
+  bool shared_prefix_attention = true;
 
   Status validate() const;
 };
