@@ -19,6 +19,7 @@ Result<SharedPrefixStep> SharedPrefixStep::create(Backend& backend, const KvGeom
   SharedPrefixStep s;
   s.config_ = c;
   s.reads_every_page_ = reads_every_page;
+  s.enabled_now_ = c.enabled;
   if (!c.enabled) return s;
   if (c.max_seqs <= 0 || c.max_model_len <= 0 || c.num_q_heads <= 0 || c.num_kv_heads <= 0 ||
       c.plan.split_tokens <= 0 || c.plan.max_rows <= 0) {
@@ -47,7 +48,7 @@ void SharedPrefixStep::plan_step(Backend& backend, const StepInput& step, const 
                                  const StepAttentionPlan& plan, bool tiered) {
   active_ = false;
   const auto num_seqs = static_cast<int32_t>(step.seqs.size());
-  if (!config_.enabled || tiered || num_seqs < 2 ||
+  if (!enabled_now_ || tiered || num_seqs < 2 ||
       static_cast<int32_t>(step.tokens.size()) != num_seqs || num_seqs > config_.max_seqs) {
     return;
   }

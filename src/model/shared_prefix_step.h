@@ -65,6 +65,8 @@ class SharedPrefixStep {
   // prefix read through one member's table would not be resident for the others: off).
   void plan_step(Backend& backend, const StepInput& step, const KvManager& kv,
                  const StepAttentionPlan& plan, bool tiered);
+  // Benchmarks: turns the shared path off and on again (on only if it was made enabled).
+  void set_enabled(bool on) { enabled_now_ = on && config_.enabled; }
   // Forgets the step (after its ops are enqueued; layer-segmented units never share).
   void clear() { active_ = false; }
 
@@ -86,6 +88,7 @@ class SharedPrefixStep {
   SharedPrefixStepConfig config_;
   std::vector<uint8_t> layer_ok_;       // [num_layers] every kv head is a retrieval head
   bool reads_every_page_ = false;       // the policy's retrieval heads never select pages
+  bool enabled_now_ = false;            // config_.enabled unless a benchmark turned it off
   Buffer plan_;                         // device: num_parts, item_seqs, items (below)
   int64_t item_seqs_offset_ = 0;        // bytes; num_parts [max_seqs] i32 at 0
   int64_t items_offset_ = 0;            // bytes; item_seqs [2 * max_seqs] i32 before it
