@@ -135,7 +135,9 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<EngineModel> 
 
 void EngineCore::init_prefix_caching() {
   if (!config_.enable_prefix_caching) return;
-  kv_->enable_prefix_caching(prefix_cache_seed(config_, kv_->geometry()));
+  // With the host KV tier a retrieval page is shared only through the cache, never by two live
+  // sequences at once (KvManager::enable_prefix_caching).
+  kv_->enable_prefix_caching(prefix_cache_seed(config_, kv_->geometry()), config_.kv_offload);
   LS_LOG_INFO("prefix caching on: full {}-token pages are shared and kept after their requests",
               kv_->geometry().page_tokens);
 }

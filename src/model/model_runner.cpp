@@ -280,11 +280,17 @@ Status ModelRunner::set_device_budgets(const std::vector<int32_t>& slots) {
 void ModelRunner::release_finished_rows() {
   if (!pool_.tiered()) return;
   row_dirty_.resize(static_cast<size_t>(kv_.max_seqs()), false);
+  row_admission_.resize(static_cast<size_t>(kv_.max_seqs()), 0);
   for (int32_t row = 0; row < kv_.max_seqs(); ++row) {
-    if (row_dirty_[static_cast<size_t>(row)] && !kv_.sequence(row).active) {
+    const SequenceKv& seq = kv_.sequence(row);
+    const auto r = static_cast<size_t>(row);
+    // A row whose sequence ended, or that another sequence took since it last ran (it may start
+    // from a prefix-cache hit, so its first step need not start at token 0), drops its pages.
+    if (row_dirty_[r] && (!seq.active || seq.admission != row_admission_[r])) {
       pool_.tier().reset_row(backend_, row);
-      row_dirty_[static_cast<size_t>(row)] = false;
+      row_dirty_[r] = false;
     }
+    if (seq.active) row_admission_[r] = seq.admission;
   }
 }
 

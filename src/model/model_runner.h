@@ -156,6 +156,7 @@ class ModelRunner final : public StepExecutor {
   int64_t replayed_steps_ = 0;
   KvTierCounters tier_counters_;  // as of the last step's end
   std::vector<bool> row_dirty_;  // [kv max_seqs] the row's cache partition may hold pages
+  std::vector<int64_t> row_admission_;  // [kv max_seqs] SequenceKv::admission it last held
   SharedPrefixStep shared_prefix_;  // this decode step's shared-prefix plan, if any
 
   // Layer-segmented prefill: the prompt's residual stream between units, and whose it is.

@@ -32,7 +32,8 @@ struct Outcome {
   EngineStats stats;
 };
 
-EngineConfig config(const std::string& policy, bool shared, int64_t kv_cache_bytes) {
+EngineConfig config(const std::string& policy, bool shared, int64_t kv_cache_bytes,
+                    bool caching = true, bool host_tier = false) {
   EngineConfig c;
   c.model_dir = std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/models/llama3";
   c.num_threads = 2;
@@ -48,7 +49,8 @@ EngineConfig config(const std::string& policy, bool shared, int64_t kv_cache_byt
   c.attention.streaming_ratio = 0.5;
   c.kv_cache_bytes = kv_cache_bytes;
   c.decode_reserve_ratio = 0;
-  c.enable_prefix_caching = true;
+  c.enable_prefix_caching = caching;
+  c.kv_offload = host_tier;
   c.shared_prefix_attention = shared;
   // f32 pages: with bf16 pages a last-bit difference of one step's attention output can round a
   // later token's K/V to the neighbouring bf16 value, which then grows over a long generation;
@@ -84,9 +86,9 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 // end inside each sequence's own page; max_tokens differ so sequences leave the batch at
 // different steps; q2 is aborted after 10 tokens.
 Outcome burst(const std::string& policy, bool shared, int64_t kv_cache_bytes,
-              int32_t long_tokens = 0) {
+              int32_t long_tokens = 0, bool caching = true, bool host_tier = false) {
   Outcome run;
-  auto core_or = EngineCore::create(config(policy, shared, kv_cache_bytes));
+  auto core_or = EngineCore::create(config(policy, shared, kv_cache_bytes, caching, host_tier));
   EXPECT_TRUE(core_or.ok()) << core_or.status().to_string();
   if (!core_or.ok()) return run;
   EngineCore& core = **core_or;
@@ -177,6 +179,22 @@ TEST(SharedPrefixEngine, SparsePoliciesKeepPerSequenceAttentionWhereNeeded) {
     SCOPED_TRACE(policy);
     expect_close(off, on);
   }
+}
+
+// Prefix caching with the host KV tier (--kv-offload on), in a burst: a retrieval page is never
+// shared by two live sequences there (the tier's residency table gives a head-page one slot in
+// one request row's partition), so the first question takes the document's cached pages back
+// (their homes fetched like misses) and the others, arriving while it holds them, recompute;
+// later hits after preemption take cached-free pages again. Against caching off with the tier
+// on: the same greedy tokens and logprobs within the fp32 bound; shared-prefix attention never
+// engages with the tier.
+TEST(SharedPrefixEngine, HostTierBurstWithCachingEqualsCachingOff) {
+  const Outcome off = burst("dense", true, 0, 0, false, true);
+  const Outcome on = burst("dense", true, 0, 0, true, true);
+  expect_close(off, on);
+  EXPECT_TRUE(on.stats.kv_offload);
+  EXPECT_GT(on.stats.prompt_tokens_cached, 0);
+  EXPECT_EQ(on.stats.shared_prefix_steps, 0);
 }
 
 }  // namespace
