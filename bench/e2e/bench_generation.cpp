@@ -22,6 +22,13 @@
 // it as prefix caching would), each with its own --suffix tokens, with shared-prefix attention
 // off and on, alternated in rounds on the same cache; also the largest logit difference of one
 // step run both ways (same inputs, so the same K/V is rewritten).
+// --prefix-hit (docs/prefix-caching.md): for each --contexts length L, the time to first token
+// of a prompt of L document tokens + --suffix own tokens when nothing is cached (a miss: the
+// whole prompt prefilled) against the same document cached by an earlier request (a hit: only
+// the suffix prefilled, its attention reading the cached pages). With --kv-offload on the hit's
+// pages come back from host memory through the tier's residency op (the first request's row
+// was released, so nothing of the document is resident): the crossover length where a hit from
+// the host beats recomputing is where the speed-up passes 1.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -388,6 +395,82 @@ int shared_prefix_decode(ModelStackOptions o, int32_t prefix, int32_t batch, int
   return engaged ? 0 : 1;
 }
 
+// The --prefix-hit mode (see the header).
+int prefix_hit_ttft(ModelStackOptions o, const std::vector<int32_t>& contexts, int32_t suffix,
+                    int32_t repeats) {
+  const int32_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
+  o.max_num_seqs = 2;
+  o.max_logit_rows = 1;
+  o.max_model_len = max_ctx + suffix + 16;
+  auto stack_or = build_model_stack(o);
+  if (!stack_or.ok()) {
+    fmt::print(stderr, "error: {}\n", stack_or.status().to_string());
+    return 1;
+  }
+  ModelStack& stack = **stack_or;
+  KvManager& kv = *stack.kv;
+  ModelRunner& runner = *stack.runner;
+  kv.enable_prefix_caching(prefix_seed("bench_generation --prefix-hit"), stack.pool->tiered());
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> tok(0, runner.vocab_size() - 1);
+  std::vector<float> logits;
+  // Seconds until the prompt's last logits are on the host; the cached tokens it started from.
+  auto run_prompt = [&](const std::vector<int32_t>& ids, int32_t& cached) {
+    auto slot = kv.add_sequence();
+    die_if(slot.status());
+    const double t0 = now_seconds();
+    const TokenView view{ids, {}};
+    const PrefixHit hit = kv.match_prefix(view, static_cast<int32_t>(ids.size()) - 1);
+    kv.attach_prefix(*slot, hit);
+    cached = hit.num_tokens;
+    const auto n = static_cast<int32_t>(ids.size());
+    for (int32_t begin = hit.num_tokens; begin < n;) {
+      const int32_t len = std::min(o.max_step_tokens, n - begin);
+      StepInput in;
+      in.tokens.assign(ids.begin() + begin, ids.begin() + begin + len);
+      in.seqs.push_back({*slot, len, begin + len, true});
+      if (begin + len == n) in.logit_rows.push_back(len - 1);
+      die_if(kv.grow(*slot, begin + len));
+      die_if(runner.forward(in, logits));
+      begin += len;
+      kv.register_pages(*slot, view, begin);
+    }
+    const double s = now_seconds() - t0;
+    kv.remove_sequence(*slot);
+    return s;
+  };
+  fmt::print("model: {}, backend: {}, attention: {}, KV offload {}; prompts of L document tokens "
+             "+ {} own tokens, chunks of {}; medians of {} documents\n\n",
+             o.model_dir.string(), stack.backend->name(), stack.policy->name(),
+             stack.pool->tiered() ? "on (a hit's pages come from host memory)" : "off", suffix,
+             o.max_step_tokens, repeats);
+  fmt::print("| L | miss TTFT ms | hit TTFT ms | miss / hit | cached tokens | pages fetched per hit |\n"
+             "|---:|---:|---:|---:|---:|---:|\n");
+  for (const int32_t ctx : contexts) {
+    std::vector<double> miss_s, hit_s;
+    int32_t cached = 0;
+    int64_t fetched = 0;
+    for (int32_t r = 0; r < repeats; ++r) {
+      std::vector<int32_t> doc(static_cast<size_t>(ctx));
+      for (int32_t& t : doc) t = tok(rng);
+      auto prompt = [&] {
+        std::vector<int32_t> ids = doc;
+        for (int32_t i = 0; i < suffix; ++i) ids.push_back(tok(rng));
+        return ids;
+      };
+      int32_t c = 0;
+      miss_s.push_back(run_prompt(prompt(), c));
+      const int64_t before = runner.kv_tier_stats().misses;
+      hit_s.push_back(run_prompt(prompt(), cached));
+      fetched += runner.kv_tier_stats().misses - before;
+    }
+    const double m = median(miss_s), h = median(hit_s);
+    fmt::print("| {} | {:.1f} | {:.1f} | {:.2f}x | {} | {} |\n", ctx, m * 1e3, h * 1e3, m / h,
+               cached, fetched / repeats);
+  }
+  return 0;
+}
+
 struct Row {
   int32_t context;
   double prefill_tps;
@@ -446,6 +529,11 @@ int main(int argc, char** argv) {
                  "auto, none, or q8_0|q4_0|q4_1|q4_k|q6_k (safetensors quantized at load)")
       ->capture_default_str();
   int32_t shared_prefix = 0, batch = 32, suffix = 64;
+  bool prefix_hit = false;
+  app.add_flag("--prefix-hit", prefix_hit,
+               "Per --contexts length: time to first token of a prompt whose document is cached "
+               "(a hit; from host memory with --kv-offload on) against a miss")
+      ->capture_default_str();
   app.add_option("--shared-prefix", shared_prefix,
                  "Tokens of a prefix shared by --batch sequences: decode throughput with "
                  "shared-prefix attention off and on (docs/shared-prefix-attention.md)")
@@ -475,6 +563,10 @@ int main(int argc, char** argv) {
     }
     o.max_step_tokens = std::max(chunk, 2048);
     return shared_prefix_decode(o, shared_prefix, batch, suffix, decode_steps, repeats);
+  }
+  if (prefix_hit) {
+    o.max_step_tokens = std::max(chunk, 2048);
+    return prefix_hit_ttft(o, contexts, std::max(1, suffix), repeats);
   }
 
   const int32_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
