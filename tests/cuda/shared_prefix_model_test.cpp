@@ -26,11 +26,13 @@
 namespace ls::cuda_test {
 namespace {
 
-// Largest |logit difference| between the two kernels over a step's rows. bf16 activations: the
-// attention output differs in its last bits (P rounded to bf16 per 64-key block in both kernels,
-// over different blocks); on this model that moves logits by far less than this bound, while a
-// wrong key range, table or merge moves them by whole units.
-constexpr float kLogitTol = 0.1f;
+// Largest |logit difference| between the two kernels over a step's rows, relative to the step's
+// largest |logit|. bf16 activations: the attention output is rounded to bf16 by both kernels
+// after different summation orders (and P rounded to bf16 over different key blocks), so
+// elements differ by about one bf16 ulp (0.4%), which the following layers carry into the
+// logits; a wrong key range, table or merge weight moves them by tens of percent. The bound is
+// the one-token CUDA-vs-f32 tolerance of model_test.cpp (bf16 GEMMs and norms alone).
+constexpr float kLogitTol = 2e-2f;
 
 TEST(CudaSharedPrefixModel, DecodeStepsEqualPerSequenceAttention) {
   LS_REQUIRE_CUDA();
@@ -116,10 +118,13 @@ TEST(CudaSharedPrefixModel, DecodeStepsEqualPerSequenceAttention) {
     runner.set_shared_prefix_attention(true);
     ASSERT_TRUE(runner.forward(in, logits).ok());
     ASSERT_EQ(off.size(), logits.size());
+    float diff = 0, scale = 1e-6f;
     for (size_t i = 0; i < off.size(); ++i) {
       ASSERT_TRUE(std::isfinite(logits[i])) << "step " << step << " element " << i;
-      worst = std::max(worst, std::abs(off[i] - logits[i]));
+      diff = std::max(diff, std::abs(off[i] - logits[i]));
+      scale = std::max(scale, std::abs(off[i]));
     }
+    worst = std::max(worst, diff / scale);
     // Teacher forcing with the per-sequence run's argmax: both kernels see the same inputs.
     for (size_t b = 0; b < batch.size(); ++b) {
       Seq& s = seqs[batch[b]];

@@ -256,7 +256,8 @@ TEST_P(PrefixCaching, BurstWithPreemptionAndAbortAgrees) {
 // after a hit).
 // (Streaming heads alone keep no tiered pages: the policies with retrieval heads.)
 TEST(PrefixCachingHostTier, SequentialHitsChangeNothing) {
-  for (const std::string policy : {"dense", "quest", "lserve"}) {
+  for (const char* name : {"dense", "quest", "lserve"}) {
+    const std::string policy = name;
     SCOPED_TRACE(policy);
     const Outcome off = sequential(policy, false, true);
     const Outcome on = sequential(policy, true, true);

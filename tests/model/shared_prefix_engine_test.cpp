@@ -173,7 +173,8 @@ TEST(SharedPrefixEngine, DenseBurstWithPreemptionEqualsPerSequenceAttention) {
 // selection read their own pages; the runner keeps those per sequence (by layer and by step),
 // so outputs still agree with the ordinary path.
 TEST(SharedPrefixEngine, SparsePoliciesKeepPerSequenceAttentionWhereNeeded) {
-  for (const std::string policy : {"lserve", "quest"}) {
+  for (const char* name : {"lserve", "quest"}) {
+    const std::string policy = name;
     const Outcome off = burst(policy, false, 0);
     const Outcome on = burst(policy, true, 0);
     SCOPED_TRACE(policy);
