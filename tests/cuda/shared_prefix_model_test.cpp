@@ -92,7 +92,7 @@ TEST(CudaSharedPrefixModel, DecodeStepsEqualPerSequenceAttention) {
   }
   std::vector<size_t> batch = {0, 1, 2, 3, 4, 5};
   const int64_t shared0 = runner.shared_prefix_stats().steps;
-  float worst = 0;
+  float worst = 0, worst_abs = 0, worst_scale = 0;
   for (int32_t step = 0; step < 40; ++step) {
     if (step == 12) {  // seq 2 leaves (finished or aborted)
       kv.remove_sequence(seqs[2].slot);
@@ -124,7 +124,11 @@ TEST(CudaSharedPrefixModel, DecodeStepsEqualPerSequenceAttention) {
       diff = std::max(diff, std::abs(off[i] - logits[i]));
       scale = std::max(scale, std::abs(off[i]));
     }
-    worst = std::max(worst, diff / scale);
+    if (diff / scale > worst) {
+      worst = diff / scale;
+      worst_abs = diff;
+      worst_scale = scale;
+    }
     // Teacher forcing with the per-sequence run's argmax: both kernels see the same inputs.
     for (size_t b = 0; b < batch.size(); ++b) {
       Seq& s = seqs[batch[b]];
@@ -133,7 +137,10 @@ TEST(CudaSharedPrefixModel, DecodeStepsEqualPerSequenceAttention) {
       ASSERT_TRUE(kv.grow(s.slot, static_cast<int32_t>(s.ids.size())).ok());
     }
   }
-  EXPECT_LT(worst, kLogitTol);
+  // Logits come back in bf16 on CUDA: a difference of exactly one bf16 ulp of the largest
+  // logits (0.125 in [16, 32)) is rounding, not a wrong attention.
+  EXPECT_LT(worst, kLogitTol) << "largest |logit difference| " << worst_abs
+                              << " at a step whose largest |logit| is " << worst_scale;
   // Every step had a group sharing the document's 23 pages.
   EXPECT_EQ(runner.shared_prefix_stats().steps - shared0, 40);
   for (size_t b : batch) kv.remove_sequence(seqs[b].slot);
