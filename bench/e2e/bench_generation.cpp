@@ -17,6 +17,18 @@
 // hit ratio (hits / (hits + misses) of the pages the timed steps' attention read) and the
 // selection overlap (share of a step's selected pages the same layer read one step earlier;
 // docs/working-set-scheduling.md).
+// --shared-prefix P --batch B (docs/shared-prefix-attention.md): decode throughput of B sequences
+// whose tables share one cached P-token prefix (the first sequence prefills it, the others hit
+// it as prefix caching would), each with its own --suffix tokens, with shared-prefix attention
+// off and on, alternated in rounds on the same cache; also the largest logit difference of one
+// step run both ways (same inputs, so the same K/V is rewritten).
+// --prefix-hit (docs/prefix-caching.md): for each --contexts length L, the time to first token
+// of a prompt of L document tokens + --suffix own tokens when nothing is cached (a miss: the
+// whole prompt prefilled) against the same document cached by an earlier request (a hit: only
+// the suffix prefilled, its attention reading the cached pages). With --kv-offload on the hit's
+// pages come back from host memory through the tier's residency op (the first request's row
+// was released, so nothing of the document is resident): the crossover length where a hit from
+// the host beats recomputing is where the speed-up passes 1.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -24,6 +36,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <numeric>
@@ -33,12 +46,15 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/status.h"
 #include "core/log.h"
 #include "core/dtype.h"
 #include "kernels/kv_quant.h"
 #include "kernels/paged_kv.h"
 #include "kernels/page_residency.h"
 #include "kv/kv_geometry.h"
+#include "kv/kv_manager.h"
+#include "kv/prefix_key.h"
 #include "model/model_stack.h"
 
 namespace ls {
@@ -253,6 +269,208 @@ int compare_formats(ModelStackOptions o, const std::vector<KvCacheDtype>& format
   return 0;
 }
 
+void die_if(const Status& st) {
+  if (!st.ok()) {
+    fmt::print(stderr, "error: {}\n", st.to_string());
+    std::exit(1);
+  }
+}
+
+// The --shared-prefix mode (see the header).
+int shared_prefix_decode(ModelStackOptions o, int32_t prefix, int32_t batch, int32_t suffix,
+                         int32_t decode_steps, int32_t repeats) {
+  constexpr int32_t kWarmup = 3;  // a step shape is recorded (CUDA graphs) on its second sight
+  o.max_num_seqs = batch;
+  o.max_logit_rows = batch;
+  o.max_step_tokens = std::max(o.max_step_tokens, batch);
+  o.max_model_len = prefix + suffix + 2 * repeats * (decode_steps + kWarmup) + 2 + 16;
+  auto stack_or = build_model_stack(o);
+  if (!stack_or.ok()) {
+    fmt::print(stderr, "error: {}\n", stack_or.status().to_string());
+    return 1;
+  }
+  ModelStack& stack = **stack_or;
+  KvManager& kv = *stack.kv;
+  ModelRunner& runner = *stack.runner;
+  kv.enable_prefix_caching(prefix_seed("bench_generation --shared-prefix"));
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> tok(0, runner.vocab_size() - 1);
+  std::vector<int32_t> doc(static_cast<size_t>(prefix));
+  for (int32_t& t : doc) t = tok(rng);
+  std::vector<float> logits;
+  std::vector<int32_t> slots;
+  std::vector<int32_t> lens;
+  int32_t cached = 0;
+  const double t_fill = now_seconds();
+  for (int32_t b = 0; b < batch; ++b) {
+    std::vector<int32_t> ids = doc;
+    for (int32_t i = 0; i < suffix; ++i) ids.push_back(tok(rng));
+    auto slot = kv.add_sequence();
+    die_if(slot.status());
+    const TokenView view{ids, {}};
+    const PrefixHit hit = kv.match_prefix(view, static_cast<int32_t>(ids.size()) - 1);
+    kv.attach_prefix(*slot, hit);
+    if (b > 0) cached = hit.num_tokens;
+    const auto n = static_cast<int32_t>(ids.size());
+    for (int32_t begin = hit.num_tokens; begin < n;) {
+      const int32_t len = std::min(o.max_step_tokens, n - begin);
+      StepInput in;
+      in.tokens.assign(ids.begin() + begin, ids.begin() + begin + len);
+      in.seqs.push_back({*slot, len, begin + len, true});
+      in.logit_rows.push_back(len - 1);
+      die_if(kv.grow(*slot, begin + len));
+      die_if(runner.forward(in, logits));
+      begin += len;
+      kv.register_pages(*slot, view, begin);
+    }
+    kv.finish_prefill(*slot);
+    slots.push_back(*slot);
+    lens.push_back(n);
+  }
+  const double fill_s = now_seconds() - t_fill;
+  auto step = [&](std::vector<int32_t>& tokens) {
+    StepInput in;
+    in.tokens = tokens;
+    for (int32_t b = 0; b < batch; ++b) {
+      die_if(kv.grow(slots[static_cast<size_t>(b)], lens[static_cast<size_t>(b)] + 1));
+      in.seqs.push_back({slots[static_cast<size_t>(b)], 1, lens[static_cast<size_t>(b)] + 1, false});
+      in.logit_rows.push_back(b);
+    }
+    die_if(runner.forward(in, logits));
+  };
+  auto next_tokens = [&] {
+    std::vector<int32_t> t(static_cast<size_t>(batch));
+    for (int32_t& x : t) x = tok(rng);
+    return t;
+  };
+  auto advance = [&] {
+    for (int32_t& l : lens) ++l;
+  };
+  // The same step both ways: its K/V rows are rewritten with the same values, so the logits
+  // differ only by the attention's summation order.
+  std::vector<int32_t> probe = next_tokens();
+  runner.set_shared_prefix_attention(false);
+  step(probe);
+  const std::vector<float> off_logits = logits;
+  runner.set_shared_prefix_attention(true);
+  const int64_t steps0 = runner.shared_prefix_stats().steps;
+  step(probe);
+  const bool engaged = runner.shared_prefix_stats().steps > steps0;
+  float max_diff = 0;
+  for (size_t i = 0; i < logits.size() && i < off_logits.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(logits[i] - off_logits[i]));
+  }
+  advance();
+  std::vector<double> off_s, on_s;
+  for (int32_t r = 0; r < repeats; ++r) {
+    for (const bool on : {false, true}) {
+      runner.set_shared_prefix_attention(on);
+      for (int32_t w = 0; w < kWarmup; ++w) {
+        std::vector<int32_t> t = next_tokens();
+        step(t);
+        advance();
+      }
+      stack.backend->synchronize();
+      const double t0 = now_seconds();
+      for (int32_t s = 0; s < decode_steps; ++s) {
+        std::vector<int32_t> t = next_tokens();
+        step(t);
+        advance();
+      }
+      (on ? on_s : off_s).push_back((now_seconds() - t0) / decode_steps);
+    }
+  }
+  const double off = median(off_s), on = median(on_s);
+  fmt::print("model: {}, backend: {}, attention: {}; {} sequences over a shared prefix of {} tokens "
+             "({} cached for each later sequence), {} own tokens each; filled in {:.1f} s; {} "
+             "rounds of {} decode steps per mode, alternated, medians\n\n",
+             o.model_dir.string(), stack.backend->name(), stack.policy->name(), batch, prefix,
+             cached, suffix, fill_s, repeats, decode_steps);
+  fmt::print("| shared-prefix attention | decode step ms | decode tok/s (batch) | speed-up |\n"
+             "|---|---:|---:|---:|\n");
+  fmt::print("| off | {:.2f} | {:.1f} | 1.00x |\n", off * 1e3, batch / off);
+  fmt::print("| on | {:.2f} | {:.1f} | {:.2f}x |\n", on * 1e3, batch / on, off / on);
+  fmt::print("\nshared path engaged: {}; largest logit difference of one step off vs on: {:.3g}\n",
+             engaged ? "yes" : "NO (no shared blocks or a sparse policy)", max_diff);
+  return engaged ? 0 : 1;
+}
+
+// The --prefix-hit mode (see the header).
+int prefix_hit_ttft(ModelStackOptions o, const std::vector<int32_t>& contexts, int32_t suffix,
+                    int32_t repeats) {
+  const int32_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
+  o.max_num_seqs = 2;
+  o.max_logit_rows = 1;
+  o.max_model_len = max_ctx + suffix + 16;
+  auto stack_or = build_model_stack(o);
+  if (!stack_or.ok()) {
+    fmt::print(stderr, "error: {}\n", stack_or.status().to_string());
+    return 1;
+  }
+  ModelStack& stack = **stack_or;
+  KvManager& kv = *stack.kv;
+  ModelRunner& runner = *stack.runner;
+  kv.enable_prefix_caching(prefix_seed("bench_generation --prefix-hit"), stack.pool->tiered());
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> tok(0, runner.vocab_size() - 1);
+  std::vector<float> logits;
+  // Seconds until the prompt's last logits are on the host; the cached tokens it started from.
+  auto run_prompt = [&](const std::vector<int32_t>& ids, int32_t& cached) {
+    auto slot = kv.add_sequence();
+    die_if(slot.status());
+    const double t0 = now_seconds();
+    const TokenView view{ids, {}};
+    const PrefixHit hit = kv.match_prefix(view, static_cast<int32_t>(ids.size()) - 1);
+    kv.attach_prefix(*slot, hit);
+    cached = hit.num_tokens;
+    const auto n = static_cast<int32_t>(ids.size());
+    for (int32_t begin = hit.num_tokens; begin < n;) {
+      const int32_t len = std::min(o.max_step_tokens, n - begin);
+      StepInput in;
+      in.tokens.assign(ids.begin() + begin, ids.begin() + begin + len);
+      in.seqs.push_back({*slot, len, begin + len, true});
+      if (begin + len == n) in.logit_rows.push_back(len - 1);
+      die_if(kv.grow(*slot, begin + len));
+      die_if(runner.forward(in, logits));
+      begin += len;
+      kv.register_pages(*slot, view, begin);
+    }
+    const double s = now_seconds() - t0;
+    kv.remove_sequence(*slot);
+    return s;
+  };
+  fmt::print("model: {}, backend: {}, attention: {}, KV offload {}; prompts of L document tokens "
+             "+ {} own tokens, chunks of {}; medians of {} documents\n\n",
+             o.model_dir.string(), stack.backend->name(), stack.policy->name(),
+             stack.pool->tiered() ? "on (a hit's pages come from host memory)" : "off", suffix,
+             o.max_step_tokens, repeats);
+  fmt::print("| L | miss TTFT ms | hit TTFT ms | miss / hit | cached tokens | pages fetched per hit |\n"
+             "|---:|---:|---:|---:|---:|---:|\n");
+  for (const int32_t ctx : contexts) {
+    std::vector<double> miss_s, hit_s;
+    int32_t cached = 0;
+    int64_t fetched = 0;
+    for (int32_t r = 0; r < repeats; ++r) {
+      std::vector<int32_t> doc(static_cast<size_t>(ctx));
+      for (int32_t& t : doc) t = tok(rng);
+      auto prompt = [&] {
+        std::vector<int32_t> ids = doc;
+        for (int32_t i = 0; i < suffix; ++i) ids.push_back(tok(rng));
+        return ids;
+      };
+      int32_t c = 0;
+      miss_s.push_back(run_prompt(prompt(), c));
+      const int64_t before = runner.kv_tier_stats().misses;
+      hit_s.push_back(run_prompt(prompt(), cached));
+      fetched += runner.kv_tier_stats().misses - before;
+    }
+    const double m = median(miss_s), h = median(hit_s);
+    fmt::print("| {} | {:.1f} | {:.1f} | {:.2f}x | {} | {} |\n", ctx, m * 1e3, h * 1e3, m / h,
+               cached, fetched / repeats);
+  }
+  return 0;
+}
+
 struct Row {
   int32_t context;
   double prefill_tps;
@@ -310,6 +528,19 @@ int main(int argc, char** argv) {
   app.add_option("--quantization", o.quantization,
                  "auto, none, or q8_0|q4_0|q4_1|q4_k|q6_k (safetensors quantized at load)")
       ->capture_default_str();
+  int32_t shared_prefix = 0, batch = 32, suffix = 64;
+  bool prefix_hit = false;
+  app.add_flag("--prefix-hit", prefix_hit,
+               "Per --contexts length: time to first token of a prompt whose document is cached "
+               "(a hit; from host memory with --kv-offload on) against a miss")
+      ->capture_default_str();
+  app.add_option("--shared-prefix", shared_prefix,
+                 "Tokens of a prefix shared by --batch sequences: decode throughput with "
+                 "shared-prefix attention off and on (docs/shared-prefix-attention.md)")
+      ->capture_default_str();
+  app.add_option("--batch", batch, "Sequences with --shared-prefix")->capture_default_str();
+  app.add_option("--suffix", suffix, "Own prompt tokens per sequence with --shared-prefix")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   std::vector<KvCacheDtype> formats;
   for (const std::string& name : kv_cache_dtypes) {
@@ -325,6 +556,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.kv_cache_dtype = formats.front();
+  if (shared_prefix > 0) {
+    if (batch < 2 || suffix < 1) {
+      fmt::print(stderr, "error: --shared-prefix needs --batch >= 2 and --suffix >= 1\n");
+      return 2;
+    }
+    o.max_step_tokens = std::max(chunk, 2048);
+    return shared_prefix_decode(o, shared_prefix, batch, suffix, decode_steps, repeats);
+  }
+  if (prefix_hit) {
+    o.max_step_tokens = std::max(chunk, 2048);
+    return prefix_hit_ttft(o, contexts, std::max(1, suffix), repeats);
+  }
 
   const int32_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
   o.max_num_seqs = 1;

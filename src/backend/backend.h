@@ -18,6 +18,7 @@
 #include "kernels/page_residency.h"
 #include "kernels/paged_kv.h"
 #include "kernels/quant_format.h"
+#include "kernels/shared_prefix.h"
 
 namespace ls {
 
@@ -187,6 +188,10 @@ class Backend {
   virtual void page_summary_update(const kernels::SummaryUpdateParams& params) = 0;
   virtual void page_select(const kernels::PageSelectParams& params) = 0;
   virtual void attention(const kernels::AttentionParams& params) = 0;
+  // Decode attention with a shared prefix computed once per group (kernels/shared_prefix.h): the
+  // same result as attention(params.attn) up to fp32 summation order. The plan's arrays are in
+  // device memory. A backend whose kernel cannot serve the pool's format runs attention(attn).
+  virtual void shared_prefix_attention(const kernels::SharedPrefixParams& params) = 0;
   // Copies a batch of pages between two page arrays of any tier (kernels/page_copy.h): the
   // transfer of the hierarchical KV memory. Asynchronous like every op; faults go to take_error().
   virtual void copy_pages(const kernels::PageCopyParams& params) = 0;

@@ -64,6 +64,10 @@ struct EngineConfig {
   // 4 or 8) of one process. On --device cpu the ranks are threads over the same cores: for
   // testing only (it is slower than one rank), and the engine warns.
   int32_t tensor_parallel_size = 1;
+  // Shared-prefix decode attention (docs/shared-prefix-attention.md): decode steps whose
+  // sequences share prefix blocks (prefix-cache hits) attend the shared part once per group, in
+  // layers whose heads all read every page. Without shared blocks it never engages.
+  bool shared_prefix_attention = true;
 
   Status validate() const;
 };

@@ -84,6 +84,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   o.kv_cache_bytes = config.kv_cache_bytes;
   o.gpu_memory_utilization = config.gpu_memory_utilization;
   o.record_decode_steps = !config.enforce_eager;
+  o.shared_prefix_attention = config.shared_prefix_attention;
   o.max_logit_rows = max_logit_rows(config);
   o.kv_offload = config.kv_offload;
   o.host_kv_cache_bytes = config.host_kv_cache_bytes;
@@ -140,7 +141,9 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<EngineModel> 
 
 void EngineCore::init_prefix_caching() {
   if (!config_.enable_prefix_caching) return;
-  kv_->enable_prefix_caching(prefix_cache_seed(config_, kv_->geometry()));
+  // With the host KV tier a retrieval page is shared only through the cache, never by two live
+  // sequences at once (KvManager::enable_prefix_caching).
+  kv_->enable_prefix_caching(prefix_cache_seed(config_, kv_->geometry()), config_.kv_offload);
   LS_LOG_INFO("prefix caching on: full {}-token pages are shared and kept after their requests",
               kv_->geometry().page_tokens);
 }
@@ -552,6 +555,7 @@ EngineStats EngineCore::stats() const {
   s.generation_tokens_total = generation_tokens_total_;
   s.iteration_tokens_counts = iteration_tokens_counts_;
   s.iteration_tokens_sum = iteration_tokens_sum_;
+  s.shared_prefix_steps = executor_->shared_prefix_steps();
   const KvTierStats t = executor_->kv_tier_stats();
   s.kv_offload = t.enabled;
   s.kv_host_bytes = t.host_bytes;

@@ -23,6 +23,7 @@ Result<int32_t> KvManager::add_sequence() {
     seq = SequenceKv{};
     seq.active = true;
     seq.prefilling = true;
+    seq.admission = ++admissions_;
     seq.ring_pages = geometry_.prefill_ring_pages();
     seq.streaming.assign(static_cast<size_t>(geometry_.streaming_table_stride()), -1);
     return static_cast<int32_t>(s);

@@ -37,6 +37,7 @@ struct SequenceKv {
   std::vector<int32_t> retrieval;   // [num logical pages] retrieval block per page
   std::vector<int32_t> streaming;   // [streaming_table_stride] block per table column, -1 = none
   std::vector<PrefixKey> keys;      // [full pages keyed so far] prefix key of each (caching on)
+  int64_t admission = 0;            // distinct per add_sequence(): a row that changed hands
 };
 
 // A cached prefix found for a new sequence: its first num_tokens tokens (whole pages).
@@ -82,7 +83,11 @@ class KvManager {
   void finish_prefill(int32_t slot);
 
   // Prefix caching: keys pages from now on, under the chain seeded by `seed`.
-  void enable_prefix_caching(const PrefixKey& seed);
+  // `exclusive_retrieval` (the host KV tier): a hit stops at the first retrieval block a live
+  // sequence holds, so no retrieval page is shared by two sequences at once (the tier's
+  // residency table gives a head-page one device-cache slot, in one request row's partition);
+  // cached-free pages are taken back as usual and their homes fetched like any miss.
+  void enable_prefix_caching(const PrefixKey& seed, bool exclusive_retrieval = false);
   bool prefix_caching() const { return caching_; }
   // The longest cached prefix of `tokens`, in whole pages, of at most max_tokens tokens (the
   // caller keeps at least the last token to compute). Changes nothing.
@@ -119,6 +124,8 @@ class KvManager {
   BlockAllocator streaming_;
   std::vector<SequenceKv> seqs_;  // [max_seqs]
   bool caching_ = false;
+  bool exclusive_retrieval_ = false;
+  int64_t admissions_ = 0;
   PrefixKey seed_;
 };
 

@@ -7,8 +7,9 @@
 
 namespace ls {
 
-void KvManager::enable_prefix_caching(const PrefixKey& seed) {
+void KvManager::enable_prefix_caching(const PrefixKey& seed, bool exclusive_retrieval) {
   caching_ = true;
+  exclusive_retrieval_ = exclusive_retrieval;
   seed_ = seed;
 }
 
@@ -34,6 +35,7 @@ PrefixHit KvManager::match_prefix(const TokenView& tokens, int32_t max_tokens) c
     key = prefix_chain(key, page);
     const int32_t r = has_r ? retrieval_.lookup(key) : -1;
     if (has_r && r < 0) break;  // retrieval heads need every page
+    if (has_r && exclusive_retrieval_ && retrieval_.is_used(r)) break;
     const int32_t s = has_s ? streaming_.lookup(key) : -1;
     if (has_s && j < sink && s < 0) break;  // streaming heads need every sink page
     hit.keys.push_back(key);

@@ -70,6 +70,16 @@ Status ModelRunner::allocate() {
           .end;
   LS_ASSIGN_OR_RETURN(meta_, backend_.allocate(meta_bytes));
   staging_.resize(static_cast<size_t>(meta_bytes));
+
+  SharedPrefixStepConfig sp;
+  sp.enabled = config_.shared_prefix_attention;
+  sp.max_seqs = config_.max_seqs;
+  sp.max_model_len = config_.max_model_len;
+  sp.num_q_heads = static_cast<int32_t>(c.num_attention_heads());
+  sp.num_kv_heads = static_cast<int32_t>(c.num_key_value_heads());
+  LS_ASSIGN_OR_RETURN(shared_prefix_, SharedPrefixStep::create(backend_, g,
+                                                               policy_.decode_pages_per_head() == 0,
+                                                               sp));
   return {};
 }
 
@@ -219,11 +229,15 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   const bool record =
       config_.record_decode_steps && num_tokens == num_seqs && backend_.can_record();
   upload_metadata(step, plan, record);
+  shared_prefix_.plan_step(backend_, step, kv_, plan, pool_.tiered());
+  Status enqueued;
   if (record) {
-    LS_RETURN_IF_ERROR(enqueue_recorded(num_tokens, num_seqs, plan.any_select));
+    enqueued = enqueue_recorded(num_tokens, num_seqs, plan.any_select);
   } else {
     enqueue_step(num_tokens, num_seqs, plan.any_select);
   }
+  shared_prefix_.clear();
+  LS_RETURN_IF_ERROR(enqueued);
 
   logits.clear();
   if (pool_.tiered()) LS_RETURN_IF_ERROR(pool_.tier().finish_step(backend_, tier_counters_));
@@ -269,11 +283,17 @@ Status ModelRunner::set_device_budgets(const std::vector<int32_t>& slots) {
 void ModelRunner::release_finished_rows() {
   if (!pool_.tiered()) return;
   row_dirty_.resize(static_cast<size_t>(kv_.max_seqs()), false);
+  row_admission_.resize(static_cast<size_t>(kv_.max_seqs()), 0);
   for (int32_t row = 0; row < kv_.max_seqs(); ++row) {
-    if (row_dirty_[static_cast<size_t>(row)] && !kv_.sequence(row).active) {
+    const SequenceKv& seq = kv_.sequence(row);
+    const auto r = static_cast<size_t>(row);
+    // A row whose sequence ended, or that another sequence took since it last ran (it may start
+    // from a prefix-cache hit, so its first step need not start at token 0), drops its pages.
+    if (row_dirty_[r] && (!seq.active || seq.admission != row_admission_[r])) {
       pool_.tier().reset_row(backend_, row);
-      row_dirty_[static_cast<size_t>(row)] = false;
+      row_dirty_[r] = false;
     }
+    if (seq.active) row_admission_[r] = seq.admission;
   }
 }
 
@@ -297,7 +317,8 @@ Status ModelRunner::enqueue_recorded(int32_t num_tokens, int32_t num_seqs, bool 
     recorded_.clear();
     recorded_epoch_ = backend_.recording_epoch();
   }
-  const StepShape shape{num_seqs, num_logit_rows_, retrieval_stride_, any_select};
+  const StepShape shape{num_seqs, num_logit_rows_, retrieval_stride_, any_select,
+                        shared_prefix_.shape()};
   auto it = recorded_.find(shape);
   if (it == recorded_.end()) {
     if (recorded_.size() >= kMaxRecorded) {
@@ -476,7 +497,11 @@ void ModelRunner::run_layer(int32_t layer, const TensorView& x, int32_t num_toke
   policy_.fill_attention(layer, p);
   // Hierarchical KV: the pages this attention reads become resident (misses copied in) first.
   if (pool_.tiered()) pool_.tier().retrieve(backend_, p, meta_i32(layout_.cache_rows));
-  backend_.attention(p);
+  if (shared_prefix_.use_layer(layer)) {
+    backend_.shared_prefix_attention(shared_prefix_.params(p));
+  } else {
+    backend_.attention(p);
+  }
 
   backend_.linear(attn, w.o, delta);
   reduce_partial(delta);  // tensor parallelism: o_proj is row-parallel

@@ -18,6 +18,7 @@
 #include "kv/kv_manager.h"
 #include "kv/kv_pool.h"
 #include "model/model.h"
+#include "model/shared_prefix_step.h"
 #include "model/step_executor.h"
 
 namespace ls {
@@ -37,6 +38,9 @@ struct RunnerConfig {
   // Layer-segmented prefill (docs/layer-segmented-prefill.md): rows of the hidden-state arena
   // ([rows, hidden] act dtype, one prompt at a time); 0 turns the mode off.
   int32_t layer_segment_rows = 0;
+  // Shared-prefix decode attention (docs/shared-prefix-attention.md, model/shared_prefix_step.h):
+  // decode steps whose sequences share prefix blocks attend the shared part once per group.
+  bool shared_prefix_attention = true;
 };
 
 class ModelRunner final : public StepExecutor {
@@ -63,6 +67,12 @@ class ModelRunner final : public StepExecutor {
   const RunnerConfig& config() const { return config_; }
   // Steps that ran by replaying a recording (see forward()).
   int64_t replayed_steps() const { return replayed_steps_; }
+  // Decode steps and layers that ran shared-prefix attention.
+  const SharedPrefixStats& shared_prefix_stats() const { return shared_prefix_.stats(); }
+  int64_t shared_prefix_steps() const override { return shared_prefix_.stats().steps; }
+  // Benchmarks: the same stack with shared-prefix attention off, then on again (A/B on one
+  // cache); on only if the runner was made with it.
+  void set_shared_prefix_attention(bool on) { shared_prefix_.set_enabled(on); }
   // Hierarchical KV tier: empties the device-cache partition of every row whose sequence has
   // ended since it last ran (forward() does this first; tests call it to check the pools).
   void release_finished_rows();
@@ -147,15 +157,18 @@ class ModelRunner final : public StepExecutor {
   int32_t streaming_stride_ = 0;
   int32_t num_logit_rows_ = 0;
 
-  // Recorded decode steps by shape: (sequences, logit rows, table stride, any_select) -> graph
-  // id, or kSeen (ran once plainly, record next time) / kPlain (could not be recorded).
+  // Recorded decode steps by shape: (sequences, logit rows, table stride, any_select, the
+  // shared-prefix plan's shape) -> graph id, or kSeen (ran once plainly, record next time) /
+  // kPlain (could not be recorded).
   static constexpr int32_t kSeen = -1, kPlain = -2;
-  using StepShape = std::tuple<int32_t, int32_t, int32_t, bool>;
+  using StepShape = std::tuple<int32_t, int32_t, int32_t, bool, int64_t>;
   std::map<StepShape, int32_t> recorded_;
   int64_t recorded_epoch_ = 0;
   int64_t replayed_steps_ = 0;
   KvTierCounters tier_counters_;  // as of the last step's end
   std::vector<bool> row_dirty_;  // [kv max_seqs] the row's cache partition may hold pages
+  std::vector<int64_t> row_admission_;  // [kv max_seqs] SequenceKv::admission it last held
+  SharedPrefixStep shared_prefix_;  // this decode step's shared-prefix plan, if any
 
   // Layer-segmented prefill: the prompt's residual stream between units, and whose it is.
   Buffer segment_x_;  // [layer_segment_rows, hidden] act dtype

@@ -323,6 +323,7 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
   rc.max_logit_rows = logit_rows;
   rc.max_model_len = stack->max_model_len;
   rc.record_decode_steps = o.record_decode_steps;
+  rc.shared_prefix_attention = o.shared_prefix_attention;
   rc.layer_segment_rows = o.layer_segmented_prefill ? stack->max_model_len : 0;
   LS_ASSIGN_OR_RETURN(stack->runner, ModelRunner::create(*stack->model, *stack->kv, *stack->pool,
                                                          *stack->policy, rc));

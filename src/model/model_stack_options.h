@@ -23,6 +23,7 @@ struct ModelStackOptions {
   int64_t kv_cache_bytes = 0;      // 0: automatic
   double gpu_memory_utilization = 0.9;
   bool record_decode_steps = true;  // replay decode steps as recorded graphs where the backend can
+  bool shared_prefix_attention = true;  // RunnerConfig::shared_prefix_attention
   // Hierarchical KV memory (docs/hierarchical-kv.md): retrieval heads' pages in host memory with a
   // device page cache partitioned per request.
   bool kv_offload = false;

@@ -38,6 +38,10 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
                "Share full KV pages between requests with the same prefix and keep them (LRU) "
                "after their requests end (docs/prefix-caching.md); off by default")
       ->capture_default_str();
+  app.add_option("--shared-prefix-attention", c.shared_prefix_attention,
+                 "on|off: decode steps whose sequences share cached prefix pages attend the "
+                 "shared part once per group (dense layers; docs/shared-prefix-attention.md)")
+      ->capture_default_str();
   app.add_option("--kv-offload", c.kv_offload,
                  "on|off: keep retrieval heads' KV in host memory with a device page cache "
                  "(docs/hierarchical-kv.md)")

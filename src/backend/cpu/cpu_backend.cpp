@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "kernels/cpu/add.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/shared_prefix_attention.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/kv_append.h"
@@ -381,6 +382,11 @@ void CpuBackend::page_residency_reset(const kernels::ResidencyResetParams& param
 
 void CpuBackend::attention(const kernels::AttentionParams& params) {
   kernels::cpu::paged_attention(params, pool_);
+}
+
+void CpuBackend::shared_prefix_attention(const kernels::SharedPrefixParams& params) {
+  Status status = kernels::cpu::shared_prefix_attention(params, pool_);
+  if (!status.ok() && error_.ok()) error_ = std::move(status);
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int num_threads) {

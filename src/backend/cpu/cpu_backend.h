@@ -51,6 +51,7 @@ class CpuBackend final : public Backend {
   void page_summary_update(const kernels::SummaryUpdateParams& params) override;
   void page_select(const kernels::PageSelectParams& params) override;
   void attention(const kernels::AttentionParams& params) override;
+  void shared_prefix_attention(const kernels::SharedPrefixParams& params) override;
   void copy_pages(const kernels::PageCopyParams& params) override;
   void page_residency(const kernels::PageResidencyParams& params) override;
   void page_residency_reset(const kernels::ResidencyResetParams& params) override;

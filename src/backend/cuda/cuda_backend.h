@@ -105,6 +105,7 @@ class CudaBackend final : public Backend {
   void page_summary_update(const kernels::SummaryUpdateParams& params) override;
   void page_select(const kernels::PageSelectParams& params) override;
   void attention(const kernels::AttentionParams& params) override;
+  void shared_prefix_attention(const kernels::SharedPrefixParams& params) override;
   void copy_pages(const kernels::PageCopyParams& params) override;
   Result<int64_t> save_pages(const kernels::PageCopyParams& params) override;
   int64_t saves_completed() override;

@@ -11,6 +11,7 @@
 #include "kernels/cuda/page_residency.h"
 #include "kernels/cuda/paged_ops.h"
 #include "kernels/cuda/qkv_split.h"
+#include "kernels/cuda/shared_prefix_attention.h"
 
 namespace ls {
 
@@ -326,6 +327,29 @@ void CudaBackend::attention(const kernels::AttentionParams& params) {
   }
   report(kc::paged_attention(params, *ws, workspace_bytes_, num_sms_, stream_, attention_options_),
          "attention");
+}
+
+void CudaBackend::shared_prefix_attention(const kernels::SharedPrefixParams& params) {
+  // The tensor-core kernel reads plain pages of q's dtype with head_dim 64 or 128 and at most
+  // 64 query heads per kv head; anything else (quantized pages) is the ordinary kernel's.
+  const kernels::AttentionParams& a = params.attn;
+  const bool served =
+      (a.q_dtype == DType::kBF16 || a.q_dtype == DType::kF16) &&
+      a.retrieval.quant == kernels::KvQuant::kNone && a.retrieval.dtype == a.q_dtype &&
+      (a.head_dim == 64 || a.head_dim == 128) && a.num_kv_heads > 0 &&
+      a.num_q_heads / a.num_kv_heads <= kc::kSharedPrefixMaxRows &&
+      params.max_item_rows <= kc::kSharedPrefixMaxRows;
+  if (!served) {
+    attention(a);
+    return;
+  }
+  Result<void*> ws = workspace(kc::shared_prefix_workspace_bytes(params));
+  if (!ws.ok()) {
+    report(ws.status(), "shared_prefix_attention");
+    return;
+  }
+  report(kc::shared_prefix_attention(params, *ws, workspace_bytes_, stream_),
+         "shared_prefix_attention");
 }
 
 void CudaBackend::page_residency(const kernels::PageResidencyParams& params) {
