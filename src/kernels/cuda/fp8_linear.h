@@ -27,11 +27,6 @@ namespace ls::kernels::cuda {
 // m = 8, the per-token quantization + FP8 GEMM ran at 0.78-1.6x of bf16 cuBLASLt.
 inline constexpr int64_t kFp8GemvMaxRows = 8;
 
-// The backend routes calls of up to this many rows to the GEMV and larger ones to the FP8 GEMM:
-// on an H200 the GEMV ran at 1.4-1.9x bf16 for m <= 2, 1.0-1.3x at m = 4 and 0.56-0.92x at m = 8,
-// where the GEMM was at 0.78-1.6x.
-inline constexpr int64_t kFp8GemvRouteRows = 4;
-
 // Whether fp8_gemv() takes this call: m >= 1 (rows past kFp8GemvMaxRows run as several
 // launches), bf16/f16 activations, k % 16 == 0, x and w 16-byte aligned.
 bool fp8_gemv_supports(const void* x, const void* w, int64_t m, int64_t k, DType dtype);
