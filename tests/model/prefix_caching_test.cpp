@@ -18,17 +18,18 @@
 #include <vector>
 
 #include "engine/engine_core.h"
+#include "engine_outcome.h"
 
 namespace ls {
 namespace {
 
-struct Outcome {
-  std::map<std::string, std::vector<int32_t>> tokens;
-  std::map<std::string, std::vector<float>> logprobs;  // chosen and top-5 tokens', bit for bit
-  std::map<std::string, int32_t> cached;               // RequestOutput::cached_tokens
-  std::map<std::string, int32_t> preemptions;          // RequestOutput::num_preemptions
-  EngineStats stats;
-};
+using test::concat;
+using test::drain;
+using test::Outcome;
+using test::random_tokens;
+using test::request;
+using test::submit;
+
 
 EngineConfig config(const std::string& policy, bool caching, int64_t kv_cache_bytes,
                     bool host_tier = false) {
@@ -56,46 +57,6 @@ EngineConfig config(const std::string& policy, bool caching, int64_t kv_cache_by
   // attention's summation order; shared_prefix_engine_test.cpp compares it with and without.
   c.shared_prefix_attention = false;
   return c;
-}
-
-GenerateRequest request(const std::string& id, std::vector<int32_t> prompt, int32_t max_tokens) {
-  GenerateRequest g;
-  g.request_id = id;
-  g.prompt_ids = std::move(prompt);
-  g.sampling.temperature = 0;
-  g.sampling.logprobs = 5;
-  g.stop.max_tokens = max_tokens;
-  g.stop.eos_token_ids = {};
-  return g;
-}
-
-void submit(EngineCore& core, const GenerateRequest& g, Outcome& run) {
-  const std::string id = g.request_id;
-  ASSERT_TRUE(core.add_request(g, [&run, id](const RequestOutput& o) {
-                    auto& t = run.tokens[id];
-                    t.insert(t.end(), o.token_ids.begin(), o.token_ids.end());
-                    auto& l = run.logprobs[id];
-                    for (const TokenLogprob& x : o.logprobs) l.push_back(x.logprob);
-                    for (const auto& top : o.top_logprobs)
-                      for (const TokenLogprob& x : top) l.push_back(x.logprob);
-                    if (o.finished) run.cached[id] = o.cached_tokens;
-                    if (o.finished) run.preemptions[id] = o.num_preemptions;
-                  }).ok());
-}
-
-void drain(EngineCore& core) {
-  for (int32_t guard = 0; core.has_work() && guard < 20000; ++guard) ASSERT_TRUE(core.step().ok());
-}
-
-std::vector<int32_t> random_tokens(std::mt19937& rng, int32_t n) {
-  std::vector<int32_t> v;
-  for (int32_t i = 0; i < n; ++i) v.push_back(static_cast<int32_t>(rng() % 300));
-  return v;
-}
-
-std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 // One request at a time, each after the previous ended: the cache holds what they left.

@@ -21,16 +21,16 @@
 #include <vector>
 
 #include "engine/engine_core.h"
+#include "engine_outcome.h"
 
 namespace ls {
 namespace {
 
-struct Outcome {
-  std::map<std::string, std::vector<int32_t>> tokens;
-  std::map<std::string, std::vector<float>> logprobs;  // chosen and top-5 tokens'
-  std::map<std::string, int32_t> preemptions;
-  EngineStats stats;
-};
+using test::concat;
+using test::Outcome;
+using test::random_tokens;
+using test::request;
+
 
 EngineConfig config(const std::string& policy, bool shared, int64_t kv_cache_bytes,
                     bool caching = true, bool host_tier = false) {
@@ -59,28 +59,6 @@ EngineConfig config(const std::string& policy, bool shared, int64_t kv_cache_byt
   return c;
 }
 
-GenerateRequest request(const std::string& id, std::vector<int32_t> prompt, int32_t max_tokens) {
-  GenerateRequest g;
-  g.request_id = id;
-  g.prompt_ids = std::move(prompt);
-  g.sampling.temperature = 0;
-  g.sampling.logprobs = 5;
-  g.stop.max_tokens = max_tokens;
-  g.stop.eos_token_ids = {};
-  return g;
-}
-
-std::vector<int32_t> random_tokens(std::mt19937& rng, int32_t n) {
-  std::vector<int32_t> v;
-  for (int32_t i = 0; i < n; ++i) v.push_back(static_cast<int32_t>(rng() % 300));
-  return v;
-}
-
-std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 // A document is prefilled once (cached), then six questions about it arrive together: their
 // tables start with the document's blocks. Suffixes of 5 + 13 i tokens put the shared prefix's
 // end inside each sequence's own page; max_tokens differ so sequences leave the batch at
@@ -92,18 +70,7 @@ Outcome burst(const std::string& policy, bool shared, int64_t kv_cache_bytes,
   EXPECT_TRUE(core_or.ok()) << core_or.status().to_string();
   if (!core_or.ok()) return run;
   EngineCore& core = **core_or;
-  auto submit = [&](const GenerateRequest& g) {
-    const std::string id = g.request_id;
-    ASSERT_TRUE(core.add_request(g, [&run, id](const RequestOutput& o) {
-                      auto& t = run.tokens[id];
-                      t.insert(t.end(), o.token_ids.begin(), o.token_ids.end());
-                      auto& l = run.logprobs[id];
-                      for (const TokenLogprob& x : o.logprobs) l.push_back(x.logprob);
-                      for (const auto& top : o.top_logprobs)
-                        for (const TokenLogprob& x : top) l.push_back(x.logprob);
-                      if (o.finished) run.preemptions[id] = o.num_preemptions;
-                    }).ok());
-  };
+  auto submit = [&](const GenerateRequest& g) { test::submit(core, g, run); };
   std::mt19937 rng(23);
   const std::vector<int32_t> doc = random_tokens(rng, 200);
   submit(request("first", concat(doc, random_tokens(rng, 10)), 4));
