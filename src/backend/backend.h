@@ -140,6 +140,11 @@ class Backend {
   // ---- ops ----
   // out[t, :] = table[ids[t], :]; ids: [T] i32; table: [V, H]; out: [T, H] act_dtype.
   virtual void embedding(const TensorView& ids, const TensorView& table, const TensorView& out) = 0;
+  // Vocabulary-parallel lookup (model/tensor_parallel.h): table holds the V rows of ids
+  // [first_id, first_id + V); out[t, :] = table[ids[t] - first_id, :] for ids in that range and
+  // zeros for every other id (another rank's row; an all-reduce sums the ranks' outputs).
+  virtual void embedding_slice(const TensorView& ids, const TensorView& table, int64_t first_id,
+                               const TensorView& out) = 0;
   // out = rmsnorm(x) * w per row; x, out: [R, D] act_dtype (may alias); w: [D] f32.
   virtual void rmsnorm(const TensorView& x, const TensorView& w, float eps,
                        const TensorView& out) = 0;

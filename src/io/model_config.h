@@ -43,7 +43,23 @@ class ModelConfig {
   int64_t num_attention_heads() const { return num_attention_heads_; }
   int64_t num_key_value_heads() const { return num_key_value_heads_; }
   int64_t head_dim() const { return head_dim_; }
+  // The vocabulary rows this model holds: the whole vocabulary, or one tensor-parallel rank's
+  // slice (padded; see vocab_slice()).
   int64_t vocab_size() const { return vocab_size_; }
+  // Vocabulary-parallel embedding and LM head (model/tensor_parallel.h): this config's
+  // vocab_size() rows are ids [begin, begin + vocab_size()) of a vocabulary of `full` ids split in
+  // `parts` equal slices (the last ones padded with zero rows past `full`). parts == 1: the whole
+  // vocabulary (begin 0, full == vocab_size()).
+  struct VocabSlice {
+    int64_t begin = 0;
+    int64_t parts = 1;
+    int64_t full = 0;
+  };
+  VocabSlice vocab_slice() const {
+    return vocab_slice_.parts > 1 ? vocab_slice_ : VocabSlice{0, 1, vocab_size_};
+  }
+  // The whole vocabulary's size (token ids are in [0, full_vocab_size())).
+  int64_t full_vocab_size() const { return vocab_slice().full; }
   int64_t max_position_embeddings() const { return max_position_embeddings_; }
   double rms_norm_eps() const { return rms_norm_eps_; }
   bool tie_word_embeddings() const { return tie_word_embeddings_; }  // default false
@@ -79,6 +95,14 @@ class ModelConfig {
     c.intermediate_size_ = intermediate_size;
     return c;
   }
+  // The same config holding `rows` vocabulary rows from id `begin`, one of `parts` slices of
+  // this config's vocabulary (vocab_slice()).
+  ModelConfig with_vocab_slice(int64_t begin, int64_t rows, int64_t parts) const {
+    ModelConfig c = *this;
+    c.vocab_slice_ = VocabSlice{begin, parts, vocab_size_};
+    c.vocab_size_ = rows;
+    return c;
+  }
 
  private:
   friend Result<ModelConfig> parse_model_config(std::string_view json,
@@ -94,6 +118,7 @@ class ModelConfig {
   int64_t num_key_value_heads_ = 0;
   int64_t head_dim_ = 0;
   int64_t vocab_size_ = 0;
+  VocabSlice vocab_slice_;  // parts == 1: the whole vocabulary
   int64_t max_position_embeddings_ = 0;
   double rms_norm_eps_ = 0;
   bool tie_word_embeddings_ = false;

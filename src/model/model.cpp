@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -94,15 +95,20 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
     }
     LS_ASSIGN_OR_RETURN(TpLayout layout, make_tp_layout(config, shard));
     LS_ASSIGN_OR_RETURN(ckpt, shard_checkpoint(ckpt, config, layout, shard.rank));
-    config = shard_config(config, layout);
+    config = shard_config(config, layout, shard.rank);
   }
   LS_ASSIGN_OR_RETURN(ModelWeights weights,
                       load_weights(ckpt, config, *arch, backend, quantize_to, fp8));
   backend.synchronize();
-  LS_LOG_INFO("loaded {} ({}, {} layers, hidden {}, {}/{} heads, head_dim {}, vocab {}): {:.1f} MB of weights on {}",
+  const ModelConfig::VocabSlice vocab = config.vocab_slice();
+  LS_LOG_INFO("loaded {} ({}, {} layers, hidden {}, {}/{} heads, head_dim {}, vocab {}{}): {:.1f} MB of weights on {}",
               dir.string(), config.architecture(), config.num_hidden_layers(), config.hidden_size(),
               config.num_attention_heads(), config.num_key_value_heads(), config.head_dim(),
-              config.vocab_size(), static_cast<double>(weights.bytes) / 1e6, backend.name());
+              vocab.full,
+              vocab.parts > 1 ? fmt::format(", rows [{}, {}) of it", vocab.begin,
+                                            vocab.begin + config.vocab_size())
+                              : std::string(),
+              static_cast<double>(weights.bytes) / 1e6, backend.name());
   return std::unique_ptr<Model>(new Model(std::move(config), arch, std::move(weights), &backend, dir));
 }
 

@@ -55,7 +55,11 @@ Status ModelRunner::allocate() {
   LS_RETURN_IF_ERROR(alloc(mlp_, t * c.intermediate_size(), act));
   LS_RETURN_IF_ERROR(alloc(rows_, r * c.hidden_size(), act));
   LS_RETURN_IF_ERROR(alloc(logits_, r * c.vocab_size(), act));
-  if (act != DType::kF32) LS_RETURN_IF_ERROR(alloc(logits_f32_, r * c.vocab_size(), DType::kF32));
+  const int64_t parts = c.vocab_slice().parts;  // > 1: every rank's slices are gathered
+  if (parts > 1) LS_RETURN_IF_ERROR(alloc(gathered_, parts * r * c.vocab_size(), act));
+  if (act != DType::kF32) {
+    LS_RETURN_IF_ERROR(alloc(logits_f32_, parts * r * c.vocab_size(), DType::kF32));
+  }
   if (config_.layer_segment_rows > 0) {
     LS_RETURN_IF_ERROR(alloc(segment_x_, int64_t{config_.layer_segment_rows} * c.hidden_size(), act));
   }
@@ -108,7 +112,7 @@ Status ModelRunner::validate(const StepInput& step) const {
     sum += s.q_len;
   }
   if (sum != num_tokens) return internal_error("sequence lengths do not add up to the tokens");
-  const int32_t vocab = static_cast<int32_t>(model_.config().vocab_size());
+  const int32_t vocab = vocab_size();
   for (int32_t id : step.tokens) {
     if (id < 0 || id >= vocab) return invalid_argument("token id {} is outside the vocabulary [0, {})", id, vocab);
   }
@@ -209,7 +213,6 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   // tensor parallelism): lazily grown scratch must land on this backend's device.
   backend_.bind_thread();
   LS_RETURN_IF_ERROR(validate(step));
-  const ModelConfig& c = model_.config();
   const auto num_tokens = static_cast<int32_t>(step.tokens.size());
   const auto num_seqs = static_cast<int32_t>(step.seqs.size());
   num_logit_rows_ = static_cast<int32_t>(step.logit_rows.size());
@@ -245,9 +248,7 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
     backend_.synchronize();
     return take_step_error();
   }
-  logits.resize(static_cast<size_t>(num_logit_rows_) * static_cast<size_t>(c.vocab_size()));
-  const Buffer& src = backend_.act_dtype() == DType::kF32 ? logits_ : logits_f32_;
-  backend_.copy_bytes(logits.data(), src.data(), static_cast<int64_t>(logits.size()) * 4);
+  read_logits(num_logit_rows_, logits);
   backend_.synchronize();
   // Non-finite rows are the caller's to judge per sequence (one bad row must not fail a batch).
   return take_step_error();
@@ -362,7 +363,7 @@ void ModelRunner::enqueue_step(int32_t num_tokens, int32_t num_seqs, bool any_se
   auto* meta = static_cast<uint8_t*>(meta_.data());
   TensorView tokens(meta + layout_.tokens, DType::kI32, {num_tokens}, backend_.device());
   TensorView x = x_.view(act, {num_tokens, c.hidden_size()});
-  backend_.embedding(tokens, w.embed, x);
+  enqueue_embedding(tokens, x);
 
   // Pre-norm blocks: each sublayer's output (delta) is added to x fused with the next norm.
   const auto num_layers = static_cast<int32_t>(c.num_hidden_layers());
@@ -394,9 +395,64 @@ void ModelRunner::enqueue_logits(const TensorView& x) {
   backend_.rmsnorm(xr, w.final_norm, static_cast<float>(c.rms_norm_eps()), xr);
   TensorView out = logits_.view(act, {rows, c.vocab_size()});
   backend_.linear(xr, w.lm_head, out);
+  const int64_t parts = c.vocab_slice().parts;
+  if (parts > 1) {
+    // Vocabulary-parallel: rank p's [rows, slice] logits land at [p] of [parts, rows, slice].
+    TensorView all = gathered_.view(act, {parts * rows, c.vocab_size()});
+    if (comm_ == nullptr) {
+      if (comm_status_.ok()) {
+        comm_status_ = internal_error("a vocabulary-parallel model runs without a communicator");
+      }
+    } else if (comm_status_.ok()) {
+      comm_status_ = comm_->all_gather(out, all);
+      if (!comm_status_.ok()) comm_->abort(comm_status_.message());
+    }
+    out = all;
+  }
   if (act != DType::kF32) {
-    TensorView f32 = logits_f32_.view(DType::kF32, {rows, c.vocab_size()});
+    TensorView f32 = logits_f32_.view(DType::kF32, {parts * rows, c.vocab_size()});
     backend_.convert(out, f32);
+  }
+}
+
+void ModelRunner::enqueue_embedding(const TensorView& tokens, const TensorView& x) {
+  const ModelConfig& c = model_.config();
+  const ModelWeights& w = model_.weights();
+  const ModelConfig::VocabSlice vocab = c.vocab_slice();
+  if (vocab.parts == 1) {
+    backend_.embedding(tokens, w.embed, x);
+    return;
+  }
+  // Each rank writes its slice's rows (zeros for the others' ids); the sum is every row.
+  backend_.embedding_slice(tokens, w.embed, vocab.begin, x);
+  reduce_partial(x);
+}
+
+void ModelRunner::read_logits(int32_t rows, std::vector<float>& logits) {
+  const ModelConfig& c = model_.config();
+  const ModelConfig::VocabSlice vocab = c.vocab_slice();
+  const bool vp = vocab.parts > 1;
+  const Buffer& src = backend_.act_dtype() != DType::kF32 ? logits_f32_ : (vp ? gathered_ : logits_);
+  logits.clear();
+  if (!vp) {
+    logits.resize(static_cast<size_t>(rows) * static_cast<size_t>(vocab.full));
+    backend_.copy_bytes(logits.data(), src.data(), static_cast<int64_t>(logits.size()) * 4);
+    return;
+  }
+  if (comm_ != nullptr && comm_->rank() != 0) return;  // rank 0 returns the step's logits
+  const int64_t slice = c.vocab_size();
+  gathered_host_.resize(static_cast<size_t>(vocab.parts * rows * slice));
+  backend_.copy_bytes(gathered_host_.data(), src.data(),
+                      static_cast<int64_t>(gathered_host_.size()) * 4);
+  backend_.synchronize();
+  logits.resize(static_cast<size_t>(rows) * static_cast<size_t>(vocab.full));
+  for (int64_t p = 0; p < vocab.parts; ++p) {
+    const int64_t begin = p * slice;
+    const int64_t n = std::clamp<int64_t>(vocab.full - begin, 0, slice);  // drops the padding
+    for (int64_t row = 0; row < rows; ++row) {
+      std::copy_n(gathered_host_.data() + (p * rows + row) * slice, n,
+                  logits.data() + row * vocab.full + begin);
+    }
   }
 }
 

@@ -51,7 +51,10 @@ class ModelRunner final : public StepExecutor {
 
   // Runs the step; `logits` becomes [logit_rows.size(), vocab] f32 (host).
   Status forward(const StepInput& step, std::vector<float>& logits) override;
-  int32_t vocab_size() const override { return static_cast<int32_t>(model_.config().vocab_size()); }
+  // The whole vocabulary (a vocabulary-parallel rank holds a slice and gathers the rest).
+  int32_t vocab_size() const override {
+    return static_cast<int32_t>(model_.config().full_vocab_size());
+  }
   // Runs a share of a layer-segmented prefill (step_input.h, LayerSegmentInput): each unit is one
   // layer over one segment, the same ops as that segment's chunk in that layer under chunked
   // prefill, with the segment's rows of the hidden-state arena as the residual stream.
@@ -77,7 +80,9 @@ class ModelRunner final : public StepExecutor {
   // ended since it last ran (forward() does this first; tests call it to check the pools).
   void release_finished_rows();
   // Tensor parallelism (docs/tensor-parallel.md): the partial outputs of o_proj and down_proj
-  // are summed over the ranks through `comm` (owned by the caller; null: one rank).
+  // (and of a vocabulary slice's embedding) are summed over the ranks through `comm`, and the
+  // ranks' logit slices gathered (owned by the caller; null: one rank). With a vocabulary slice,
+  // only rank 0's forward() returns logits (the whole rows); the other ranks' are empty.
   void set_communicator(Communicator* comm) { comm_ = comm; }
   KvTierStats kv_tier_stats() const override;
   Status set_device_budgets(const std::vector<int32_t>& slots) override;
@@ -106,8 +111,15 @@ class ModelRunner final : public StepExecutor {
   void reduce_partial(const TensorView& partial);
   // The step's first failure: the communicator's, else the backend's.
   Status take_step_error();
-  // Final norm and lm_head over the num_logit_rows_ rows of x that layout_.logit_rows lists.
+  // Final norm and lm_head over the num_logit_rows_ rows of x that layout_.logit_rows lists;
+  // a vocabulary slice's logits are all-gathered from every rank.
   void enqueue_logits(const TensorView& x);
+  // x [T, hidden] = the tokens' embeddings (a vocabulary slice: its rows, summed over the ranks).
+  void enqueue_embedding(const TensorView& tokens, const TensorView& x);
+  // Copies the step's `rows` rows of f32 logits to the host as [rows, vocab] (a vocabulary
+  // slice: reassembled from the gathered [ranks, rows, slice] rows, past-vocabulary padding
+  // dropped). Synchronizes when it reorders.
+  void read_logits(int32_t rows, std::vector<float>& logits);
   // One layer-segmented unit: `layer` over the arena rows [begin, begin + len).
   void enqueue_unit(int32_t layer, int32_t begin, int32_t len, bool any_select);
   Status validate_segments(const LayerSegmentInput& in) const;
@@ -135,8 +147,12 @@ class ModelRunner final : public StepExecutor {
   Buffer gate_up_;  // [T, 2 * intermediate]
   Buffer mlp_;      // [T, intermediate]
   Buffer rows_;     // [R, hidden] rows whose logits are wanted
-  Buffer logits_;   // [R, vocab] act dtype
-  Buffer logits_f32_;  // [R, vocab] f32 (device), when act dtype is not f32
+  Buffer logits_;   // [R, vocab] act dtype (a vocabulary slice: [R, slice])
+  // Vocabulary-parallel: [ranks, R, slice] act dtype, every rank's logit slices.
+  Buffer gathered_;
+  // [R, vocab] f32 (device), when act dtype is not f32 (vocabulary-parallel: [ranks, R, slice])
+  Buffer logits_f32_;
+  std::vector<float> gathered_host_;  // [ranks, R, slice] f32: rank 0's reorder scratch
 
   // Step metadata: one device block, filled from a host staging copy each step.
   Buffer meta_;

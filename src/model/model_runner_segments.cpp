@@ -109,10 +109,7 @@ Status ModelRunner::forward_layer_segments(const LayerSegmentInput& in,
   Status st;
   if (pool_.tiered()) st = pool_.tier().finish_step(backend_, tier_counters_);
   if (st.ok() && num_logit_rows_ > 0) {
-    const ModelConfig& c = model_.config();
-    logits.resize(static_cast<size_t>(c.vocab_size()));
-    const Buffer& src = backend_.act_dtype() == DType::kF32 ? logits_ : logits_f32_;
-    backend_.copy_bytes(logits.data(), src.data(), static_cast<int64_t>(logits.size()) * 4);
+    read_logits(1, logits);
   }
   backend_.synchronize();
   if (st.ok()) st = take_step_error();
@@ -137,7 +134,7 @@ void ModelRunner::enqueue_unit(int32_t layer, int32_t begin, int32_t len, bool a
   if (layer == 0) {
     auto* meta = static_cast<uint8_t*>(meta_.data());
     TensorView tokens(meta + layout_.tokens, DType::kI32, {len}, backend_.device());
-    backend_.embedding(tokens, w.embed, x);
+    enqueue_embedding(tokens, x);
   }
   // Chunked prefill fuses the previous layer's residual add with this norm (add_rmsnorm); both
   // backends' fused op norms the sum exactly as stored, so add_inplace (end of the previous

@@ -87,8 +87,11 @@ Status check_kv_format(const KvGeometry& g, const Backend& backend) {
 int64_t activation_bytes(const ModelConfig& c, int32_t tokens, int32_t rows, DType act) {
   const int64_t per_token = 3 * c.hidden_size() + 3 * c.num_attention_heads() * c.head_dim() +
                             4 * c.num_key_value_heads() * c.head_dim() + 3 * c.intermediate_size();
-  return dtype_nbytes(act, per_token * tokens) +
-         static_cast<int64_t>(rows) * c.vocab_size() * (dtype_size(act) + 4);
+  // Logits: [rows, vocab] act and f32; a vocabulary slice also gathers every rank's slices.
+  const int64_t parts = c.vocab_slice().parts;
+  const int64_t logits = static_cast<int64_t>(rows) * c.vocab_size();
+  return dtype_nbytes(act, per_token * tokens) + logits * dtype_size(act) +
+         (parts > 1 ? parts * logits * (dtype_size(act) + 4) : logits * 4);
 }
 
 // Free physical memory (the default host pool takes a share of it).

@@ -106,6 +106,12 @@ Result<TpLayout> make_tp_layout(const ModelConfig& c, int32_t size) {
   l.kv_heads_per_rank = hkv >= size ? hkv / size : 1;
   l.kv_replicas = hkv >= size ? 1 : size / hkv;
   l.inter_per_rank = inter / size;
+  l.vocab_size = c.vocab_size();
+  l.vocab_per_rank = l.vocab_size;
+  if (size > 1) {
+    const int64_t even = (l.vocab_size + size - 1) / size;
+    l.vocab_per_rank = (even + kVocabAlign - 1) / kVocabAlign * kVocabAlign;
+  }
   l.num_layers = c.num_hidden_layers();
   l.num_kv_heads = hkv;
   l.group = hq / hkv;
@@ -138,8 +144,11 @@ Result<TpLayout> make_tp_layout(const ModelConfig& c, const TpShard& shard) {
   return l;
 }
 
-ModelConfig shard_config(const ModelConfig& c, const TpLayout& l) {
-  return c.with_shard_sizes(l.q_heads_per_rank, l.kv_heads_per_rank, l.inter_per_rank);
+ModelConfig shard_config(const ModelConfig& c, const TpLayout& l, int32_t rank) {
+  const ModelConfig heads =
+      c.with_shard_sizes(l.q_heads_per_rank, l.kv_heads_per_rank, l.inter_per_rank);
+  if (l.size == 1) return heads;
+  return heads.with_vocab_slice(rank * l.vocab_per_rank, l.vocab_per_rank, l.size);
 }
 
 namespace {
@@ -207,6 +216,21 @@ int64_t layer_of(std::string_view name) {
   if (i >= name.size() || name[i] < '0' || name[i] > '9') return -1;
   for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) l = l * 10 + (name[i] - '0');
   return l;
+}
+
+// Rows [begin, begin + count) of t viewed as [rows, row_elems]; rows past t's end are zeros.
+ShardTensor slice_rows_padded(const TensorInfo& t, int64_t begin, int64_t count) {
+  ShardTensor out{t.name, t.file_dtype, t.shape, {}};
+  const int64_t row_elems = t.shape.size() > 1 ? t.shape[1] : 1;
+  const int64_t row_bytes = row_elems * safetensors_dtype_size(t.file_dtype);
+  out.shape[0] = count;
+  out.bytes.assign(static_cast<size_t>(count * row_bytes), 0);
+  const int64_t present = std::clamp<int64_t>(t.shape[0] - begin, 0, count);
+  if (present > 0) {
+    std::memcpy(out.bytes.data(), static_cast<const uint8_t*>(t.data) + begin * row_bytes,
+                static_cast<size_t>(present * row_bytes));
+  }
+  return out;
 }
 
 ShardTensor copy_whole(const TensorInfo& t, bool zero) {
@@ -295,6 +319,13 @@ Result<Checkpoint> shard_checkpoint(const Checkpoint& full, const ModelConfig& c
     } else if (ends_with(name, "mlp.down_proj.weight")) {
       LS_RETURN_IF_ERROR(need(2, 1, mlp));
       out.push_back(slice_cols(*t, mlp));
+    } else if (l.size > 1 && (name == "model.embed_tokens.weight" || name == "lm_head.weight")) {
+      // Vocabulary-parallel: the rank's slice of rows, zero-padded past the vocabulary.
+      if (t->shape.size() != 2 || t->shape[0] != l.vocab_size) {
+        return invalid_argument("{} in {}: shape [{}] does not have the vocabulary's {} rows",
+                                name, t->file, fmt::join(t->shape, ", "), l.vocab_size);
+      }
+      out.push_back(slice_rows_padded(*t, rank * l.vocab_per_rank, l.vocab_per_rank));
     } else if (ends_with(name, "self_attn.o_proj.bias") || ends_with(name, "mlp.down_proj.bias")) {
       out.push_back(copy_whole(*t, rank != 0));  // added once, by rank 0, before the all-reduce
     } else {

@@ -6,8 +6,16 @@
 // the output rows of its q heads, its kv heads, its slice of the MLP width), o_proj and down_proj
 // row-parallel (each rank keeps the matching input columns; the partial outputs are summed by one
 // all-reduce after attention and one after the MLP; their biases stay on rank 0 only, so the sum
-// adds them once). Norms, q_norm / k_norm (one [head_dim] vector shared by every head), the
-// embedding and the LM head are replicated on every rank.
+// adds them once). Norms and q_norm / k_norm (one [head_dim] vector shared by every head) are
+// replicated on every rank.
+//
+// Vocabulary. The embedding table and the LM head are vocabulary-parallel (as vLLM's
+// VocabParallelEmbedding / ParallelLMHead): rank r holds rows [r S, (r + 1) S) of each, S =
+// ceil(vocab / N) rounded up to a multiple of kVocabAlign; rows past the vocabulary (the last
+// slices when N S > vocab) are zero padding. The embedding gives zero rows for ids outside the
+// rank's slice and the ranks' rows are summed by an all-reduce; the LM head gives each rank the
+// logits of its slice, all-gathered and reassembled into full rows (model_runner.cpp). Tied
+// embeddings slice the one table for both.
 //
 // Heads. KV heads are partitioned (Hkv / N per rank) when Hkv >= N: by default rank r owns kv
 // heads [r Hkv / N, (r + 1) Hkv / N); a balanced layout (balance_roles) instead picks, layer by
@@ -42,6 +50,8 @@ struct TpLayout {
   int64_t kv_heads_per_rank = 0;  // 1 when replicated
   int64_t kv_replicas = 1;        // ranks holding a copy of one kv head (N / Hkv when replicated)
   int64_t inter_per_rank = 0;     // intermediate_size / N
+  int64_t vocab_size = 0;         // the model's
+  int64_t vocab_per_rank = 0;     // S: rank r holds vocabulary rows [r S, (r + 1) S), padded
   int64_t num_layers = 0;
   int64_t num_kv_heads = 0;       // the model's
   int64_t group = 1;              // q heads per kv head (Hq / Hkv)
@@ -63,6 +73,9 @@ struct TpLayout {
   void balance_roles(const std::vector<bool>& streaming);
 };
 
+// A rank's vocabulary slice is a multiple of this many rows (GEMM tiles, as vLLM pads to 64).
+inline constexpr int64_t kVocabAlign = 64;
+
 // N must be 1, 2, 4 or 8 and divide the q heads and the MLP width; the kv heads must be a
 // multiple of N or divide N. Errors name the sizes.
 Result<TpLayout> make_tp_layout(const ModelConfig& config, int32_t size);
@@ -70,8 +83,8 @@ Result<TpLayout> make_tp_layout(const ModelConfig& config, int32_t size);
 // The layout of `shard` (its kv_order checked against the model).
 Result<TpLayout> make_tp_layout(const ModelConfig& config, const TpShard& shard);
 
-// The config one rank's Model sees (its head counts and MLP width).
-ModelConfig shard_config(const ModelConfig& config, const TpLayout& layout);
+// The config rank's Model sees (its head counts, MLP width and vocabulary slice).
+ModelConfig shard_config(const ModelConfig& config, const TpLayout& layout, int32_t rank);
 
 // A checkpoint holding rank's slices of `full`'s tensors, named and shaped as a Hugging Face
 // checkpoint of shard_config(config) would be (every tensor copied into memory; dtypes kept).

@@ -273,6 +273,24 @@ TEST(CudaElementwise, EmbeddingAndGatherRows) {
       }
     }
     EXPECT_EQ(dout.download(), want.bytes) << "embedding from " << dtype_label(table_dt);
+    // A vocabulary slice: the table's rows are ids [40, 40 + vocab); others give zero rows.
+    std::vector<int32_t> slice_ids = {40, 89, 39, 90, 57, 3};
+    const int64_t ts = static_cast<int64_t>(slice_ids.size());
+    DeviceArray dsids = DeviceArray::of(slice_ids);
+    DeviceArray dsout(dtype_nbytes(DType::kBF16, ts * hidden));
+    dsout.poison(DType::kBF16, ts * hidden);
+    gpu()->embedding_slice(dev(dsids, DType::kI32, {ts}), dev(dt_, table_dt, {vocab, hidden}), 40,
+                           dev(dsout, DType::kBF16, {ts, hidden}));
+    HostArray swant(ts * hidden, DType::kBF16);
+    for (int64_t r = 0; r < ts; ++r) {
+      const int64_t row = slice_ids[static_cast<size_t>(r)] - 40;
+      for (int64_t c = 0; c < hidden; ++c) {
+        swant.set(r * hidden + c, row >= 0 && row < vocab
+                                      ? table.values[static_cast<size_t>(row * hidden + c)]
+                                      : 0.0f);
+      }
+    }
+    EXPECT_EQ(dsout.download(), swant.bytes) << "embedding_slice from " << dtype_label(table_dt);
   }
   // gather_rows: raw bytes, 16-byte and odd row sizes, an out-of-range row gives zeros.
   for (int64_t row_elems : {int64_t{64}, int64_t{13}}) {

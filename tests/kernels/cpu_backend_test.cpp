@@ -95,6 +95,21 @@ TEST(CpuBackend, ElementwiseOpsRouteToKernels) {
   for (int t = 0; t < 3; ++t) {
     for (int i = 0; i < 8; ++i) EXPECT_EQ(emb[t * 8 + i], table.values[ids[t] * 8 + i]);
   }
+  // A vocabulary slice: the table's 10 rows are ids [20, 30); other ids give zero rows.
+  std::vector<int32_t> slice_ids = {29, 3, 20, 30, 25};
+  std::vector<float> part(5 * 8, kNaN);
+  backend->embedding_slice(TensorView(slice_ids.data(), DType::kI32, {5}),
+                           TensorView(const_cast<void*>(table.data()), DType::kBF16, {10, 8}), 20,
+                           TensorView(part.data(), DType::kF32, {5, 8}));
+  ASSERT_TRUE(backend->take_error().ok());
+  for (int t = 0; t < 5; ++t) {
+    const int32_t row = slice_ids[static_cast<size_t>(t)] - 20;
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(part[static_cast<size_t>(t * 8 + i)],
+                row >= 0 && row < 10 ? table.values[static_cast<size_t>(row * 8 + i)] : 0.0f)
+          << "token " << t;
+    }
+  }
   // rmsnorm and the fused add + rmsnorm agree with add_inplace followed by rmsnorm
   auto x = random_floats(rng, 4 * 24), y = random_floats(rng, 4 * 24),
        w = random_floats(rng, 24, 0.5, 1.5);

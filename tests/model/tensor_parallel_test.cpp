@@ -69,7 +69,7 @@ TEST(TensorParallelLayout, SplitsAndReplicates) {
     // q head r belongs to kv group r / (8 / 2) by the GQA rule of the whole model.
     EXPECT_EQ(l8->kv_head(0, r, 0), l8->q_head(0, r, 0) / (8 / 2)) << r;
   }
-  const ModelConfig shard = shard_config(c, *l8);
+  const ModelConfig shard = shard_config(c, *l8, 0);
   EXPECT_EQ(shard.num_attention_heads(), 1);
   EXPECT_EQ(shard.num_key_value_heads(), 1);
   EXPECT_EQ(shard.intermediate_size(), 12);
@@ -214,11 +214,63 @@ TEST(TensorParallelSlicing, SlicesReassembleToTheCheckpoint) {
         }
       }
     }
-    for (const Checkpoint& s : shards) {  // vocabulary replicated
-      EXPECT_TRUE(bytes_of(*s.find("model.embed_tokens.weight")) ==
-                  bytes_of(*full->find("model.embed_tokens.weight")));
+    // Vocabulary-parallel: rank r holds rows [r S, (r + 1) S), zero rows past the vocabulary
+    // (320 ids over 2 ranks: S = 160 rounded up to 192, so rank 1 holds 128 rows + 64 zeros).
+    ASSERT_EQ(layout->vocab_per_rank, 192);
+    for (const char* name : {"model.embed_tokens.weight", "lm_head.weight"}) {
+      const TensorInfo* f = full->find(name);
+      if (f == nullptr) continue;  // tied (qwen2)
+      const int64_t row_bytes = f->nbytes / f->shape[0];
+      std::vector<uint8_t> joined;
+      for (const Checkpoint& s : shards) {
+        const TensorInfo* t = s.find(name);
+        ASSERT_EQ(t->shape, (std::vector<int64_t>{192, f->shape[1]})) << name;
+        const std::vector<uint8_t> b = bytes_of(*t);
+        joined.insert(joined.end(), b.begin(), b.end());
+      }
+      ASSERT_EQ(static_cast<int64_t>(joined.size()), 384 * row_bytes);
+      EXPECT_TRUE(std::vector<uint8_t>(joined.begin(), joined.begin() + f->nbytes) == bytes_of(*f))
+          << name;
+      EXPECT_TRUE(std::all_of(joined.begin() + f->nbytes, joined.end(),
+                              [](uint8_t b) { return b == 0; }))
+          << name << ": padding rows are not zero";
     }
   }
+}
+
+TEST(TensorParallelLayout, VocabularySlicesCoverTheVocabularyPadded) {
+  // 32 ids: S = ceil(32 / N) rounded up to 64 rows, every id on exactly one rank.
+  for (const auto& [vocab, size, slice] : {std::tuple{32, 2, 64}, std::tuple{128256, 4, 32064},
+                                           std::tuple{128256, 8, 16064},
+                                           std::tuple{151936, 8, 19008}, std::tuple{1000, 8, 128}}) {
+    const ModelConfig c = config_of(fmt::format(
+        R"({{"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 64,
+            "num_hidden_layers": 1, "num_attention_heads": 8, "num_key_value_heads": 8,
+            "vocab_size": {}, "max_position_embeddings": 128, "rms_norm_eps": 1e-5}})",
+        vocab));
+    auto l = make_tp_layout(c, size);
+    ASSERT_TRUE(l.ok());
+    EXPECT_EQ(l->vocab_per_rank, slice) << vocab << " / " << size;
+    EXPECT_EQ(l->vocab_per_rank % kVocabAlign, 0);
+    EXPECT_GE(l->vocab_per_rank * size, vocab);
+    if (vocab > kVocabAlign * size) {  // a real vocabulary: no rank holds padding only
+      EXPECT_LT(l->vocab_per_rank * (size - 1), vocab);
+    }
+    for (int32_t r = 0; r < size; ++r) {
+      const ModelConfig s = shard_config(c, *l, r);
+      EXPECT_EQ(s.vocab_size(), slice);
+      EXPECT_EQ(s.vocab_slice().begin, r * slice);
+      EXPECT_EQ(s.vocab_slice().parts, size);
+      EXPECT_EQ(s.full_vocab_size(), vocab);
+    }
+  }
+  // One rank keeps the whole vocabulary.
+  auto one = make_tp_layout(config_of(llama_json(8, 2, 96)), 1);
+  ASSERT_TRUE(one.ok());
+  const ModelConfig whole = shard_config(config_of(llama_json(8, 2, 96)), *one, 0);
+  EXPECT_EQ(whole.vocab_size(), 32);
+  EXPECT_EQ(whole.vocab_slice().parts, 1);
+  EXPECT_EQ(whole.full_vocab_size(), 32);
 }
 
 TEST(TensorParallelSlicing, ReplicatesKvHeadsBeyondTheirCount) {
@@ -388,6 +440,15 @@ TEST_P(TensorParallelLogits, EqualToOneRank) {
   ASSERT_EQ(b.tp_ranks.size(), static_cast<size_t>(tp));
   EXPECT_EQ(b.config().num_attention_heads(), a.config().num_attention_heads());
   ASSERT_EQ(a.kv->geometry().roles.num_streaming() > 0, b.kv->geometry().roles.num_streaming() > 0);
+  // Each rank holds its vocabulary slice only, the embedding and the LM head (tied or not).
+  auto layout = make_tp_layout(a.config(), tp);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_LT(layout->vocab_per_rank, a.config().vocab_size());
+  for (const auto& rank : b.tp_ranks) {
+    const ModelWeights& w = rank->model->weights();
+    EXPECT_EQ(w.embed.dim(0), layout->vocab_per_rank);
+    EXPECT_EQ(w.lm_head.w.dim(0), layout->vocab_per_rank);
+  }
   const TpComparison cmp = compare_tp_runs(a, b, /*margin_scale=*/1e-3);
   EXPECT_EQ(cmp.decoded, 80);
   EXPECT_GT(cmp.greedy_checked, 60);

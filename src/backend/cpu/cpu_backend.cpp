@@ -151,6 +151,22 @@ void CpuBackend::embedding(const TensorView& ids, const TensorView& table, const
   kernels::cpu::embedding(id, tokens, table.data, table.dtype, hidden, out.ptr<float>(), pool_);
 }
 
+void CpuBackend::embedding_slice(const TensorView& ids, const TensorView& table, int64_t first_id,
+                                 const TensorView& out) {
+  const char* op = "embedding_slice";
+  if (!check_op(error_, ids.dtype == DType::kI32 && ids.ndim == 1 && ids.is_contiguous(), op,
+                "ids must be [T] i32") ||
+      !check_op(error_, table.ndim == 2 && is_float(table.dtype) && table.is_contiguous(), op,
+                "table must be [V, H] float") ||
+      !check_op(error_, f32_contiguous(out) && out.ndim == 2 && out.dim(0) == ids.dim(0) &&
+                            out.dim(1) == table.dim(1),
+                op, "out must be [T, H] f32, got " + out.describe())) {
+    return;
+  }
+  kernels::cpu::embedding_slice(ids.ptr<int32_t>(), ids.dim(0), table.data, table.dtype,
+                                table.dim(0), table.dim(1), first_id, out.ptr<float>(), pool_);
+}
+
 void CpuBackend::rmsnorm(const TensorView& x, const TensorView& w, float eps,
                          const TensorView& out) {
   const char* op = "rmsnorm";

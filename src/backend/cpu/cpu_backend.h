@@ -33,6 +33,8 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
 
   void embedding(const TensorView& ids, const TensorView& table, const TensorView& out) override;
+  void embedding_slice(const TensorView& ids, const TensorView& table, int64_t first_id,
+                       const TensorView& out) override;
   void rmsnorm(const TensorView& x, const TensorView& w, float eps, const TensorView& out) override;
   void linear(const TensorView& x, const LinearWeight& w, const TensorView& out) override;
   // Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K (kernels/cpu/quant_matmul.h).

@@ -87,6 +87,8 @@ class CudaBackend final : public Backend {
   HostMemoryStats host_memory_stats() const override;
 
   void embedding(const TensorView& ids, const TensorView& table, const TensorView& out) override;
+  void embedding_slice(const TensorView& ids, const TensorView& table, int64_t first_id,
+                       const TensorView& out) override;
   void rmsnorm(const TensorView& x, const TensorView& w, float eps, const TensorView& out) override;
   void linear(const TensorView& x, const LinearWeight& w, const TensorView& out) override;
   void rope(const TensorView& x, const TensorView& cos, const TensorView& sin,

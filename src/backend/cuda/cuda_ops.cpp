@@ -35,6 +35,11 @@ bool float_contiguous(const TensorView& t) {
 }  // namespace
 
 void CudaBackend::embedding(const TensorView& ids, const TensorView& table, const TensorView& out) {
+  embedding_slice(ids, table, 0, out);
+}
+
+void CudaBackend::embedding_slice(const TensorView& ids, const TensorView& table, int64_t first_id,
+                                  const TensorView& out) {
   const char* op = "embedding";
   if (!check(ids.dtype == DType::kI32 && ids.ndim == 1 && ids.is_contiguous(), op,
              "ids must be [T] i32") ||
@@ -45,7 +50,7 @@ void CudaBackend::embedding(const TensorView& ids, const TensorView& table, cons
     return;
   }
   report(kc::embedding(ids.ptr<int32_t>(), ids.dim(0), table.data, table.dtype, table.dim(0),
-                       table.dim(1), out.data, out.dtype, stream_),
+                       table.dim(1), first_id, out.data, out.dtype, stream_),
          op);
 }
 

@@ -38,10 +38,12 @@ Status silu_mul(const void* gate_up, int64_t tokens, int64_t inter, DType dtype,
 // x[i] += y[i] for n elements.
 Status add_inplace(void* x, const void* y, int64_t n, DType dtype, cudaStream_t stream);
 
-// out[t, :] = table[ids[t], :] converted to out_dtype; ids: [tokens] i32 (device); table:
-// [vocab, hidden] table_dtype. A row whose id is outside [0, vocab) is written as zeros.
+// out[t, :] = table[ids[t] - first_id, :] converted to out_dtype; ids: [tokens] i32 (device);
+// table: [vocab, hidden] table_dtype, the rows of ids [first_id, first_id + vocab). A row whose
+// id is outside that range is written as zeros (first_id > 0: a vocabulary-parallel slice).
 Status embedding(const int32_t* ids, int64_t tokens, const void* table, DType table_dtype,
-                 int64_t vocab, int64_t hidden, void* out, DType out_dtype, cudaStream_t stream);
+                 int64_t vocab, int64_t hidden, int64_t first_id, void* out, DType out_dtype,
+                 cudaStream_t stream);
 
 // out[i, :] = x[rows[i], :] as raw bytes; rows: [num_rows] i32 (device); x: [num_x_rows,
 // row_bytes]; an index outside [0, num_x_rows) gives a zero row.
