@@ -83,11 +83,13 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
   LS_ASSIGN_OR_RETURN(Checkpoint ckpt, open_checkpoint());
   if (shard.size > 1) {
     // One rank's slices, loaded as if they were a checkpoint of the rank's shard of the model.
-    // FP8 quantized on load is per output row of the rank's slice; FP8 checkpoints' scale
-    // tensors are not sliced (yet), so they are refused.
+    // --quantization fp8 quantizes each rank's slices after slicing: a scale per output row of
+    // the slice (a column-parallel row keeps the one-GPU scale; a row-parallel o_proj / down_proj
+    // row gets the scale of the rank's columns). FP8 checkpoints' scale tensors are not sliced
+    // (yet), and GGUF models and ggml types at load are not either, so they are refused.
     if (gguf || quantize_to || config.fp8_weights()) {
       return unimplemented("--tensor-parallel-size {}: tensor parallelism reads unquantized "
-                           "safetensors checkpoints; {} is {}",
+                           "safetensors checkpoints (optionally with --quantization fp8); {} is {}",
                            shard.size, dir.string(),
                            gguf ? "a GGUF model"
                                 : (quantize_to ? "quantized at load (--quantization)"

@@ -3,6 +3,8 @@
 // tests/model/tensor_parallel_compare.h (chunked prefills, two sequences, decode steps replayed
 // as recorded CUDA graphs with the all-reduces inside). bf16 everywhere: the ranks' partial sums
 // are rounded to bf16 before NCCL adds them, so the tolerance is model_test.cpp's bf16 one.
+// --quantization fp8 with TP = 2 (each rank's slices quantized after slicing) against TP = 1 in
+// bf16, within model_test.cpp's FP8 tolerance.
 
 #include <gtest/gtest.h>
 
@@ -59,6 +61,44 @@ TEST_P(CudaTensorParallel, TwoRanksEqualOne) {
               model.c_str(), policy.c_str(), cmp.worst_relative, cmp.greedy_checked);
   // The decode steps were replayed from recordings that hold the NCCL all-reduces.
   for (const auto& rank : (*two)->tp_ranks) EXPECT_GT(rank->runner->replayed_steps(), 0);
+}
+
+// FP8 weights quantized per output row of each rank's slice: q/k/v and gate/up rows keep their
+// one-GPU scales, the row-parallel o_proj / down_proj rows get the scale of the rank's columns,
+// and the activations are quantized per token over the rank's columns. So TP = 2 in FP8 is not
+// TP = 1 in FP8 bit for bit; both are e4m3 roundings of the same bf16 model, and TP = 2 in FP8
+// must stay within model_test.cpp's FP8-vs-bf16 tolerance of TP = 1 in bf16.
+constexpr double kFp8LogitTol = 0.8;
+
+TEST(CudaTensorParallelFp8, TwoRanksQuantizeTheirSlices) {
+  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  for (const std::string model : {"mistral", "qwen2"}) {
+    auto bf16 = build_model_stack(options(model, "dense", 1));
+    ASSERT_TRUE(bf16.ok()) << bf16.status().to_string();
+    ModelStackOptions o1 = options(model, "dense", 1);
+    o1.quantization = "fp8";
+    ModelStackOptions o2 = options(model, "dense", 2);
+    o2.quantization = "fp8";
+    auto fp8_one = build_model_stack(o1);
+    ASSERT_TRUE(fp8_one.ok()) << fp8_one.status().to_string();
+    auto fp8_two = build_model_stack(o2);
+    ASSERT_TRUE(fp8_two.ok()) << fp8_two.status().to_string();
+    for (const auto& rank : (*fp8_two)->tp_ranks) {
+      const LayerWeights& l = rank->model->weights().layers[0];
+      EXPECT_TRUE(l.qkv.is_fp8() && l.gate_up.is_fp8() && l.o.is_fp8() && l.down.is_fp8())
+          << model;
+      EXPECT_FALSE(rank->model->weights().lm_head.is_fp8());
+    }
+    const TpComparison one = compare_tp_runs(**bf16, **fp8_one, 2 * kFp8LogitTol);
+    // A fresh bf16 stack: the schedule fills its cache from the start.
+    auto bf16_again = build_model_stack(options(model, "dense", 1));
+    ASSERT_TRUE(bf16_again.ok()) << bf16_again.status().to_string();
+    const TpComparison two = compare_tp_runs(**bf16_again, **fp8_two, 2 * kFp8LogitTol);
+    EXPECT_EQ(two.decoded, 80);
+    EXPECT_LT(two.worst_relative, kFp8LogitTol) << model;
+    std::printf("%s fp8 vs bf16: TP=1 worst relative logit error %.4f, TP=2 %.4f\n",
+                model.c_str(), one.worst_relative, two.worst_relative);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaTensorParallel,
