@@ -29,7 +29,10 @@
 // allocated and two decode steps run.
 // --tensor-parallel-size 1,2 (docs/tensor-parallel.md): instead of the above, TTFT (--ttft) and
 // TPOT (--tpot, batch 1) for each size and policy (--policies, default dense,lserve) on stacks
-// built as the server builds them, "tp" in every JSON line.
+// built as the server builds them, "tp" in every JSON line (--quantization applies too). For
+// TP > 1 a "tp_collectives" line gives one decode step's collectives timed alone
+// (bench_tp_collectives.h), and every TPOT line their share of the step ("allreduce_share":
+// the 2 per layer + embedding all-reduces, "collectives_share": with the logits' all-gather).
 
 #include <cuda_profiler_api.h>
 
@@ -38,6 +41,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -45,6 +49,7 @@
 
 #include "attention/policy_registry.h"
 #include "bench_common.h"
+#include "bench_tp_collectives.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_pool.h"
 #include "kv/kv_tier_config.h"
@@ -338,6 +343,7 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
   const auto chunk = static_cast<int32_t>(std::atoi(arg(argc, argv, "--chunk", "16384").c_str()));
   const auto steps = static_cast<int32_t>(std::atoi(arg(argc, argv, "--steps", "16").c_str()));
   const bool record = arg(argc, argv, "--record", "1") == "1";
+  const std::string quantization = arg(argc, argv, "--quantization", "auto");
   int64_t max_len = 0;
   for (int64_t x : ttft_lens) max_len = std::max(max_len, x);
   for (int64_t x : tpot_lens) max_len = std::max(max_len, x + steps + kTpotWarmup + 8);
@@ -346,7 +352,8 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
     for (const std::string& name :
          {std::string("dense"), std::string("streaming"), std::string("lserve")}) {
       if (policies.find(name) == std::string::npos) continue;
-      const std::string tag = fmt::format(R"("policy": "{}", "tp": {})", name, tp);
+      const std::string tag = fmt::format(R"("policy": "{}", "tp": {}, "quantization": "{}")",
+                                          name, tp, json_safe(quantization));
       ModelStackOptions o;
       o.model_dir = model_dir;
       o.device = "cuda";
@@ -357,6 +364,7 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
       o.max_model_len = static_cast<int32_t>(max_len);
       o.record_decode_steps = record;
       o.tensor_parallel_size = static_cast<int32_t>(tp);
+      o.quantization = quantization;
       const auto t_load = std::chrono::steady_clock::now();
       auto built = build_model_stack(o);
       if (!built.ok()) {
@@ -374,6 +382,20 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
         fill_cache(static_cast<CudaBackend&>(*r->backend), *r->pool);
       }
       const int32_t vocab = static_cast<int32_t>(st.config().vocab_size());
+      // One decode step's collectives alone, before any step records (it drops recordings).
+      std::optional<TpCollectiveTime> coll;
+      if (tp > 1) {
+        auto c = time_tp_collectives(st, /*rows=*/1, /*replays=*/200);
+        if (c.ok()) {
+          coll = *c;
+          out.write(fmt::format(
+              R"({{"bench": "tp_collectives", {}, "rows": 1, "all_reduces": {}, "allreduce_ms": {:.4f}, "collectives_ms": {:.4f}, "recorded": {}}})",
+              tag, c->all_reduces, c->all_reduce_ms, c->step_ms, c->recorded));
+        } else {
+          out.write(fmt::format(R"({{"bench": "tp_collectives", {}, "error": "{}"}})", tag,
+                                json_safe(c.status().message())));
+        }
+      }
       StepExecutor& ex = st.executor();
       auto warm = ttft(*st.kv, ex, std::min<int32_t>(chunk, 2048) + 17, chunk, rng, vocab);
       if (!warm.ok()) {
@@ -391,9 +413,15 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
       }
       for (int64_t C : tpot_lens) {
         auto r = tpot(*st.kv, ex, static_cast<int32_t>(C), chunk, steps, rng, vocab, false);
+        std::string share;  // the collectives' share of the median decode step
+        if (r.ok() && coll && r->median_ms > 0) {
+          share = fmt::format(R"(, "allreduce_ms": {:.4f}, "allreduce_share": {:.4f}, "collectives_share": {:.4f})",
+                              coll->all_reduce_ms, coll->all_reduce_ms / r->median_ms,
+                              coll->step_ms / r->median_ms);
+        }
         out.write(r.ok() ? fmt::format(
-                               R"({{"bench": "tpot", {}, "context": {}, "median_ms": {:.3f}, "mean_ms": {:.3f}, "recorded": {}}})",
-                               tag, C, r->median_ms, r->mean_ms, record)
+                               R"({{"bench": "tpot", {}, "context": {}, "median_ms": {:.3f}, "mean_ms": {:.3f}, "recorded": {}{}}})",
+                               tag, C, r->median_ms, r->mean_ms, record, share)
                          : fmt::format(R"({{"bench": "tpot", {}, "context": {}, "error": "{}"}})",
                                        tag, C, json_safe(r.status().message())));
       }
