@@ -13,7 +13,7 @@
 #
 # Sections, in order (names for --only / --skip): env, build, tests, kernels, transfers, torch,
 # e2e, hf, serve; only when named in --only: prefix (prefix caching), profile, tierk, tier32k,
-# tier128k, tiercap (the host KV tier). Each section has its own time limit and a failing section never stops the others; the
+# tier128k, tiercap (the host KV tier), tp, tpserve (tensor parallelism on 2 or 4 GPUs). Each section has its own time limit and a failing section never stops the others; the
 # whole run keeps within GPU_CHECK_BUDGET_S seconds (default 540). Logs and results go to $OUT
 # (default ./gpu-out): gpu_check.log, build.log, ptxas.txt, tests.log, results.jsonl,
 # gpu_results.md (its table is printed last) and serve/.
@@ -181,7 +181,7 @@ export CARRY
 
 # ---- the 8B-shaped model, generated while we build (GPU draws, ~16 GB written) ----
 MODEL_PID=""
-if wanted e2e || wanted hf || wanted serve || [[ "$ONLY" =~ ,(profile|tier32k|tier128k|tiercap|prefill|prefix), ]]; then
+if wanted e2e || wanted hf || wanted serve || [[ "$ONLY" =~ ,(profile|tier32k|tier128k|tiercap|prefill|prefix|tp|tpserve), ]]; then
   if [ -f "$MODEL_DIR/model.safetensors.index.json" ]; then
     log "model: reusing $MODEL_DIR"
   else
@@ -484,6 +484,113 @@ PY
 export -f serve_section
 if wanted serve; then wait_model; section serve 480 serve_section; fi
 
+# ---- tensor parallelism (only with --only tp / tpserve; docs/tensor-parallel.md). Needs 2 GPUs (4
+# adds TP = 4). TP_MODEL_DIR (default the 8B-shaped model; e.g. the llama3-70b-shape preset of
+# make_bundled_model.py, generated beforehand) and TP_SIZES (default 1,2 or 1,2,4 by the GPUs
+# visible) choose what runs. Rows go to results.jsonl, the table to gpu_results.md; logs stay in
+# /tmp/longserve-tp (their errors are printed).
+# tp: bench_cuda_e2e --tensor-parallel-size, dense and lserve, TTFT and TPOT at TP_LENS (default
+#   32K and 128K), and the collectives' share of a decode step (tp_collectives lines).
+# tpserve: `longserve bench serve` throughput at 32K in / 1K out: one server with
+#   --tensor-parallel-size 2 (GPUs 0, 1) against two TP = 1 servers (CUDA_VISIBLE_DEVICES=0 and
+#   =1, two ports) sharing the same requests (TP_SERVE_PROMPTS, default 32, at concurrency
+#   TP_SERVE_CONCURRENCY, default 16; each replica half of both), throughputs summed. ----
+tp_gpus() { nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l; }
+export -f tp_gpus
+tp_section() {
+  local model=${TP_MODEL_DIR:-$MODEL_DIR} gpus sizes lens=${TP_LENS:-32768,131072}
+  [ -f "$model/model.safetensors.index.json" ] || { echo "no model in $model"; return 1; }
+  gpus=$(tp_gpus)
+  [ "$gpus" -ge 2 ] || { echo "tp: needs 2 GPUs, $gpus visible"; return 1; }
+  sizes=1,2
+  [ "$gpus" -ge 4 ] && sizes=1,2,4
+  sizes=${TP_SIZES:-$sizes}
+  mkdir -p /tmp/longserve-tp
+  echo "tp: $model on $gpus GPUs, sizes $sizes, lengths $lens"
+  NCCL_NVLS_ENABLE=0 "$BUILD/bench/cuda/bench_cuda_e2e" --model "$model" --out "$RESULTS" \
+    --tensor-parallel-size "$sizes" --policies dense,lserve --ttft "$lens" --tpot "$lens" \
+    >/tmp/longserve-tp/bench.log 2>&1 || { echo "bench_cuda_e2e: exit $?"; tail -20 /tmp/longserve-tp/bench.log; return 1; }
+  grep -E '"(tp_collectives|tpot|ttft)"' /tmp/longserve-tp/bench.log | grep -E '"tp"' | head -40
+}
+tpserve_section() {
+  local model=${TP_MODEL_DIR:-$MODEL_DIR} n=${TP_SERVE_PROMPTS:-32} c=${TP_SERVE_CONCURRENCY:-16} rc=0
+  [ -f "$model/model.safetensors.index.json" ] || { echo "no model in $model"; return 1; }
+  [ "$(tp_gpus)" -ge 2 ] || { echo "tpserve: needs 2 GPUs"; return 1; }
+  local dir=/tmp/longserve-tp
+  mkdir -p "$dir"
+  rm -f "$dir"/serve-*.json
+  local common=(--max-model-len 36864 --attention dense)
+  # client NAME PORT PROMPTS CONCURRENCY SEED: one `bench serve` run, its result in $dir/serve-NAME.json
+  client() {
+    timeout "${TP_SERVE_LIMIT_S:-300}" "$BUILD/longserve" bench serve --port "$2" --model "$model" \
+      --served-model-name llama3-8b-shape --random-input-len 32768 --random-output-len 1024 \
+      --num-prompts "$3" --max-concurrency "$4" --request-rate inf --seed "$5" --disable-tqdm \
+      --request-timeout 600 --save-result --result-dir "$dir" --result-filename "serve-$1.json" \
+      >"$dir/client-$1.log" 2>&1 || { echo "tpserve client $1: exit $?"; tail -5 "$dir/client-$1.log"; }
+  }
+  # One TP = 2 server on GPUs 0 and 1.
+  if MODEL_DIR=$model CUDA_VISIBLE_DEVICES=0,1 start_server "$dir/server-tp2.log" 8131 \
+      --tensor-parallel-size 2 --max-num-seqs "$c" "${common[@]}"; then
+    local s=$SERVER_PID
+    client tp2 8131 "$n" "$c" 1
+    kill $s 2>/dev/null
+    wait $s 2>/dev/null
+  else
+    echo "tpserve: the TP = 2 server did not come up"; rc=1
+  fi
+  grep -E "ERROR|error" "$dir/server-tp2.log" | head -5
+  # Two TP = 1 servers, one per GPU, each taking half of the requests at half the concurrency.
+  local half=$((n / 2)) chalf=$(((c + 1) / 2)) s0="" s1=""
+  MODEL_DIR=$model CUDA_VISIBLE_DEVICES=0 start_server "$dir/server-r0.log" 8132 \
+    --max-num-seqs "$chalf" "${common[@]}" && s0=$SERVER_PID
+  MODEL_DIR=$model CUDA_VISIBLE_DEVICES=1 start_server "$dir/server-r1.log" 8133 \
+    --max-num-seqs "$chalf" "${common[@]}" && s1=$SERVER_PID
+  if [ -n "$s0" ] && [ -n "$s1" ]; then
+    client r0 8132 "$half" "$chalf" 1 &
+    local c0=$!
+    client r1 8133 "$((n - half))" "$chalf" 2 &
+    local c1=$!
+    wait $c0 $c1
+  else
+    echo "tpserve: a TP = 1 replica did not come up"; rc=1
+  fi
+  for p in $s0 $s1; do kill $p 2>/dev/null; wait $p 2>/dev/null; done
+  grep -hE "ERROR|error" "$dir/server-r0.log" "$dir/server-r1.log" | head -5
+  python3 - "$dir" "$n" "$c" >>"$RESULTS" <<'PY'
+import json, os, sys
+d, n, c = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def load(name):
+    p = os.path.join(d, f"serve-{name}.json")
+    return json.load(open(p)) if os.path.exists(p) else None
+keys = ["completed", "duration", "request_throughput", "output_throughput", "total_token_throughput",
+        "mean_ttft_ms", "mean_tpot_ms"]
+rows = []
+tp2 = load("tp2")
+rows.append({"bench": "tp_serve", "config": "tp2", "prompts": n, "concurrency": c,
+             **({k: tp2[k] for k in keys if k in tp2} if tp2 else {"error": "no result"})})
+r0, r1 = load("r0"), load("r1")
+row = {"bench": "tp_serve", "config": "2x tp1", "prompts": n, "concurrency": c}
+if r0 and r1:
+    for k in ["completed", "request_throughput", "output_throughput", "total_token_throughput"]:
+        if k in r0 and k in r1:
+            row[k] = r0[k] + r1[k]  # two replicas side by side: throughputs add
+    row["duration"] = max(r0.get("duration", 0), r1.get("duration", 0))
+    for k in ["mean_ttft_ms", "mean_tpot_ms"]:
+        if k in r0 and k in r1:
+            row[k] = (r0[k] + r1[k]) / 2
+else:
+    row["error"] = "no result"
+rows.append(row)
+for r in rows:
+    print(json.dumps(r))
+PY
+  grep '"tp_serve"' "$RESULTS"
+  return $rc
+}
+export -f tp_section tpserve_section
+if [[ "$ONLY" == *",tp,"* ]]; then wait_model; section tp 525 tp_section; fi
+if [[ "$ONLY" == *",tpserve,"* ]]; then wait_model; section tpserve 525 tpserve_section; fi
+
 # ---- prefix caching (only with --only prefix): a long shared prefix (a document) with many short
 # questions through `longserve serve --device cuda`, caching off vs on. One question at a time
 # (--max-concurrency 1), so the first request misses and the others hit: the median TTFT is a
@@ -601,15 +708,15 @@ for r in pick("decode"):
 md.append("\nTarget: >= 70% of the copy bandwidth at batch >= 8.\n")
 
 md.append("## End to end, Llama-3-8B-shaped random bf16 model\n")
-em = first("e2e_model")
+em = next((r for r in pick("e2e_model") if "tp" not in r), None)
 if em:
     md.append(f"Weights {em['weights_gb']:.2f} GB, {em['bytes_per_token_gb']:.2f} GB read per token; copy BW "
               f"{em['copy_gbps']:.0f} GB/s -> weight-read floor {em['floor_ms']:.2f} ms/token; load {em['load_s']:.1f} s.\n")
 md.append("| engine | TTFT 8K ms | TTFT 32K ms | TTFT 128K ms | TPOT 32K ms | TPOT 128K ms | TPOT 128K / floor |")
 md.append("|---|---|---|---|---|---|---|")
 for pol in ["dense", "streaming", "lserve"]:
-    t = {r["tokens"]: r.get("ms") for r in pick("ttft", policy=pol) if not r.get("offload_ratio") and r.get("batch", 1) == 1}
-    p = {r["context"]: r for r in pick("tpot", policy=pol) if not r.get("offload_ratio") and r.get("batch", 1) == 1}
+    t = {r["tokens"]: r.get("ms") for r in pick("ttft", policy=pol) if not r.get("offload_ratio") and r.get("batch", 1) == 1 and "tp" not in r}
+    p = {r["context"]: r for r in pick("tpot", policy=pol) if not r.get("offload_ratio") and r.get("batch", 1) == 1 and "tp" not in r}
     if not t and not p:
         continue
     p128 = p.get(131072)
@@ -700,6 +807,37 @@ if cap:
                   f"{r['max_seqs']} | {r['step_ms']:.1f} | {r['device_gb_per_seq']:.2f} | {r['host_gb_per_seq']:.2f} | {r['by_device']} | {r['by_host']} |")
     md.append("")
 
+tpr = [r for r in rows if "tp" in r and r.get("bench") in ("ttft", "tpot", "tp_collectives")]
+if tpr:
+    md.append("## Tensor parallelism (bench_cuda_e2e --tensor-parallel-size), batch 1\n")
+    md.append("Speed-up: TP = 1 time / this time, same policy. Collectives: one decode step's all-reduces (2 per layer + embedding) timed alone; share of the median TPOT.\n")
+    md.append("| policy | quantization | TP | TTFT 32K ms | TTFT 128K ms | TPOT 32K ms | TPOT 128K ms | TPOT 32K speed-up | TPOT 128K speed-up | all-reduce ms/step | share of TPOT 32K | share of TPOT 128K |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for pol, quant, tp in sorted({(r["policy"], r.get("quantization", "auto"), r["tp"]) for r in tpr}):
+        sel = lambda b: [r for r in pick(b, policy=pol, tp=tp) if r.get("quantization", "auto") == quant]
+        t = {r["tokens"]: r.get("ms") for r in sel("ttft")}
+        p = {r["context"]: r for r in sel("tpot")}
+        base = {r["context"]: r.get("median_ms") for r in pick("tpot", policy=pol, tp=1) if r.get("quantization", "auto") == quant}
+        cl = sel("tp_collectives")
+        ar = cl[0].get("allreduce_ms") if cl else None
+        def sp(ctx):
+            m = p.get(ctx, {}).get("median_ms")
+            return base.get(ctx) / m if m and base.get(ctx) else None
+        md.append(f"| {pol} | {quant} | {tp} | {f(t.get(32768), '{:.0f}')} | {f(t.get(131072), '{:.0f}')} | "
+                  f"{f(p.get(32768, {}).get('median_ms'), '{:.2f}')} | {f(p.get(131072, {}).get('median_ms'), '{:.2f}')} | "
+                  f"{f(sp(32768), '{:.2f}x')} | {f(sp(131072), '{:.2f}x')} | {f(ar, '{:.3f}')} | "
+                  f"{f(p.get(32768, {}).get('allreduce_share'), '{:.1%}')} | {f(p.get(131072, {}).get('allreduce_share'), '{:.1%}')} |")
+    md.append("")
+tps = pick("tp_serve")
+if tps:
+    md.append("## Tensor parallelism: serving throughput, 32K in / 1K out (dense)\n")
+    md.append("| config | prompts | concurrency | completed | duration s | req/s | output tok/s | mean TTFT ms | mean TPOT ms |")
+    md.append("|---|---|---|---|---|---|---|---|---|")
+    for r in tps:
+        md.append(f"| {r['config']} | {r['prompts']} | {r['concurrency']} | {r.get('completed', r.get('error', '-'))} | {f(r.get('duration'))} | "
+                  f"{f(r.get('request_throughput'), '{:.3f}')} | {f(r.get('output_throughput'), '{:.0f}')} | "
+                  f"{f(r.get('mean_ttft_ms'), '{:.0f}')} | {f(r.get('mean_tpot_ms'), '{:.1f}')} |")
+    md.append("")
 md.append("## Tests\n")
 tl = os.path.join(out, "tests.log")
 if os.path.exists(tl):
