@@ -9,6 +9,13 @@ Presets:
   bench30m         --out DIR: a Llama-shaped ~30M-parameter model for the CPU benchmark.
   llama3-8b-shape  --out DIR: Llama-3-8B shapes with random bf16 weights (~16 GB), made on the
                    GPU machine (generated with torch on the GPU when one is present).
+  llama3-70b-shape --out DIR: Llama-3-70B shapes (hidden 8192, 80 layers, 64 q / 8 kv heads, MLP
+                   28672, vocab 128256, rope theta 500000 with Llama-3.1 scaling, bf16; ~141 GB),
+                   for tensor parallelism on 4 GPUs (docs/tensor-parallel.md). Drawn on the GPU
+                   and written shard by shard while the next shard is drawn. --num-layers N makes
+                   a truncated model of the same shape with N layers (~1.7 GB per layer + 4.2 GB
+                   of embedding and LM head), named so in its config and the log; the free disk
+                   space is checked before anything is written.
 
 Everything is deterministic: every tensor is drawn from its own torch generator seeded by
 (seed, tensor name), so the result does not depend on generation order. The tiny presets are
@@ -31,7 +38,10 @@ import json
 import math
 import os
 import sys
+import shutil
+import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -254,28 +264,44 @@ def plan_shards(shapes: dict[str, tuple[int, ...]], element_bytes: int,
 
 def write_checkpoint(out_dir: str, config: dict, dtype: torch.dtype, seed: int,
                      scales: InitScales, device: str = "cpu", max_shard_bytes: int | None = None,
-                     num_shards: int | None = None) -> int:
+                     num_shards: int | None = None, overlap_writes: bool = False) -> int:
     """Writes model.safetensors, or model-0000i-of-0000n.safetensors + model.safetensors.index.json.
-    Tensors are generated shard by shard so peak memory stays near one shard. Returns the
-    number of parameters."""
+    Tensors are generated shard by shard so peak memory stays near one shard (two with
+    overlap_writes, which writes a shard on a thread while the next one is drawn: the big presets
+    are bound by the disk). Returns the number of parameters."""
     shapes = tensor_shapes(config)
     element_bytes = torch.tensor([], dtype=dtype).element_size()
     shards = plan_shards(shapes, element_bytes, max_shard_bytes, num_shards)
     weight_map: dict[str, str] = {}
     total_bytes = 0
-    for i, names in enumerate(shards):
-        file_name = ("model.safetensors" if len(shards) == 1
-                     else f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors")
-        tensors = {}
-        for n in names:
-            t = init_tensor(n, shapes[n], seed, scales, device).to(dtype)
-            tensors[n] = t.cpu().contiguous()
-            weight_map[n] = file_name
-            total_bytes += tensors[n].numel() * element_bytes
-        path = os.path.join(out_dir, file_name)
+
+    def save(tensors: dict, path: str) -> None:
         save_file(tensors, path, metadata={"format": "pt"})
         os.chmod(path, 0o644)  # safetensors creates files readable by the owner only
-        del tensors
+
+    pending = None  # the previous shard's write, when overlapping
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        for i, names in enumerate(shards):
+            file_name = ("model.safetensors" if len(shards) == 1
+                         else f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors")
+            tensors = {}
+            for n in names:
+                t = init_tensor(n, shapes[n], seed, scales, device).to(dtype)
+                tensors[n] = t.cpu().contiguous()
+                weight_map[n] = file_name
+                total_bytes += tensors[n].numel() * element_bytes
+            path = os.path.join(out_dir, file_name)
+            if pending is not None:
+                pending.result()  # at most one shard waits for the disk
+            if overlap_writes:
+                pending = pool.submit(save, tensors, path)
+            else:
+                save(tensors, path)
+            del tensors
+            if len(shards) > 1 and overlap_writes:
+                print(f"  shard {i + 1}/{len(shards)} drawn", flush=True)
+        if pending is not None:
+            pending.result()
     if len(shards) > 1:
         index = {"metadata": {"total_size": total_bytes}, "weight_map": weight_map}
         write_json(os.path.join(out_dir, "model.safetensors.index.json"), index)
@@ -348,6 +374,7 @@ class Preset:
     max_shard_bytes: int | None
     default_out: str | None     # committed presets have a fixed home
     scales: InitScales = field(default_factory=InitScales)
+    big: bool = False           # drawn on the GPU when there is one, writes overlapped
 
 
 LLAMA31_ROPE_SCALING = {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
@@ -366,7 +393,14 @@ PRESETS = {
                               num_kv_heads=8, intermediate_size=14336,
                               max_position_embeddings=262144, rope_scaling=LLAMA31_ROPE_SCALING,
                               llama31_specials=True, tokenizer_vocab=8192,
-                              max_shard_bytes=5 * 10**9, default_out=None),
+                              max_shard_bytes=5 * 10**9, default_out=None, big=True),
+    # Llama-3.1-70B's config (max_position_embeddings 131072 there; 262144 here, as the 8B shape,
+    # so 128K-token benchmarks plus their decode steps stay within it).
+    "llama3-70b-shape": Preset(vocab_size=128256, hidden_size=8192, num_layers=80, num_heads=64,
+                               num_kv_heads=8, intermediate_size=28672,
+                               max_position_embeddings=262144, rope_scaling=LLAMA31_ROPE_SCALING,
+                               llama31_specials=True, tokenizer_vocab=8192,
+                               max_shard_bytes=5 * 10**9, default_out=None, big=True),
 }
 
 
@@ -384,8 +418,38 @@ def clear_model_dir(out_dir: str) -> None:
             os.remove(path)
 
 
-def make_preset(name: str, out_dir: str, seed: int, device: str) -> dict:
+def preset_name(name: str, num_layers: int | None) -> str:
+    """The preset's name, or "<preset>-truncated-<N>-of-<L>-layers" for --num-layers N."""
     p = PRESETS[name]
+    if num_layers is None or num_layers == p.num_layers:
+        return name
+    return f"{name}-truncated-{num_layers}-of-{p.num_layers}-layers"
+
+
+def make_preset(name: str, out_dir: str, seed: int, device: str,
+                num_layers: int | None = None) -> dict:
+    p = PRESETS[name]
+    layers = p.num_layers if num_layers is None else num_layers
+    if not 1 <= layers <= p.num_layers:
+        raise SystemExit(f"--num-layers {layers}: {name} has {p.num_layers} layers")
+    # Refuse before writing anything when the disk cannot hold the weights.
+    planned = llama_config(vocab_size=p.vocab_size, hidden_size=p.hidden_size, num_layers=layers,
+                           num_heads=p.num_heads, num_kv_heads=p.num_kv_heads,
+                           intermediate_size=p.intermediate_size,
+                           max_position_embeddings=p.max_position_embeddings, bos_token_id=0,
+                           eos_token_id=0)
+    shapes = tensor_shapes(planned)
+    need = 2 * sum(math.prod(s) for s in shapes.values())  # bf16
+    per_layer = 2 * sum(math.prod(s) for n, s in shapes.items() if n.startswith("model.layers.0."))
+    os.makedirs(out_dir, exist_ok=True)
+    old = sum(os.path.getsize(f) for pat in MODEL_FILE_PATTERNS
+              for f in glob.glob(os.path.join(out_dir, pat)))  # what clear_model_dir frees
+    free = shutil.disk_usage(out_dir).free + old
+    if need > free:
+        raise SystemExit(f"{preset_name(name, num_layers)} needs {need / 1e9:.1f} GB in {out_dir}, "
+                         f"which has {free / 1e9:.1f} GB free; use --num-layers for a truncated "
+                         f"model ({per_layer / 1e9:.2f} GB per layer, {(need - layers * per_layer) / 1e9:.1f} "
+                         f"GB besides) or another --out")
     clear_model_dir(out_dir)
 
     block = LLAMA31_SPECIAL_BLOCK if p.llama31_specials else None
@@ -397,10 +461,12 @@ def make_preset(name: str, out_dir: str, seed: int, device: str) -> dict:
     bos = special_id(tok, "<|begin_of_text|>")
     eos_ids = [special_id(tok, "<|end_of_text|>"), special_id(tok, "<|eot_id|>")]
     config = llama_config(vocab_size=p.vocab_size, hidden_size=p.hidden_size,
-                          num_layers=p.num_layers, num_heads=p.num_heads,
+                          num_layers=layers, num_heads=p.num_heads,
                           num_kv_heads=p.num_kv_heads, intermediate_size=p.intermediate_size,
                           max_position_embeddings=p.max_position_embeddings, bos_token_id=bos,
                           eos_token_id=eos_ids, rope_scaling=p.rope_scaling)
+    if layers != p.num_layers:  # says what it is wherever the config is read
+        config["_name_or_path"] = preset_name(name, num_layers)
     write_hf_config(os.path.join(out_dir, "config.json"), config)
     # Llama-3-8B-Instruct's generation defaults, with this tokenizer's ids.
     write_hf_config(os.path.join(out_dir, "generation_config.json"), {
@@ -408,7 +474,7 @@ def make_preset(name: str, out_dir: str, seed: int, device: str) -> dict:
         "top_p": 0.9, "max_length": p.max_position_embeddings,
     })
     num_params = write_checkpoint(out_dir, config, torch.bfloat16, seed, p.scales, device,
-                                  max_shard_bytes=p.max_shard_bytes)
+                                  max_shard_bytes=p.max_shard_bytes, overlap_writes=p.big)
     return {"num_params": num_params, "config": config}
 
 
@@ -446,8 +512,12 @@ def main(argv: Iterable[str] | None = None) -> None:
     ap.add_argument("--out", help="output directory (required except for tiny-random)")
     ap.add_argument("--seed", type=int, default=20260101)
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
-                    help="where weights are drawn; auto = cuda for llama3-8b-shape when "
-                         "available, else cpu (the committed preset is always drawn on cpu)")
+                    help="where weights are drawn; auto = cuda for llama3-8b-shape and "
+                         "llama3-70b-shape when available, else cpu (the committed preset is "
+                         "always drawn on cpu)")
+    ap.add_argument("--num-layers", type=int, default=None,
+                    help="a truncated model of the preset's shape with this many layers (named "
+                         "<preset>-truncated-N-of-L-layers in config.json's _name_or_path)")
     ap.add_argument("--verify", action="store_true",
                     help="reload with transformers and run a forward pass")
     args = ap.parse_args(argv)
@@ -459,13 +529,14 @@ def main(argv: Iterable[str] | None = None) -> None:
     out = os.path.join(REPO_ROOT, out) if not os.path.isabs(out) else out
     device = args.device
     if device == "auto":
-        device = ("cuda" if args.preset == "llama3-8b-shape" and torch.cuda.is_available()
-                  else "cpu")
-    result = make_preset(args.preset, out, args.seed, device)
+        device = "cuda" if preset.big and torch.cuda.is_available() else "cpu"
+    t0 = time.monotonic()
+    result = make_preset(args.preset, out, args.seed, device, args.num_layers)
     total_bytes = sum(os.path.getsize(f) for p in MODEL_FILE_PATTERNS
                       for f in glob.glob(os.path.join(out, p)))
-    print(f"{args.preset}: {result['num_params']:,} parameters, {total_bytes / 1e6:.1f} MB "
-          f"on disk in {out} (weights drawn on {device})")
+    print(f"{preset_name(args.preset, args.num_layers)}: {result['num_params']:,} parameters, "
+          f"{total_bytes / 1e6:.1f} MB on disk in {out} (weights drawn on {device}) in "
+          f"{time.monotonic() - t0:.0f} s")
     if args.verify:
         verify(out, "cuda" if device == "cuda" else "cpu")
 
