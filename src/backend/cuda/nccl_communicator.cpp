@@ -27,6 +27,17 @@ struct NcclGroup {
 
   ~NcclGroup() {
     if (aborted.load()) return;  // ncclCommAbort already freed them
+    // Destroying a communicator first finalizes it, an intra-node collective: one thread that
+    // destroys every rank's communicator in turn would wait in the first call for the other
+    // ranks' finalize, which never comes (a hang at teardown). NCCL's rule for several ranks on
+    // one thread: finalize them all in one group call; the destroys are then purely local.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+    ncclGroupStart();
+    for (ncclComm_t c : comms) {
+      if (c != nullptr) ncclCommFinalize(c);
+    }
+    ncclGroupEnd();
+#endif
     for (ncclComm_t c : comms) {
       if (c != nullptr) ncclCommDestroy(c);
     }
