@@ -52,7 +52,7 @@ Status ModelRunner::validate_segments(const LayerSegmentInput& in) const {
       return internal_error("layer-0 units need the {} tokens, got {}", in.num_tokens,
                             in.tokens.size());
     }
-    const auto vocab = static_cast<int32_t>(model_.config().vocab_size());
+    const int32_t vocab = vocab_size();  // the whole vocabulary (a rank may hold a slice)
     for (int32_t id : in.tokens) {
       if (id < 0 || id >= vocab) {
         return invalid_argument("token id {} is outside the vocabulary [0, {})", id, vocab);

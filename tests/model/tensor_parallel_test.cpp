@@ -529,6 +529,44 @@ TEST(TensorParallelEngine, GreedyContinuationsMatchTransformers) {
   }
 }
 
+// Layer-segmented prefill fans out to the ranks too: its embedding (ids from the whole
+// vocabulary, most outside rank 0's slice) and its logits are the vocabulary-parallel ones.
+TEST(TensorParallelStack, LayerSegmentedPrefillEqualsOneRank) {
+  ModelStackOptions o1 = options("llama3", "dense", 1);
+  o1.layer_segmented_prefill = true;
+  ModelStackOptions o2 = o1;
+  o2.tensor_parallel_size = 2;
+  auto one = build_model_stack(o1);
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  auto two = build_model_stack(o2);
+  ASSERT_TRUE(two.ok()) << two.status().to_string();
+  std::mt19937 rng(11u);
+  LayerSegmentInput in;
+  in.num_tokens = 100;
+  in.segment_tokens = 32;
+  in.unit_end = in.num_segments() * (*one)->executor().num_layers();
+  ASSERT_GT(in.unit_end, 0);
+  for (int32_t t = 0; t < in.num_tokens; ++t) in.tokens.push_back(static_cast<int32_t>(rng() % 320));
+  std::vector<std::vector<float>> logits(2);
+  for (int i = 0; i < 2; ++i) {
+    ModelStack& st = i == 0 ? **one : **two;
+    auto slot = st.kv->add_sequence();
+    ASSERT_TRUE(slot.ok());
+    ASSERT_TRUE(st.kv->grow(*slot, in.num_tokens).ok());
+    in.slot = *slot;
+    const Status s = st.executor().forward_layer_segments(in, logits[static_cast<size_t>(i)]);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  ASSERT_EQ(logits[0].size(), 320u);
+  ASSERT_EQ(logits[1].size(), 320u);
+  double diff = 0, scale = 0;
+  for (size_t v = 0; v < 320; ++v) {
+    diff = std::max(diff, std::fabs(static_cast<double>(logits[0][v]) - logits[1][v]));
+    scale = std::max(scale, std::fabs(static_cast<double>(logits[0][v])));
+  }
+  EXPECT_LT(diff / scale, 1e-4);
+}
+
 TEST(TensorParallelStack, ABadStepFailsAndTheNextOneRuns) {
   auto s = build_model_stack(options("llama3", "dense", 2));
   ASSERT_TRUE(s.ok()) << s.status().to_string();
