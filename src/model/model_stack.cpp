@@ -167,13 +167,14 @@ Result<TierSizes> size_tier(const KvGeometry& g, const ModelStackOptions& o, int
 ModelStack::~ModelStack() {
   tp_executor.reset();  // joins the rank threads before the ranks' stacks go
   // Recorded decode steps hold the ranks' NCCL collectives, and NCCL's teardown waits until
-  // every graph that captured a collective of a communicator is destroyed: drop the recordings
-  // before the communicators, or destroying them waits forever (the backends, which own the
-  // recordings, go last).
-  for (const auto& rank : tp_ranks) {
-    if (!rank->backend) continue;
-    rank->backend->bind_thread();
-    rank->backend->drop_graphs();
+  // every CUDA graph that captured a collective of a communicator is destroyed: the ranks'
+  // runners go, and the recordings, which the backends own (CudaBackend::graphs_), are dropped
+  // before the communicators, or destroying those waits forever. The backends go last.
+  for (size_t r = tp_ranks.size(); r-- > 0;) {
+    if (!tp_ranks[r]->backend) continue;
+    tp_ranks[r]->backend->bind_thread();
+    tp_ranks[r]->runner.reset();
+    tp_ranks[r]->backend->drop_graphs();
   }
   // Each rank's communicator and stack are freed with the rank's device current (CUDA handles
   // and memory belong to a device).
