@@ -524,6 +524,7 @@ void ModelRunner::reduce_partial(const TensorView& partial) {
 
 Status ModelRunner::take_step_error() {
   Status s = backend_.take_error();
+  if (s.ok() && comm_ != nullptr) s = comm_->device_error();
   if (!comm_status_.ok()) {
     s = comm_status_;
     comm_status_ = {};
