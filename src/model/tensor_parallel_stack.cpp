@@ -24,9 +24,16 @@ namespace ls {
 namespace {
 
 Result<std::vector<std::unique_ptr<Communicator>>> make_communicators(
-    const std::string& device, const std::vector<Backend*>& backends) {
-  if (device == "cpu") return make_cpu_communicators(static_cast<int32_t>(backends.size()));
-  return make_device_communicators(backends);
+    const ModelStackOptions& o, const std::vector<Backend*>& backends) {
+  if (o.device == "cpu") {
+    if (o.tp_all_reduce == "p2p") {
+      return invalid_argument("--tp-all-reduce p2p needs GPUs with peer access (--device cuda)");
+    }
+    return make_cpu_communicators(static_cast<int32_t>(backends.size()));
+  }
+  DeviceCommOptions co;
+  co.all_reduce = o.tp_all_reduce;
+  return make_device_communicators(backends, co);
 }
 
 // A rank's retrieval and streaming head-pages (kv heads over all layers).
@@ -96,7 +103,7 @@ Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStack
 
   std::vector<Backend*> backends;
   for (const auto& rank : top->tp_ranks) backends.push_back(rank->backend.get());
-  LS_ASSIGN_OR_RETURN(top->tp_comms, make_communicators(o.device, backends));
+  LS_ASSIGN_OR_RETURN(top->tp_comms, make_communicators(o, backends));
 
   std::vector<TensorParallelExecutor::Rank> exec_ranks;
   for (int32_t r = 0; r < n; ++r) {
