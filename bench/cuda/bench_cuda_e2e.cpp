@@ -29,7 +29,7 @@
 // allocated and two decode steps run.
 // --tensor-parallel-size 1,2 (docs/tensor-parallel.md): instead of the above, TTFT (--ttft) and
 // TPOT (--tpot, batch 1) for each size and policy (--policies, default dense,lserve) on stacks
-// built as the server builds them, "tp" in every JSON line.
+// built as the server builds them, "tp" in every JSON line; --tp-all-reduce auto|nccl|p2p.
 
 #include <cuda_profiler_api.h>
 
@@ -328,7 +328,8 @@ void capacity(const Model& model, CudaBackend& b, JsonLines& out, const std::str
 
 // --tensor-parallel-size 1,2[,4]: TTFT and TPOT (batch 1) per policy for each size, every stack
 // built by build_model_stack as `longserve serve` builds it (so TP = 1 is measured on the same
-// path), the KV pages of every rank filled with random values.
+// path), the KV pages of every rank filled with random values. --tp-all-reduce auto|nccl|p2p
+// (docs/p2p-all-reduce.md) picks how the ranks all-reduce ("all_reduce" in every line).
 int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
   JsonLines out(arg(argc, argv, "--out", ""));
   const auto sizes = parse_list(arg(argc, argv, "--tensor-parallel-size", "1,2"));
@@ -338,6 +339,7 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
   const auto chunk = static_cast<int32_t>(std::atoi(arg(argc, argv, "--chunk", "16384").c_str()));
   const auto steps = static_cast<int32_t>(std::atoi(arg(argc, argv, "--steps", "16").c_str()));
   const bool record = arg(argc, argv, "--record", "1") == "1";
+  const std::string all_reduce = arg(argc, argv, "--tp-all-reduce", "auto");
   int64_t max_len = 0;
   for (int64_t x : ttft_lens) max_len = std::max(max_len, x);
   for (int64_t x : tpot_lens) max_len = std::max(max_len, x + steps + kTpotWarmup + 8);
@@ -346,7 +348,8 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
     for (const std::string& name :
          {std::string("dense"), std::string("streaming"), std::string("lserve")}) {
       if (policies.find(name) == std::string::npos) continue;
-      const std::string tag = fmt::format(R"("policy": "{}", "tp": {})", name, tp);
+      const std::string tag = fmt::format(R"("policy": "{}", "tp": {}, "all_reduce": "{}")", name,
+                                          tp, json_safe(all_reduce));
       ModelStackOptions o;
       o.model_dir = model_dir;
       o.device = "cuda";
@@ -357,6 +360,7 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
       o.max_model_len = static_cast<int32_t>(max_len);
       o.record_decode_steps = record;
       o.tensor_parallel_size = static_cast<int32_t>(tp);
+      o.tp_all_reduce = all_reduce;
       const auto t_load = std::chrono::steady_clock::now();
       auto built = build_model_stack(o);
       if (!built.ok()) {
