@@ -12,6 +12,7 @@
 
 #include "attention/policy_registry.h"
 #include "backend/backend_factory.h"
+#include "backend/communicator.h"
 #include "backend/cpu/cpu_communicator.h"
 #include "core/log.h"
 #include "io/model_config.h"
