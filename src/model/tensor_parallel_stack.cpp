@@ -26,12 +26,7 @@ namespace {
 
 Result<std::vector<std::unique_ptr<Communicator>>> make_communicators(
     const ModelStackOptions& o, const std::vector<Backend*>& backends) {
-  if (o.device == "cpu") {
-    if (o.tp_all_reduce == "p2p") {
-      return invalid_argument("--tp-all-reduce p2p needs GPUs with peer access (--device cuda)");
-    }
-    return make_cpu_communicators(static_cast<int32_t>(backends.size()));
-  }
+  if (o.device == "cpu") return make_cpu_communicators(static_cast<int32_t>(backends.size()));
   DeviceCommOptions co;
   co.all_reduce = o.tp_all_reduce;
   return make_device_communicators(backends, co);
@@ -47,6 +42,9 @@ std::string describe_rank(const KvGeometry& g) {
 
 Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStackOptions& o) {
   const int32_t n = o.tensor_parallel_size;
+  if (o.device == "cpu" && o.tp_all_reduce == "p2p") {
+    return invalid_argument("--tp-all-reduce p2p needs GPUs with peer access (--device cuda)");
+  }
   // NVLink multicast (NVLS) stays off: the GPU machines forbid it (docs/tensor-parallel.md).
   setenv("NCCL_NVLS_ENABLE", "0", 0);
   LS_ASSIGN_OR_RETURN(ModelConfig full, load_model_config(o.model_dir));

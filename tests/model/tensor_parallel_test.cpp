@@ -502,6 +502,7 @@ TEST(TensorParallelStack, RefusesAModelThatDoesNotSplit) {
 // the flag, both at flag validation and when a stack is built directly.
 TEST(TensorParallelStack, RefusesTheP2pAllReduceOnTheCpu) {
   EngineConfig c;
+  c.model_dir = fixture_dir("llama3");
   c.device = "cpu";
   c.tensor_parallel_size = 2;
   EXPECT_TRUE(c.validate().ok());
