@@ -112,18 +112,17 @@ class P2pCommunicator final : public Communicator {
     const uint32_t code = e >> 8;
     const uint32_t peer = e & 0xffu;
     if (code == kc::kP2pErrorTimedOut) {
+      // (The executor prefixes the failing rank: "tensor-parallel rank R: ...".)
       const std::string why = fmt::format(
-          "tensor-parallel rank {}: the p2p all-reduce gave up waiting for rank {}: a rank "
-          "waited more than {} s for a peer that never reached the same all-reduce",
-          rank_, peer, group_->timeout_s);
+          "the p2p all-reduce gave up waiting for rank {}: a rank waited more than {} s for a "
+          "peer that never reached the same all-reduce",
+          peer, group_->timeout_s);
       group_->abort(why);
       return internal_error("{}", why);
     }
     group_->abort(fmt::format("rank {}: the p2p all-reduce was aborted", rank_));
-    return failed_precondition(
-        "tensor-parallel rank {}: the p2p all-reduce was aborted while waiting "
-        "for rank {}: {}",
-        rank_, peer, group_->reason());
+    return failed_precondition("the p2p all-reduce was aborted while waiting for rank {}: {}", peer,
+                               group_->reason());
   }
 
   P2pCallCounts counts() const { return counts_; }
