@@ -163,6 +163,13 @@ Result<TierSizes> size_tier(const KvGeometry& g, const ModelStackOptions& o, int
 
 ModelStack::~ModelStack() {
   tp_executor.reset();  // joins the rank threads before the ranks' stacks go
+  // NCCL keeps a communicator until every CUDA graph that captured its collectives is destroyed
+  // (its finalize waits for them), so the ranks' runners, which own the recorded decode steps,
+  // go before the communicators.
+  for (size_t r = tp_ranks.size(); r-- > 0;) {
+    if (tp_ranks[r]->backend) tp_ranks[r]->backend->bind_thread();
+    tp_ranks[r]->runner.reset();
+  }
   // Each rank's communicator and stack are freed with the rank's device current (CUDA handles
   // and memory belong to a device).
   for (size_t r = tp_comms.size(); r-- > 0;) {

@@ -25,8 +25,15 @@ struct NcclGroup {
   std::atomic<bool> aborted{false};
   std::string why;
 
+  // ncclCommFinalize is collective over the group: one thread finalizing the ranks one after
+  // another waits forever on the first, so the finalizes go in one NCCL group call.
   ~NcclGroup() {
     if (aborted.load()) return;  // ncclCommAbort already freed them
+    ncclGroupStart();
+    for (ncclComm_t c : comms) {
+      if (c != nullptr) ncclCommFinalize(c);
+    }
+    ncclGroupEnd();
     for (ncclComm_t c : comms) {
       if (c != nullptr) ncclCommDestroy(c);
     }
