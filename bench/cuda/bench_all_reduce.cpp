@@ -5,7 +5,9 @@
 // it on its own thread; "us" is the median replay time over --reps divided by --calls, the
 // slowest rank's ("us_rank0": rank 0's). The p2p rows say how many calls went to the kernel
 // ("p2p_calls", the eager one and the recorded ones; larger messages than --p2p-max-bytes go to
-// NCCL). Usage: bench_cuda_all_reduce [--ranks 2,4] [--modes nccl,p2p] [--p2p-blocks 16,32,64]
+// NCCL). --p2p-blocks B: one grid of B blocks for every size; 0 (default): the engine's two grids
+// (DeviceCommOptions). Usage: bench_cuda_all_reduce [--ranks 2,4] [--modes nccl,p2p]
+//        [--p2p-blocks 0,16,32,64]
 //        [--bytes 8192,32768,131072,524288,1048576,2097152] [--calls 50] [--reps 20]
 //        [--p2p-max-bytes 2097152] [--out FILE]
 
@@ -89,7 +91,7 @@ Row time_all_reduce(std::vector<std::unique_ptr<CudaBackend>>& backends,
 int run(int argc, char** argv) {
   const std::vector<int64_t> ranks_list = parse_list(arg(argc, argv, "--ranks", "2"));
   const std::string modes = arg(argc, argv, "--modes", "nccl,p2p");
-  const std::vector<int64_t> blocks_list = parse_list(arg(argc, argv, "--p2p-blocks", "32"));
+  const std::vector<int64_t> blocks_list = parse_list(arg(argc, argv, "--p2p-blocks", "0"));
   const std::vector<int64_t> sizes = parse_list(
       arg(argc, argv, "--bytes", "8192,16384,32768,65536,131072,262144,524288,1048576,2097152"));
   const int calls = static_cast<int>(std::atoll(arg(argc, argv, "--calls", "50").c_str()));
@@ -135,7 +137,10 @@ int run(int argc, char** argv) {
       DeviceCommOptions o;
       o.all_reduce = mode;
       o.p2p_max_bytes = max_bytes;
-      o.p2p_blocks = static_cast<int32_t>(blocks);
+      if (blocks > 0) {  // one grid of that many blocks; 0: the engine's two grids
+        o.p2p_small_bytes = 0;
+        o.p2p_large_blocks = static_cast<int32_t>(blocks);
+      }
       auto comms = make_device_communicators(raw, o);
       if (!comms.ok()) {
         out.write(fmt::format(R"({{"bench":"all_reduce","ranks":{},"mode":"{}","error":"{}"}})",

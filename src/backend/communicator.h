@@ -48,7 +48,12 @@ struct DeviceCommOptions {
   // pair of GPUs lacks peer access.
   std::string all_reduce = "auto";
   int64_t p2p_max_bytes = int64_t{2} << 20;  // the largest message the kernel takes
-  int32_t p2p_blocks = 32;                   // its grid (1 .. 64)
+  // Two grids (each with its own buffers, so each keeps its own call sequence): messages up to
+  // p2p_small_bytes run on p2p_blocks blocks, larger ones on p2p_large_blocks (more blocks pay
+  // from about 512 KB on an H200 pair). p2p_small_bytes = 0: one grid, p2p_large_blocks.
+  int64_t p2p_small_bytes = int64_t{256} << 10;
+  int32_t p2p_blocks = 32;        // 1 .. 64
+  int32_t p2p_large_blocks = 64;  // 1 .. 64
   double p2p_timeout_s = 120.0;              // how long a rank's kernel waits for a peer
 };
 

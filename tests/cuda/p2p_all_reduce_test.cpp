@@ -127,7 +127,7 @@ class P2pAllReduce : public ::testing::TestWithParam<int> {};
 TEST_P(P2pAllReduce, EqualsTheRankOrderSumBitForBit) {
   const int n_ranks = GetParam();
   DeviceCommOptions o;
-  o.p2p_max_bytes = int64_t{4} << 20;  // 1M f32 elements
+  o.p2p_max_bytes = int64_t{4} << 20;  // 1M f32 elements (both grids: up to 256 KiB, above)
   std::string skip;
   auto g = make_group(n_ranks, o, &skip);
   if (!g) GTEST_SKIP() << skip;
@@ -257,6 +257,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, P2pAllReduce, ::testing::Values(2, 4),
 TEST(P2pAllReduceFallback, LargerMessagesGoToNccl) {
   DeviceCommOptions o;
   o.p2p_max_bytes = 4096;
+  o.p2p_small_bytes = 0;  // one grid
   std::string skip;
   auto g = make_group(2, o, &skip);
   if (!g) GTEST_SKIP() << skip;

@@ -51,6 +51,15 @@ struct P2pGroup {
   }
 };
 
+// One grid configuration of the kernel with its own buffers on this rank (its call counters
+// advance only with its own calls, which every rank makes in the same order).
+struct P2pChannel {
+  Buffer staging;   // [2][params.half_bytes] bytes on the rank's device
+  Buffer flags;     // [kP2pMaxBlocks][kP2pMaxRanks] u32
+  Buffer counters;  // [kP2pMaxBlocks] u32
+  kc::P2pAllReduceParams params;
+};
+
 bool reducible(DType d) {
   return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
 }
@@ -58,16 +67,12 @@ bool reducible(DType d) {
 class P2pCommunicator final : public Communicator {
  public:
   P2pCommunicator(std::shared_ptr<P2pGroup> group, int32_t rank, CudaBackend* backend,
-                  std::unique_ptr<Communicator> fallback, Buffer staging, Buffer flags,
-                  Buffer counters, const kc::P2pAllReduceParams& params)
+                  std::unique_ptr<Communicator> fallback, std::vector<P2pChannel> channels)
       : group_(std::move(group)),
         rank_(rank),
         backend_(backend),
         fallback_(std::move(fallback)),
-        staging_(std::move(staging)),
-        flags_(std::move(flags)),
-        counters_(std::move(counters)),
-        params_(params) {}
+        channels_(std::move(channels)) {}
 
   int32_t rank() const override { return rank_; }
   int32_t size() const override { return group_->ranks; }
@@ -76,12 +81,21 @@ class P2pCommunicator final : public Communicator {
   Status all_reduce_sum(const TensorView& buf) override {
     LS_RETURN_IF_ERROR(check_alive());
     // The same decision on every rank: it depends only on the shape and dtype they share.
-    if (!reducible(buf.dtype) || !buf.is_contiguous() || buf.nbytes() > params_.half_bytes) {
+    const P2pChannel* channel = nullptr;
+    if (reducible(buf.dtype) && buf.is_contiguous()) {
+      for (const P2pChannel& c : channels_) {  // smallest first
+        if (buf.nbytes() <= c.params.half_bytes) {
+          channel = &c;
+          break;
+        }
+      }
+    }
+    if (channel == nullptr) {
       ++counts_.fallback;
       return fallback_->all_reduce_sum(buf);
     }
     ++counts_.p2p;
-    return kc::p2p_all_reduce(params_, buf.data, buf.numel(), buf.dtype,
+    return kc::p2p_all_reduce(channel->params, buf.data, buf.numel(), buf.dtype,
                               static_cast<cudaStream_t>(backend_->stream_handle()));
   }
 
@@ -141,10 +155,7 @@ class P2pCommunicator final : public Communicator {
   int32_t rank_;
   CudaBackend* backend_;
   std::unique_ptr<Communicator> fallback_;
-  Buffer staging_;   // [2][p2p_max_bytes] bytes on the rank's device
-  Buffer flags_;     // [kP2pMaxBlocks][kP2pMaxRanks] u32
-  Buffer counters_;  // [kP2pMaxBlocks] u32
-  kc::P2pAllReduceParams params_;
+  std::vector<P2pChannel> channels_;  // by message size, smallest first
   P2pCallCounts counts_;
 };
 
@@ -190,12 +201,16 @@ Result<std::vector<std::unique_ptr<Communicator>>> wrap_with_p2p_all_reduce(
     return invalid_argument("p2p all-reduce: {} fallback communicators for {} ranks",
                             fallback.size(), backends.size());
   }
-  if (options.p2p_max_bytes < 16 || options.p2p_max_bytes % 16 != 0 || options.p2p_blocks < 1 ||
-      options.p2p_blocks > kc::kP2pMaxBlocks || !(options.p2p_timeout_s > 0)) {
+  const auto blocks_ok = [](int32_t b) { return b >= 1 && b <= kc::kP2pMaxBlocks; };
+  if (options.p2p_max_bytes < 16 || options.p2p_max_bytes % 16 != 0 ||
+      options.p2p_small_bytes < 0 || options.p2p_small_bytes % 16 != 0 ||
+      options.p2p_small_bytes >= options.p2p_max_bytes || !blocks_ok(options.p2p_blocks) ||
+      !blocks_ok(options.p2p_large_blocks) || !(options.p2p_timeout_s > 0)) {
     return invalid_argument(
-        "p2p all-reduce: max bytes {} (a positive multiple of 16), blocks {} (1 .. {}), timeout "
-        "{} s (> 0)",
-        options.p2p_max_bytes, options.p2p_blocks, kc::kP2pMaxBlocks, options.p2p_timeout_s);
+        "p2p all-reduce: max bytes {} (a positive multiple of 16), small bytes {} (a multiple "
+        "of 16 below it), blocks {} and {} (1 .. {}), timeout {} s (> 0)",
+        options.p2p_max_bytes, options.p2p_small_bytes, options.p2p_blocks,
+        options.p2p_large_blocks, kc::kP2pMaxBlocks, options.p2p_timeout_s);
   }
   std::vector<CudaBackend*> cuda;
   std::vector<int> devices;
@@ -225,44 +240,52 @@ Result<std::vector<std::unique_ptr<Communicator>>> wrap_with_p2p_all_reduce(
   LS_CUDA_RETURN_IF_ERROR(
       cudaHostGetDevicePointer(reinterpret_cast<void**>(&group->words_dev), group->words, 0));
 
-  kc::P2pAllReduceParams base;
-  base.ranks = n;
-  base.blocks = options.p2p_blocks;
-  base.half_bytes = options.p2p_max_bytes;
-  base.abort = group->words_dev;
-  base.timeout_ns = static_cast<uint64_t>(std::llround(options.p2p_timeout_s * 1e9));
-  std::vector<Buffer> staging, flags, counters;
+  // (half bytes, blocks) per channel, smallest messages first.
+  std::vector<std::pair<int64_t, int32_t>> shapes;
+  if (options.p2p_small_bytes > 0) shapes.emplace_back(options.p2p_small_bytes, options.p2p_blocks);
+  shapes.emplace_back(options.p2p_max_bytes, options.p2p_large_blocks);
+  std::vector<std::vector<P2pChannel>> channels(static_cast<size_t>(n));
   constexpr int64_t kFlagBytes = int64_t{kc::kP2pMaxBlocks} * kc::kP2pMaxRanks * 4;
-  for (int32_t r = 0; r < n; ++r) {
-    CudaBackend& b = *cuda[static_cast<size_t>(r)];
-    b.bind_thread();
-    LS_ASSIGN_OR_RETURN(Buffer s, b.allocate(2 * options.p2p_max_bytes));
-    LS_ASSIGN_OR_RETURN(Buffer f, b.allocate_zeroed(kFlagBytes));
-    LS_ASSIGN_OR_RETURN(Buffer c, b.allocate_zeroed(int64_t{kc::kP2pMaxBlocks} * 4));
-    // The zeroing must land before any peer's kernel stores a flag here.
-    b.synchronize();
-    LS_RETURN_IF_ERROR(b.take_error());
-    base.staging[r] = s.data();
-    base.flags[r] = f.as<uint32_t>();
-    staging.push_back(std::move(s));
-    flags.push_back(std::move(f));
-    counters.push_back(std::move(c));
+  for (const auto& [half_bytes, blocks] : shapes) {
+    kc::P2pAllReduceParams base;
+    base.ranks = n;
+    base.blocks = blocks;
+    base.half_bytes = half_bytes;
+    base.abort = group->words_dev;
+    base.timeout_ns = static_cast<uint64_t>(std::llround(options.p2p_timeout_s * 1e9));
+    for (int32_t r = 0; r < n; ++r) {
+      CudaBackend& b = *cuda[static_cast<size_t>(r)];
+      b.bind_thread();
+      P2pChannel c;
+      LS_ASSIGN_OR_RETURN(c.staging, b.allocate(2 * half_bytes));
+      LS_ASSIGN_OR_RETURN(c.flags, b.allocate_zeroed(kFlagBytes));
+      LS_ASSIGN_OR_RETURN(c.counters, b.allocate_zeroed(int64_t{kc::kP2pMaxBlocks} * 4));
+      // The zeroing must land before any peer's kernel stores a flag here.
+      b.synchronize();
+      LS_RETURN_IF_ERROR(b.take_error());
+      base.staging[r] = c.staging.data();
+      base.flags[r] = c.flags.as<uint32_t>();
+      channels[static_cast<size_t>(r)].push_back(std::move(c));
+    }
+    for (int32_t r = 0; r < n; ++r) {
+      P2pChannel& c = channels[static_cast<size_t>(r)].back();
+      c.params = base;
+      c.params.rank = r;
+      c.params.counters = c.counters.as<uint32_t>();
+      c.params.error = group->words_dev + 1 + r;
+    }
   }
   std::vector<std::unique_ptr<Communicator>> out;
   for (int32_t r = 0; r < n; ++r) {
     const auto i = static_cast<size_t>(r);
-    kc::P2pAllReduceParams p = base;
-    p.rank = r;
-    p.counters = counters[i].as<uint32_t>();
-    p.error = group->words_dev + 1 + r;
     out.push_back(std::make_unique<P2pCommunicator>(group, r, cuda[i], std::move(fallback[i]),
-                                                    std::move(staging[i]), std::move(flags[i]),
-                                                    std::move(counters[i]), p));
+                                                    std::move(channels[i])));
   }
   LS_LOG_INFO(
-      "tensor parallel: one-shot p2p all-reduce over {} GPUs for messages up to {} KiB "
-      "({} blocks), NCCL for larger ones",
-      n, options.p2p_max_bytes / 1024, options.p2p_blocks);
+      "tensor parallel: one-shot p2p all-reduce over {} GPUs for messages up to {} KiB ({} "
+      "blocks up to {} KiB, {} above), NCCL for larger ones",
+      n, options.p2p_max_bytes / 1024, options.p2p_blocks, options.p2p_small_bytes / 1024,
+      options.p2p_large_blocks);
   return out;
 }
 
