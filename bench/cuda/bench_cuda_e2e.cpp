@@ -33,6 +33,7 @@
 // TP > 1 a "tp_collectives" line gives one decode step's collectives timed alone
 // (bench_tp_collectives.h), and every TPOT line their share of the step ("allreduce_share":
 // the 2 per layer + embedding all-reduces, "collectives_share": with the logits' all-gather).
+// --tp-all-reduce auto|nccl|p2p picks the all-reduce (docs/p2p-all-reduce.md).
 
 #include <cuda_profiler_api.h>
 
@@ -333,7 +334,8 @@ void capacity(const Model& model, CudaBackend& b, JsonLines& out, const std::str
 
 // --tensor-parallel-size 1,2[,4]: TTFT and TPOT (batch 1) per policy for each size, every stack
 // built by build_model_stack as `longserve serve` builds it (so TP = 1 is measured on the same
-// path), the KV pages of every rank filled with random values.
+// path), the KV pages of every rank filled with random values. --tp-all-reduce auto|nccl|p2p
+// (docs/p2p-all-reduce.md) picks how the ranks all-reduce ("all_reduce" in every line).
 int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
   JsonLines out(arg(argc, argv, "--out", ""));
   const auto sizes = parse_list(arg(argc, argv, "--tensor-parallel-size", "1,2"));
@@ -344,6 +346,7 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
   const auto steps = static_cast<int32_t>(std::atoi(arg(argc, argv, "--steps", "16").c_str()));
   const bool record = arg(argc, argv, "--record", "1") == "1";
   const std::string quantization = arg(argc, argv, "--quantization", "auto");
+  const std::string all_reduce = arg(argc, argv, "--tp-all-reduce", "auto");
   int64_t max_len = 0;
   for (int64_t x : ttft_lens) max_len = std::max(max_len, x);
   for (int64_t x : tpot_lens) max_len = std::max(max_len, x + steps + kTpotWarmup + 8);
@@ -352,8 +355,8 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
     for (const std::string& name :
          {std::string("dense"), std::string("streaming"), std::string("lserve")}) {
       if (policies.find(name) == std::string::npos) continue;
-      const std::string tag = fmt::format(R"("policy": "{}", "tp": {}, "quantization": "{}")",
-                                          name, tp, json_safe(quantization));
+      const std::string tag = fmt::format(R"("policy": "{}", "tp": {}, "quantization": "{}", "all_reduce": "{}")",
+                                          name, tp, json_safe(quantization), json_safe(all_reduce));
       ModelStackOptions o;
       o.model_dir = model_dir;
       o.device = "cuda";
@@ -365,6 +368,7 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
       o.record_decode_steps = record;
       o.tensor_parallel_size = static_cast<int32_t>(tp);
       o.quantization = quantization;
+      o.tp_all_reduce = all_reduce;
       const auto t_load = std::chrono::steady_clock::now();
       auto built = build_model_stack(o);
       if (!built.ok()) {

@@ -16,8 +16,9 @@ Result<std::unique_ptr<Backend>> make_backend(std::string_view device, int num_t
 bool cuda_backend_built();
 
 // One device Communicator per backend (rank r bound to backends[r]): NCCL on CUDA backends in
-// builds with NCCL; kUnimplemented otherwise.
+// builds with NCCL (wrapped by the peer-to-peer all-reduce as `options` say); kUnimplemented
+// otherwise.
 Result<std::vector<std::unique_ptr<Communicator>>> make_device_communicators(
-    const std::vector<Backend*>& backends);
+    const std::vector<Backend*>& backends, const DeviceCommOptions& options = {});
 
 }  // namespace ls

@@ -35,6 +35,26 @@ class Communicator {
   // threads returned), makes the group usable again; false when the transport cannot recover
   // (an aborted NCCL communicator is gone).
   virtual bool reset() = 0;
+  // An error a collective met while it ran on the device (a peer-to-peer all-reduce whose wait
+  // for a peer was aborted or timed out), read once the rank's stream is drained (the runner
+  // checks it with the step's other errors, graph replays included); ok when none.
+  virtual Status device_error() { return {}; }
+};
+
+// How device communicators all-reduce (docs/p2p-all-reduce.md).
+struct DeviceCommOptions {
+  // auto: the one-shot peer-to-peer kernel for messages up to p2p_max_bytes when every pair of
+  // GPUs has peer access, NCCL otherwise; nccl: NCCL only; p2p: as auto, but an error when some
+  // pair of GPUs lacks peer access.
+  std::string all_reduce = "auto";
+  int64_t p2p_max_bytes = int64_t{2} << 20;  // the largest message the kernel takes
+  // Two grids (each with its own buffers, so each keeps its own call sequence): messages up to
+  // p2p_small_bytes run on p2p_blocks blocks, larger ones on p2p_large_blocks (more blocks pay
+  // from about 512 KB on an H200 pair). p2p_small_bytes = 0: one grid, p2p_large_blocks.
+  int64_t p2p_small_bytes = int64_t{256} << 10;
+  int32_t p2p_blocks = 32;        // 1 .. 64
+  int32_t p2p_large_blocks = 64;  // 1 .. 64
+  double p2p_timeout_s = 120.0;              // how long a rank's kernel waits for a peer
 };
 
 }  // namespace ls

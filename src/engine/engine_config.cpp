@@ -66,6 +66,14 @@ Status EngineConfig::validate() const {
     return invalid_argument("--tensor-parallel-size must be 1, 2, 4 or 8 (got {})",
                             tensor_parallel_size);
   }
+  if (tp_all_reduce != "auto" && tp_all_reduce != "nccl" && tp_all_reduce != "p2p") {
+    return invalid_argument("--tp-all-reduce must be auto, nccl or p2p (got '{}')", tp_all_reduce);
+  }
+  if (tp_all_reduce == "p2p" && device == "cpu") {
+    return invalid_argument(
+        "--tp-all-reduce p2p needs GPUs with peer access (--device cuda); the CPU ranks sum "
+        "through shared memory");
+  }
   if (quantization != "auto" && quantization != "none" && quantization != "fp8" &&
       quantization != "q8_0" &&
       quantization != "q4_0" && quantization != "q4_1" && quantization != "q4_k" &&

@@ -64,6 +64,10 @@ struct EngineConfig {
   // 4 or 8) of one process. On --device cpu the ranks are threads over the same cores: for
   // testing only (it is slower than one rank), and the engine warns.
   int32_t tensor_parallel_size = 1;
+  // How the GPU ranks all-reduce (docs/p2p-all-reduce.md): auto (a one-shot kernel over
+  // peer-to-peer memory for messages that fit its buffer when every pair of GPUs has peer
+  // access, NCCL otherwise), nccl, or p2p (as auto, but refused where peer access is missing).
+  std::string tp_all_reduce = "auto";
   // Shared-prefix decode attention (docs/shared-prefix-attention.md): decode steps whose
   // sequences share prefix blocks (prefix-cache hits) attend the shared part once per group, in
   // layers whose heads all read every page. Without shared blocks it never engages.

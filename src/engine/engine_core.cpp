@@ -96,6 +96,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   LS_ASSIGN_OR_RETURN(o.kv_cache_dtype, parse_kv_cache_dtype(config.kv_cache_dtype));
   o.quantization = config.quantization;
   o.tensor_parallel_size = config.tensor_parallel_size;
+  o.tp_all_reduce = config.tp_all_reduce;
   if (config.tensor_parallel_size > 1 && config.device == "cpu") {
     LS_LOG_WARN("--tensor-parallel-size {} on --device cpu: the ranks are threads sharing the same "
                 "cores, which only tests the split (it is slower than one rank)",

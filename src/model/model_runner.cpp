@@ -103,6 +103,10 @@ Status ModelRunner::validate(const StepInput& step) const {
   }
   int64_t sum = 0;
   for (const StepSequence& s : step.seqs) {
+    // A slot outside the manager would read past its sequences (undefined, a crash at times).
+    if (s.slot < 0 || s.slot >= kv_.max_seqs()) {
+      return internal_error("step sequence slot {} is outside [0, {})", s.slot, kv_.max_seqs());
+    }
     const SequenceKv& kv = kv_.sequence(s.slot);
     if (!kv.active || s.q_len <= 0 || s.kv_len < s.q_len || s.kv_len > kv.num_tokens ||
         s.kv_len > config_.max_model_len) {
@@ -580,6 +584,7 @@ void ModelRunner::reduce_partial(const TensorView& partial) {
 
 Status ModelRunner::take_step_error() {
   Status s = backend_.take_error();
+  if (s.ok() && comm_ != nullptr) s = comm_->device_error();
   if (!comm_status_.ok()) {
     s = comm_status_;
     comm_status_ = {};

@@ -40,6 +40,7 @@ struct ModelStackOptions {
   // Tensor parallelism (docs/tensor-parallel.md): ranks, one device each (cuda:0 .. N-1; on the
   // CPU, threads of this process, for tests).
   int32_t tensor_parallel_size = 1;
+  std::string tp_all_reduce = "auto";  // EngineConfig::tp_all_reduce
   // Set by the tensor-parallel builder when it builds one rank's own stack: rank tp_rank of
   // tp_ranks (its backend on device tp_rank, its model shard, its heads' policy and KV pool).
   int32_t tp_rank = 0;

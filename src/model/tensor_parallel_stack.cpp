@@ -12,6 +12,7 @@
 
 #include "attention/policy_registry.h"
 #include "backend/backend_factory.h"
+#include "backend/communicator.h"
 #include "backend/cpu/cpu_communicator.h"
 #include "core/log.h"
 #include "io/model_config.h"
@@ -24,9 +25,11 @@ namespace ls {
 namespace {
 
 Result<std::vector<std::unique_ptr<Communicator>>> make_communicators(
-    const std::string& device, const std::vector<Backend*>& backends) {
-  if (device == "cpu") return make_cpu_communicators(static_cast<int32_t>(backends.size()));
-  return make_device_communicators(backends);
+    const ModelStackOptions& o, const std::vector<Backend*>& backends) {
+  if (o.device == "cpu") return make_cpu_communicators(static_cast<int32_t>(backends.size()));
+  DeviceCommOptions co;
+  co.all_reduce = o.tp_all_reduce;
+  return make_device_communicators(backends, co);
 }
 
 // A rank's retrieval and streaming head-pages (kv heads over all layers).
@@ -39,6 +42,9 @@ std::string describe_rank(const KvGeometry& g) {
 
 Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStackOptions& o) {
   const int32_t n = o.tensor_parallel_size;
+  if (o.device == "cpu" && o.tp_all_reduce == "p2p") {
+    return invalid_argument("--tp-all-reduce p2p needs GPUs with peer access (--device cuda)");
+  }
   // NVLink multicast (NVLS) stays off: the GPU machines forbid it (docs/tensor-parallel.md).
   setenv("NCCL_NVLS_ENABLE", "0", 0);
   LS_ASSIGN_OR_RETURN(ModelConfig full, load_model_config(o.model_dir));
@@ -96,7 +102,7 @@ Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStack
 
   std::vector<Backend*> backends;
   for (const auto& rank : top->tp_ranks) backends.push_back(rank->backend.get());
-  LS_ASSIGN_OR_RETURN(top->tp_comms, make_communicators(o.device, backends));
+  LS_ASSIGN_OR_RETURN(top->tp_comms, make_communicators(o, backends));
 
   std::vector<TensorParallelExecutor::Rank> exec_ranks;
   for (int32_t r = 0; r < n; ++r) {

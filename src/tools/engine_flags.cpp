@@ -18,6 +18,11 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
                  "Split every layer over this many GPUs (1, 2, 4, 8) of one process with NCCL "
                  "(docs/tensor-parallel.md); on --device cpu only for testing")
       ->capture_default_str();
+  app.add_option("--tp-all-reduce", c.tp_all_reduce,
+                 "How GPU ranks all-reduce: auto (a one-shot kernel over peer-to-peer memory for "
+                 "messages up to 2 MB when the GPUs have peer access, NCCL otherwise), nccl, or "
+                 "p2p (refused without peer access) (docs/p2p-all-reduce.md)")
+      ->capture_default_str();
   app.add_option("--max-model-len", c.max_model_len,
                  "Context limit in tokens (0: the model's max_position_embeddings)")
       ->capture_default_str();

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_communicator.h"
+#include "engine/engine_config.h"
 #include "engine/engine_core.h"
 #include "io/checkpoint.h"
 #include "io/model_config.h"
@@ -593,6 +594,31 @@ TEST(TensorParallelStack, RefusesAModelThatDoesNotSplit) {
   auto s = build_model_stack(options("llama3", "dense", 8));  // 4 attention heads
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("4 attention heads"), std::string::npos)
+      << s.status().message();
+}
+
+// The peer-to-peer all-reduce is for GPUs (docs/p2p-all-reduce.md): the CPU refuses it, naming
+// the flag, both at flag validation and when a stack is built directly.
+TEST(TensorParallelStack, RefusesTheP2pAllReduceOnTheCpu) {
+  EngineConfig c;
+  c.model_dir = fixture_dir("llama3");
+  c.device = "cpu";
+  c.tensor_parallel_size = 2;
+  EXPECT_TRUE(c.validate().ok());
+  c.tp_all_reduce = "nccl";
+  EXPECT_TRUE(c.validate().ok());  // meaningless on the CPU, harmless
+  c.tp_all_reduce = "p2p";
+  const Status v = c.validate();
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.message().find("--tp-all-reduce p2p needs GPUs"), std::string::npos) << v.message();
+  c.tp_all_reduce = "ring";
+  EXPECT_NE(c.validate().message().find("auto, nccl or p2p"), std::string::npos);
+
+  ModelStackOptions o = options("llama3", "dense", 2);
+  o.tp_all_reduce = "p2p";
+  auto s = build_model_stack(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--tp-all-reduce p2p"), std::string::npos)
       << s.status().message();
 }
 
