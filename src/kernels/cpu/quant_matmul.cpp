@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/quant_dot4.h"
 
 namespace ls::kernels::cpu {
 namespace {
@@ -271,7 +272,20 @@ void part_rows(const QuantPart& part, int64_t cols, const Q8Block* act, int64_t 
     const int64_t re = std::min(r1, rt + kTile);
     for (int64_t it = 0; it < m; it += kTile) {
       const int64_t ie = std::min(m, it + kTile);
-      for (int64_t r = rt; r < re; ++r) {
+      int64_t r = rt;
+#if defined(LS_QUANT_DOT4)
+      if (isa != Isa::kScalar) {  // four rows at a time; the last rows % 4 one at a time
+        for (; r + 4 <= re; r += 4) {
+          const uint8_t* row = wb + r * row_bytes;
+          for (int64_t i = it; i < ie; ++i) {
+            float out[4];
+            quant_dot4_avx2(part.type, row, row_bytes, act + i * act_row, nblocks, out);
+            std::memcpy(y + i * ldy + r, out, sizeof out);
+          }
+        }
+      }
+#endif
+      for (; r < re; ++r) {
         const uint8_t* row = wb + r * row_bytes;
         for (int64_t i = it; i < ie; ++i) {
           y[i * ldy + r] = row_dot(part.type, row, act + i * act_row, nblocks, isa);

@@ -1,0 +1,251 @@
+#include "kernels/cpu/quant_dot4.h"
+
+#if defined(LS_QUANT_DOT4)
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace ls::kernels::cpu {
+namespace {
+
+inline int ld16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+
+// The f16 values at p, p + rb, p + 2 rb, p + 3 rb as four floats.
+inline __m128 f16x4(const uint8_t* p, int64_t rb) {
+  __m128i h = _mm_cvtsi32_si128(ld16(p));
+  h = _mm_insert_epi16(h, ld16(p + rb), 1);
+  h = _mm_insert_epi16(h, ld16(p + 2 * rb), 2);
+  h = _mm_insert_epi16(h, ld16(p + 3 * rb), 3);
+  return _mm_cvtph_ps(h);
+}
+
+inline __m256 dup4(__m128 v) { return _mm256_set_m128(v, v); }
+
+// Four rows' int32 x 8 dot products -> [r0 r1 r2 r3 | r0 r1 r2 r3]: each row's sum over the
+// low 128-bit half, then over the high half.
+inline __m256i sum4(__m256i a, __m256i b, __m256i c, __m256i d) {
+  return _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+}
+inline __m256 sum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  return _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+}
+inline __m128 fold(__m256 v) {
+  return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+}
+
+inline __m256i nibbles32(const uint8_t* p, __m256i low4) {  // 16 bytes -> low nibbles, then high
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), low4);
+}
+
+// Q8_0, Q4_0, Q4_1: one 32-weight block per activation block.
+template <QuantType kType>
+void dot4_q32(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t nblocks, float* out) {
+  constexpr int64_t kBytes = quant_block_bytes(kType);
+  constexpr int kQuants = kType == QuantType::kQ4_1 ? 4 : 2;  // offset of q in the block
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  __m128 mins = _mm_setzero_ps();  // Q4_1: sum over blocks of m * d_x * sum(q_x)
+  for (int64_t i = 0; i < nblocks; ++i) {
+    const Q8Block& x = a[i];
+    const uint8_t* b = w + i * kBytes;
+    const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q));
+    const __m128 d4 = _mm_mul_ps(f16x4(b, rb), _mm_set1_ps(x.d));
+    __m256i dot[4];
+    if constexpr (kType == QuantType::kQ8_0) {
+      // |w| * (a with w's sign): maddubs wants its first operand unsigned. The weight must be
+      // that operand: |-128| = 128 is exact as an unsigned byte, while negating a -128 weight
+      // into the signed operand would wrap (activations stay within +-127).
+      for (int j = 0; j < 4; ++j) {
+        const __m256i qw =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + j * rb + kQuants));
+        dot[j] = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qa, qw)), ones);
+      }
+    } else {
+      // Unsigned nibbles (0..15) straight into maddubs; Q4_0's -8 offset is -8 sum(q_x),
+      // subtracted below in integers, so the block's integer dot is exactly row_dot's.
+      for (int j = 0; j < 4; ++j) {
+        dot[j] = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(nibbles32(b + j * rb + kQuants, low4), qa), ones);
+      }
+    }
+    __m256i s = sum4(dot[0], dot[1], dot[2], dot[3]);
+    if constexpr (kType == QuantType::kQ4_0) {
+      s = _mm256_sub_epi32(s, _mm256_zextsi128_si256(_mm_set1_epi32(8 * x.sum)));
+    }
+    if constexpr (kType == QuantType::kQ4_1) {
+      mins = _mm_fmadd_ps(f16x4(b + 2, rb), _mm_set1_ps(x.d * static_cast<float>(x.sum)), mins);
+    }
+    acc = _mm256_fmadd_ps(dup4(d4), _mm256_cvtepi32_ps(s), acc);
+  }
+  _mm_storeu_ps(out, _mm_add_ps(fold(acc), mins));
+}
+
+// The 6-bit scales and minimums of a Q4_K / Q5_K block (12 bytes, ggml's get_scale_min_k4
+// layout) as 8 floats each.
+inline void k4_scales(const uint8_t* q, __m256* sc, __m256* m) {
+  uint32_t w0, w1, w2;
+  std::memcpy(&w0, q, 4);
+  std::memcpy(&w1, q + 4, 4);
+  std::memcpy(&w2, q + 8, 4);
+  // Sub-blocks 0-3: the low 6 bits of bytes 0-3 (scales) and 4-7 (minimums). Sub-blocks 4-7:
+  // a nibble of bytes 8-11 below the top 2 bits of bytes 0-3 (scales) or 4-7 (minimums).
+  const uint32_t sc_lo = w0 & 0x3f3f3f3fu;
+  const uint32_t m_lo = w1 & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4);
+  const uint64_t sc8 = sc_lo | (static_cast<uint64_t>(sc_hi) << 32);
+  const uint64_t m8 = m_lo | (static_cast<uint64_t>(m_hi) << 32);
+  *sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc8))));
+  *m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(m8))));
+}
+
+// Two sub-blocks' [r0..r3 | r0..r3] partial sums -> [sub-block j: r0..r3 | sub-block k: r0..r3].
+inline __m256 pair_sums(__m256i sj, __m256i sk) {
+  const __m256i lo = _mm256_permute2x128_si256(sj, sk, 0x20);
+  const __m256i hi = _mm256_permute2x128_si256(sj, sk, 0x31);
+  return _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));
+}
+
+// Q4_K / Q5_K: per 256-weight block and row, sum_j d sc_j d_xj dot_j - dmin sum_j m_j d_xj
+// sum_xj. Sub-blocks j and j + 4 are formed together, so that their four rows' scales come from
+// one 4x8 transpose of the rows' (sc_j d_xj) vectors.
+template <bool kFive>
+void dot4_q45k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t nblocks, float* out) {
+  constexpr int64_t kBytes = kFive ? 176 : 144;
+  constexpr int64_t kQs = kFive ? 48 : 16;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i k16 = _mm256_set1_epi8(16);
+  __m256 acc = _mm256_setzero_ps();
+  __m128 mins = _mm_setzero_ps();
+  for (int64_t i = 0; i < nblocks; ++i) {
+    const Q8Block* x = a + 8 * i;
+    const uint8_t* b = w + i * kBytes;
+    const __m256 xd = _mm256_setr_ps(x[0].d, x[1].d, x[2].d, x[3].d, x[4].d, x[5].d, x[6].d,
+                                     x[7].d);
+    const __m256 xs = _mm256_mul_ps(
+        xd, _mm256_setr_ps(static_cast<float>(x[0].sum), static_cast<float>(x[1].sum),
+                           static_cast<float>(x[2].sum), static_cast<float>(x[3].sum),
+                           static_cast<float>(x[4].sum), static_cast<float>(x[5].sum),
+                           static_cast<float>(x[6].sum), static_cast<float>(x[7].sum)));
+    __m256 p[4], mp[4];
+    for (int r = 0; r < 4; ++r) {
+      __m256 sc, m;
+      k4_scales(b + r * rb + 4, &sc, &m);
+      p[r] = _mm256_mul_ps(sc, xd);  // sc_j d_xj
+      mp[r] = _mm256_mul_ps(m, xs);  // m_j d_xj sum_xj
+    }
+    // Transpose: u[j] = [sub-block j: r0..r3 | sub-block j + 4: r0..r3].
+    const __m256 t0 = _mm256_unpacklo_ps(p[0], p[1]), t1 = _mm256_unpackhi_ps(p[0], p[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(p[2], p[3]), t3 = _mm256_unpackhi_ps(p[2], p[3]);
+    const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+                         _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+    __m256 blk = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      // Sub-block j: nibble j & 1 of bytes 32 (j / 2); sub-block j + 4: of bytes 32 (j / 2 + 2).
+      const __m256i qa0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j].q));
+      const __m256i qa1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j + 4].q));
+      __m256i d0[4], d1[4];
+      for (int r = 0; r < 4; ++r) {
+        const uint8_t* row = b + r * rb;
+        const uint8_t* qs = row + kQs;
+        __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (j / 2)));
+        __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (j / 2 + 2)));
+        if (j & 1) {
+          v0 = _mm256_srli_epi16(v0, 4);
+          v1 = _mm256_srli_epi16(v1, 4);
+        }
+        v0 = _mm256_and_si256(v0, low4);
+        v1 = _mm256_and_si256(v1, low4);
+        if constexpr (kFive) {  // the 5th bit of sub-block j is bit j of qh
+          const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16));
+          const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << j));
+          const __m256i b1 = _mm256_set1_epi8(static_cast<char>(1 << (j + 4)));
+          v0 = _mm256_or_si256(
+              v0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), k16));
+          v1 = _mm256_or_si256(
+              v1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), k16));
+        }
+        d0[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(v0, qa0), ones);
+        d1[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(v1, qa1), ones);
+      }
+      const __m256 s = pair_sums(sum4(d0[0], d0[1], d0[2], d0[3]), sum4(d1[0], d1[1], d1[2], d1[3]));
+      blk = _mm256_fmadd_ps(u[j], s, blk);
+    }
+    acc = _mm256_fmadd_ps(dup4(f16x4(b, rb)), blk, acc);
+    mins = _mm_fmadd_ps(f16x4(b + 2, rb), fold(sum4(mp[0], mp[1], mp[2], mp[3])), mins);
+  }
+  _mm_storeu_ps(out, _mm_sub_ps(fold(acc), mins));
+}
+
+// Q6_K: q (0..63) times the activations, minus 32 times them (shared by the four rows), each
+// half of a 32-weight sub-block times its own int8 scale in madd; then d d_x per sub-block.
+void dot4_q6k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t nblocks, float* out) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m256i k32 = _mm256_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nblocks; ++i) {
+    const uint8_t* b = w + i * 210;
+    const __m256 d8 = dup4(f16x4(b + 208, rb));
+    __m256 blk = _mm256_setzero_ps();
+    for (int n = 0; n < 2; ++n) {
+      for (int g = 0; g < 4; ++g) {
+        const Q8Block& x = a[8 * i + 4 * n + g];
+        const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q));
+        const __m256i off = _mm256_maddubs_epi16(k32, qa);
+        __m256i dot[4];
+        for (int r = 0; r < 4; ++r) {
+          const uint8_t* row = b + r * rb;
+          const __m256i lo = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(row + 64 * n + ((g & 1) ? 32 : 0)));
+          const __m256i qh =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 128 + 32 * n));
+          const __m256i nib = g < 2 ? _mm256_and_si256(lo, low4)
+                                    : _mm256_and_si256(_mm256_srli_epi16(lo, 4), low4);
+          const __m256i hi =
+              _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), three);
+          const __m256i v = _mm256_or_si256(nib, _mm256_slli_epi16(hi, 4));
+          const auto* sc = reinterpret_cast<const int8_t*>(row + 192 + 8 * n + 2 * g);
+          const __m256i scales =
+              _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
+          dot[r] = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(v, qa), off), scales);
+        }
+        blk = _mm256_fmadd_ps(_mm256_set1_ps(x.d),
+                              _mm256_cvtepi32_ps(sum4(dot[0], dot[1], dot[2], dot[3])), blk);
+      }
+    }
+    acc = _mm256_fmadd_ps(d8, blk, acc);
+  }
+  _mm_storeu_ps(out, fold(acc));
+}
+
+}  // namespace
+
+void quant_dot4_avx2(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
+                     int64_t nblocks, float* out) {
+  switch (type) {
+    case QuantType::kQ8_0:
+      return dot4_q32<QuantType::kQ8_0>(w, row_bytes, act, nblocks, out);
+    case QuantType::kQ4_0:
+      return dot4_q32<QuantType::kQ4_0>(w, row_bytes, act, nblocks, out);
+    case QuantType::kQ4_1:
+      return dot4_q32<QuantType::kQ4_1>(w, row_bytes, act, nblocks, out);
+    case QuantType::kQ4_K:
+      return dot4_q45k<false>(w, row_bytes, act, nblocks, out);
+    case QuantType::kQ5_K:
+      return dot4_q45k<true>(w, row_bytes, act, nblocks, out);
+    case QuantType::kQ6_K:
+      return dot4_q6k(w, row_bytes, act, nblocks, out);
+  }
+}
+
+}  // namespace ls::kernels::cpu
+#endif
