@@ -42,49 +42,66 @@ inline __m256i nibbles32(const uint8_t* p, __m256i low4) {  // 16 bytes -> low n
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), low4);
 }
 
+// Each kernel below takes kM activation rows (1 or 2; act + t * as, outputs at out + t * os):
+// with two, every weight block is loaded, unpacked and its scales decoded once for both rows
+// (the prefill case), which is where a GEMM gains over repeated GEMVs.
+
 // Q8_0, Q4_0, Q4_1: one 32-weight block per activation block.
-template <QuantType kType>
-void dot4_q32(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t nblocks, float* out) {
+template <QuantType kType, int kM>
+void dot4_q32(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_t nblocks,
+              float* out, int64_t os) {
   constexpr int64_t kBytes = quant_block_bytes(kType);
   constexpr int kQuants = kType == QuantType::kQ4_1 ? 4 : 2;  // offset of q in the block
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps();
-  __m128 mins = _mm_setzero_ps();  // Q4_1: sum over blocks of m * d_x * sum(q_x)
-  for (int64_t i = 0; i < nblocks; ++i) {
-    const Q8Block& x = a[i];
-    const uint8_t* b = w + i * kBytes;
-    const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q));
-    const __m128 d4 = _mm_mul_ps(f16x4(b, rb), _mm_set1_ps(x.d));
-    __m256i dot[4];
-    if constexpr (kType == QuantType::kQ8_0) {
-      // |w| * (a with w's sign): maddubs wants its first operand unsigned. The weight must be
-      // that operand: |-128| = 128 is exact as an unsigned byte, while negating a -128 weight
-      // into the signed operand would wrap (activations stay within +-127).
-      for (int j = 0; j < 4; ++j) {
-        const __m256i qw =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + j * rb + kQuants));
-        dot[j] = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qa, qw)), ones);
-      }
-    } else {
-      // Unsigned nibbles (0..15) straight into maddubs; Q4_0's -8 offset is -8 sum(q_x),
-      // subtracted below in integers, so the block's integer dot is exactly row_dot's.
-      for (int j = 0; j < 4; ++j) {
-        dot[j] = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(nibbles32(b + j * rb + kQuants, low4), qa), ones);
-      }
-    }
-    __m256i s = sum4(dot[0], dot[1], dot[2], dot[3]);
-    if constexpr (kType == QuantType::kQ4_0) {
-      s = _mm256_sub_epi32(s, _mm256_zextsi128_si256(_mm_set1_epi32(8 * x.sum)));
-    }
-    if constexpr (kType == QuantType::kQ4_1) {
-      mins = _mm_fmadd_ps(f16x4(b + 2, rb), _mm_set1_ps(x.d * static_cast<float>(x.sum)), mins);
-    }
-    acc = _mm256_fmadd_ps(dup4(d4), _mm256_cvtepi32_ps(s), acc);
+  __m256 acc[kM];
+  __m128 mins[kM];  // Q4_1: sum over blocks of m * d_x * sum(q_x)
+  for (int t = 0; t < kM; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    mins[t] = _mm_setzero_ps();
   }
-  _mm_storeu_ps(out, _mm_add_ps(fold(acc), mins));
+  for (int64_t i = 0; i < nblocks; ++i) {
+    const uint8_t* b = w + i * kBytes;
+    const __m128 dw = f16x4(b, rb);
+    __m256i qw[4];
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (kType == QuantType::kQ8_0) {
+        qw[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + j * rb + kQuants));
+      } else {
+        qw[j] = nibbles32(b + j * rb + kQuants, low4);
+      }
+    }
+    for (int t = 0; t < kM; ++t) {
+      const Q8Block& x = a[t * as + i];
+      const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q));
+      __m256i dot[4];
+      for (int j = 0; j < 4; ++j) {
+        if constexpr (kType == QuantType::kQ8_0) {
+          // |w| * (a with w's sign): maddubs wants its first operand unsigned. The weight must
+          // be that operand: |-128| = 128 is exact as an unsigned byte, while negating a -128
+          // weight into the signed operand would wrap (activations stay within +-127).
+          dot[j] = _mm256_madd_epi16(
+              _mm256_maddubs_epi16(_mm256_sign_epi8(qw[j], qw[j]), _mm256_sign_epi8(qa, qw[j])),
+              ones);
+        } else {
+          // Unsigned nibbles (0..15) straight into maddubs; Q4_0's -8 offset is -8 sum(q_x),
+          // subtracted below in integers, so the block's integer dot is exactly row_dot's.
+          dot[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(qw[j], qa), ones);
+        }
+      }
+      __m256i s = sum4(dot[0], dot[1], dot[2], dot[3]);
+      if constexpr (kType == QuantType::kQ4_0) {
+        s = _mm256_sub_epi32(s, _mm256_zextsi128_si256(_mm_set1_epi32(8 * x.sum)));
+      }
+      if constexpr (kType == QuantType::kQ4_1) {
+        mins[t] = _mm_fmadd_ps(f16x4(b + 2, rb), _mm_set1_ps(x.d * static_cast<float>(x.sum)),
+                               mins[t]);
+      }
+      acc[t] = _mm256_fmadd_ps(dup4(_mm_mul_ps(dw, _mm_set1_ps(x.d))), _mm256_cvtepi32_ps(s),
+                               acc[t]);
+    }
+  }
+  for (int t = 0; t < kM; ++t) _mm_storeu_ps(out + t * os, _mm_add_ps(fold(acc[t]), mins[t]));
 }
 
 // The 6-bit scales and minimums of a Q4_K / Q5_K block (12 bytes, ggml's get_scale_min_k4
@@ -115,44 +132,50 @@ inline __m256 pair_sums(__m256i sj, __m256i sk) {
 
 // Q4_K / Q5_K: per 256-weight block and row, sum_j d sc_j d_xj dot_j - dmin sum_j m_j d_xj
 // sum_xj. Sub-blocks j and j + 4 are formed together, so that their four rows' scales come from
-// one 4x8 transpose of the rows' (sc_j d_xj) vectors.
-template <bool kFive>
-void dot4_q45k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t nblocks, float* out) {
+// one 4x8 transpose of the rows' scale vectors.
+template <bool kFive, int kM>
+void dot4_q45k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_t nblocks,
+               float* out, int64_t os) {
   constexpr int64_t kBytes = kFive ? 176 : 144;
   constexpr int64_t kQs = kFive ? 48 : 16;
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i k16 = _mm256_set1_epi8(16);
-  __m256 acc = _mm256_setzero_ps();
-  __m128 mins = _mm_setzero_ps();
+  __m256 acc[kM];
+  __m128 mins[kM];
+  for (int t = 0; t < kM; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    mins[t] = _mm_setzero_ps();
+  }
   for (int64_t i = 0; i < nblocks; ++i) {
-    const Q8Block* x = a + 8 * i;
     const uint8_t* b = w + i * kBytes;
-    const __m256 xd = _mm256_setr_ps(x[0].d, x[1].d, x[2].d, x[3].d, x[4].d, x[5].d, x[6].d,
-                                     x[7].d);
-    const __m256 xs = _mm256_mul_ps(
-        xd, _mm256_setr_ps(static_cast<float>(x[0].sum), static_cast<float>(x[1].sum),
-                           static_cast<float>(x[2].sum), static_cast<float>(x[3].sum),
-                           static_cast<float>(x[4].sum), static_cast<float>(x[5].sum),
-                           static_cast<float>(x[6].sum), static_cast<float>(x[7].sum)));
-    __m256 p[4], mp[4];
-    for (int r = 0; r < 4; ++r) {
-      __m256 sc, m;
-      k4_scales(b + r * rb + 4, &sc, &m);
-      p[r] = _mm256_mul_ps(sc, xd);  // sc_j d_xj
-      mp[r] = _mm256_mul_ps(m, xs);  // m_j d_xj sum_xj
-    }
-    // Transpose: u[j] = [sub-block j: r0..r3 | sub-block j + 4: r0..r3].
-    const __m256 t0 = _mm256_unpacklo_ps(p[0], p[1]), t1 = _mm256_unpackhi_ps(p[0], p[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(p[2], p[3]), t3 = _mm256_unpackhi_ps(p[2], p[3]);
+    __m256 sc[4], m[4];
+    for (int r = 0; r < 4; ++r) k4_scales(b + r * rb + 4, &sc[r], &m[r]);
+    // Transpose: u[j] = [sc_j: r0..r3 | sc_(j+4): r0..r3].
+    const __m256 t0 = _mm256_unpacklo_ps(sc[0], sc[1]), t1 = _mm256_unpackhi_ps(sc[0], sc[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(sc[2], sc[3]), t3 = _mm256_unpackhi_ps(sc[2], sc[3]);
     const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
                          _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
-    __m256 blk = _mm256_setzero_ps();
+    const __m256 dw = dup4(f16x4(b, rb));
+    const __m128 dmin = f16x4(b + 2, rb);
+    __m256 blk[kM];
+    for (int t = 0; t < kM; ++t) {
+      const Q8Block* x = a + t * as + 8 * i;
+      const __m256 xd = _mm256_setr_ps(x[0].d, x[1].d, x[2].d, x[3].d, x[4].d, x[5].d, x[6].d,
+                                       x[7].d);
+      const __m256 xs = _mm256_mul_ps(
+          xd, _mm256_setr_ps(static_cast<float>(x[0].sum), static_cast<float>(x[1].sum),
+                             static_cast<float>(x[2].sum), static_cast<float>(x[3].sum),
+                             static_cast<float>(x[4].sum), static_cast<float>(x[5].sum),
+                             static_cast<float>(x[6].sum), static_cast<float>(x[7].sum)));
+      const __m256 mr = sum4(_mm256_mul_ps(m[0], xs), _mm256_mul_ps(m[1], xs),
+                             _mm256_mul_ps(m[2], xs), _mm256_mul_ps(m[3], xs));
+      mins[t] = _mm_fmadd_ps(dmin, fold(mr), mins[t]);  // dmin sum_j m_j d_xj sum_xj
+      blk[t] = _mm256_setzero_ps();
+    }
     for (int j = 0; j < 4; ++j) {
       // Sub-block j: nibble j & 1 of bytes 32 (j / 2); sub-block j + 4: of bytes 32 (j / 2 + 2).
-      const __m256i qa0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j].q));
-      const __m256i qa1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j + 4].q));
-      __m256i d0[4], d1[4];
+      __m256i d0[kM][4], d1[kM][4];
       for (int r = 0; r < 4; ++r) {
         const uint8_t* row = b + r * rb;
         const uint8_t* qs = row + kQs;
@@ -173,35 +196,45 @@ void dot4_q45k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t nblocks, 
           v1 = _mm256_or_si256(
               v1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), k16));
         }
-        d0[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(v0, qa0), ones);
-        d1[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(v1, qa1), ones);
+        for (int t = 0; t < kM; ++t) {
+          const Q8Block* x = a + t * as + 8 * i;
+          const __m256i qa0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j].q));
+          const __m256i qa1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j + 4].q));
+          d0[t][r] = _mm256_madd_epi16(_mm256_maddubs_epi16(v0, qa0), ones);
+          d1[t][r] = _mm256_madd_epi16(_mm256_maddubs_epi16(v1, qa1), ones);
+        }
       }
-      const __m256 s = pair_sums(sum4(d0[0], d0[1], d0[2], d0[3]), sum4(d1[0], d1[1], d1[2], d1[3]));
-      blk = _mm256_fmadd_ps(u[j], s, blk);
+      for (int t = 0; t < kM; ++t) {
+        const Q8Block* x = a + t * as + 8 * i;
+        const __m256 xdj = _mm256_set_m128(_mm_set1_ps(x[j + 4].d), _mm_set1_ps(x[j].d));
+        const __m256 s = pair_sums(sum4(d0[t][0], d0[t][1], d0[t][2], d0[t][3]),
+                                   sum4(d1[t][0], d1[t][1], d1[t][2], d1[t][3]));
+        blk[t] = _mm256_fmadd_ps(_mm256_mul_ps(u[j], xdj), s, blk[t]);
+      }
     }
-    acc = _mm256_fmadd_ps(dup4(f16x4(b, rb)), blk, acc);
-    mins = _mm_fmadd_ps(f16x4(b + 2, rb), fold(sum4(mp[0], mp[1], mp[2], mp[3])), mins);
+    for (int t = 0; t < kM; ++t) acc[t] = _mm256_fmadd_ps(dw, blk[t], acc[t]);
   }
-  _mm_storeu_ps(out, _mm_sub_ps(fold(acc), mins));
+  for (int t = 0; t < kM; ++t) _mm_storeu_ps(out + t * os, _mm_sub_ps(fold(acc[t]), mins[t]));
 }
 
-// Q6_K: q (0..63) times the activations, minus 32 times them (shared by the four rows), each
+// Q6_K: q (0..63) times the activations, minus 32 times them (once per activation block), each
 // half of a 32-weight sub-block times its own int8 scale in madd; then d d_x per sub-block.
-void dot4_q6k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t nblocks, float* out) {
+template <int kM>
+void dot4_q6k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_t nblocks,
+              float* out, int64_t os) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i three = _mm256_set1_epi8(3);
   const __m256i k32 = _mm256_set1_epi8(32);
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[kM];
+  for (int t = 0; t < kM; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nblocks; ++i) {
     const uint8_t* b = w + i * 210;
     const __m256 d8 = dup4(f16x4(b + 208, rb));
-    __m256 blk = _mm256_setzero_ps();
+    __m256 blk[kM];
+    for (int t = 0; t < kM; ++t) blk[t] = _mm256_setzero_ps();
     for (int n = 0; n < 2; ++n) {
       for (int g = 0; g < 4; ++g) {
-        const Q8Block& x = a[8 * i + 4 * n + g];
-        const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q));
-        const __m256i off = _mm256_maddubs_epi16(k32, qa);
-        __m256i dot[4];
+        __m256i dot[kM][4];
         for (int r = 0; r < 4; ++r) {
           const uint8_t* row = b + r * rb;
           const __m256i lo = _mm256_loadu_si256(
@@ -216,35 +249,56 @@ void dot4_q6k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t nblocks, f
           const auto* sc = reinterpret_cast<const int8_t*>(row + 192 + 8 * n + 2 * g);
           const __m256i scales =
               _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
-          dot[r] = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(v, qa), off), scales);
+          for (int t = 0; t < kM; ++t) {
+            const __m256i qa = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(a[t * as + 8 * i + 4 * n + g].q));
+            const __m256i off = _mm256_maddubs_epi16(k32, qa);
+            dot[t][r] =
+                _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(v, qa), off), scales);
+          }
         }
-        blk = _mm256_fmadd_ps(_mm256_set1_ps(x.d),
-                              _mm256_cvtepi32_ps(sum4(dot[0], dot[1], dot[2], dot[3])), blk);
+        for (int t = 0; t < kM; ++t) {
+          blk[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t * as + 8 * i + 4 * n + g].d),
+                                   _mm256_cvtepi32_ps(sum4(dot[t][0], dot[t][1], dot[t][2],
+                                                           dot[t][3])),
+                                   blk[t]);
+        }
       }
     }
-    acc = _mm256_fmadd_ps(d8, blk, acc);
+    for (int t = 0; t < kM; ++t) acc[t] = _mm256_fmadd_ps(d8, blk[t], acc[t]);
   }
-  _mm_storeu_ps(out, fold(acc));
+  for (int t = 0; t < kM; ++t) _mm_storeu_ps(out + t * os, fold(acc[t]));
+}
+
+template <int kM>
+void dispatch(QuantType type, const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as,
+              int64_t nblocks, float* out, int64_t os) {
+  switch (type) {
+    case QuantType::kQ8_0:
+      return dot4_q32<QuantType::kQ8_0, kM>(w, rb, a, as, nblocks, out, os);
+    case QuantType::kQ4_0:
+      return dot4_q32<QuantType::kQ4_0, kM>(w, rb, a, as, nblocks, out, os);
+    case QuantType::kQ4_1:
+      return dot4_q32<QuantType::kQ4_1, kM>(w, rb, a, as, nblocks, out, os);
+    case QuantType::kQ4_K:
+      return dot4_q45k<false, kM>(w, rb, a, as, nblocks, out, os);
+    case QuantType::kQ5_K:
+      return dot4_q45k<true, kM>(w, rb, a, as, nblocks, out, os);
+    case QuantType::kQ6_K:
+      return dot4_q6k<kM>(w, rb, a, as, nblocks, out, os);
+  }
 }
 
 }  // namespace
 
 void quant_dot4_avx2(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
                      int64_t nblocks, float* out) {
-  switch (type) {
-    case QuantType::kQ8_0:
-      return dot4_q32<QuantType::kQ8_0>(w, row_bytes, act, nblocks, out);
-    case QuantType::kQ4_0:
-      return dot4_q32<QuantType::kQ4_0>(w, row_bytes, act, nblocks, out);
-    case QuantType::kQ4_1:
-      return dot4_q32<QuantType::kQ4_1>(w, row_bytes, act, nblocks, out);
-    case QuantType::kQ4_K:
-      return dot4_q45k<false>(w, row_bytes, act, nblocks, out);
-    case QuantType::kQ5_K:
-      return dot4_q45k<true>(w, row_bytes, act, nblocks, out);
-    case QuantType::kQ6_K:
-      return dot4_q6k(w, row_bytes, act, nblocks, out);
-  }
+  dispatch<1>(type, w, row_bytes, act, 0, nblocks, out, 0);
+}
+
+void quant_dot4x2_avx2(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
+                       int64_t act_stride, int64_t nblocks, float* out, int64_t out_stride) {
+  dispatch<2>(type, w, row_bytes, act, act_stride, nblocks, out, out_stride);
 }
 
 }  // namespace ls::kernels::cpu

@@ -23,6 +23,10 @@ namespace ls::kernels::cpu {
 // w + j * row_bytes; nblocks weight blocks per row; act holds the row's cols / 32 Q8 blocks.
 void quant_dot4_avx2(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
                      int64_t nblocks, float* out);
+// The same for two activation rows at once (act and act + act_stride blocks; outputs out[0..3]
+// and out[out_stride..out_stride + 3]): each weight block is unpacked once for both.
+void quant_dot4x2_avx2(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
+                       int64_t act_stride, int64_t nblocks, float* out, int64_t out_stride);
 
 }  // namespace ls::kernels::cpu
 #endif
