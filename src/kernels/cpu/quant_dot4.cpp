@@ -23,6 +23,18 @@ inline __m128 f16x4(const uint8_t* p, int64_t rb) {
   return _mm_cvtph_ps(h);
 }
 
+// Decode streams every weight byte from memory once: ask for the same block of the next four
+// rows (the next call's) while this one is formed, so that four rows' streams stay ahead of the
+// hardware prefetcher's reach. Prefetches never fault, so the last rows may point past the end.
+template <int64_t kBytes>
+inline void prefetch_next_rows(const uint8_t* b, int64_t rb) {
+  for (int j = 4; j < 8; ++j) {
+    for (int64_t off = 0; off < kBytes; off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(b + j * rb + off), _MM_HINT_T0);
+    }
+  }
+}
+
 inline __m256 dup4(__m128 v) { return _mm256_set_m128(v, v); }
 
 // Four rows' int32 x 8 dot products -> [r0 r1 r2 r3 | r0 r1 r2 r3]: each row's sum over the
@@ -62,6 +74,7 @@ void dot4_q32(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_
   }
   for (int64_t i = 0; i < nblocks; ++i) {
     const uint8_t* b = w + i * kBytes;
+    if constexpr (kM == 1) prefetch_next_rows<kBytes>(b, rb);
     const __m128 dw = f16x4(b, rb);
     __m256i qw[4];
     for (int j = 0; j < 4; ++j) {
@@ -149,6 +162,7 @@ void dot4_q45k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64
   }
   for (int64_t i = 0; i < nblocks; ++i) {
     const uint8_t* b = w + i * kBytes;
+    if constexpr (kM == 1) prefetch_next_rows<kBytes>(b, rb);
     __m256 sc[4], m[4];
     for (int r = 0; r < 4; ++r) k4_scales(b + r * rb + 4, &sc[r], &m[r]);
     // Transpose: u[j] = [sc_j: r0..r3 | sc_(j+4): r0..r3].
@@ -229,6 +243,7 @@ void dot4_q6k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_
   for (int t = 0; t < kM; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nblocks; ++i) {
     const uint8_t* b = w + i * 210;
+    if constexpr (kM == 1) prefetch_next_rows<210>(b, rb);
     const __m256 d8 = dup4(f16x4(b + 208, rb));
     __m256 blk[kM];
     for (int t = 0; t < kM; ++t) blk[t] = _mm256_setzero_ps();
