@@ -68,17 +68,20 @@ void BM_QuantLinear(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
   const double blocks32 = static_cast<double>(rows) * static_cast<double>(cols / 32) *
                           static_cast<double>(m) / pool.num_threads();
-  state.counters["ns_per_block"] = benchmark::Counter(
-      blocks32 * static_cast<double>(state.iterations()) * 1e-9,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_block"] =
+      benchmark::Counter(blocks32 * static_cast<double>(state.iterations()) * 1e-9,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void quant_shapes(benchmark::internal::Benchmark* b) {
-  const std::vector<std::vector<int64_t>> shapes = {
-      // bench30m: fused qkv, gate_up, down, lm head
-      {768, 512}, {2816, 512}, {512, 1408}, {8192, 512},
-      // SmolLM2-135M: gate_up, lm head
-      {3072, 576}, {49152, 576}};
+  const std::vector<std::vector<int64_t>> shapes = {// bench30m: fused qkv, gate_up, down, lm head
+                                                    {768, 512},
+                                                    {2816, 512},
+                                                    {512, 1408},
+                                                    {8192, 512},
+                                                    // SmolLM2-135M: gate_up, lm head
+                                                    {3072, 576},
+                                                    {49152, 576}};
   for (int t : {0, 2, 3}) {  // Q8_0, Q4_1, Q4_K
     for (const auto& s : shapes) {
       const bool k_type = t == 3;

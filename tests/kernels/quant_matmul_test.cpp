@@ -171,5 +171,35 @@ TEST(QuantMatmul, ActivationsRoundToTheNearestStep) {
   }
 }
 
+// Every ISA's activation quantization gives the scalar loop's blocks bit for bit (the matmul
+// kernels' error bound assumes it), on values with exact ties (k + 0.5 steps), zeros, a zero
+// block and both signs at the block maximum.
+TEST(QuantMatmul, ActivationQuantizationIsIdenticalOnEveryIsa) {
+  std::mt19937 rng(77);
+  std::normal_distribution<float> normal(0.f, 3.f);
+  const int64_t n = 32 * 9;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = normal(rng);
+  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(32 + j)] = static_cast<float>(j - 16) + 0.5f;
+  x[32] = -127.0f;  // block 1: d = 1, so every k + 0.5 is a tie (nearest even)
+  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(64 + j)] = 0.f;  // block 2: all zero
+  x[100] = 0.f;
+  x[130] = -std::fabs(x[131]) * 4.f;  // a negative block maximum
+  std::vector<Q8Block> ref(static_cast<size_t>(n / 32));
+  quantize_activations(x.data(), n, ref.data(), Isa::kScalar);
+  EXPECT_EQ(ref[1].q[1], -14);  // -14.5 -> -14
+  EXPECT_EQ(ref[1].q[2], -14);  // -13.5 -> -14
+  EXPECT_EQ(ref[2].d, 0.f);
+  for (Isa isa : available_isas()) {
+    std::vector<Q8Block> got(ref.size());
+    quantize_activations(x.data(), n, got.data(), isa);
+    for (size_t b = 0; b < ref.size(); ++b) {
+      EXPECT_EQ(got[b].d, ref[b].d) << isa_name(isa) << " block " << b;
+      EXPECT_EQ(got[b].sum, ref[b].sum) << isa_name(isa) << " block " << b;
+      EXPECT_EQ(std::memcmp(got[b].q, ref[b].q, 32), 0) << isa_name(isa) << " block " << b;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ls::kernels::cpu

@@ -35,7 +35,9 @@ inline void prefetch_next_rows(const uint8_t* b, int64_t rb) {
   }
 }
 
-inline __m256 dup4(__m128 v) { return _mm256_set_m128(v, v); }
+inline __m256 dup4(__m128 v) {
+  return _mm256_set_m128(v, v);
+}
 
 // Four rows' int32 x 8 dot products -> [r0 r1 r2 r3 | r0 r1 r2 r3]: each row's sum over the
 // low 128-bit half, then over the high half.
@@ -107,11 +109,11 @@ void dot4_q32(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_
         s = _mm256_sub_epi32(s, _mm256_zextsi128_si256(_mm_set1_epi32(8 * x.sum)));
       }
       if constexpr (kType == QuantType::kQ4_1) {
-        mins[t] = _mm_fmadd_ps(f16x4(b + 2, rb), _mm_set1_ps(x.d * static_cast<float>(x.sum)),
-                               mins[t]);
+        mins[t] =
+            _mm_fmadd_ps(f16x4(b + 2, rb), _mm_set1_ps(x.d * static_cast<float>(x.sum)), mins[t]);
       }
-      acc[t] = _mm256_fmadd_ps(dup4(_mm_mul_ps(dw, _mm_set1_ps(x.d))), _mm256_cvtepi32_ps(s),
-                               acc[t]);
+      acc[t] =
+          _mm256_fmadd_ps(dup4(_mm_mul_ps(dw, _mm_set1_ps(x.d))), _mm256_cvtepi32_ps(s), acc[t]);
     }
   }
   for (int t = 0; t < kM; ++t) _mm_storeu_ps(out + t * os, _mm_add_ps(fold(acc[t]), mins[t]));
@@ -175,8 +177,8 @@ void dot4_q45k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64
     __m256 blk[kM];
     for (int t = 0; t < kM; ++t) {
       const Q8Block* x = a + t * as + 8 * i;
-      const __m256 xd = _mm256_setr_ps(x[0].d, x[1].d, x[2].d, x[3].d, x[4].d, x[5].d, x[6].d,
-                                       x[7].d);
+      const __m256 xd =
+          _mm256_setr_ps(x[0].d, x[1].d, x[2].d, x[3].d, x[4].d, x[5].d, x[6].d, x[7].d);
       const __m256 xs = _mm256_mul_ps(
           xd, _mm256_setr_ps(static_cast<float>(x[0].sum), static_cast<float>(x[1].sum),
                              static_cast<float>(x[2].sum), static_cast<float>(x[3].sum),
@@ -256,14 +258,13 @@ void dot4_q6k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_
               reinterpret_cast<const __m256i*>(row + 64 * n + ((g & 1) ? 32 : 0)));
           const __m256i qh =
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 128 + 32 * n));
-          const __m256i nib = g < 2 ? _mm256_and_si256(lo, low4)
-                                    : _mm256_and_si256(_mm256_srli_epi16(lo, 4), low4);
+          const __m256i nib =
+              g < 2 ? _mm256_and_si256(lo, low4) : _mm256_and_si256(_mm256_srli_epi16(lo, 4), low4);
           const __m256i hi =
               _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), three);
           const __m256i v = _mm256_or_si256(nib, _mm256_slli_epi16(hi, 4));
           const auto* sc = reinterpret_cast<const int8_t*>(row + 192 + 8 * n + 2 * g);
-          const __m256i scales =
-              _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
+          const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
           for (int t = 0; t < kM; ++t) {
             const __m256i qa = _mm256_loadu_si256(
                 reinterpret_cast<const __m256i*>(a[t * as + 8 * i + 4 * n + g].q));
@@ -273,10 +274,9 @@ void dot4_q6k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_
           }
         }
         for (int t = 0; t < kM; ++t) {
-          blk[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t * as + 8 * i + 4 * n + g].d),
-                                   _mm256_cvtepi32_ps(sum4(dot[t][0], dot[t][1], dot[t][2],
-                                                           dot[t][3])),
-                                   blk[t]);
+          blk[t] = _mm256_fmadd_ps(
+              _mm256_set1_ps(a[t * as + 8 * i + 4 * n + g].d),
+              _mm256_cvtepi32_ps(sum4(dot[t][0], dot[t][1], dot[t][2], dot[t][3])), blk[t]);
         }
       }
     }

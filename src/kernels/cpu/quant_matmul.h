@@ -39,6 +39,7 @@ struct Q8Block {
 };
 
 // x[n] -> out[n / 32] (n a multiple of 32): d = max|x| / 127, q = round(x / d).
+void quantize_activations(const float* x, int64_t n, Q8Block* out, Isa isa);
 void quantize_activations(const float* x, int64_t n, Q8Block* out);
 
 // y[m, rows] = x[m, cols] . W^T, where W is [rows, cols] in `type` blocks (row-major, each row
