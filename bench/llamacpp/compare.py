@@ -173,9 +173,9 @@ def main() -> int:
         print(f"\n{what}, {args.threads} threads, KV {args.kv_type}, median (min-max, runs)\n")
         vs_llama = ours if "llama.cpp" in shown else []
         vs_base = "longserve" in shown and "longserve-base" in shown
-        print("| model | depth | " + " | ".join(names[e] for e in shown) + " | " +
-              "".join(f"{names[e].split()[-1]} / llama.cpp | " for e in vs_llama) +
-              ("dense / base |" if vs_base else "").rstrip())
+        print(("| model | depth | " + " | ".join(names[e] for e in shown) + " | " +
+               "".join(f"{names[e].split()[-1]} / llama.cpp | " for e in vs_llama) +
+               ("dense / base |" if vs_base else "")).rstrip())
         print("|---|---:|" + "---:|" * (len(shown) + len(vs_llama) + vs_base))
         for label, _, depths in models:
             for d in depths:
