@@ -120,8 +120,8 @@ void dot4_q32(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_
 }
 
 // The 6-bit scales and minimums of a Q4_K / Q5_K block (12 bytes, ggml's get_scale_min_k4
-// layout) as 8 floats each.
-inline void k4_scales(const uint8_t* q, __m256* sc, __m256* m) {
+// layout) as 8 bytes each, sub-block j in byte j.
+inline void k4_scales(const uint8_t* q, uint64_t* sc, uint64_t* m) {
   uint32_t w0, w1, w2;
   std::memcpy(&w0, q, 4);
   std::memcpy(&w1, q + 4, 4);
@@ -132,28 +132,36 @@ inline void k4_scales(const uint8_t* q, __m256* sc, __m256* m) {
   const uint32_t m_lo = w1 & 0x3f3f3f3fu;
   const uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4);
   const uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4);
-  const uint64_t sc8 = sc_lo | (static_cast<uint64_t>(sc_hi) << 32);
-  const uint64_t m8 = m_lo | (static_cast<uint64_t>(m_hi) << 32);
-  *sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc8))));
-  *m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(m8))));
+  *sc = sc_lo | (static_cast<uint64_t>(sc_hi) << 32);
+  *m = m_lo | (static_cast<uint64_t>(m_hi) << 32);
 }
 
-// Two sub-blocks' [r0..r3 | r0..r3] partial sums -> [sub-block j: r0..r3 | sub-block k: r0..r3].
-inline __m256 pair_sums(__m256i sj, __m256i sk) {
-  const __m256i lo = _mm256_permute2x128_si256(sj, sk, 0x20);
-  const __m256i hi = _mm256_permute2x128_si256(sj, sk, 0x31);
-  return _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));
+// 8 bytes -> 8 int16 in both 128-bit halves, so that a byte shuffle can broadcast any of them.
+inline __m256i bytes_to_i16x2(uint64_t v) {
+  return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(v))));
+}
+// Broadcast int16 number j of such a vector to all 16 lanes.
+inline __m256i pick_i16(__m256i v, int j) {
+  return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
 }
 
-// Q4_K / Q5_K: per 256-weight block and row, sum_j d sc_j d_xj dot_j - dmin sum_j m_j d_xj
-// sum_xj. Sub-blocks j and j + 4 are formed together, so that their four rows' scales come from
-// one 4x8 transpose of the rows' scale vectors.
+// The 8 activation blocks' sums as int16 (|sum| <= 32 * 127 fits).
+inline __m128i block_sums8(const Q8Block* x) {
+  return _mm_packs_epi32(_mm_setr_epi32(x[0].sum, x[1].sum, x[2].sum, x[3].sum),
+                         _mm_setr_epi32(x[4].sum, x[5].sum, x[6].sum, x[7].sum));
+}
+
+// The K-quant kernels below need the 8 activation blocks under one weight block to share one
+// scale d_x (quantize_activations with group 256): the integer sub-block scales then multiply
+// the integer dot products in madd, the 8 sub-blocks add up in int32, and each weight block costs
+// one hadd tree, one convert and one FMA per four rows.
+
+// Q4_K / Q5_K: per 256-weight block and row, d_x (d sum_j sc_j dot_j - dmin sum_j m_j sum_xj).
 template <bool kFive, int kM>
 void dot4_q45k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_t nblocks,
                float* out, int64_t os) {
   constexpr int64_t kBytes = kFive ? 176 : 144;
   constexpr int64_t kQs = kFive ? 48 : 16;
-  const __m256i ones = _mm256_set1_epi16(1);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i k16 = _mm256_set1_epi8(16);
   __m256 acc[kM];
@@ -165,76 +173,62 @@ void dot4_q45k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64
   for (int64_t i = 0; i < nblocks; ++i) {
     const uint8_t* b = w + i * kBytes;
     if constexpr (kM == 1) prefetch_next_rows<kBytes>(b, rb);
-    __m256 sc[4], m[4];
-    for (int r = 0; r < 4; ++r) k4_scales(b + r * rb + 4, &sc[r], &m[r]);
-    // Transpose: u[j] = [sc_j: r0..r3 | sc_(j+4): r0..r3].
-    const __m256 t0 = _mm256_unpacklo_ps(sc[0], sc[1]), t1 = _mm256_unpackhi_ps(sc[0], sc[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(sc[2], sc[3]), t3 = _mm256_unpackhi_ps(sc[2], sc[3]);
-    const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
-                         _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
-    const __m256 dw = dup4(f16x4(b, rb));
-    const __m128 dmin = f16x4(b + 2, rb);
-    __m256 blk[kM];
-    for (int t = 0; t < kM; ++t) {
-      const Q8Block* x = a + t * as + 8 * i;
-      const __m256 xd =
-          _mm256_setr_ps(x[0].d, x[1].d, x[2].d, x[3].d, x[4].d, x[5].d, x[6].d, x[7].d);
-      const __m256 xs = _mm256_mul_ps(
-          xd, _mm256_setr_ps(static_cast<float>(x[0].sum), static_cast<float>(x[1].sum),
-                             static_cast<float>(x[2].sum), static_cast<float>(x[3].sum),
-                             static_cast<float>(x[4].sum), static_cast<float>(x[5].sum),
-                             static_cast<float>(x[6].sum), static_cast<float>(x[7].sum)));
-      const __m256 mr = sum4(_mm256_mul_ps(m[0], xs), _mm256_mul_ps(m[1], xs),
-                             _mm256_mul_ps(m[2], xs), _mm256_mul_ps(m[3], xs));
-      mins[t] = _mm_fmadd_ps(dmin, fold(mr), mins[t]);  // dmin sum_j m_j d_xj sum_xj
-      blk[t] = _mm256_setzero_ps();
-    }
-    for (int j = 0; j < 4; ++j) {
-      // Sub-block j: nibble j & 1 of bytes 32 (j / 2); sub-block j + 4: of bytes 32 (j / 2 + 2).
-      __m256i d0[kM][4], d1[kM][4];
-      for (int r = 0; r < 4; ++r) {
-        const uint8_t* row = b + r * rb;
-        const uint8_t* qs = row + kQs;
-        __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (j / 2)));
-        __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (j / 2 + 2)));
-        if (j & 1) {
-          v0 = _mm256_srli_epi16(v0, 4);
-          v1 = _mm256_srli_epi16(v1, 4);
-        }
-        v0 = _mm256_and_si256(v0, low4);
-        v1 = _mm256_and_si256(v1, low4);
+    __m256i isum[kM][4];
+    __m128i imin[kM][4];
+    for (int r = 0; r < 4; ++r) {
+      const uint8_t* row = b + r * rb;
+      uint64_t sc8, m8;
+      k4_scales(row + 4, &sc8, &m8);
+      const __m256i sc = bytes_to_i16x2(sc8);
+      const __m128i m = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(m8)));
+      const uint8_t* qs = row + kQs;
+      __m256i qh = _mm256_setzero_si256();
+      if constexpr (kFive) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16));
+      for (int t = 0; t < kM; ++t) isum[t][r] = _mm256_setzero_si256();
+      for (int j2 = 0; j2 < 4; ++j2) {  // sub-blocks 2 j2 (low nibbles) and 2 j2 + 1 (high)
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j2));
+        __m256i v0 = _mm256_and_si256(q, low4);
+        __m256i v1 = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
         if constexpr (kFive) {  // the 5th bit of sub-block j is bit j of qh
-          const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 16));
-          const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << j));
-          const __m256i b1 = _mm256_set1_epi8(static_cast<char>(1 << (j + 4)));
+          const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * j2)));
+          const __m256i b1 = _mm256_set1_epi8(static_cast<char>(1 << (2 * j2 + 1)));
           v0 = _mm256_or_si256(
               v0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), k16));
           v1 = _mm256_or_si256(
               v1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), k16));
         }
+        const __m256i s0 = pick_i16(sc, 2 * j2);
+        const __m256i s1 = pick_i16(sc, 2 * j2 + 1);
         for (int t = 0; t < kM; ++t) {
           const Q8Block* x = a + t * as + 8 * i;
-          const __m256i qa0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j].q));
-          const __m256i qa1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j + 4].q));
-          d0[t][r] = _mm256_madd_epi16(_mm256_maddubs_epi16(v0, qa0), ones);
-          d1[t][r] = _mm256_madd_epi16(_mm256_maddubs_epi16(v1, qa1), ones);
+          const __m256i qa0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[2 * j2].q));
+          const __m256i qa1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[2 * j2 + 1].q));
+          isum[t][r] = _mm256_add_epi32(
+              isum[t][r], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(v0, qa0), s0),
+                                           _mm256_madd_epi16(_mm256_maddubs_epi16(v1, qa1), s1)));
         }
       }
       for (int t = 0; t < kM; ++t) {
-        const Q8Block* x = a + t * as + 8 * i;
-        const __m256 xdj = _mm256_set_m128(_mm_set1_ps(x[j + 4].d), _mm_set1_ps(x[j].d));
-        const __m256 s = pair_sums(sum4(d0[t][0], d0[t][1], d0[t][2], d0[t][3]),
-                                   sum4(d1[t][0], d1[t][1], d1[t][2], d1[t][3]));
-        blk[t] = _mm256_fmadd_ps(_mm256_mul_ps(u[j], xdj), s, blk[t]);
+        imin[t][r] = _mm_madd_epi16(m, block_sums8(a + t * as + 8 * i));  // 4 partial sums
       }
     }
-    for (int t = 0; t < kM; ++t) acc[t] = _mm256_fmadd_ps(dw, blk[t], acc[t]);
+    const __m128 d4 = f16x4(b, rb);
+    const __m128 dmin4 = f16x4(b + 2, rb);
+    for (int t = 0; t < kM; ++t) {
+      const __m128 xd = _mm_set1_ps(a[t * as + 8 * i].d);
+      const __m256i s = sum4(isum[t][0], isum[t][1], isum[t][2], isum[t][3]);
+      acc[t] = _mm256_fmadd_ps(dup4(_mm_mul_ps(d4, xd)), _mm256_cvtepi32_ps(s), acc[t]);
+      const __m128i ms = _mm_hadd_epi32(_mm_hadd_epi32(imin[t][0], imin[t][1]),
+                                        _mm_hadd_epi32(imin[t][2], imin[t][3]));
+      mins[t] = _mm_fmadd_ps(_mm_mul_ps(dmin4, xd), _mm_cvtepi32_ps(ms), mins[t]);
+    }
   }
   for (int t = 0; t < kM; ++t) _mm_storeu_ps(out + t * os, _mm_sub_ps(fold(acc[t]), mins[t]));
 }
 
 // Q6_K: q (0..63) times the activations, minus 32 times them (once per activation block), each
-// half of a 32-weight sub-block times its own int8 scale in madd; then d d_x per sub-block.
+// half of a 32-weight sub-block times its own int8 scale in madd, summed over the block in int32;
+// then d d_x once per block.
 template <int kM>
 void dot4_q6k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_t nblocks,
               float* out, int64_t os) {
@@ -246,18 +240,15 @@ void dot4_q6k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_
   for (int64_t i = 0; i < nblocks; ++i) {
     const uint8_t* b = w + i * 210;
     if constexpr (kM == 1) prefetch_next_rows<210>(b, rb);
-    const __m256 d8 = dup4(f16x4(b + 208, rb));
-    __m256 blk[kM];
-    for (int t = 0; t < kM; ++t) blk[t] = _mm256_setzero_ps();
-    for (int n = 0; n < 2; ++n) {
-      for (int g = 0; g < 4; ++g) {
-        __m256i dot[kM][4];
-        for (int r = 0; r < 4; ++r) {
-          const uint8_t* row = b + r * rb;
+    __m256i isum[kM][4];
+    for (int r = 0; r < 4; ++r) {
+      const uint8_t* row = b + r * rb;
+      for (int t = 0; t < kM; ++t) isum[t][r] = _mm256_setzero_si256();
+      for (int n = 0; n < 2; ++n) {
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 128 + 32 * n));
+        for (int g = 0; g < 4; ++g) {
           const __m256i lo = _mm256_loadu_si256(
               reinterpret_cast<const __m256i*>(row + 64 * n + ((g & 1) ? 32 : 0)));
-          const __m256i qh =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 128 + 32 * n));
           const __m256i nib =
               g < 2 ? _mm256_and_si256(lo, low4) : _mm256_and_si256(_mm256_srli_epi16(lo, 4), low4);
           const __m256i hi =
@@ -269,18 +260,19 @@ void dot4_q6k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_
             const __m256i qa = _mm256_loadu_si256(
                 reinterpret_cast<const __m256i*>(a[t * as + 8 * i + 4 * n + g].q));
             const __m256i off = _mm256_maddubs_epi16(k32, qa);
-            dot[t][r] =
-                _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(v, qa), off), scales);
+            isum[t][r] = _mm256_add_epi32(
+                isum[t][r],
+                _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(v, qa), off), scales));
           }
-        }
-        for (int t = 0; t < kM; ++t) {
-          blk[t] = _mm256_fmadd_ps(
-              _mm256_set1_ps(a[t * as + 8 * i + 4 * n + g].d),
-              _mm256_cvtepi32_ps(sum4(dot[t][0], dot[t][1], dot[t][2], dot[t][3])), blk[t]);
         }
       }
     }
-    for (int t = 0; t < kM; ++t) acc[t] = _mm256_fmadd_ps(d8, blk[t], acc[t]);
+    const __m128 d4 = f16x4(b + 208, rb);
+    for (int t = 0; t < kM; ++t) {
+      const __m128 xd = _mm_set1_ps(a[t * as + 8 * i].d);
+      const __m256i s = sum4(isum[t][0], isum[t][1], isum[t][2], isum[t][3]);
+      acc[t] = _mm256_fmadd_ps(dup4(_mm_mul_ps(d4, xd)), _mm256_cvtepi32_ps(s), acc[t]);
+    }
   }
   for (int t = 0; t < kM; ++t) _mm_storeu_ps(out + t * os, fold(acc[t]));
 }

@@ -7,6 +7,9 @@
 // arithmetic per block is the same as row_dot's, so the results agree with it up to float
 // summation order.
 //
+// The K-quant kernels (Q4_K, Q5_K, Q6_K) need activations quantized in groups of 256
+// (quantize_activations(..., group 256)): they take one activation scale per weight block.
+//
 // Built only where the compiler targets AVX2 (LS_QUANT_DOT4 is then defined); callers take the
 // row-at-a-time path for the last rows % 4 and on other ISAs.
 
