@@ -288,24 +288,38 @@ void dispatch(QuantType type, const uint8_t* w, int64_t rb, const Q8Block* a, in
     case QuantType::kQ4_1:
       return dot4_q32<QuantType::kQ4_1, kM>(w, rb, a, as, nblocks, out, os);
     case QuantType::kQ4_K:
-      return dot4_q45k<false, kM>(w, rb, a, as, nblocks, out, os);
+      if constexpr (kM <= 2) return dot4_q45k<false, kM>(w, rb, a, as, nblocks, out, os);
+      break;
     case QuantType::kQ5_K:
-      return dot4_q45k<true, kM>(w, rb, a, as, nblocks, out, os);
+      if constexpr (kM <= 2) return dot4_q45k<true, kM>(w, rb, a, as, nblocks, out, os);
+      break;
     case QuantType::kQ6_K:
-      return dot4_q6k<kM>(w, rb, a, as, nblocks, out, os);
+      if constexpr (kM <= 2) return dot4_q6k<kM>(w, rb, a, as, nblocks, out, os);
+      break;
+  }
+  // K-quants take at most 2 activation rows (their int32 sums fill the registers): split.
+  for (int t = 0; t < kM; t += 2) {
+    dispatch<2>(type, w, rb, a + t * as, as, nblocks, out + t * os, os);
   }
 }
 
 }  // namespace
 
-void quant_dot4_avx2(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
-                     int64_t nblocks, float* out) {
-  dispatch<1>(type, w, row_bytes, act, 0, nblocks, out, 0);
+int quant_dot4_rows(QuantType type) {
+  return quant_block_elems(type) == 32 ? 4 : 2;
 }
 
-void quant_dot4x2_avx2(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
-                       int64_t act_stride, int64_t nblocks, float* out, int64_t out_stride) {
-  dispatch<2>(type, w, row_bytes, act, act_stride, nblocks, out, out_stride);
+void quant_dot4_avx2(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
+                     int64_t act_stride, int64_t nblocks, float* out, int64_t out_stride,
+                     int act_rows) {
+  switch (act_rows) {
+    case 1:
+      return dispatch<1>(type, w, row_bytes, act, act_stride, nblocks, out, out_stride);
+    case 2:
+      return dispatch<2>(type, w, row_bytes, act, act_stride, nblocks, out, out_stride);
+    default:
+      return dispatch<4>(type, w, row_bytes, act, act_stride, nblocks, out, out_stride);
+  }
 }
 
 }  // namespace ls::kernels::cpu

@@ -22,14 +22,16 @@
 
 namespace ls::kernels::cpu {
 
-// out[j] = weight row j . activations, for j < 4: w is row 0's first block, row j starts at
-// w + j * row_bytes; nblocks weight blocks per row; act holds the row's cols / 32 Q8 blocks.
+// out[t * out_stride + j] = weight row j . activation row t, for j < 4 and t < act_rows (1, 2
+// or 4): w is row 0's first block, row j starts at w + j * row_bytes; nblocks weight blocks per
+// row; activation row t is act + t * act_stride (cols / 32 Q8 blocks). With several activation
+// rows each weight block is loaded, unpacked and its scales decoded once for all of them.
 void quant_dot4_avx2(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
-                     int64_t nblocks, float* out);
-// The same for two activation rows at once (act and act + act_stride blocks; outputs out[0..3]
-// and out[out_stride..out_stride + 3]): each weight block is unpacked once for both.
-void quant_dot4x2_avx2(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
-                       int64_t act_stride, int64_t nblocks, float* out, int64_t out_stride);
+                     int64_t act_stride, int64_t nblocks, float* out, int64_t out_stride,
+                     int act_rows);
+// The most activation rows one call handles in registers: 4 for the 32-element types, 2 for the
+// K-quants (more are split into calls of 2).
+int quant_dot4_rows(QuantType type);
 
 }  // namespace ls::kernels::cpu
 #endif

@@ -277,14 +277,12 @@ void part_rows(const QuantPart& part, int64_t cols, const Q8Block* act, int64_t 
       if (isa != Isa::kScalar) {  // four rows at a time; the last rows % 4 one at a time
         for (; r + 4 <= re; r += 4) {
           const uint8_t* row = wb + r * row_bytes;
-          int64_t i = it;
-          for (; i + 2 <= ie; i += 2) {
-            quant_dot4x2_avx2(part.type, row, row_bytes, act + i * act_row, act_row, nblocks,
-                              y + i * ldy + r, ldy);
-          }
-          if (i < ie) {
-            quant_dot4_avx2(part.type, row, row_bytes, act + i * act_row, nblocks,
-                            y + i * ldy + r);
+          for (int64_t i = it; i < ie;) {
+            int n = quant_dot4_rows(part.type);
+            while (i + n > ie) n /= 2;
+            quant_dot4_avx2(part.type, row, row_bytes, act + i * act_row, act_row, nblocks,
+                            y + i * ldy + r, ldy, n);
+            i += n;
           }
         }
       }
