@@ -44,9 +44,6 @@ inline __m256 dup4(__m128 v) {
 inline __m256i sum4(__m256i a, __m256i b, __m256i c, __m256i d) {
   return _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
 }
-inline __m256 sum4(__m256 a, __m256 b, __m256 c, __m256 d) {
-  return _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-}
 inline __m128 fold(__m256 v) {
   return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
 }
