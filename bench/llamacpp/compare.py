@@ -8,7 +8,9 @@ For each model, alternates runs of longserve's bench_generation and llama.cpp's 
   - prefill tok/s of a 512-token chunk at each depth (llama-bench `-p 512 -d D`; bench_generation
     `--chunk 512` timed after D tokens),
 and the same for longserve with `--attention lserve` (default head pattern, unless
---lserve-args says otherwise). Both engines keep the KV cache in --kv-type (longserve
+--lserve-args says otherwise). The engine `longserve-base` runs another bench_generation binary
+(--base-bench-generation, e.g. a build of an earlier commit) dense, alternated with the others in
+the same repeats: a before/after of a longserve change measured under the same load. Both engines keep the KV cache in --kv-type (longserve
 `--kv-cache-dtype`, llama-bench `-ctk/-ctv`).
 
 Each repeat runs every (model, engine) once, in an order rotated by one per repeat, so that the
@@ -41,9 +43,10 @@ def run(cmd: list[str], timeout: float) -> str:
     return p.stdout
 
 
-def longserve(args, path: str, depths: list[int], attention: str = "dense") -> dict:
+def longserve(args, path: str, depths: list[int], attention: str = "dense",
+              binary: str = "") -> dict:
     extra = args.lserve_args.split() if attention == "lserve" else []
-    out = run([args.bench_generation, "--model", path, "--threads", str(args.threads),
+    out = run([binary or args.bench_generation, "--model", path, "--threads", str(args.threads),
                "--contexts", ",".join(map(str, depths)), "--chunk", "512",
                "--decode-steps", str(args.decode_steps), "--repeats", "1", "--no-bandwidth",
                "--kv-cache-dtype", args.kv_type, "--attention", attention] + extra, args.timeout)
@@ -81,6 +84,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-bench", default="", help="required unless --from-raw")
     ap.add_argument("--bench-generation", default="build/bench_generation")
+    ap.add_argument("--base-bench-generation", default="",
+                    help="the bench_generation of engine longserve-base (before/after runs)")
     ap.add_argument("--model", action="append", default=[], help="LABEL=FILE.gguf:DEPTH,DEPTH")
     ap.add_argument("--from-raw", default="", help="print the tables of an earlier --out file")
     ap.add_argument("--threads", type=int, default=2)
@@ -88,7 +93,7 @@ def main() -> int:
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--kv-type", default="bf16", help="KV cache type of both engines")
     ap.add_argument("--engines", default="longserve,longserve-lserve,llama.cpp",
-                    help="which of longserve, longserve-lserve, llama.cpp to run")
+                    help="which of longserve, longserve-lserve, longserve-base, llama.cpp to run")
     ap.add_argument("--lserve-args", default="", help="extra bench_generation flags for lserve")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", default="")
@@ -101,7 +106,7 @@ def main() -> int:
         models.append((label, path, [int(d) for d in depths.split(",")]))
 
     args.llama_info = {}
-    engines = ["longserve", "longserve-lserve", "llama.cpp"]
+    engines = ["longserve", "longserve-lserve", "longserve-base", "llama.cpp"]
     jobs_engines = [e for e in engines if e in args.engines.split(",")]
     raw: dict = {"threads": args.threads, "decode_steps": args.decode_steps,
                  "kv_type": args.kv_type, "lserve_args": args.lserve_args, "runs": []}
@@ -128,6 +133,10 @@ def main() -> int:
             t0 = time.time()
             if engine == "llama.cpp":
                 rows = llama_bench(args, path, depths)
+            elif engine == "longserve-base":
+                if not args.base_bench_generation:
+                    ap.error("engine longserve-base needs --base-bench-generation")
+                rows = longserve(args, path, depths, binary=args.base_bench_generation)
             else:
                 rows = longserve(args, path, depths,
                                  attention="lserve" if engine == "longserve-lserve" else "dense")
@@ -157,20 +166,26 @@ def main() -> int:
 
     shown = [e for e in engines if any(r["engine"] == e for r in raw["runs"])]
     names = {"longserve": "longserve dense", "longserve-lserve": "longserve lserve",
-             "llama.cpp": "llama.cpp"}
+             "longserve-base": "longserve base", "llama.cpp": "llama.cpp"}
     ours = [e for e in shown if e != "llama.cpp"]
     for key, what in (("tg", f"decode tok/s ({args.decode_steps} steps)"), ("pp512", "prefill tok/s (pp512)")):
         f = "{:.1f}" if key == "tg" else "{:.0f}"
         print(f"\n{what}, {args.threads} threads, KV {args.kv_type}, median (min-max, runs)\n")
-        print("| model | depth | " + " | ".join(names[e] for e in shown) + " | " +
-              " | ".join(f"{names[e].split()[-1]} / llama.cpp" for e in ours) + " |")
-        print("|---|---:|" + "---:|" * (len(shown) + len(ours)))
+        vs_llama = ours if "llama.cpp" in shown else []
+        vs_base = "longserve" in shown and "longserve-base" in shown
+        print(("| model | depth | " + " | ".join(names[e] for e in shown) + " | " +
+               "".join(f"{names[e].split()[-1]} / llama.cpp | " for e in vs_llama) +
+               ("dense / base |" if vs_base else "")).rstrip())
+        print("|---|---:|" + "---:|" * (len(shown) + len(vs_llama) + vs_base))
         for label, _, depths in models:
             for d in depths:
                 cells = [f"{f.format(med(label, e, d, key))} ({spread(label, e, d, key)})" for e in shown]
                 lc = med(label, "llama.cpp", d, key)
-                ratios = [f"{med(label, e, d, key) / lc:.2f}×" for e in ours]
-                print(f"| {label} | {d} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+                ratios = [f"{med(label, e, d, key) / lc:.2f}×" for e in vs_llama]
+                if vs_base:
+                    base = med(label, "longserve-base", d, key)
+                    ratios.append(f"{med(label, 'longserve', d, key) / base:.2f}×")
+                print(f"| {label} | {d} | " + " | ".join(cells) + " | " + "".join(r + " | " for r in ratios).rstrip())
     return 0
 
 

@@ -49,6 +49,17 @@ std::vector<uint8_t> random_blocks(std::mt19937& rng, const TypeCase& tc, int64_
   return out;
 }
 
+// max|x| over the activation group (32, or 256 for K-quant weights) of each 32-block of x[n].
+std::vector<float> group_amax(const float* x, int64_t n, int64_t group) {
+  std::vector<float> out(static_cast<size_t>(n / 32));
+  for (int64_t g = 0; g < n / group; ++g) {
+    float amax = 0;
+    for (int64_t k = 0; k < group; ++k) amax = std::max(amax, std::fabs(x[g * group + k]));
+    for (int64_t b = 0; b < group / 32; ++b) out[static_cast<size_t>(g * group / 32 + b)] = amax;
+  }
+  return out;
+}
+
 TEST(QuantMatmul, MatchesDequantizedF32WithinActivationRounding) {
   std::mt19937 rng(24);
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -57,7 +68,7 @@ TEST(QuantMatmul, MatchesDequantizedF32WithinActivationRounding) {
     const std::vector<int64_t> col_choices =
         be == 32 ? std::vector<int64_t>{32, 96, 288} : std::vector<int64_t>{256, 768};
     for (int64_t cols : col_choices) {
-      for (int64_t rows : {1, 3, 17, 33}) {
+      for (int64_t rows : {1, 3, 6, 17, 35}) {  // tails of the 4-row kernels: 1, 2, 3
         for (int64_t m : {1, 3, 19}) {
           const int64_t nblocks = rows * cols / be;
           const auto w = random_blocks(rng, tc, nblocks);
@@ -70,19 +81,19 @@ TEST(QuantMatmul, MatchesDequantizedF32WithinActivationRounding) {
             std::vector<float> y(static_cast<size_t>(m * rows), -1.f);
             quant_matmul(tc.type, w.data(), rows, cols, x.data(), m, y.data(), isa);
             for (int64_t i = 0; i < m; ++i) {
+              const std::vector<float> amax = group_amax(x.data() + i * cols, cols, be);
               for (int64_t r = 0; r < rows; ++r) {
                 double ref = 0, bound = 0, mag = 0;
                 for (int64_t b = 0; b < cols / 32; ++b) {
-                  float amax = 0, wabs = 0;
+                  float wabs = 0;
                   for (int64_t k = 32 * b; k < 32 * b + 32; ++k) {
                     const double wv = wf[static_cast<size_t>(r * cols + k)];
                     const double xv = x[static_cast<size_t>(i * cols + k)];
                     ref += wv * xv;
                     mag += std::fabs(wv * xv);
-                    amax = std::max(amax, std::fabs(static_cast<float>(xv)));
                     wabs += static_cast<float>(std::fabs(wv));
                   }
-                  bound += amax / 127.0 / 2.0 * wabs;
+                  bound += amax[static_cast<size_t>(b)] / 127.0 / 2.0 * wabs;
                 }
                 const double got = y[static_cast<size_t>(i * rows + r)];
                 EXPECT_LE(std::fabs(got - ref), bound * 1.0001 + 1e-5 * mag + 1e-6)
@@ -130,19 +141,20 @@ TEST(QuantMatmul, PooledLinearOverMixedPartsMatchesDequantized) {
         std::vector<float> y(static_cast<size_t>(m * qm.rows), -7.f);
         quant_linear(qm, x.data(), m, bias.data(), y.data(), pool, isa);
         for (int64_t i = 0; i < m; ++i) {
+          // The matrix has K-quant parts, so all its rows see activations in groups of 256.
+          const std::vector<float> amax = group_amax(x.data() + i * cols, cols, 256);
           for (int64_t r = 0; r < qm.rows; ++r) {
             double ref = bias[static_cast<size_t>(r)], bound = 0, mag = 0;
             for (int64_t b = 0; b < cols / 32; ++b) {
-              float amax = 0, wabs = 0;
+              float wabs = 0;
               for (int64_t k = 32 * b; k < 32 * b + 32; ++k) {
                 const double wv = wf[static_cast<size_t>(r * cols + k)];
                 const double xv = x[static_cast<size_t>(i * cols + k)];
                 ref += wv * xv;
                 mag += std::fabs(wv * xv);
-                amax = std::max(amax, std::fabs(static_cast<float>(xv)));
                 wabs += static_cast<float>(std::fabs(wv));
               }
-              bound += amax / 127.0 / 2.0 * wabs;
+              bound += amax[static_cast<size_t>(b)] / 127.0 / 2.0 * wabs;
             }
             const double got = y[static_cast<size_t>(i * qm.rows + r)];
             ASSERT_LE(std::fabs(got - ref), bound * 1.0001 + 1e-5 * mag + 1e-5)
@@ -168,6 +180,62 @@ TEST(QuantMatmul, ActivationsRoundToTheNearestStep) {
     }
     EXPECT_EQ(b[blk].sum, sum);
     EXPECT_EQ(std::abs(static_cast<int>(b[blk].q[blk == 0 ? 0 : 31])), 127);
+  }
+}
+
+// Every ISA's activation quantization gives the scalar loop's blocks bit for bit (the matmul
+// kernels' error bound assumes it), on values with exact ties (k + 0.5 steps), zeros, a zero
+// block and both signs at the block maximum, in groups of 32 and of 256.
+TEST(QuantMatmul, ActivationQuantizationIsIdenticalOnEveryIsa) {
+  std::mt19937 rng(77);
+  std::normal_distribution<float> normal(0.f, 3.f);
+  const int64_t n = 32 * 9;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = normal(rng);
+  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(32 + j)] = static_cast<float>(j - 16) + 0.5f;
+  x[32] = -127.0f;  // block 1: d = 1, so every k + 0.5 is a tie (nearest even)
+  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(64 + j)] = 0.f;  // block 2: all zero
+  x[100] = 0.f;
+  x[130] = -std::fabs(x[131]) * 4.f;  // a negative block maximum
+  std::vector<Q8Block> ref(static_cast<size_t>(n / 32));
+  quantize_activations(x.data(), n, ref.data(), Isa::kScalar);
+  EXPECT_EQ(ref[1].q[1], -14);  // -14.5 -> -14
+  EXPECT_EQ(ref[1].q[2], -14);  // -13.5 -> -14
+  EXPECT_EQ(ref[2].d, 0.f);
+  for (Isa isa : available_isas()) {
+    std::vector<Q8Block> got(ref.size());
+    quantize_activations(x.data(), n, got.data(), isa);
+    for (size_t b = 0; b < ref.size(); ++b) {
+      EXPECT_EQ(got[b].d, ref[b].d) << isa_name(isa) << " block " << b;
+      EXPECT_EQ(got[b].sum, ref[b].sum) << isa_name(isa) << " block " << b;
+      EXPECT_EQ(std::memcmp(got[b].q, ref[b].q, 32), 0) << isa_name(isa) << " block " << b;
+    }
+  }
+  // Groups of 256 (K-quant weights): the group's 8 blocks share the group's step, and every
+  // element is still within half a step.
+  const int64_t n256 = 512;
+  std::vector<float> x256(static_cast<size_t>(n256));
+  for (float& v : x256) v = normal(rng);
+  x256[300] = 40.f;
+  std::vector<Q8Block> ref256(static_cast<size_t>(n256 / 32));
+  quantize_activations(x256.data(), n256, ref256.data(), Isa::kScalar, 256);
+  for (int64_t b = 0; b < n256 / 32; ++b) {
+    const Q8Block& blk = ref256[static_cast<size_t>(b)];
+    EXPECT_EQ(blk.d, ref256[static_cast<size_t>(b / 8 * 8)].d);
+    for (int j = 0; j < 32; ++j) {
+      EXPECT_LE(std::fabs(blk.d * blk.q[j] - x256[static_cast<size_t>(32 * b + j)]),
+                blk.d / 2 * 1.0001f);
+    }
+  }
+  EXPECT_FLOAT_EQ(ref256[8].d, 40.f / 127.f);
+  for (Isa isa : available_isas()) {
+    std::vector<Q8Block> got(ref256.size());
+    quantize_activations(x256.data(), n256, got.data(), isa, 256);
+    for (size_t b = 0; b < ref256.size(); ++b) {
+      EXPECT_EQ(got[b].d, ref256[b].d) << isa_name(isa) << " block " << b;
+      EXPECT_EQ(got[b].sum, ref256[b].sum) << isa_name(isa) << " block " << b;
+      EXPECT_EQ(std::memcmp(got[b].q, ref256[b].q, 32), 0) << isa_name(isa) << " block " << b;
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/quant_dot4.h"
 
 namespace ls::kernels::cpu {
 namespace {
@@ -271,7 +272,22 @@ void part_rows(const QuantPart& part, int64_t cols, const Q8Block* act, int64_t 
     const int64_t re = std::min(r1, rt + kTile);
     for (int64_t it = 0; it < m; it += kTile) {
       const int64_t ie = std::min(m, it + kTile);
-      for (int64_t r = rt; r < re; ++r) {
+      int64_t r = rt;
+#if defined(LS_QUANT_DOT4)
+      if (isa != Isa::kScalar) {  // four rows at a time; the last rows % 4 one at a time
+        for (; r + 4 <= re; r += 4) {
+          const uint8_t* row = wb + r * row_bytes;
+          for (int64_t i = it; i < ie;) {
+            int n = quant_dot4_rows(part.type);
+            while (i + n > ie) n /= 2;
+            quant_dot4_avx2(part.type, row, row_bytes, act + i * act_row, act_row, nblocks,
+                            y + i * ldy + r, ldy, n);
+            i += n;
+          }
+        }
+      }
+#endif
+      for (; r < re; ++r) {
         const uint8_t* row = wb + r * row_bytes;
         for (int64_t i = it; i < ie; ++i) {
           y[i * ldy + r] = row_dot(part.type, row, act + i * act_row, nblocks, isa);
@@ -283,30 +299,85 @@ void part_rows(const QuantPart& part, int64_t cols, const Q8Block* act, int64_t 
 
 }  // namespace
 
-void quantize_activations(const float* x, int64_t n, Q8Block* out) {
-  for (int64_t i = 0; i < n / 32; ++i) {
-    const float* v = x + 32 * i;
+void quantize_activations(const float* x, int64_t n, Q8Block* out, Isa isa, int64_t group) {
+  const int64_t per_group = group / 32;  // blocks sharing one scale
+  int64_t g = 0;
+#if defined(__AVX2__)
+  if (isa != Isa::kScalar) {
+    // The scalar loop's arithmetic in 8 lanes: the same product x * (1 / d), rounded to nearest
+    // even by cvtps (the default rounding mode, as lrintf), so both give the same blocks.
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (; g < n / group; ++g) {
+      const float* xg = x + group * g;
+      __m256 m = _mm256_setzero_ps();
+      for (int64_t k = 0; k < group; k += 8) {
+        m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(xg + k), abs_mask));
+      }
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+      const float amax = _mm_cvtss_f32(m4);
+      const float d = amax / 127.0f;
+      const float id = d != 0 ? 1.0f / d : 0.0f;
+      const __m256 vid = _mm256_set1_ps(id);
+      for (int64_t blk = 0; blk < per_group; ++blk) {
+        const float* v = xg + 32 * blk;
+        __m256i q[4];
+        for (int k = 0; k < 4; ++k) {
+          q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + 8 * k), vid));
+        }
+        const __m256i s =
+            _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        // packs work within 128-bit lanes: the permute puts the 8 groups of 4 back in order.
+        const __m256i p16a = _mm256_packs_epi32(q[0], q[1]);
+        const __m256i p16b = _mm256_packs_epi32(q[2], q[3]);
+        const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), order);
+        Q8Block& b = out[g * per_group + blk];
+        b.d = d;
+        b.sum = _mm_cvtsi128_si32(s4);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(b.q), p8);
+      }
+    }
+  }
+#endif
+  (void)isa;
+  for (; g < n / group; ++g) {
+    const float* xg = x + group * g;
     float amax = 0;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
+    for (int64_t j = 0; j < group; ++j) amax = std::max(amax, std::fabs(xg[j]));
     const float d = amax / 127.0f;
     const float id = d != 0 ? 1.0f / d : 0.0f;
-    Q8Block& b = out[i];
-    b.d = d;
-    b.sum = 0;
-    for (int j = 0; j < 32; ++j) {
-      b.q[j] = static_cast<int8_t>(std::lrintf(v[j] * id));
-      b.sum += b.q[j];
+    for (int64_t blk = 0; blk < per_group; ++blk) {
+      const float* v = xg + 32 * blk;
+      Q8Block& b = out[g * per_group + blk];
+      b.d = d;
+      b.sum = 0;
+      for (int j = 0; j < 32; ++j) {
+        b.q[j] = static_cast<int8_t>(std::lrintf(v[j] * id));
+        b.sum += b.q[j];
+      }
     }
   }
 }
+
+int64_t activation_group(QuantType type) { return quant_block_elems(type) == 256 ? 256 : 32; }
 
 void quant_matmul(QuantType type, const void* w, int64_t rows, int64_t cols, const float* x,
                   int64_t m, float* y, Isa isa) {
   std::vector<Q8Block> act(static_cast<size_t>(m * (cols / 32)));
   for (int64_t i = 0; i < m; ++i) {
-    quantize_activations(x + i * cols, cols, act.data() + i * (cols / 32));
+    quantize_activations(x + i * cols, cols, act.data() + i * (cols / 32), isa,
+                         activation_group(type));
   }
   part_rows(QuantPart{type, w, rows}, cols, act.data(), m, 0, rows, y, rows, isa);
+}
+
+void quantize_activations(const float* x, int64_t n, Q8Block* out, int64_t group) {
+  quantize_activations(x, n, out, best_isa(), group);
 }
 
 void quant_matmul(QuantType type, const void* w, int64_t rows, int64_t cols, const float* x,
@@ -322,8 +393,12 @@ void quant_linear(const QuantMatrix& w, const float* x, int64_t m, const float* 
   thread_local std::vector<Q8Block> act;
   if (act.size() < static_cast<size_t>(m * act_row)) act.resize(static_cast<size_t>(m * act_row));
   Q8Block* a = act.data();
+  int64_t group = 32;
+  for (const QuantPart& part : w.parts) group = std::max(group, activation_group(part.type));
   pool.parallel_for(m, 4, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) quantize_activations(x + i * cols, cols, a + i * act_row);
+    for (int64_t i = i0; i < i1; ++i) {
+      quantize_activations(x + i * cols, cols, a + i * act_row, isa, group);
+    }
   });
   int64_t row0 = 0;
   for (const QuantPart& part : w.parts) {

@@ -1,10 +1,11 @@
 #pragma once
 // Matrix products that read ggml-quantized weight blocks directly (as llama.cpp's CPU backend
-// does): the activations are quantized per block of 32 to int8 with one f32 scale (ggml's Q8_0 /
-// Q8_1), each weight block is multiplied with them in integers, and the block's scales are
-// applied once per block. Against dequantize-then-f32, the only extra error is the activations'
-// rounding: at most half a step (d_x / 2) per element, so |y - y_f32| <= sum over blocks of
-// (d_x / 2) * sum |w| (the bound the tests assert).
+// does): the activations are quantized to int8 in blocks of 32 with one f32 scale per group of
+// 32 (ggml's Q8_0 / Q8_1) or, for matrices with K-quant parts, per group of 256 (ggml's Q8_K);
+// each weight block is multiplied with them in integers, and the block's scales are applied once
+// per block. Against dequantize-then-f32, the only extra error is the activations' rounding: at
+// most half a step (d_x / 2) per element, so |y - y_f32| <= sum over 32-blocks of
+// (d_x / 2) * sum |w|, d_x = max|x| over the block's group / 127 (the bound the tests assert).
 //
 // Weight block layouts (ggml-common.h), 32 or 256 weights per block:
 //   Q8_0  f16 d; i8 q[32]                      w = d q
@@ -38,8 +39,15 @@ struct Q8Block {
   int8_t q[32] = {};
 };
 
-// x[n] -> out[n / 32] (n a multiple of 32): d = max|x| / 127, q = round(x / d).
-void quantize_activations(const float* x, int64_t n, Q8Block* out);
+// x[n] -> out[n / 32] (n a multiple of `group`, 32 or 256): per group of `group` values,
+// d = max|x| / 127 and q = round(x / d) (to nearest, ties to even); the group's blocks share d.
+// Matrices with K-quant parts take groups of 256 (ggml's Q8_K granularity): one activation scale
+// per 256-weight block lets the K-quant kernels apply the integer sub-block scales in integers
+// and convert once per block.
+void quantize_activations(const float* x, int64_t n, Q8Block* out, Isa isa, int64_t group = 32);
+void quantize_activations(const float* x, int64_t n, Q8Block* out, int64_t group = 32);
+// The activation group of a weight type: 256 for the K-quants, 32 otherwise.
+int64_t activation_group(QuantType type);
 
 // y[m, rows] = x[m, cols] . W^T, where W is [rows, cols] in `type` blocks (row-major, each row
 // cols / block elems blocks; cols a multiple of 256 for the K types, of 32 otherwise). Any
