@@ -558,6 +558,7 @@ EngineStats EngineCore::stats() const {
   s.iteration_tokens_counts = iteration_tokens_counts_;
   s.iteration_tokens_sum = iteration_tokens_sum_;
   s.shared_prefix_steps = executor_->shared_prefix_steps();
+  s.shared_prefix_tokens = executor_->shared_prefix_tokens();
   const KvTierStats t = executor_->kv_tier_stats();
   s.kv_offload = t.enabled;
   s.kv_host_bytes = t.host_bytes;

@@ -70,6 +70,7 @@ class ModelRunner final : public StepExecutor {
   // Decode steps and layers that ran shared-prefix attention.
   const SharedPrefixStats& shared_prefix_stats() const { return shared_prefix_.stats(); }
   int64_t shared_prefix_steps() const override { return shared_prefix_.stats().steps; }
+  int64_t shared_prefix_tokens() const override { return shared_prefix_.stats().prefix_tokens; }
   // Benchmarks: the same stack with shared-prefix attention off, then on again (A/B on one
   // cache); on only if the runner was made with it.
   void set_shared_prefix_attention(bool on) { shared_prefix_.set_enabled(on); }
