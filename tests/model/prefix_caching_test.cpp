@@ -35,7 +35,8 @@ using test::submit;
 
 
 EngineConfig config(const std::string& policy, bool caching, int64_t kv_cache_bytes,
-                    bool host_tier = false, const std::string& kv_dtype = "auto") {
+                    bool host_tier = false, const std::string& kv_dtype = "auto",
+                    int32_t summary_levels = 1) {
   EngineConfig c;
   c.model_dir = std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/models/llama3";
   c.num_threads = 2;
@@ -57,6 +58,9 @@ EngineConfig config(const std::string& policy, bool caching, int64_t kv_cache_by
   c.enable_prefix_caching = caching;
   c.kv_offload = host_tier;
   c.kv_cache_dtype = kv_dtype;
+  // Two levels: coarse groups of 2 pages, so a 321-token context spans several groups.
+  c.attention.page_summary_levels = summary_levels;
+  if (summary_levels == 2) c.attention.summary_group_pages = 2;
   // Caching alone: shared-prefix attention (on by default, engaged by shared blocks) changes the
   // attention's summation order; shared_prefix_engine_test.cpp compares it with and without.
   c.shared_prefix_attention = false;
@@ -65,9 +69,10 @@ EngineConfig config(const std::string& policy, bool caching, int64_t kv_cache_by
 
 // One request at a time, each after the previous ended: the cache holds what they left.
 Outcome sequential(const std::string& policy, bool caching, bool host_tier = false,
-                   const std::string& kv_dtype = "auto") {
+                   const std::string& kv_dtype = "auto", int32_t summary_levels = 1) {
   Outcome run;
-  auto core_or = EngineCore::create(config(policy, caching, 0, host_tier, kv_dtype));
+  auto core_or =
+      EngineCore::create(config(policy, caching, 0, host_tier, kv_dtype, summary_levels));
   EXPECT_TRUE(core_or.ok()) << core_or.status().to_string();
   if (!core_or.ok()) return run;
   EngineCore& core = **core_or;
@@ -284,13 +289,47 @@ TEST(PrefixCachingKvFormats, DecodePagesHitWithQuantizedPages) {
   }
 }
 
-// Combinations not supported yet are refused at start-up with a message that says why.
-TEST(PrefixCachingConfig, RefusesTwoLevelSummaries) {
-  EngineConfig two = config("quest", true, 0);
-  two.attention.page_summary_levels = 2;
-  const Status b = EngineCore::create(two).status();
-  EXPECT_EQ(b.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(b.message().find("--page-summary-levels"), std::string::npos) << b.message();
+// Two-level page summaries (docs/two-level-summaries.md): the coarse level is per request row,
+// so a sequence that starts from a hit gets its row rebuilt from the cached pages' stored fine
+// summaries (ModelRunner::start_coarse_rows). Page selection then sees the same bounds as with
+// caching off: the same bits (decode-page hits to rounding, as above), with and without the
+// host tier.
+// Requests over one document with an unrelated one between them in the same row, so a hit's
+// row last held other keys (stale coarse bounds there would prune the wrong pages).
+Outcome interleaved(const std::string& policy, bool caching, bool host_tier) {
+  Outcome run;
+  auto core_or = EngineCore::create(config(policy, caching, 0, host_tier, "auto", 2));
+  EXPECT_TRUE(core_or.ok()) << core_or.status().to_string();
+  if (!core_or.ok()) return run;
+  EngineCore& core = **core_or;
+  std::mt19937 rng(17);
+  const std::vector<int32_t> doc = random_tokens(rng, 300);
+  auto run_one = [&](const GenerateRequest& g) {
+    submit(core, g, run);
+    drain(core);
+  };
+  run_one(request("a", concat(doc, random_tokens(rng, 21)), 24));
+  run_one(request("unrelated", random_tokens(rng, 330), 24));
+  run_one(request("b", concat(doc, random_tokens(rng, 30)), 24));
+  run_one(request("unrelated2", random_tokens(rng, 330), 24));
+  run_one(request("c", concat(doc, random_tokens(rng, 5)), 24));
+  run.stats = core.stats();
+  return run;
+}
+
+TEST(PrefixCachingTwoLevel, HitsChangeNothing) {
+  for (const char* name : {"quest", "lserve"}) {
+    for (const bool tier : {false, true}) {
+      const std::string policy = name;
+      SCOPED_TRACE(policy + (tier ? " tier" : ""));
+      const Outcome off = interleaved(policy, false, tier);
+      const Outcome on = interleaved(policy, true, tier);
+      expect_same(off, on);
+      if (HasFatalFailure()) return;
+      EXPECT_GE(on.cached.at("b"), 256);
+      EXPECT_GE(on.cached.at("c"), 256);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, PrefixCaching,
