@@ -308,11 +308,11 @@ Outcome interleaved(const std::string& policy, bool caching, bool host_tier) {
     submit(core, g, run);
     drain(core);
   };
-  run_one(request("a", concat(doc, random_tokens(rng, 21)), 24));
-  run_one(request("unrelated", random_tokens(rng, 330), 24));
-  run_one(request("b", concat(doc, random_tokens(rng, 30)), 24));
-  run_one(request("unrelated2", random_tokens(rng, 330), 24));
-  run_one(request("c", concat(doc, random_tokens(rng, 5)), 24));
+  run_one(request("a", concat(doc, random_tokens(rng, 21)), 12));
+  run_one(request("unrelated", random_tokens(rng, 330), 12));
+  run_one(request("b", concat(doc, random_tokens(rng, 30)), 12));
+  run_one(request("unrelated2", random_tokens(rng, 330), 12));
+  run_one(request("c", concat(doc, random_tokens(rng, 5)), 12));
   run.stats = core.stats();
   return run;
 }
