@@ -12,8 +12,10 @@
 #                                         # .carry carried
 #
 # Sections, in order (names for --only / --skip): env, build, tests, kernels, transfers, torch,
-# e2e, hf, serve; only when named in --only: prefix (prefix caching), profile, tierk, tier32k,
-# tier128k, tiercap (the host KV tier), tp, tpserve (tensor parallelism on 2 or 4 GPUs). Each section has its own time limit and a failing section never stops the others; the
+# e2e, hf, serve; only when named in --only: prefix (prefix caching; prefix-multiturn: its
+# multi-turn conversation mode), profile, tierk, tier32k, tier128k, tiercap (the host KV tier),
+# tp, tpserve (tensor parallelism on 2 or 4 GPUs). Each section has its own time limit and a
+# failing section never stops the others; the
 # whole run keeps within GPU_CHECK_BUDGET_S seconds (default 540). Logs and results go to $OUT
 # (default ./gpu-out): gpu_check.log, build.log, ptxas.txt, tests.log, results.jsonl,
 # gpu_results.md (its table is printed last) and serve/.
@@ -181,7 +183,7 @@ export CARRY
 
 # ---- the 8B-shaped model, generated while we build (GPU draws, ~16 GB written) ----
 MODEL_PID=""
-if wanted e2e || wanted hf || wanted serve || [[ "$ONLY" =~ ,(profile|tier32k|tier128k|tiercap|prefill|prefix|tp|tpserve), ]]; then
+if wanted e2e || wanted hf || wanted serve || [[ "$ONLY" =~ ,(profile|tier32k|tier128k|tiercap|prefill|prefix|prefix-multiturn|tp|tpserve), ]]; then
   if [ -f "$MODEL_DIR/model.safetensors.index.json" ]; then
     log "model: reusing $MODEL_DIR"
   else
@@ -606,6 +608,7 @@ prefix_section() {
         local flags="--attention $policy"
         [ "$policy" = lserve ] && flags="$flags --streaming-ratio 0.5 --token-budget 4096"
         [ "$caching" = on ] && flags="$flags --enable-prefix-caching"
+        [ "$caching" = off ] && flags="$flags --no-enable-prefix-caching"
         local tag="$policy-$len-$caching"
         # shellcheck disable=SC2086
         start_server "$OUT/prefix/server-$tag.log" $port --max-num-seqs 16 \
@@ -640,6 +643,64 @@ PY
 }
 export -f prefix_section
 if [[ "$ONLY" == *",prefix,"* ]]; then wait_model; section prefix 540 prefix_section; fi
+
+# ---- prefix caching, multi-turn mode (only with --only prefix-multiturn): conversations over a
+# shared document (`bench serve --multi-turn`), each turn re-sending the history (earlier
+# questions and the answers the server gave) plus a new question, caching off vs on. Reports the
+# median TTFT per turn index and the cached prompt-token share (with dense attention the hit
+# reaches through the previous answers; with lserve through the previous prompts, see
+# docs/prefix-caching.md). PREFIX_MT_LEN (document, default 16384), PREFIX_MT_TURNS (default 4),
+# PREFIX_MT_CONVERSATIONS (default 8), PREFIX_MT_CONCURRENCY (default 4), PREFIX_POLICIES
+# (default "dense lserve"). ----
+prefix_multiturn_section() {
+  [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
+  local port=8125 rc=0 len=${PREFIX_MT_LEN:-16384} turns=${PREFIX_MT_TURNS:-4}
+  mkdir -p "$OUT/prefix"
+  for policy in ${PREFIX_POLICIES:-dense lserve}; do
+    for caching in off on; do
+      local flags="--attention $policy"
+      [ "$policy" = lserve ] && flags="$flags --streaming-ratio 0.5 --token-budget 4096"
+      [ "$caching" = on ] && flags="$flags --enable-prefix-caching"
+      [ "$caching" = off ] && flags="$flags --no-enable-prefix-caching"
+      local tag="multiturn-$policy-$len-$caching"
+      # shellcheck disable=SC2086
+      start_server "$OUT/prefix/server-$tag.log" $port --max-num-seqs 16 \
+        --max-model-len $((len + turns * 512 + 1024)) $flags || { echo "prefix-multiturn $tag: the server did not come up"; rc=1; continue; }
+      local server=$SERVER_PID
+      "$BUILD/longserve" bench serve --port $port --model "$MODEL_DIR" --served-model-name llama3-8b-shape \
+        --random-prefix-len "$len" --random-input-len 256 --random-output-len 128 \
+        --multi-turn "$turns" --num-prompts "${PREFIX_MT_CONVERSATIONS:-8}" \
+        --max-concurrency "${PREFIX_MT_CONCURRENCY:-4}" --request-rate inf --seed 1 \
+        --disable-tqdm --percentile-metrics ttft,tpot,e2el --save-result --result-dir "$OUT/prefix" \
+        --result-filename "$tag.json" >"$OUT/prefix/$tag.log" 2>&1 || rc=1
+      kill $server 2>/dev/null
+      wait $server 2>/dev/null
+      python3 - "$OUT/prefix/$tag.json" "$policy" "$len" "$caching" >>"$RESULTS" <<'PY'
+import json, os, sys
+path, policy, length, caching = sys.argv[1:]
+row = {"bench": "prefix_multiturn", "policy": policy, "prefix": int(length), "caching": caching}
+if os.path.exists(path):
+    r = json.load(open(path))
+    for k in ["completed", "median_ttft_ms", "median_tpot_ms", "duration"]:
+        if k in r:
+            row[k] = r[k]
+    m = r.get("multi_turn", {})
+    row["cached_token_share"] = m.get("cached_token_share")
+    row["turn_median_ttft_ms"] = [t["median_ttft_ms"] for t in m.get("per_turn", [])]
+    row["turn_cached_share"] = [t["cached_token_share"] for t in m.get("per_turn", [])]
+print(json.dumps(row))
+PY
+      tail -1 "$RESULTS"
+      grep -A12 "Multi-turn" "$OUT/prefix/$tag.log"
+    done
+  done
+  return $rc
+}
+export -f prefix_multiturn_section
+if [[ "$ONLY" == *",prefix-multiturn,"* ]]; then
+  wait_model
+  section prefix-multiturn 540 prefix_multiturn_section
+fi
 
 # ---- report ----
 python3 - "$OUT" <<'PY' 2>&1 | tee -a "$LOG"

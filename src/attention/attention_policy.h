@@ -58,6 +58,12 @@ class AttentionPolicy {
   // Most retrieval pages one kv head reads in a decode step (0: every page of the context). The
   // hierarchical KV tier sizes its device cache from it; the policy's choices stay its own.
   virtual int32_t decode_pages_per_head() const { return 0; }
+  // The longest context (kv_len) at which a decode step attends exactly the keys a prefill of
+  // the same token attends, so the K/V it writes are bit for bit what a prefill would write:
+  // unlimited while every head reads every page; streaming heads' windows (sinks + the smaller
+  // local window) and selecting heads' token budget bound it. Prefix caching keys the pages
+  // decode steps fill only up to there (docs/prefix-caching.md).
+  virtual int64_t exact_decode_len() const = 0;
 
   // Allocates per-layer device state (head modes, the selection store for max_seqs rows).
   virtual Status bind(Backend& backend, int32_t max_seqs) = 0;

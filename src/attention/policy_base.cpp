@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 
 namespace ls {
 
@@ -29,6 +30,14 @@ Status PolicyBase::bind(Backend& backend, int32_t /*max_seqs*/) {
   backend.copy_bytes(head_arrays_.data(), host.data(), bytes);
   backend.synchronize();
   return {};
+}
+
+int64_t PolicyBase::exact_decode_len() const {
+  if (geometry_.roles.num_streaming() == 0) return std::numeric_limits<int64_t>::max();
+  // A query at position t of a streaming head sees [0, sink) and its last `local` keys: all of
+  // [0, t] while t + 1 <= sink + local, for the decode and the prefill window alike.
+  return int64_t{geometry_.sink_tokens} +
+         std::min(geometry_.prefill_local_tokens, geometry_.decode_local_tokens);
 }
 
 const int32_t* PolicyBase::head_modes(int32_t layer) const {

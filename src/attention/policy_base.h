@@ -17,6 +17,8 @@ class PolicyBase : public AttentionPolicy {
   Status bind(Backend& backend, int32_t max_seqs) override;
   void plan_step(std::span<const StepSequence> seqs, StepAttentionPlan& plan) override;
   void select(Backend&, const LayerAttentionContext&) override {}
+  // Streaming heads see every key while the context fits their sinks and both windows.
+  int64_t exact_decode_len() const override;
   void fill_attention(int32_t layer, kernels::AttentionParams& params) const override;
   // Head modes/slots only: no index request.
   void fill_append(int32_t layer, const kernels::PageSummaries& summaries,

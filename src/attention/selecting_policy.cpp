@@ -16,6 +16,11 @@ int32_t SelectingPolicy::budget_pages() const {
   return std::max(1, token_budget_ / geometry_.page_tokens);
 }
 
+int64_t SelectingPolicy::exact_decode_len() const {
+  // plan_step: a decode step whose context is within the budget reads every page.
+  return std::min<int64_t>(PolicyBase::exact_decode_len(), token_budget_);
+}
+
 int32_t SelectingPolicy::max_selected() const { return std::max(3, budget_pages()); }
 
 int32_t SelectingPolicy::decode_pages_per_head() const {

@@ -31,6 +31,8 @@ class SelectingPolicy : public PolicyBase {
 
   // The selection plus the pages started since it was made (at most select_interval tokens).
   int32_t decode_pages_per_head() const override;
+  // Also bounded by the token budget: a longer context decodes over a page selection.
+  int64_t exact_decode_len() const override;
 
   int32_t token_budget() const { return token_budget_; }
   int32_t budget_pages() const;

@@ -191,6 +191,8 @@ class Backend {
   // With params.summaries set, kv_append also serves the index request (the GPU in one launch).
   virtual void kv_append(const kernels::KvAppendParams& params) = 0;
   virtual void page_summary_update(const kernels::SummaryUpdateParams& params) = 0;
+  // Two-level summaries: folds stored fine summaries of a sequence's pages into its coarse row.
+  virtual void coarse_fold_pages(const kernels::CoarseFoldParams& params) = 0;
   virtual void page_select(const kernels::PageSelectParams& params) = 0;
   virtual void attention(const kernels::AttentionParams& params) = 0;
   // Decode attention with a shared prefix computed once per group (kernels/shared_prefix.h): the

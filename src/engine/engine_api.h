@@ -100,6 +100,7 @@ struct EngineStats {
   int64_t prompt_tokens_cached = 0;  // prompt tokens found cached at requests' first admission
   // Decode steps that attended a shared prefix once per group (docs/shared-prefix-attention.md).
   int64_t shared_prefix_steps = 0;
+  int64_t shared_prefix_tokens = 0;  // prefix tokens they covered, summed over group members
   int64_t num_recomputed_tokens = 0;    // tokens prefilled again after preemptions, since start
   int64_t kv_cache_pages = 0;           // device page cache in head-pages (tier on)
   int64_t kv_working_set_pages = 0;     // running requests' summed working sets (tier on)

@@ -81,11 +81,6 @@ Status EngineConfig::validate() const {
     return invalid_argument("--quantization must be auto, none, fp8, q8_0, q4_0, q4_1, q4_k or q6_k "
                             "(got '{}')", quantization);
   }
-  if (enable_prefix_caching && attention.page_summary_levels == 2) {
-    return invalid_argument(
-        "--enable-prefix-caching does not work with --page-summary-levels 2 yet (the coarse "
-        "summaries are per request row and would miss the cached pages); use one level");
-  }
   return attention.validate();
 }
 

@@ -144,7 +144,9 @@ void EngineCore::init_prefix_caching() {
   if (!config_.enable_prefix_caching) return;
   // With the host KV tier a retrieval page is shared only through the cache, never by two live
   // sequences at once (KvManager::enable_prefix_caching).
-  kv_->enable_prefix_caching(prefix_cache_seed(config_, kv_->geometry()), config_.kv_offload);
+  // Pages filled by decode steps are keyed while decode attends what prefill would.
+  kv_->enable_prefix_caching(prefix_cache_seed(config_, kv_->geometry()), config_.kv_offload,
+                             model_ ? model_->exact_decode_len() : 0);
   LS_LOG_INFO("prefix caching on: full {}-token pages are shared and kept after their requests",
               kv_->geometry().page_tokens);
 }
@@ -557,6 +559,7 @@ EngineStats EngineCore::stats() const {
   s.iteration_tokens_counts = iteration_tokens_counts_;
   s.iteration_tokens_sum = iteration_tokens_sum_;
   s.shared_prefix_steps = executor_->shared_prefix_steps();
+  s.shared_prefix_tokens = executor_->shared_prefix_tokens();
   const KvTierStats t = executor_->kv_tier_stats();
   s.kv_offload = t.enabled;
   s.kv_host_bytes = t.host_bytes;

@@ -241,6 +241,21 @@ struct SummaryUpdateParams {
   PageSummaries summaries;
 };
 
+// Two-level summaries with prefix caching: a sequence that starts from cached pages (a hit)
+// finds their fine summaries stored with them, written by the sequence that computed them, but
+// its own coarse row empty. This folds the stored fine summaries of its first num_pages pages
+// into coarse row `row`, as the writers would have (max of order keys of the stored values), so
+// the row bounds those pages exactly as if the sequence had appended them itself.
+struct CoarseFoldParams {
+  PageSummaries summaries;          // two_level() apart from `rows` (unused)
+  int32_t row = -1;                 // coarse row of the sequence
+  int32_t heads_per_block = 0;      // retrieval head-page slots per block (all layers)
+  int32_t head_dim = 0;
+  int32_t page_tokens = 0;
+  const int32_t* blocks = nullptr;  // [num_pages] i32 on the device: the sequence's retrieval blocks
+  int32_t num_pages = 0;
+};
+
 // The summary update an append's index request stands for: the append's keys, batch, heads and
 // retrieval block table, on the retrieval pool's geometry. Kernels that fuse the two run this.
 inline SummaryUpdateParams summary_update_of(const KvAppendParams& a) {

@@ -157,6 +157,7 @@ void KvManager::finish_prefill(int32_t slot) {
   SequenceKv& seq = seqs_[static_cast<size_t>(slot)];
   if (!seq.active || !seq.prefilling) return;
   seq.prefilling = false;
+  seq.prefill_end = seq.num_tokens;
   const int32_t new_ring = geometry_.decode_ring_pages();
   // prefill_ring_pages() >= decode_ring_pages(), so the ring only ever shrinks; the same size
   // keeps every page in its column.

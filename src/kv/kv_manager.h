@@ -17,6 +17,7 @@
 // wraps onto a page takes a fresh block instead of overwriting the cached one.
 
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,7 @@ struct SequenceKv {
   std::vector<int32_t> streaming;   // [streaming_table_stride] block per table column, -1 = none
   std::vector<PrefixKey> keys;      // [full pages keyed so far] prefix key of each (caching on)
   int64_t admission = 0;            // distinct per add_sequence(): a row that changed hands
+  int32_t prefill_end = 0;          // tokens computed by prefill (set when it moves to decode)
 };
 
 // A cached prefix found for a new sequence: its first num_tokens tokens (whole pages).
@@ -87,15 +89,21 @@ class KvManager {
   // sequence holds, so no retrieval page is shared by two sequences at once (the tier's
   // residency table gives a head-page one device-cache slot, in one request row's partition);
   // cached-free pages are taken back as usual and their homes fetched like any miss.
-  void enable_prefix_caching(const PrefixKey& seed, bool exclusive_retrieval = false);
+  // `exact_decode_len` (AttentionPolicy::exact_decode_len): pages filled by decode steps are
+  // keyed while the context is at most this long, where a decode step writes the K/V a prefill
+  // would; beyond it only prefill-computed pages are (decode attention over a window or a page
+  // selection writes other K/V, and a hit on them would change a later request's output).
+  void enable_prefix_caching(const PrefixKey& seed, bool exclusive_retrieval = false,
+                             int64_t exact_decode_len = std::numeric_limits<int64_t>::max());
   bool prefix_caching() const { return caching_; }
   // The longest cached prefix of `tokens`, in whole pages, of at most max_tokens tokens (the
   // caller keeps at least the last token to compute). Changes nothing.
   PrefixHit match_prefix(const TokenView& tokens, int32_t max_tokens) const;
   // Gives the sequence just added in `slot` the hit's blocks (one more reference each).
   void attach_prefix(int32_t slot, const PrefixHit& hit);
-  // Keys the full pages among the sequence's first num_computed tokens (their K/V written), while
-  // it prefills; pages computed by decode steps are never keyed.
+  // Keys the full pages among the sequence's first num_computed tokens (their K/V written): all
+  // of them while it prefills, and once it decodes, those within max(prefill_end,
+  // exact_decode_len) tokens (a chat's next turn re-sends the answer and hits them).
   void register_pages(int32_t slot, const TokenView& tokens, int32_t num_computed);
   int32_t num_cached_free_blocks() const {
     return retrieval_.num_cached_free() + streaming_.num_cached_free();
@@ -125,6 +133,7 @@ class KvManager {
   std::vector<SequenceKv> seqs_;  // [max_seqs]
   bool caching_ = false;
   bool exclusive_retrieval_ = false;
+  int64_t exact_decode_len_ = 0;
   int64_t admissions_ = 0;
   PrefixKey seed_;
 };

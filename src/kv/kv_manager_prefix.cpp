@@ -7,9 +7,11 @@
 
 namespace ls {
 
-void KvManager::enable_prefix_caching(const PrefixKey& seed, bool exclusive_retrieval) {
+void KvManager::enable_prefix_caching(const PrefixKey& seed, bool exclusive_retrieval,
+                                      int64_t exact_decode_len) {
   caching_ = true;
   exclusive_retrieval_ = exclusive_retrieval;
+  exact_decode_len_ = exact_decode_len;
   seed_ = seed;
 }
 
@@ -88,13 +90,22 @@ void KvManager::attach_prefix(int32_t slot, const PrefixHit& hit) {
 
 void KvManager::register_pages(int32_t slot, const TokenView& tokens, int32_t num_computed) {
   SequenceKv& seq = seqs_[static_cast<size_t>(slot)];
-  // Only pages computed by prefill: a decode step computes its token's K/V with decode-mode
-  // attention (the decode window, page selection), which a prefill of the same tokens would
-  // not reproduce, so such pages could change a later request's output. A preempted sequence
-  // recomputes its outputs by prefill, and those pages are keyed then.
-  if (!caching_ || !seq.active || !seq.prefilling) return;
+  // Pages filled by decode steps too (a chat's next turn re-sends the answer), while decode
+  // attention is what prefill computes: a decode step at context kv_len <= exact_decode_len
+  // writes the K/V a prefill would, so such pages hit without changing a later request's output.
+  // Past that length (a streaming window or a page selection narrower than the context) decode
+  // K/V differ, and neither they nor any later page, whose K/V depend on them, are keyed; a
+  // preempted sequence recomputes its outputs by prefill, and those pages are keyed then. A page
+  // is keyed once its last token's K/V is written, and no step writes a full page again (a ring
+  // column wrapping onto it takes a fresh block), so the keyed bytes stay as they are.
+  if (!caching_ || !seq.active) return;
+  const int32_t exact =
+      seq.prefilling
+          ? num_computed
+          : std::max(seq.prefill_end,
+                     static_cast<int32_t>(std::min<int64_t>(num_computed, exact_decode_len_)));
   const int32_t p = geometry_.page_tokens;
-  const int32_t full = std::min({num_computed, seq.num_tokens, tokens.size()}) / p;
+  const int32_t full = std::min({exact, seq.num_tokens, tokens.size()}) / p;
   std::vector<int32_t> page(static_cast<size_t>(p));
   for (auto j = static_cast<int32_t>(seq.keys.size()); j < full; ++j) {
     for (int32_t i = 0; i < p; ++i) page[static_cast<size_t>(i)] = tokens.at(j * p + i);

@@ -21,4 +21,6 @@ int32_t EngineModel::max_model_len() const { return stack_->max_model_len; }
 const ModelConfig& EngineModel::config() const { return stack_->config(); }
 std::string EngineModel::policy_name() const { return std::string(stack_->policy->name()); }
 
+int64_t EngineModel::exact_decode_len() const { return stack_->policy->exact_decode_len(); }
+
 }  // namespace ls

@@ -29,6 +29,7 @@ class EngineModel {
   int32_t max_model_len() const;
   const ModelConfig& config() const;
   std::string policy_name() const;
+  int64_t exact_decode_len() const;  // AttentionPolicy::exact_decode_len
   const GenerationConfig& generation() const { return generation_; }
 
  private:

@@ -222,13 +222,6 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   num_logit_rows_ = static_cast<int32_t>(step.logit_rows.size());
 
   if (pool_.tiered()) sync_tier(step);
-  // Two-level summaries: a sequence that starts in a row (new, or recomputing after preemption)
-  // finds the row's coarse level empty (the previous sequence's groups would bound nothing).
-  if (pool_.summaries().group_pages > 0) {
-    for (const StepSequence& s : step.seqs) {
-      if (s.kv_len == s.q_len) pool_.reset_coarse_row(backend_, s.slot);
-    }
-  }
   StepAttentionPlan plan;
   policy_.plan_step(step.seqs, plan);
   // A decode step (one token per sequence) has the same ops and pointers every time for a given
@@ -236,6 +229,7 @@ Status ModelRunner::forward(const StepInput& step, std::vector<float>& logits) {
   const bool record =
       config_.record_decode_steps && num_tokens == num_seqs && backend_.can_record();
   upload_metadata(step, plan, record);
+  if (pool_.summaries().group_pages > 0) start_coarse_rows(step);
   shared_prefix_.plan_step(backend_, step, kv_, plan, pool_.tiered());
   Status enqueued;
   if (record) {
@@ -283,6 +277,35 @@ Status ModelRunner::set_device_budgets(const std::vector<int32_t>& slots) {
   // Rows whose request ended give their slots up first, so nothing of theirs is moved.
   release_finished_rows();
   return pool_.tier().set_row_budgets(backend_, slots);
+}
+
+void ModelRunner::start_coarse_rows(const StepInput& step) {
+  // Two-level summaries: a sequence that starts in a row (new, recomputing after preemption, or
+  // from a prefix-cache hit) finds the row's coarse level empty (the previous sequence's groups
+  // would bound nothing); the pages of a hit, summarized by the sequence that computed them, are
+  // folded in from their stored fine summaries (kernels::CoarseFoldParams).
+  coarse_admission_.resize(static_cast<size_t>(kv_.max_seqs()), 0);
+  const auto* meta = static_cast<const uint8_t*>(meta_.data());
+  for (size_t i = 0; i < step.seqs.size(); ++i) {
+    const StepSequence& s = step.seqs[i];
+    const int64_t admission = kv_.sequence(s.slot).admission;
+    int64_t& built = coarse_admission_[static_cast<size_t>(s.slot)];
+    if (built == admission) continue;
+    built = admission;
+    pool_.reset_coarse_row(backend_, s.slot);
+    const int32_t cached = s.kv_len - s.q_len;  // whole pages: a hit
+    if (cached <= 0) continue;
+    kernels::CoarseFoldParams f;
+    f.summaries = pool_.summaries();
+    f.row = s.slot;
+    f.heads_per_block = kv_.geometry().roles.num_retrieval();
+    f.head_dim = kv_.geometry().head_dim;
+    f.page_tokens = kv_.geometry().page_tokens;
+    f.blocks = reinterpret_cast<const int32_t*>(meta + layout_.retrieval_blocks) +
+               static_cast<int64_t>(i) * retrieval_stride_;
+    f.num_pages = cached / f.page_tokens;
+    backend_.coarse_fold_pages(f);
+  }
 }
 
 void ModelRunner::release_finished_rows() {

@@ -73,6 +73,7 @@ class ModelRunner final : public StepExecutor {
   // Decode steps and layers that ran shared-prefix attention.
   const SharedPrefixStats& shared_prefix_stats() const { return shared_prefix_.stats(); }
   int64_t shared_prefix_steps() const override { return shared_prefix_.stats().steps; }
+  int64_t shared_prefix_tokens() const override { return shared_prefix_.stats().prefix_tokens; }
   // Benchmarks: the same stack with shared-prefix attention off, then on again (A/B on one
   // cache); on only if the runner was made with it.
   void set_shared_prefix_attention(bool on) { shared_prefix_.set_enabled(on); }
@@ -124,6 +125,9 @@ class ModelRunner final : public StepExecutor {
   void enqueue_unit(int32_t layer, int32_t begin, int32_t len, bool any_select);
   Status validate_segments(const LayerSegmentInput& in) const;
   // Tier: resets the partitions of ended rows and of rows a new sequence starts in this step.
+  // Two-level summaries: starts the coarse row of each sequence new in its row (after
+  // upload_metadata: a prefix-cache hit's pages are folded in through the step's block table).
+  void start_coarse_rows(const StepInput& step);
   void sync_tier(const StepInput& step);
 
   const Model& model_;
@@ -184,6 +188,8 @@ class ModelRunner final : public StepExecutor {
   KvTierCounters tier_counters_;  // as of the last step's end
   std::vector<bool> row_dirty_;  // [kv max_seqs] the row's cache partition may hold pages
   std::vector<int64_t> row_admission_;  // [kv max_seqs] SequenceKv::admission it last held
+  // [kv max_seqs] the SequenceKv::admission each coarse summary row was started for
+  std::vector<int64_t> coarse_admission_;
   SharedPrefixStep shared_prefix_;  // this decode step's shared-prefix plan, if any
 
   // Layer-segmented prefill: the prompt's residual stream between units, and whose it is.

@@ -72,7 +72,11 @@ Status ModelRunner::forward_layer_segments(const LayerSegmentInput& in,
     progress = {in.slot, in.num_tokens, in.segment_tokens, 0};
     // A sequence starts in this row: its coarse summaries (two levels) begin empty, as
     // forward() does for a chunked prefill's first chunk.
-    if (pool_.summaries().group_pages > 0) pool_.reset_coarse_row(backend_, in.slot);
+    if (pool_.summaries().group_pages > 0) {
+      pool_.reset_coarse_row(backend_, in.slot);
+      coarse_admission_.resize(static_cast<size_t>(kv_.max_seqs()), 0);
+      coarse_admission_[static_cast<size_t>(in.slot)] = kv_.sequence(in.slot).admission;
+    }
   }
   if (pool_.tiered()) {
     // As sync_tier() does for a chunked prefill's first chunk: a row that starts over may hold a

@@ -102,6 +102,10 @@ void SharedPrefixStep::plan_step(Backend& backend, const StepInput& step, const 
   ++stats_.steps;
   stats_.layer_calls += std::count(layer_ok_.begin(), layer_ok_.end(), uint8_t{1});
   stats_.shared_keys += p.shared_keys;
+  for (size_t g = 0; g < groups.prefix_tokens.size(); ++g) {
+    stats_.prefix_tokens += int64_t{groups.prefix_tokens[g]} *
+                            (groups.group_indptr[g + 1] - groups.group_indptr[g]);
+  }
 }
 
 kernels::SharedPrefixParams SharedPrefixStep::params(const kernels::AttentionParams& attn) const {

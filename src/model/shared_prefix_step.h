@@ -50,6 +50,9 @@ struct SharedPrefixStats {
   int64_t steps = 0;        // decode steps that ran shared-prefix attention
   int64_t layer_calls = 0;  // layers of those steps that did
   int64_t shared_keys = 0;  // per step: prefix keys not read again per member (sum over steps)
+  // Per step: shared-prefix keys the members' queries attended through the shared path (each
+  // group's prefix length times its members), summed over steps.
+  int64_t prefix_tokens = 0;
 };
 
 class SharedPrefixStep {

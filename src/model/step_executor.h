@@ -38,6 +38,8 @@ class StepExecutor {
   virtual KvTierStats kv_tier_stats() const { return {}; }
   // Decode steps that ran shared-prefix attention (docs/shared-prefix-attention.md), since start.
   virtual int64_t shared_prefix_steps() const { return 0; }
+  // Prefix tokens those steps' sequences attended through the shared path (prefix x members).
+  virtual int64_t shared_prefix_tokens() const { return 0; }
   // Resizes the device-cache partitions: row r gets `slots[r]` head-page slots (the engine's
   // budget plan, applied between steps). Only with the tier on and elastic budgets.
   virtual Status set_device_budgets(const std::vector<int32_t>& /*slots*/) {

@@ -195,6 +195,19 @@ ServerMetrics::ServerMetrics(std::string model_name, int32_t max_model_len)
            .counter("vllm:prompt_tokens_cached_total", "Number of cached prompt tokens.",
                     kLabelNames)
            .with(labels_);
+  shared_prefix_steps_total_ =
+      &registry_
+           .counter("longserve:shared_prefix_steps_total",
+                    "Decode steps that attended a shared prefix once per group of sequences.",
+                    kLabelNames)
+           .with(labels_);
+  shared_prefix_tokens_total_ =
+      &registry_
+           .counter("longserve:shared_prefix_tokens_total",
+                    "Prefix tokens covered by shared-prefix attention, summed over the group "
+                    "members of those steps.",
+                    kLabelNames)
+           .with(labels_);
   recomputed_tokens_total_ =
       &registry_
            .counter("longserve:recomputed_tokens_total",
@@ -311,6 +324,8 @@ std::string ServerMetrics::render(const EngineStats& stats) {
   prefix_cache_queries_total_->set_total(static_cast<double>(stats.prefix_cache_queries));
   prefix_cache_hits_total_->set_total(static_cast<double>(stats.prefix_cache_hits));
   prompt_tokens_cached_total_->set_total(static_cast<double>(stats.prompt_tokens_cached));
+  shared_prefix_steps_total_->set_total(static_cast<double>(stats.shared_prefix_steps));
+  shared_prefix_tokens_total_->set_total(static_cast<double>(stats.shared_prefix_tokens));
   kv_working_set_pages_->set(static_cast<double>(stats.kv_working_set_pages));
   kv_device_cache_pages_->set(static_cast<double>(stats.kv_cache_pages));
   kv_selection_overlap_->set(stats.kv_selected_pages_total > 0

@@ -81,6 +81,9 @@ class ServerMetrics {
   Counter* prefix_cache_queries_total_;
   Counter* prefix_cache_hits_total_;
   Counter* prompt_tokens_cached_total_;
+  // Shared-prefix (Hydragen) decode attention (docs/shared-prefix-attention.md).
+  Counter* shared_prefix_steps_total_;
+  Counter* shared_prefix_tokens_total_;
   Gauge* kv_working_set_pages_;
   Gauge* kv_device_cache_pages_;
   Gauge* kv_selection_overlap_;

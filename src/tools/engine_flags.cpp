@@ -41,7 +41,8 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
       ->capture_default_str();
   app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", c.enable_prefix_caching,
                "Share full KV pages between requests with the same prefix and keep them (LRU) "
-               "after their requests end (docs/prefix-caching.md); off by default")
+               "after their requests end (docs/prefix-caching.md); on by default, "
+               "--no-enable-prefix-caching turns it off")
       ->capture_default_str();
   app.add_option("--shared-prefix-attention", c.shared_prefix_attention,
                  "on|off: decode steps whose sequences share cached prefix pages attend the "

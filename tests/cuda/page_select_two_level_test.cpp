@@ -3,7 +3,8 @@
 // (the refined bounds are the one-level kernel's bits and the coarse bound, with its rounding
 // margin, dominates them), and exactly the CPU's pages where the bounds are exact (small
 // integers, flat data with every page tied); it must prune planted data. The CUDA summary update
-// must leave the same fine and coarse rows as the CPU's.
+// must leave the same fine and coarse rows as the CPU's, and folding stored fine rows into a coarse
+// row (a sequence starting from a prefix-cache hit) the same row as the CPU's fold.
 
 #include <cstdio>
 #include <gtest/gtest.h>
@@ -231,6 +232,45 @@ TEST(CudaPageSelectTwoLevel, SummaryUpdateEqualsCpu) {
         EXPECT_EQ(d_kmax.download(), kmax);
         EXPECT_EQ(d_cmin.download_as<uint32_t>(), cmin);
         EXPECT_EQ(d_cmax.download_as<uint32_t>(), cmax);
+      }
+      // A prefix-cache hit: folding each sequence's full pages' stored fine rows into an empty
+      // coarse row gives the CPU's row bytewise (atomicMax of order keys, any order).
+      for (int32_t s = 0; s < num_seqs; ++s) {
+        const int32_t full = done[static_cast<size_t>(s)] / pt;
+        std::vector<uint32_t> fmin(static_cast<size_t>(coarse_n), 0u), fmax(fmin);
+        DeviceArray d_fmin = DeviceArray::of(fmin), d_fmax = DeviceArray::of(fmax);
+        kernels::CoarseFoldParams f;
+        f.summaries.dtype = dt;
+        f.summaries.logical_page_tokens = lpt;
+        f.summaries.logical_per_page = lpp;
+        f.summaries.group_pages = gp;
+        f.summaries.max_groups = max_groups;
+        f.summaries.num_rows = num_rows;
+        f.row = 1;
+        f.heads_per_block = hpb;
+        f.head_dim = d;
+        f.page_tokens = pt;
+        f.num_pages = full;
+        kernels::CoarseFoldParams hf = f;
+        hf.summaries.kmin = kmin.data();
+        hf.summaries.kmax = kmax.data();
+        hf.summaries.coarse_kmin = fmin.data();
+        hf.summaries.coarse_kmax = fmax.data();
+        hf.blocks = table.data() + int64_t{s} * stride;
+        kernels::cpu::coarse_fold_pages(hf, cpu_pool());
+        const std::vector<int32_t> blocks(table.begin() + int64_t{s} * stride,
+                                          table.begin() + int64_t{s + 1} * stride);
+        DeviceArray d_blocks = DeviceArray::of(blocks);
+        kernels::CoarseFoldParams df = f;
+        df.summaries.kmin = d_kmin.data();
+        df.summaries.kmax = d_kmax.data();
+        df.summaries.coarse_kmin = d_fmin.data();
+        df.summaries.coarse_kmax = d_fmax.data();
+        df.blocks = d_blocks.as<int32_t>();
+        gpu()->coarse_fold_pages(df);
+        ASSERT_TRUE(gpu()->take_error().ok());
+        EXPECT_EQ(d_fmin.download_as<uint32_t>(), fmin) << "seq " << s;
+        EXPECT_EQ(d_fmax.download_as<uint32_t>(), fmax) << "seq " << s;
       }
     }
   }

@@ -114,7 +114,8 @@ TEST(RealServerPrefixCache, RepeatedPromptsHitAndSayHowMuch) {
 }
 
 TEST(RealServerPrefixCache, OffReportsNoDetails) {
-  ServerProcess server({"--max-model-len", "2048", "--max-num-seqs", "4"});
+  ServerProcess server({"--max-model-len", "2048", "--max-num-seqs", "4",
+                        "--no-enable-prefix-caching"});
   ASSERT_GT(server.port(), 0);
   const Json body = {{"prompt", kQuestion}, {"max_tokens", 2}, {"temperature", 0}};
   const Json first = post(server.port(), "/v1/completions", body);

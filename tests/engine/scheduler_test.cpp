@@ -68,6 +68,11 @@ struct Harness {
     c.model_dir = "fake";
     c.max_num_seqs = max_seqs;
     c.max_num_batched_tokens = budget;
+    // The fake model keeps each slot's tokens and checks that a sequence continues where its
+    // slot left off; it does not model blocks shared through the prefix cache (a re-admitted
+    // sequence would start from its own cached pages), so caching is off here
+    // (tests/model/prefix_caching_test.cpp covers preemption with caching on).
+    c.enable_prefix_caching = false;
     KvGeometry g;
     g.num_layers = 1;
     g.num_kv_heads = 1;

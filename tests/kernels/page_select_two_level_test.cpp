@@ -207,7 +207,8 @@ TEST(PageSelectTwoLevel, PrunesPlantedDataAndStaysExact) {
 // The summary update keeps each coarse row equal to the min / max of its member logical pages'
 // fine rows (here the keys' extremes: keys and summaries share the dtype), across prefill chunks
 // that start and end anywhere and decode steps; sequences whose coarse row is -1 and streaming
-// heads touch no coarse row, which stays zero (empty).
+// heads touch no coarse row, which stays zero (empty). Folding a sequence's stored fine rows into
+// an empty coarse row (a prefix-cache hit, cpu::coarse_fold_pages) rebuilds the same bounds.
 TEST(PageSelectTwoLevel, SummaryUpdateKeepsCoarseRowsExact) {
   std::mt19937 rng(74);
   ThreadPool pool(2);
@@ -312,6 +313,53 @@ TEST(PageSelectTwoLevel, SummaryUpdateKeepsCoarseRowsExact) {
             ASSERT_EQ(cmax[r * d + e], 0u) << "coarse row " << r << " written";
           }
         }
+      }
+      // A sequence starting from a prefix-cache hit on these pages: folding the stored fine
+      // summaries of each sequence's full pages into an empty row gives the extremes of those
+      // pages' keys, and for whole groups exactly the row the updates built.
+      for (int32_t s = 0; s < num_seqs; ++s) {
+        const int32_t row = rows[s] >= 0 ? rows[s] : 1;
+        const int32_t full = done[s] / pt;
+        std::vector<uint32_t> fmin(static_cast<size_t>(cn), 0u), fmax(fmin);
+        CoarseFoldParams f;
+        f.summaries = PageSummaries{kmin.data(), kmax.data(), dt, lpt, lpp};
+        f.summaries.coarse_kmin = fmin.data();
+        f.summaries.coarse_kmax = fmax.data();
+        f.summaries.group_pages = gp;
+        f.summaries.max_groups = max_groups;
+        f.summaries.num_rows = num_rows;
+        f.row = row;
+        f.heads_per_block = hpb;
+        f.head_dim = d;
+        f.page_tokens = pt;
+        f.blocks = table.data() + int64_t{s} * stride;
+        f.num_pages = full;
+        cpu::coarse_fold_pages(f, pool);
+        for (int32_t g = 0; g < max_groups; ++g) {
+          const int64_t crow = (int64_t{row} * hpb + slot[0]) * max_groups + g;
+          const int32_t end = std::min(full * pt, (g + 1) * gp * pt);
+          for (int32_t e = 0; e < d; ++e) {
+            const size_t at = static_cast<size_t>(crow * d + e);
+            if (g * gp * pt >= end) {
+              ASSERT_EQ(fmin[at], 0u) << "seq " << s << " g " << g;
+              continue;
+            }
+            float lo = INFINITY, hi = -INFINITY;
+            for (int32_t pos = g * gp * pt; pos < end; ++pos) {
+              const float v = keys[s][static_cast<size_t>((int64_t{pos} * num_kv + 0) * d + e)];
+              lo = std::min(lo, v);
+              hi = std::max(hi, v);
+            }
+            ASSERT_EQ(-coarse_value(fmin[at]), lo) << "seq " << s << " g " << g;
+            ASSERT_EQ(coarse_value(fmax[at]), hi) << "seq " << s << " g " << g;
+            if (rows[s] >= 0 && (g + 1) * gp * pt <= full * pt) {
+              ASSERT_EQ(fmin[at], cmin[at]);
+              ASSERT_EQ(fmax[at], cmax[at]);
+            }
+          }
+        }
+        // (Slot 0 belongs to the streaming head here and holds no summaries; in the engine every
+        // slot of a retrieval block is a retrieval head's, so only slot 1 is checked.)
       }
     }
   }

@@ -303,5 +303,59 @@ TEST(PrefixCache, HitsWholePagesAndEvictsTailsFirst) {
   kv.remove_sequence(*s3);
 }
 
+// Pages filled by decode steps are keyed while the context is within the exact decode length
+// (where decode attends what prefill would), and never past it; pages prefill computed are
+// keyed whatever their length, also after a preemption recomputes decoded tokens by prefill.
+TEST(PrefixCache, DecodePagesKeyedWithinTheExactDecodeLength) {
+  KvManager kv(geometry({false, false, false, false}), 16, 0, 2);
+  kv.enable_prefix_caching(prefix_seed("t"), false, /*exact_decode_len=*/14);
+  std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6};
+  std::vector<int32_t> out;
+  auto slot = kv.add_sequence();
+  ASSERT_TRUE(kv.grow(*slot, 6).ok());
+  kv.register_pages(*slot, {prompt, out}, 6);
+  kv.finish_prefill(*slot);
+  for (int32_t t = 6; t < 24; ++t) {  // decode: the token at position t is written at step t
+    out.push_back(100 + t);
+    ASSERT_TRUE(kv.grow(*slot, t + 1).ok());
+    kv.register_pages(*slot, {prompt, out}, t + 1);
+  }
+  // Context up to 14: pages [0, 12) keyed (page 3, [12, 16), got its last token at context 16).
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), out.begin(), out.end());
+  EXPECT_EQ(kv.match_prefix({all, {}}, 23).num_tokens, 12);
+  kv.remove_sequence(*slot);
+  EXPECT_EQ(kv.match_prefix({all, {}}, 23).num_tokens, 12);
+
+  // A long prompt (prefill past the exact length) keys its own pages, none of its decode's.
+  std::vector<int32_t> long_prompt(18, 7);
+  std::vector<int32_t> long_out;
+  auto s2 = kv.add_sequence();
+  ASSERT_TRUE(kv.grow(*s2, 8).ok());
+  kv.register_pages(*s2, {long_prompt, long_out}, 8);
+  ASSERT_TRUE(kv.grow(*s2, 16).ok());
+  kv.register_pages(*s2, {long_prompt, long_out}, 16);
+  ASSERT_TRUE(kv.grow(*s2, 18).ok());
+  kv.register_pages(*s2, {long_prompt, long_out}, 18);
+  kv.finish_prefill(*s2);
+  for (int32_t t = 18; t < 26; ++t) {
+    long_out.push_back(200 + t);
+    ASSERT_TRUE(kv.grow(*s2, t + 1).ok());
+    kv.register_pages(*s2, {long_prompt, long_out}, t + 1);
+  }
+  std::vector<int32_t> long_all = long_prompt;
+  long_all.insert(long_all.end(), long_out.begin(), long_out.end());
+  EXPECT_EQ(kv.match_prefix({long_all, {}}, 25).num_tokens, 16);
+  // Preempted and re-admitted: prefill recomputes prompt and outputs, and keys all its pages.
+  kv.remove_sequence(*s2);
+  auto s3 = kv.add_sequence();
+  const PrefixHit hit = kv.match_prefix({long_prompt, long_out}, 25);
+  kv.attach_prefix(*s3, hit);
+  ASSERT_TRUE(kv.grow(*s3, 24).ok());
+  kv.register_pages(*s3, {long_prompt, long_out}, 24);
+  EXPECT_EQ(kv.match_prefix({long_all, {}}, 25).num_tokens, 24);
+  kv.remove_sequence(*s3);
+}
+
 }  // namespace
 }  // namespace ls

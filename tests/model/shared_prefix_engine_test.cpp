@@ -113,6 +113,12 @@ TEST(SharedPrefixEngine, DenseBurstEqualsPerSequenceAttention) {
   EXPECT_GT(on.stats.prompt_tokens_cached, 0);
   // Most decode steps of the six questions share the document's pages.
   EXPECT_GT(on.stats.shared_prefix_steps, 40);
+  // Each such step covers the document's three cached pages (192 tokens, the whole pages of its
+  // 200 tokens) once per member of the group, and a group has 2 to 6 members.
+  EXPECT_EQ(on.stats.shared_prefix_tokens % 192, 0);
+  EXPECT_GE(on.stats.shared_prefix_tokens, 2 * 192 * on.stats.shared_prefix_steps);
+  EXPECT_LE(on.stats.shared_prefix_tokens, 6 * 192 * on.stats.shared_prefix_steps);
+  EXPECT_EQ(off.stats.shared_prefix_tokens, 0);
   EXPECT_EQ(on.stats.num_preemptions, off.stats.num_preemptions);
 }
 

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "test_server.h"
 #include "tools/bench_serve/bench_metrics.h"
@@ -219,6 +221,85 @@ TEST(BenchServe, RateBurstinessConcurrencyAndRangeRatio) {
               (sum_latency + sum_queue) / 20 * 1000.0, 1e-6);
   EXPECT_TRUE(r.contains("p99_client_queue_time_ms"));
   std::filesystem::remove_all(o.result_dir);
+}
+
+// --multi-turn: each conversation's turn k+1 re-sends turn k's prompt and the answer it got,
+// then a new question; the per-turn statistics and the cached-token share agree with what the
+// engine received (the fake engine's stand-in cache reports the longest prefix shared with an
+// earlier prompt, in 16-token pages, recomputed here from the submitted prompts).
+TEST(BenchServe, MultiTurnConversationsResendTheirHistory) {
+  TestServerOptions server_options = default_test_options();
+  server_options.engine.step_interval = std::chrono::milliseconds(1);
+  server_options.engine.cache_page_tokens = 16;
+  TestServer server(server_options);
+  BenchServeOptions o = bench_options(server.port());
+  o.num_prompts = 3;
+  o.multi_turn = 3;
+  o.random_input_len = 20;
+  o.random_output_len = 6;
+  o.max_concurrency = 1;  // conversations one after another: submitted in (conversation, turn) order
+  o.skip_initial_test = true;
+  std::FILE* out = std::tmpfile();
+  auto result = run_bench_serve(o, out);
+  const std::string summary = read_file(out);
+  std::fclose(out);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  const Json& r = *result;
+  EXPECT_EQ(r["completed"], 9);
+  EXPECT_EQ(r["multi_turn_turns"], 3);
+  EXPECT_NE(summary.find("Multi-turn"), std::string::npos) << summary;
+
+  const auto submitted = server.engine().submitted();
+  ASSERT_EQ(submitted.size(), 9u);
+  std::vector<int64_t> prompt(3, 0), cached(3, 0);
+  for (size_t i = 0; i < submitted.size(); ++i) {
+    const std::vector<int32_t>& ids = submitted[i].prompt_ids;
+    const size_t turn = i % 3;
+    if (turn > 0) {
+      // The history: the previous prompt (its last token may merge with the answer's text),
+      // the 6-token answer and a 20-token question.
+      const std::vector<int32_t>& before = submitted[i - 1].prompt_ids;
+      ASSERT_GT(ids.size(), before.size() + 20);
+      EXPECT_TRUE(std::equal(before.begin(), before.end() - 1, ids.begin())) << i;
+    }
+    size_t best = 0;
+    for (size_t j = 0; j < i; ++j) {
+      const std::vector<int32_t>& e = submitted[j].prompt_ids;
+      size_t n = 0;
+      while (n < ids.size() && n < e.size() && ids[n] == e[n]) ++n;
+      best = std::max(best, n);
+    }
+    prompt[turn] += static_cast<int64_t>(ids.size());
+    cached[turn] += static_cast<int64_t>(std::min(best, ids.size() - 1) / 16 * 16);
+  }
+  const Json& m = r["multi_turn"];
+  EXPECT_EQ(m["conversations"], 3);
+  ASSERT_EQ(m["per_turn"].size(), 3u);
+  int64_t all_prompt = 0, all_cached = 0;
+  for (size_t k = 0; k < 3; ++k) {
+    const Json& row = m["per_turn"][k];
+    EXPECT_EQ(row["turn"], k + 1);
+    EXPECT_EQ(row["completed"], 3);
+    EXPECT_DOUBLE_EQ(row["mean_prompt_tokens"].get<double>(), prompt[k] / 3.0);
+    EXPECT_EQ(row["cached_tokens"], cached[k]);
+    EXPECT_DOUBLE_EQ(row["cached_token_share"].get<double>(),
+                     static_cast<double>(cached[k]) / static_cast<double>(prompt[k]));
+    EXPECT_GT(row["mean_ttft_ms"].get<double>(), 0.0);
+    all_prompt += prompt[k];
+    all_cached += cached[k];
+  }
+  EXPECT_EQ(cached[0], 0);  // first turns share nothing (random prompts, no prefix)
+  EXPECT_GT(cached[1], 0);
+  EXPECT_GT(cached[2], cached[1]);
+  EXPECT_EQ(m["cached_tokens"], all_cached);
+  EXPECT_DOUBLE_EQ(m["cached_token_share"].get<double>(),
+                   static_cast<double>(all_cached) / static_cast<double>(all_prompt));
+  EXPECT_EQ(r["total_input_tokens"], all_prompt);
+
+  o.multi_turn = -1;  // refused before anything is sent
+  const auto refused = run_bench_serve(o, stdout);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--multi-turn"), std::string::npos);
 }
 
 // Without --tokenizer (and a model name that is no directory) the tokenizer comes from the

@@ -44,8 +44,19 @@ Status FakeEngine::submit(GenerateRequest request, OutputSink sink) {
   if (live_.count(request.request_id) != 0) {
     return invalid_argument("duplicate request id {}", request.request_id);
   }
-  submitted_.push_back(request);
   Live live;
+  if (options_.cache_page_tokens > 0) {
+    const auto& ids = request.prompt_ids;
+    size_t best = 0;
+    for (const GenerateRequest& earlier : submitted_) {
+      size_t n = 0;
+      while (n < ids.size() && n < earlier.prompt_ids.size() && ids[n] == earlier.prompt_ids[n]) ++n;
+      best = std::max(best, n);
+    }
+    const auto page = static_cast<size_t>(options_.cache_page_tokens);
+    live.cached_tokens = static_cast<int32_t>(std::min(best, ids.size() - 1) / page * page);
+  }
+  submitted_.push_back(request);
   for (int32_t i = 0; i < request.n; ++i) live.choices.push_back(Choice{i});
   live.request = std::move(request);
   live.sink = std::move(sink);
@@ -225,6 +236,7 @@ void FakeEngine::loop() {
             choice.finished = true;
             out.prompt_tokens = static_cast<int32_t>(live.request.prompt_ids.size());
             out.completion_tokens = choice.num_generated;
+            out.cached_tokens = live.cached_tokens;
           } else {
             all_finished = false;
           }

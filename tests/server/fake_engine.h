@@ -34,6 +34,10 @@ struct FakeEngineOptions {
   int32_t fail_after_tokens = 2;
   // submit() refuses (resource_exhausted) a request whose first prompt token is refuse_token.
   int32_t refuse_token = -1;
+  // > 0: a stand-in prefix cache reports cached_tokens on final outputs: the longest common
+  // prefix of the prompt with an earlier request's prompt, in whole pages of this many tokens,
+  // short of the last prompt token. 0: no cached_tokens (prefix caching off).
+  int32_t cache_page_tokens = 0;
 };
 
 class FakeEngine : public Engine {
@@ -72,6 +76,7 @@ class FakeEngine : public Engine {
     std::vector<Choice> choices;
     bool aborted = false;
     bool prefilled = false;
+    int32_t cached_tokens = -1;
   };
   void loop();
   // One step of one choice; fills `out`.

@@ -73,5 +73,22 @@ TEST(PreemptionMetrics, DeviceBudgetSeriesFollowTheEngine) {
   EXPECT_EQ(sample(text, "longserve:kv_device_budget_moved_pages_total" + l + "}"), 4321.0);
 }
 
+// Shared-prefix attention (docs/shared-prefix-attention.md): steps and the prefix tokens they
+// covered, copied from EngineStats as counters.
+TEST(PreemptionMetrics, SharedPrefixCountersFollowTheEngine) {
+  auto metrics = std::make_shared<ServerMetrics>("m", 1024);
+  const std::string l = R"({model_name="m",engine="0")";
+  EngineStats s;
+  s.shared_prefix_steps = 17;
+  s.shared_prefix_tokens = 17 * 3 * 192;
+  std::string text = "\n" + metrics->render(s);
+  EXPECT_NE(text.find("# TYPE longserve:shared_prefix_steps_total counter"), std::string::npos);
+  EXPECT_EQ(sample(text, "longserve:shared_prefix_steps_total" + l + "}"), 17.0);
+  EXPECT_EQ(sample(text, "longserve:shared_prefix_tokens_total" + l + "}"), 17.0 * 3 * 192);
+  s.shared_prefix_steps = 18;
+  text = "\n" + metrics->render(s);
+  EXPECT_EQ(sample(text, "longserve:shared_prefix_steps_total" + l + "}"), 18.0);
+}
+
 }  // namespace
 }  // namespace ls

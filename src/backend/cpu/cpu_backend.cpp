@@ -369,6 +369,10 @@ void CpuBackend::page_summary_update(const kernels::SummaryUpdateParams& params)
   kernels::cpu::page_summary_update(params, pool_);
 }
 
+void CpuBackend::coarse_fold_pages(const kernels::CoarseFoldParams& params) {
+  kernels::cpu::coarse_fold_pages(params, pool_);
+}
+
 void CpuBackend::page_select(const kernels::PageSelectParams& params) {
   kernels::cpu::page_select(params, pool_);
 }

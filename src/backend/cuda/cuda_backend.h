@@ -105,6 +105,7 @@ class CudaBackend final : public Backend {
 
   void kv_append(const kernels::KvAppendParams& params) override;
   void page_summary_update(const kernels::SummaryUpdateParams& params) override;
+  void coarse_fold_pages(const kernels::CoarseFoldParams& params) override;
   void page_select(const kernels::PageSelectParams& params) override;
   void attention(const kernels::AttentionParams& params) override;
   void shared_prefix_attention(const kernels::SharedPrefixParams& params) override;

@@ -304,6 +304,10 @@ void CudaBackend::page_summary_update(const kernels::SummaryUpdateParams& params
   report(kc::page_summary_update(params, stream_), "page_summary_update");
 }
 
+void CudaBackend::coarse_fold_pages(const kernels::CoarseFoldParams& params) {
+  report(kc::coarse_fold_pages(params, stream_), "coarse_fold_pages");
+}
+
 void CudaBackend::page_select(const kernels::PageSelectParams& params) {
   const int64_t bytes = kc::page_select_workspace_bytes(params);
   Result<void*> ws = workspace(bytes);

@@ -111,4 +111,33 @@ void page_summary_update(const SummaryUpdateParams& p, ThreadPool& pool) {
   });
 }
 
+void coarse_fold_pages(const CoarseFoldParams& p, ThreadPool& pool) {
+  const PageSummaries& sm = p.summaries;
+  if (p.num_pages <= 0 || sm.group_pages <= 0 || !sm.coarse_kmin || !sm.coarse_kmax || !sm.kmin ||
+      !sm.kmax || p.row < 0 || p.row >= sm.num_rows || p.heads_per_block <= 0 || p.head_dim <= 0 ||
+      sm.logical_per_page <= 0 || !p.blocks) {
+    return;
+  }
+  const int64_t d = p.head_dim;
+  const int64_t sum_row_bytes = dtype_nbytes(sm.dtype, d);
+  // One item per head-page slot: its groups of this row are written by it alone.
+  pool.parallel_for(p.heads_per_block, 1, [&](int64_t s0, int64_t s1) {
+    std::vector<float> lo(static_cast<size_t>(d)), hi(static_cast<size_t>(d));
+    for (int64_t slot = s0; slot < s1; ++slot) {
+      for (int32_t page = 0; page < p.num_pages; ++page) {
+        const int32_t block = p.blocks[page];
+        if (block < 0) continue;
+        const int64_t head_page = int64_t{block} * p.heads_per_block + slot;
+        for (int32_t lp = 0; lp < sm.logical_per_page; ++lp) {
+          const int64_t offset = (head_page * sm.logical_per_page + lp) * sum_row_bytes;
+          convert_to_f32(sm.dtype, static_cast<const char*>(sm.kmin) + offset, lo.data(), d);
+          convert_to_f32(sm.dtype, static_cast<const char*>(sm.kmax) + offset, hi.data(), d);
+          fold_coarse(sm, p.row, p.heads_per_block, static_cast<int32_t>(slot),
+                      page / sm.group_pages, d, lo, hi);
+        }
+      }
+    }
+  });
+}
+
 }  // namespace ls::kernels::cpu

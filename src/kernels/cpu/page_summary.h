@@ -7,5 +7,6 @@
 namespace ls::kernels::cpu {
 
 void page_summary_update(const SummaryUpdateParams& params, ThreadPool& pool);
+void coarse_fold_pages(const CoarseFoldParams& params, ThreadPool& pool);
 
 }  // namespace ls::kernels::cpu

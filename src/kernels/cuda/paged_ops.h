@@ -22,6 +22,7 @@ Status kv_append(const KvAppendParams& p, cudaStream_t stream);
 // Folds this step's keys into the per-logical-page key min/max of retrieval heads; a logical page
 // whose first token arrives now is initialised from it.
 Status page_summary_update(const SummaryUpdateParams& p, cudaStream_t stream);
+Status coarse_fold_pages(const CoarseFoldParams& p, cudaStream_t stream);
 
 // Scratch bytes page_select needs for these (host-known) sizes.
 int64_t page_select_workspace_bytes(const PageSelectParams& p);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -19,6 +20,7 @@
 #include "core/clock.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/bench_serve/bench_metrics.h"
+#include "tools/bench_serve/multi_turn.h"
 #include "tools/bench_serve/progress_bar.h"
 #include "tools/bench_serve/random_dataset.h"
 #include "tools/bench_serve/request_client.h"
@@ -105,6 +107,10 @@ Status validate(const BenchServeOptions& o) {
     return invalid_argument("--max-concurrency must be positive, got {}", o.max_concurrency);
   }
   if (!(o.request_timeout_s > 0)) return invalid_argument("the request timeout must be positive");
+  if (o.multi_turn < 0) {
+    return invalid_argument("--multi-turn must be 0 (off) or a number of turns, got {}",
+                            o.multi_turn);
+  }
   return Status::ok_status();
 }
 
@@ -251,6 +257,29 @@ Result<Json> run_bench_serve(const BenchServeOptions& o, std::FILE* out) {
                                 request.expected_output_len, /*ignore_eos=*/true, o.temperature});
   }
 
+  // Conversations (--multi-turn T >= 2): the requests above are their first turns; every later
+  // turn asks a new question without the shared prefix (the history carries it).
+  const int32_t num_turns = std::max(1, o.multi_turn);
+  std::vector<Conversation> conversations;
+  if (num_turns > 1) {
+    RandomDatasetOptions questions = dataset;
+    questions.num_prompts = o.num_prompts * (num_turns - 1);
+    questions.prefix_len = 0;
+    questions.seed = o.seed + 1;
+    LS_ASSIGN_OR_RETURN(std::vector<BenchRequest> asked,
+                        sample_random_requests(*tokenizer, questions));
+    for (size_t c = 0; c < specs.size(); ++c) {
+      Conversation conv;
+      conv.first = specs[c];
+      for (int32_t k = 1; k < num_turns; ++k) {
+        BenchRequest& q = asked[c * static_cast<size_t>(num_turns - 1) + static_cast<size_t>(k - 1)];
+        conv.questions.push_back(RequestSpec{model_name, std::move(q.prompt), q.prompt_len,
+                                             q.expected_output_len, true, o.temperature});
+      }
+      conversations.push_back(std::move(conv));
+    }
+  }
+
   if (!o.skip_initial_test) {
     fmt::print(out, "Starting initial single prompt test run...\n");
     const RequestOutcome test = send_streaming_request(endpoint, specs.front());
@@ -273,13 +302,21 @@ Result<Json> run_bench_serve(const BenchServeOptions& o, std::FILE* out) {
       arrival_offsets(o.num_prompts, o.request_rate, o.burstiness, o.seed);
   const int32_t num_senders = std::min(
       {o.num_prompts, o.max_concurrency > 0 ? o.max_concurrency : o.num_prompts, kMaxSenders});
-  ProgressBar progress(o.num_prompts, !o.disable_tqdm);
-  auto [outcomes, duration_s] = run_traffic(endpoint, specs, offsets, num_senders, progress);
+  ProgressBar progress(int64_t{o.num_prompts} * num_turns, !o.disable_tqdm);
+  auto [outcomes, duration_s] =
+      num_turns > 1
+          ? run_conversations(endpoint, conversations, offsets, num_senders, progress)
+          : run_traffic(endpoint, specs, offsets, num_senders, progress);
   progress.finish();
 
   const Json benchmark = compute_benchmark_result(outcomes, duration_s, metrics_config);
   fmt::print(out, "{}",
              format_summary(benchmark, metrics_config, o.max_concurrency, o.request_rate));
+  Json multi_turn;
+  if (num_turns > 1) {
+    multi_turn = multi_turn_result(outcomes, num_turns);
+    fmt::print(out, "{}", format_multi_turn(multi_turn));
+  }
   std::fflush(out);
 
   const std::string label = o.label.empty() ? o.backend : o.label;
@@ -292,6 +329,7 @@ Result<Json> run_bench_serve(const BenchServeOptions& o, std::FILE* out) {
   result["model_id"] = model_id;
   result["tokenizer_id"] = tokenizer_dir;
   result["num_prompts"] = o.num_prompts;
+  if (num_turns > 1) result["multi_turn_turns"] = num_turns;
   for (const std::string& item : o.metadata) {
     const size_t eq = item.find('=');
     if (eq == std::string::npos) {
@@ -310,6 +348,7 @@ Result<Json> run_bench_serve(const BenchServeOptions& o, std::FILE* out) {
     if (key.find("client_queue") != std::string::npos && o.max_concurrency <= 0) continue;
     if (!detailed || o.save_detailed) result[key] = value;
   }
+  if (num_turns > 1) result["multi_turn"] = multi_turn;
 
   if (o.save_result || o.save_detailed) {
     std::string base_model_id = model_id;

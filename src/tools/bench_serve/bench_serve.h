@@ -45,6 +45,9 @@ struct BenchServeOptions {
   double random_range_ratio = 0.0;
   int32_t random_prefix_len = 0;
   uint64_t seed = 0;
+  // Turns per conversation (multi_turn.h); 0 or 1: independent requests. With T >= 2,
+  // --num-prompts counts conversations and --max-concurrency conversations in flight.
+  int32_t multi_turn = 0;
   // Traffic.
   double request_rate = std::numeric_limits<double>::infinity();
   double burstiness = 1.0;

@@ -36,6 +36,11 @@ std::function<int()> add_bench_serve_command(CLI::App& bench_app) {
   sub->add_option("--random-prefix-len", o->random_prefix_len, "Shared prefix tokens")
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "Random seed")->capture_default_str();
+  sub->add_option("--multi-turn", o->multi_turn,
+                  "Turns per conversation: each turn re-sends the history (earlier questions "
+                  "and answers) plus a new --random-input-len question; --num-prompts counts "
+                  "conversations. 0/1: independent requests")
+      ->capture_default_str();
   sub->add_option("--request-rate", *rate_text, "Requests per second, or inf (all at once)")
       ->capture_default_str();
   sub->add_option("--burstiness", o->burstiness, "Gamma shape of the arrivals (1 = Poisson)")

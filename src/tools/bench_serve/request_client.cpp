@@ -15,11 +15,18 @@ std::string make_request_body(const Endpoint& endpoint, const RequestSpec& spec)
   Json body;
   body["model"] = spec.model;
   if (endpoint.chat) {
-    body["messages"] = Json::array({Json{{"role", "user"}, {"content", spec.prompt}}});
+    body["messages"] = Json::array();
+    for (size_t i = 0; i < spec.history.size(); ++i) {
+      body["messages"].push_back(
+          Json{{"role", i % 2 == 0 ? "user" : "assistant"}, {"content", spec.history[i]}});
+    }
+    body["messages"].push_back(Json{{"role", "user"}, {"content", spec.prompt}});
     body["temperature"] = spec.temperature;
     body["max_completion_tokens"] = spec.max_tokens;
   } else {
-    body["prompt"] = spec.prompt;
+    std::string prompt;
+    for (const std::string& turn : spec.history) prompt += turn;
+    body["prompt"] = prompt + spec.prompt;
     body["temperature"] = spec.temperature;
     body["repetition_penalty"] = 1.0;
     body["max_tokens"] = spec.max_tokens;
@@ -95,6 +102,17 @@ void SseTimer::handle_line(const std::string& raw, double now_s) {
     const auto tokens = usage->find("completion_tokens");
     if (tokens != usage->end() && tokens->is_number_integer()) {
       outcome_->output_tokens = tokens->get<int32_t>();
+    }
+    const auto prompt = usage->find("prompt_tokens");
+    if (prompt != usage->end() && prompt->is_number_integer()) {
+      outcome_->usage_prompt_tokens = prompt->get<int32_t>();
+    }
+    const auto details = usage->find("prompt_tokens_details");
+    if (details != usage->end() && details->is_object()) {
+      const auto cached = details->find("cached_tokens");
+      if (cached != details->end() && cached->is_number_integer()) {
+        outcome_->cached_tokens = cached->get<int32_t>();
+      }
     }
   }
 }

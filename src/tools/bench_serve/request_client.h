@@ -25,6 +25,9 @@ struct RequestSpec {
   int32_t max_tokens = 0;
   bool ignore_eos = true;
   double temperature = 0.0;
+  // Earlier turns of a conversation (--multi-turn), oldest first: user, assistant, user, ...
+  // Chat sends them as messages before `prompt`; completions sends their concatenation + prompt.
+  std::vector<std::string> history;
 };
 
 struct RequestOutcome {
@@ -33,6 +36,9 @@ struct RequestOutcome {
   std::string generated_text;
   int32_t prompt_len = 0;
   int32_t output_tokens = 0;  // usage.completion_tokens; 0 when the server sent no usage
+  int32_t usage_prompt_tokens = -1;  // usage.prompt_tokens; -1 when absent
+  // usage.prompt_tokens_details.cached_tokens; -1 when absent (prefix caching off)
+  int32_t cached_tokens = -1;
   double start_s = 0.0;       // monotonic send time
   // Monotonic time the request was due (its arrival offset); start_s - dispatch_s is the time it
   // waited in the client for a free sender under --max-concurrency.
