@@ -665,7 +665,7 @@ prefix_multiturn_section() {
       local tag="multiturn-$policy-$len-$caching"
       # shellcheck disable=SC2086
       start_server "$OUT/prefix/server-$tag.log" $port --max-num-seqs 16 \
-        --max-model-len $((len + turns * 512 + 1024)) $flags || { echo "prefix-multiturn $tag: the server did not come up"; rc=1; continue; }
+        --max-model-len $((len + turns * 1024 + 1024)) $flags || { echo "prefix-multiturn $tag: the server did not come up"; rc=1; continue; }
       local server=$SERVER_PID
       "$BUILD/longserve" bench serve --port $port --model "$MODEL_DIR" --served-model-name llama3-8b-shape \
         --random-prefix-len "$len" --random-input-len 256 --random-output-len 128 \
