@@ -52,6 +52,18 @@ bool f32_contiguous(const TensorView& t) {
   return t.data != nullptr && t.dtype == DType::kF32 && t.is_contiguous();
 }
 
+// The embedding ops' shapes: ids [T] i32, table [V, H] float, out [T, H] f32.
+bool check_embedding_args(Status& error, const TensorView& ids, const TensorView& table,
+                          const TensorView& out, const char* op) {
+  return check_op(error, ids.dtype == DType::kI32 && ids.ndim == 1 && ids.is_contiguous(), op,
+                  "ids must be [T] i32") &&
+         check_op(error, table.ndim == 2 && is_float(table.dtype) && table.is_contiguous(), op,
+                  "table must be [V, H] float") &&
+         check_op(error, f32_contiguous(out) && out.ndim == 2 && out.dim(0) == ids.dim(0) &&
+                             out.dim(1) == table.dim(1),
+                  op, "out must be [T, H] f32, got " + out.describe());
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {
@@ -130,15 +142,7 @@ void CpuBackend::fill_zero(void* dst, int64_t bytes) {
 
 void CpuBackend::embedding(const TensorView& ids, const TensorView& table, const TensorView& out) {
   const char* op = "embedding";
-  if (!check_op(error_, ids.dtype == DType::kI32 && ids.ndim == 1 && ids.is_contiguous(), op,
-             "ids must be [T] i32") ||
-      !check_op(error_, table.ndim == 2 && is_float(table.dtype) && table.is_contiguous(), op,
-             "table must be [V, H] float") ||
-      !check_op(error_, f32_contiguous(out) && out.ndim == 2 && out.dim(0) == ids.dim(0) &&
-                 out.dim(1) == table.dim(1),
-             op, "out must be [T, H] f32, got " + out.describe())) {
-    return;
-  }
+  if (!check_embedding_args(error_, ids, table, out, op)) return;
   const int64_t tokens = ids.dim(0), vocab = table.dim(0), hidden = table.dim(1);
   const int32_t* id = ids.ptr<int32_t>();
   for (int64_t t = 0; t < tokens; ++t) {
@@ -153,16 +157,7 @@ void CpuBackend::embedding(const TensorView& ids, const TensorView& table, const
 
 void CpuBackend::embedding_slice(const TensorView& ids, const TensorView& table, int64_t first_id,
                                  const TensorView& out) {
-  const char* op = "embedding_slice";
-  if (!check_op(error_, ids.dtype == DType::kI32 && ids.ndim == 1 && ids.is_contiguous(), op,
-                "ids must be [T] i32") ||
-      !check_op(error_, table.ndim == 2 && is_float(table.dtype) && table.is_contiguous(), op,
-                "table must be [V, H] float") ||
-      !check_op(error_, f32_contiguous(out) && out.ndim == 2 && out.dim(0) == ids.dim(0) &&
-                            out.dim(1) == table.dim(1),
-                op, "out must be [T, H] f32, got " + out.describe())) {
-    return;
-  }
+  if (!check_embedding_args(error_, ids, table, out, "embedding_slice")) return;
   kernels::cpu::embedding_slice(ids.ptr<int32_t>(), ids.dim(0), table.data, table.dtype,
                                 table.dim(0), table.dim(1), first_id, out.ptr<float>(), pool_);
 }
