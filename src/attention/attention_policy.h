@@ -59,7 +59,8 @@ class AttentionPolicy {
   // hierarchical KV tier sizes its device cache from it; the policy's choices stay its own.
   virtual int32_t decode_pages_per_head() const { return 0; }
   // The longest context (kv_len) at which a decode step attends exactly the keys a prefill of
-  // the same token attends, so the K/V it writes are bit for bit what a prefill would write:
+  // the same token attends, so the K/V it writes are what a prefill would write up to kernel
+  // rounding (a decode step's GEMMs see fewer rows than a prefill chunk's, so not the same bits):
   // unlimited while every head reads every page; streaming heads' windows (sinks + the smaller
   // local window) and selecting heads' token budget bound it. Prefix caching keys the pages
   // decode steps fill only up to there (docs/prefix-caching.md).

@@ -298,9 +298,12 @@ void ModelRunner::start_coarse_rows(const StepInput& step) {
     kernels::CoarseFoldParams f;
     f.summaries = pool_.summaries();
     f.row = s.slot;
-    f.heads_per_block = kv_.geometry().roles.num_retrieval();
-    f.head_dim = kv_.geometry().head_dim;
-    f.page_tokens = kv_.geometry().page_tokens;
+    // The rank's geometry, not the shared KvManager's: under tensor parallelism the manager
+    // holds the whole model's heads while this pool's summaries hold only the rank's.
+    const KvGeometry& g = policy_.kv_geometry();
+    f.heads_per_block = g.roles.num_retrieval();
+    f.head_dim = g.head_dim;
+    f.page_tokens = g.page_tokens;
     f.blocks = reinterpret_cast<const int32_t*>(meta + layout_.retrieval_blocks) +
                static_cast<int64_t>(i) * retrieval_stride_;
     f.num_pages = cached / f.page_tokens;

@@ -49,6 +49,11 @@ class TensorParallelExecutor final : public StepExecutor {
   }
   // Rank 0's tier (each rank has its own, over its own heads).
   KvTierStats kv_tier_stats() const override { return ranks_[0].runner->kv_tier_stats(); }
+  // Rank 0's (every rank runs the same steps).
+  int64_t shared_prefix_steps() const override { return ranks_[0].runner->shared_prefix_steps(); }
+  int64_t shared_prefix_tokens() const override {
+    return ranks_[0].runner->shared_prefix_tokens();
+  }
   Status set_device_budgets(const std::vector<int32_t>& slots) override;
   int32_t size() const { return static_cast<int32_t>(ranks_.size()); }
 

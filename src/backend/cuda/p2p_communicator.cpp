@@ -159,7 +159,8 @@ class P2pCommunicator final : public Communicator {
   P2pCallCounts counts_;
 };
 
-Status enable_peer_access(const std::vector<int>& devices) {
+// Enables access from each device to every other one (the current device ends on the last).
+Status enable_peer_access_from_each(const std::vector<int>& devices) {
   for (int i : devices) {
     LS_CUDA_RETURN_IF_ERROR(cudaSetDevice(i));
     for (int j : devices) {
@@ -174,6 +175,16 @@ Status enable_peer_access(const std::vector<int>& devices) {
     }
   }
   return {};
+}
+
+// The same, leaving the caller's current device as it found it.
+Status enable_peer_access(const std::vector<int>& devices) {
+  int current = 0;
+  LS_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  const Status s = enable_peer_access_from_each(devices);
+  const cudaError_t restore = cudaSetDevice(current);
+  if (!s.ok()) return s;
+  return kc::cuda_status(restore, "cudaSetDevice (restoring the current device)");
 }
 
 }  // namespace
