@@ -4,22 +4,18 @@
 #include <httplib.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdlib>
 #include <ctime>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <random>
-#include <thread>
 
 #include "core/clock.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/bench_serve/bench_metrics.h"
+#include "tools/bench_serve/dispatch.h"
 #include "tools/bench_serve/multi_turn.h"
 #include "tools/bench_serve/progress_bar.h"
 #include "tools/bench_serve/random_dataset.h"
@@ -122,54 +118,13 @@ std::pair<std::vector<RequestOutcome>, double> run_traffic(const Endpoint& endpo
                                                            int32_t num_senders,
                                                            ProgressBar& progress) {
   std::vector<RequestOutcome> outcomes(specs.size());
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<size_t> ready;
-  std::vector<double> dispatch_s(specs.size(), 0.0);  // when each request was due
-  bool closed = false;
-  std::vector<std::thread> senders;
-  senders.reserve(static_cast<size_t>(num_senders));
-  for (int32_t t = 0; t < num_senders; ++t) {
-    senders.emplace_back([&] {
-      for (;;) {
-        size_t index = 0;
-        {
-          std::unique_lock lock(mu);
-          cv.wait(lock, [&] { return closed || !ready.empty(); });
-          if (ready.empty()) return;
-          index = ready.front();
-          ready.pop_front();
-        }
+  const double duration =
+      dispatch_on_schedule(offsets, num_senders, [&](size_t index, double due_s) {
         outcomes[index] = send_streaming_request(endpoint, specs[index]);
-        {
-          std::lock_guard lock(mu);
-          outcomes[index].dispatch_s = dispatch_s[index];
-        }
+        outcomes[index].dispatch_s = due_s;
         progress.advance();
-      }
-    });
-  }
-  const auto start = std::chrono::steady_clock::now();
-  const double start_s = now_seconds();
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (offsets[i] > 0) {
-      std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                std::chrono::duration<double>(offsets[i])));
-    }
-    {
-      std::lock_guard lock(mu);
-      dispatch_s[i] = now_seconds();
-      ready.push_back(i);
-    }
-    cv.notify_one();
-  }
-  {
-    std::lock_guard lock(mu);
-    closed = true;
-  }
-  cv.notify_all();
-  for (std::thread& sender : senders) sender.join();
-  return {std::move(outcomes), now_seconds() - start_s};
+      });
+  return {std::move(outcomes), duration};
 }
 
 // The tokenizer a longserve server serves on GET /tokenizer_info ("tokenizer_json" plus the

@@ -3,14 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <thread>
 
 #include "core/clock.h"
 #include "tools/bench_serve/bench_metrics.h"
+#include "tools/bench_serve/dispatch.h"
 
 namespace ls {
 
@@ -81,50 +77,11 @@ std::pair<std::vector<RequestOutcome>, double> run_conversations(
     const std::vector<double>& offsets, int32_t num_senders, ProgressBar& progress) {
   const size_t num_turns = conversations.empty() ? 1 : conversations.front().questions.size() + 1;
   std::vector<RequestOutcome> outcomes(conversations.size() * num_turns);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<size_t> ready;
-  std::vector<double> dispatch_s(conversations.size(), 0.0);
-  bool closed = false;
-  std::vector<std::thread> senders;
-  for (int32_t t = 0; t < std::max(1, num_senders); ++t) {
-    senders.emplace_back([&] {
-      for (;;) {
-        size_t c = 0;
-        double due = 0;
-        {
-          std::unique_lock lock(mu);
-          cv.wait(lock, [&] { return closed || !ready.empty(); });
-          if (ready.empty()) return;
-          c = ready.front();
-          ready.pop_front();
-          due = dispatch_s[c];
-        }
-        run_one(endpoint, conversations[c], due, &outcomes[c * num_turns], progress);
-      }
-    });
-  }
-  const auto start = std::chrono::steady_clock::now();
-  const double start_s = now_seconds();
-  for (size_t c = 0; c < conversations.size(); ++c) {
-    if (offsets[c] > 0) {
-      std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                std::chrono::duration<double>(offsets[c])));
-    }
-    {
-      std::lock_guard lock(mu);
-      dispatch_s[c] = now_seconds();
-      ready.push_back(c);
-    }
-    cv.notify_one();
-  }
-  {
-    std::lock_guard lock(mu);
-    closed = true;
-  }
-  cv.notify_all();
-  for (std::thread& sender : senders) sender.join();
-  return {std::move(outcomes), now_seconds() - start_s};
+  const double duration =
+      dispatch_on_schedule(offsets, num_senders, [&](size_t c, double due_s) {
+        run_one(endpoint, conversations[c], due_s, &outcomes[c * num_turns], progress);
+      });
+  return {std::move(outcomes), duration};
 }
 
 Json multi_turn_result(const std::vector<RequestOutcome>& outcomes, int32_t num_turns) {
