@@ -54,6 +54,9 @@ inline constexpr int kDecodeWarps = 4;
 inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
 inline constexpr int kDecodeStages = 3;
 inline constexpr int kDecodeRows = 16;  // query heads per block
+// Quantized pages: blocks per SM the registers are bounded for (their shared memory is half the
+// float kernel's, and the loop is bound by instruction latency: more warps hide more of it).
+inline constexpr int kDecodeQuantBlocksPerSm = 3;
 
 // The shared-memory plan of a decode block over pages of format kQ (kNone: q-dtype elements).
 // Float pages land in the stages as padded q-dtype rows that ldmatrix reads directly. Quantized
@@ -268,7 +271,7 @@ __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const Pending
 // prefetch and compute steps); everything else (span, splits, pipeline, tickets, merge) is the
 // same code for every format.
 template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant::kNone>
-__global__ void __launch_bounds__(kDecodeThreads, 2)
+__global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDecodeQuantBlocksPerSm)
     decode_attention_kernel(const AttentionParams p, const DecodeArgs a) {
   using Shape = DecodeShape<kD, kQ>;
   constexpr bool kQuantized = Shape::kQuantized;
