@@ -514,8 +514,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
   // ahead measured 5-45% slower on an H100: 264 blocks' prefetched rows overflow the L2.)
   auto prefetch_rows = [&](const PendingRow& pr) {
     if constexpr (kQuantized) {
-      // The even thread: the first and last line of the K codes and K's parameters; the odd
-      // thread the same of V (a row of codes may straddle two lines; repeats within one warp
+      // The even thread: the line(s) of the K codes and K's parameters; the odd thread the same
+      // of V (a row of codes may straddle two lines; repeats within one warp
       // instruction merge into one request).
       const PoolPage kp = resolve_page<kTiered>(hv, pr);
       if (kp.position < 0) return;
@@ -523,7 +523,11 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
           reinterpret_cast<const char*>(tid % 2 == 0 ? k_pool : v_pool), kp.page, page_bytes);
       const char* codes = base + static_cast<uint32_t>(kp.in_page) * Shape::kCodeBytes;
       prefetch_l2(codes);
-      prefetch_l2(codes + (Shape::kCodeBytes - 1));
+      // A second line only where the row crosses one (128-byte rows in pages whose bytes are a
+      // multiple of 128, the common case, do not): each request occupies the L2 pipeline.
+      if ((reinterpret_cast<uintptr_t>(codes) & 127u) + Shape::kCodeBytes > 128u) {
+        prefetch_l2(codes + (Shape::kCodeBytes - 1));
+      }
       prefetch_l2(base + params_offset +
                   static_cast<uint32_t>(kp.in_page) * (4 * Shape::kParams));
     } else {
@@ -583,6 +587,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
     for (int c = tid % 8; c < kChunks; c += 8)
       cp_async_16(sQ + r * kStride + c * 8, src + c * 8, valid);
   }
+  if constexpr (kQuantized) cp_async_commit();  // Q alone: the queries' conversion waits for it
 #pragma unroll
   for (int s = 0; s < kDecodeStages - 1; ++s) {
     if (s < n) issue(s, first[s]);
@@ -613,26 +618,28 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
   [[maybe_unused]] const int fg = lane / 4, ft = lane % 4;  // fragments: group, thread in it
 
   if constexpr (kQuantized) {
-    // The queries in f16 for the code MMAs, once: wait for Q (the first copy group), as the
-    // first iteration does.
-    cp_async_wait<kDecodeStages - 2>();
+    // The queries in f16 for the code MMAs, once, while the first key blocks load (Q is its own,
+    // first, copy group). Thread ft of a quad holds the quarter [kD / 4 ft, kD / 4 (ft + 1)) of
+    // rows fg and fg + 8 (in the permuted order of the K fragments, k_local).
+    cp_async_wait<kDecodeStages - 1>();
     __syncthreads();
-    // Rows fg and fg + 8 in the permuted head_dim order of the K fragments; the quad's four
-    // threads hold disjoint quarters of each row.
-    const T* qr0 = sQ + fg * kStride;
-    const T* qr1 = sQ + (fg + 8) * kStride;
+    constexpr int kQuarter = kD / 4;
+    T x0[kQuarter], x1[kQuarter];
+#pragma unroll
+    for (int c = 0; c < kQuarter / 8; ++c) {
+      *reinterpret_cast<uint4*>(x0 + 8 * c) =
+          *reinterpret_cast<const uint4*>(sQ + fg * kStride + kQuarter * ft + 8 * c);
+      *reinterpret_cast<uint4*>(x1 + 8 * c) =
+          *reinterpret_cast<const uint4*>(sQ + (fg + 8) * kStride + kQuarter * ft + 8 * c);
+    }
     float a0 = 0.0f, a1 = 0.0f, u0 = 0.0f, u1 = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) {
-#pragma unroll
-      for (int he = 0; he < 4; ++he) {
-        const int d = k_phys<kD, kQ>(kk, ft, he / 2, he % 2);
-        const float x0 = to_f32(qr0[d]), x1 = to_f32(qr1[d]);
-        a0 = fmaxf(a0, fabsf(x0));
-        a1 = fmaxf(a1, fabsf(x1));
-        u0 += x0;
-        u1 += x1;
-      }
+    for (int j = 0; j < kQuarter; ++j) {
+      const float v0 = to_f32(x0[j]), v1 = to_f32(x1[j]);
+      a0 = fmaxf(a0, fabsf(v0));
+      a1 = fmaxf(a1, fabsf(v1));
+      u0 += v0;
+      u1 += v1;
     }
 #pragma unroll
     for (int o2 = 1; o2 <= 2; o2 <<= 1) {
@@ -655,9 +662,9 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
     for (int kk = 0; kk < kKSteps; ++kk) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int d0 = k_phys<kD, kQ>(kk, ft, h, 0), d1 = k_phys<kD, kQ>(kk, ft, h, 1);
-        qf[kk][2 * h] = pack2<__half>(to_f32(qr0[d0]) * f0, to_f32(qr0[d1]) * f0);
-        qf[kk][2 * h + 1] = pack2<__half>(to_f32(qr1[d0]) * f1, to_f32(qr1[d1]) * f1);
+        const int d0 = k_local<kQ>(kk, h, 0), d1 = k_local<kQ>(kk, h, 1);
+        qf[kk][2 * h] = pack2<__half>(to_f32(x0[d0]) * f0, to_f32(x0[d1]) * f0);
+        qf[kk][2 * h + 1] = pack2<__half>(to_f32(x1[d0]) * f1, to_f32(x1[d1]) * f1);
       }
     }
   }

@@ -152,14 +152,19 @@ __device__ __forceinline__ void k_fragment(const uint32_t* w, int kk, uint32_t& 
 
 // The head_dim element that the fragment of k_fragment holds at k-step kk, for thread t, half h
 // (0: b0 / mma k 2t + e, 1: b1 / k 2t + 8 + e), element e: the queries' A fragment takes the
-// same element there.
-template <int kD, KvQuant kQ>
-__device__ __forceinline__ int k_phys(int kk, int t, int h, int e) {
+// same element there. Thread t's elements are the quarter [kD / 4 t, kD / 4 (t + 1)) of the
+// row, at k_local within it.
+template <KvQuant kQ>
+__device__ __forceinline__ constexpr int k_local(int kk, int h, int e) {
   if constexpr (kQ == KvQuant::kInt4) {
-    return 8 * (kKWords<kD, kQ> * t + kk / 2) + 2 * (kk % 2) + h + 4 * e;
+    return 8 * (kk / 2) + 2 * (kk % 2) + h + 4 * e;
   } else {
-    return 4 * (kKWords<kD, kQ> * t + kk) + 2 * h + e;
+    return 4 * kk + 2 * h + e;
   }
+}
+template <int kD, KvQuant kQ>
+__device__ __forceinline__ constexpr int k_phys(int kk, int t, int h, int e) {
+  return kD / 4 * t + k_local<kQ>(kk, h, e);
 }
 
 // ---- P V: the codes of a pair of key rows as B fragments ----
