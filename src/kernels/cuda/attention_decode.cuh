@@ -613,6 +613,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
   // and zacc = sum_t p_t z_t in f32; the end adds them back: o = acc / F + zacc.
   float sl0 = scale_log2, sl1 = scale_log2;
   [[maybe_unused]] float rq0 = 1.0f, rq1 = 1.0f, qsum0 = 0.0f, qsum1 = 0.0f;
+  [[maybe_unused]] float qoff0 = 0.0f, qoff1 = 0.0f;  // the K codes' offsets (k_fragment)
   [[maybe_unused]] float zacc0 = 0.0f, zacc1 = 0.0f;
   [[maybe_unused]] int veb = 15;
   [[maybe_unused]] const int fg = lane / 4, ft = lane % 4;  // fragments: group, thread in it
@@ -658,15 +659,29 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
     sl1 = scale_log2 * rq1;
     qsum0 = u0 * f0;
     qsum1 = u1 * f1;
+    // The offset k_fragment leaves in the int codes, per row: kKOffset * sum(y) (kv_fragments.cuh).
+    float c0 = 0.0f, c1 = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int d0 = k_local<kQ>(kk, h, 0), d1 = k_local<kQ>(kk, h, 1);
-        qf[kk][2 * h] = pack2<__half>(to_f32(x0[d0]) * f0, to_f32(x0[d1]) * f0);
-        qf[kk][2 * h + 1] = pack2<__half>(to_f32(x1[d0]) * f1, to_f32(x1[d1]) * f1);
+        const float w0 = f0 * k_query_weight<kQ>(h), w1 = f1 * k_query_weight<kQ>(h);
+        const float y00 = to_f32(x0[d0]) * w0, y01 = to_f32(x0[d1]) * w0;
+        const float y10 = to_f32(x1[d0]) * w1, y11 = to_f32(x1[d1]) * w1;
+        qf[kk][2 * h] = pack2<__half>(y00, y01);
+        qf[kk][2 * h + 1] = pack2<__half>(y10, y11);
+        c0 += y00 + y01;
+        c1 += y10 + y11;
       }
     }
+#pragma unroll
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+      c0 += __shfl_xor_sync(0xffffffffu, c0, o2);
+      c1 += __shfl_xor_sync(0xffffffffu, c1, o2);
+    }
+    qoff0 = kKOffset<kQ> * c0;
+    qoff1 = kKOffset<kQ> * c1;
   }
 
   // One iteration per 64-key block. qa holds block i + 2's table entry (issued now) and is then
@@ -766,12 +781,12 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
           vsc[nt][1] = vp2.y;
           kzr[nt][0] = kzr[nt][1] = vzr[nt][0] = vzr[nt][1] = 0.0f;
         }
-        // Scores in the rows' units: s_t acc + z_t qsum'.
+        // Scores in the rows' units: s_t (acc - offsets) + z_t qsum'.
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           if constexpr (Shape::kParams == 2) {
-            s[nt][e] = fmaf(s[nt][e], ksc[nt][e], kzr[nt][e] * qsum0);
-            s[nt][2 + e] = fmaf(s[nt][2 + e], ksc[nt][e], kzr[nt][e] * qsum1);
+            s[nt][e] = fmaf(s[nt][e] - qoff0, ksc[nt][e], kzr[nt][e] * qsum0);
+            s[nt][2 + e] = fmaf(s[nt][2 + e] - qoff1, ksc[nt][e], kzr[nt][e] * qsum1);
           } else {
             s[nt][e] *= ksc[nt][e];
             s[nt][2 + e] *= ksc[nt][e];

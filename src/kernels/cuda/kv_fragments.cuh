@@ -90,13 +90,21 @@ __device__ __forceinline__ uint32_t u8x2_lo_to_f16x2(uint32_t x) {
 __device__ __forceinline__ uint32_t u8x2_hi_to_f16x2(uint32_t x) {
   return hsub2_u32(__byte_perm(x, 0x64646464u, 0x4342), kF16Magic);
 }
+// (x & kMask) | 0x64006400 as ONE lop3 (written in C, the compiler emits an AND and an OR: a
+// LOP3 takes one immediate, and it does not put the other constant in a register).
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t and_or_magic(uint32_t x) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(x), "n"(kMask), "n"(kF16Magic));
+  return d;
+}
 // Nibbles 0 and 4 of x (bits 0..3 and 16..19; u4 codes) as f16.
 __device__ __forceinline__ uint32_t u4x2_lo_to_f16x2(uint32_t x) {
-  return hsub2_u32((x & 0x000f000fu) | kF16Magic, kF16Magic);
+  return hsub2_u32(and_or_magic<0x000f000fu>(x), kF16Magic);
 }
 // Nibbles 1 and 5 of x (bits 4..7 and 20..23) as f16: 1024 + 16 c, times 1/16, minus 64.
 __device__ __forceinline__ uint32_t u4x2_hi_to_f16x2(uint32_t x) {
-  return hfma2_u32((x & 0x00f000f0u) | kF16Magic, 0x2c002c00u, 0xd400d400u);
+  return hfma2_u32(and_or_magic<0x00f000f0u>(x), 0x2c002c00u, 0xd400d400u);
 }
 // e4m3 bytes 0 and 1 (resp. 2 and 3) of x as f16 (exact: e4m3 is a subset of f16; NaN stays
 // NaN).
@@ -134,21 +142,34 @@ __device__ __forceinline__ void load_k_words(const unsigned char* stage, int row
   }
 }
 
-// B fragment (b0, b1) of k-step kk from the thread's words of one key row.
+// B fragment (b0, b1) of k-step kk from the thread's words of one key row. fp8: the values. int8 /
+// int4: the codes plus an offset, one instruction per two codes (the subtraction is left out and
+// undone once per score, k_offset_q): int8 1024 + c; int4 1024 + c in b0 (low nibbles) and
+// 1024 + 16 c in b1 (high nibbles), whose query elements are scaled by 1/16 (k_query_weight).
 template <KvQuant kQ>
 __device__ __forceinline__ void k_fragment(const uint32_t* w, int kk, uint32_t& b0, uint32_t& b1) {
   if constexpr (kQ == KvQuant::kInt4) {
     const uint32_t x = (kk % 2 == 0) ? w[kk / 2] : (w[kk / 2] >> 8);
-    b0 = u4x2_lo_to_f16x2(x);
-    b1 = u4x2_hi_to_f16x2(x);
+    b0 = and_or_magic<0x000f000fu>(x);
+    b1 = and_or_magic<0x00f000f0u>(x);
   } else if constexpr (kQ == KvQuant::kFp8) {
     b0 = e4m3x2_lo_to_f16x2(w[kk]);
     b1 = e4m3x2_hi_to_f16x2(w[kk]);
   } else {
-    b0 = u8x2_lo_to_f16x2(w[kk]);
-    b1 = u8x2_hi_to_f16x2(w[kk]);
+    b0 = __byte_perm(w[kk], 0x64646464u, 0x4140);
+    b1 = __byte_perm(w[kk], 0x64646464u, 0x4342);
   }
 }
+
+// The factor of the query element paired with half h (0: b0, 1: b1) of k_fragment (a power of
+// two, so the weighted f16 query stays exact), and the offset k_fragment's values carry: with
+// y = weight * q', y . B = q' . c + kKOffset * sum(y).
+template <KvQuant kQ>
+__device__ __forceinline__ constexpr float k_query_weight(int h) {
+  return kQ == KvQuant::kInt4 && h == 1 ? 0.0625f : 1.0f;
+}
+template <KvQuant kQ>
+inline constexpr float kKOffset = kQ == KvQuant::kFp8 ? 0.0f : 1024.0f;
 
 // The head_dim element that the fragment of k_fragment holds at k-step kk, for thread t, half h
 // (0: b0 / mma k 2t + e, 1: b1 / k 2t + 8 + e), element e: the queries' A fragment takes the
