@@ -2,9 +2,11 @@
 // kernels/cpu run on the dequantized pages as f32 pools, on the attention scenarios of
 // attention_scenario.h: decode batches mixing causal, streaming and selected heads, head_dim 64
 // and 128, GQA 1/4/8, pages of 16 and 64 tokens, bf16 and f16 queries, one split and many. The
-// GPU rounds each dequantized value once to the query dtype for the tensor cores (fp32
-// accumulation), so the tolerance is the bf16 / f16 kernels' one. Prefill chunks run the mma.sync
-// prefill kernel's quantized instantiation. A head_dim without a quantized kernel fails with an
+// prefill rounds each dequantized value once to the query dtype for the tensor cores (fp32
+// accumulation); the decode runs its MMAs on the codes (exact in f16) with the queries exact in
+// f16, rounding only P times the V scale to f16 (2^-11 relative; docs/kv-quantization.md derives
+// the bound: at most 2^-11 of a row's value range), so for both the tolerance is the bf16 / f16
+// kernels' one. Prefill chunks run the mma.sync prefill kernel's quantized instantiation. A head_dim without a quantized kernel fails with an
 // error.
 
 #include <gtest/gtest.h>

@@ -44,6 +44,11 @@ bool wgmma_covers(const AttentionParams& p) {
   return p.head_dim == 64 || p.head_dim == 128;
 }
 
+// The K/V format of a call's pools (paged_attention checks that the pools present agree).
+KvQuant pools_quant(const AttentionParams& p) {
+  return p.retrieval.k ? p.retrieval.quant : (p.streaming.k ? p.streaming.quant : KvQuant::kNone);
+}
+
 Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions& o) {
   Layout L;
   L.num_sms = std::max(1, num_sms);
@@ -77,7 +82,10 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
     // dense batch 32 are best with two waves (docs/history/cuda-decode.md). Decode rows of mixed
     // batches count every sequence (items), prefilling ones included.
     const int64_t base = std::max<int64_t>(1, int64_t{L.items} * p.num_kv_heads * L.head_chunks);
-    const int64_t wave = int64_t{kDecodeBlocksPerSm} * std::max(1, num_sms);
+    // Quantized pages: their kernel is bounded for more blocks per SM (attention_decode.cuh).
+    const int per_sm =
+        pools_quant(p) == KvQuant::kNone ? kDecodeBlocksPerSm : kDecodeQuantBlocksPerSm;
+    const int64_t wave = int64_t{per_sm} * std::max(1, num_sms);
     const int64_t splits = 4 * base > wave ? 2 * wave / base : (selecting ? 4 : 1) * wave / base;
     L.max_splits = static_cast<int32_t>(std::clamp<int64_t>(splits, 1, kMaxSplits));
   }
@@ -379,11 +387,6 @@ Status run_prefill(const AttentionParams& p, const Layout& L, const PrefillTile*
     default:
       return invalid_argument("attention: head_dim {} is not supported", p.head_dim);
   }
-}
-
-// The K/V format of a call's pools (paged_attention checks that the pools present agree).
-KvQuant pools_quant(const AttentionParams& p) {
-  return p.retrieval.k ? p.retrieval.quant : (p.streaming.k ? p.streaming.quant : KvQuant::kNone);
 }
 
 template <typename T>

@@ -70,6 +70,7 @@ struct AttentionOptions {
   int min_blocks_per_split = 0;
   // Decode blocks prefetch each 64-key block's K/V rows into L2 one block before copying them
   // (more DRAM reads in flight without more shared memory); off: the cp.async pipeline alone.
+  // Float pages only: the kernel over quantized pages never prefetches (attention_decode.cuh).
   bool decode_l2_prefetch = true;
   // 64-key blocks (0..4) whose rows a decode block prefetches into L2 before waiting for the
   // previous kernel (with decode_l2_prefetch). 1, because every block asking for four blocks at

@@ -25,6 +25,7 @@
 #include "kernels/cuda/decode_trace.h"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/kv_dequant.cuh"
+#include "kernels/cuda/kv_fragments.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl_launch.cuh"
 #include "kernels/kv_quant.h"
@@ -53,12 +54,15 @@ inline constexpr int kDecodeWarps = 4;
 inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
 inline constexpr int kDecodeStages = 3;
 inline constexpr int kDecodeRows = 16;  // query heads per block
+// Quantized pages: blocks per SM the registers are bounded for (their shared memory is half the
+// float kernel's, and the loop is bound by instruction latency: more warps hide more of it).
+inline constexpr int kDecodeQuantBlocksPerSm = 3;
 
 // The shared-memory plan of a decode block over pages of format kQ (kNone: q-dtype elements).
 // Float pages land in the stages as padded q-dtype rows that ldmatrix reads directly. Quantized
-// pages land as packed code rows plus each row's f32 parameters (only the quantized bytes cross
-// DRAM); each warp dequantizes its 16 rows of a landed block into the q-dtype K / V tiles, which
-// the MMA loop then reads exactly as it reads a float stage.
+// pages land as packed (chunk-swizzled) code rows plus each row's f32 parameters (only the
+// quantized bytes cross DRAM); each warp reads its 16 rows' codes straight into mma fragments
+// (kv_fragments.cuh).
 template <int kD, KvQuant kQ = KvQuant::kNone>
 struct DecodeShape {
   static constexpr bool kQuantized = kQ != KvQuant::kNone;
@@ -76,12 +80,19 @@ struct DecodeShape {
   static constexpr int stage_bytes() {
     return kQuantized ? kKeyBlock * kCodeBytes : kSmemKV * static_cast<int>(sizeof(T));
   }
-  // Quantized only: the stages' parameters and the two dequantized tiles.
+  // The warps' partial outputs of the final merge ([warps][16][kD + 8] f32), laid over the
+  // stages (and, quantized, the parameters and a pad after them where those are smaller).
+  static constexpr int kMergeBytes = kDecodeWarps * kDecodeRows * (kD + 8) * 4;
+  // Quantized only: the stages' parameters, then the pad the merge needs.
   template <typename T>
   static constexpr int quant_bytes() {
-    return kQuantized ? 2 * kDecodeStages * kKeyBlock * kParams * 4 +
-                            2 * kSmemKV * static_cast<int>(sizeof(T))
-                      : 0;
+    if constexpr (!kQuantized) {
+      return 0;
+    } else {
+      constexpr int params = 2 * kDecodeStages * kKeyBlock * kParams * 4;
+      constexpr int below = 2 * kDecodeStages * stage_bytes<T>() + params;
+      return params + (kMergeBytes > below ? (kMergeBytes - below + 15) / 16 * 16 : 0);
+    }
   }
   template <typename T>
   static constexpr int smem_bytes(int listed_cap) {
@@ -260,7 +271,7 @@ __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const Pending
 // prefetch and compute steps); everything else (span, splits, pipeline, tickets, merge) is the
 // same code for every format.
 template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant::kNone>
-__global__ void __launch_bounds__(kDecodeThreads, 2)
+__global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDecodeQuantBlocksPerSm)
     decode_attention_kernel(const AttentionParams p, const DecodeArgs a) {
   using Shape = DecodeShape<kD, kQ>;
   constexpr bool kQuantized = Shape::kQuantized;
@@ -344,11 +355,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   unsigned char* sK = smem_raw + sizeof(T) * Shape::kSmemQ;
   unsigned char* sV = sK + kDecodeStages * kStageBytes;
   unsigned char* after_stages = sV + kDecodeStages * kStageBytes;
-  // Quantized only: the stages' row parameters and the dequantized q-dtype tiles.
+  // Quantized only: the stages' row parameters.
   float* pK = reinterpret_cast<float*>(after_stages);      // [stages][64][params] f32
   float* pV = pK + kDecodeStages * kKeyBlock * Shape::kParams;  // [stages][64][params] f32
-  T* tK = reinterpret_cast<T*>(pV + kDecodeStages * kKeyBlock * Shape::kParams);  // [64][stride]
-  T* tV = tK + Shape::kSmemKV;                                                    // [64][stride]
   int32_t* kpos = reinterpret_cast<int32_t*>(after_stages + Shape::template quant_bytes<T>());
   int32_t* listed = kpos + kDecodeStages * kKeyBlock;  // kpos: [stages][64]
   __shared__ Span span_s;
@@ -457,8 +466,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       const PoolPage kp = resolve_page<kTiered>(hv, pr);
       if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kp.position;
       const int32_t own_page = kp.position >= 0 ? kp.page : -1;  // -1: zero-fill
-      unsigned char* dk0 = sK + stage * kStageBytes + (warp * 16) * kCodeBytes;
-      unsigned char* dv0 = sV + stage * kStageBytes + (warp * 16) * kCodeBytes;
+      unsigned char* dk0 = sK + stage * kStageBytes;
+      unsigned char* dv0 = sV + stage * kStageBytes;
 #pragma unroll
       for (int r0 = 0; r0 < 16; r0 += kCopyRows) {
         const int rr = r0 + sub;  // row of the warp's 16 that this lane copies (< 16)
@@ -467,10 +476,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         // Page -1 reads nothing (the 16 bytes are zero-filled); its address is page 0's.
         const uint32_t pg = static_cast<uint32_t>(max(page, 0));
         const uint32_t in_off = static_cast<uint32_t>(in_page) * kCodeBytes;
-        cp_async_16_or_zero(dk0 + rr * kCodeBytes + c * 16,
-                            row_address(k_lane + in_off, pg, page_bytes), page);
-        cp_async_16_or_zero(dv0 + rr * kCodeBytes + c * 16,
-                            row_address(v_lane + in_off, pg, page_bytes), page);
+        const int dst = code_offset<kCodeBytes>(warp * 16 + rr, c);  // swizzled chunk
+        cp_async_16_or_zero(dk0 + dst, row_address(k_lane + in_off, pg, page_bytes), page);
+        cp_async_16_or_zero(dv0 + dst, row_address(v_lane + in_off, pg, page_bytes), page);
       }
       // The row's parameters: the pair's even thread copies K's, the odd one V's (zeros for a
       // missing row, so it dequantizes to zeros like its zero-filled codes).
@@ -506,8 +514,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // ahead measured 5-45% slower on an H100: 264 blocks' prefetched rows overflow the L2.)
   auto prefetch_rows = [&](const PendingRow& pr) {
     if constexpr (kQuantized) {
-      // The even thread: the first and last line of the K codes and K's parameters; the odd
-      // thread the same of V (a row of codes may straddle two lines; repeats within one warp
+      // The even thread: the line(s) of the K codes and K's parameters; the odd thread the same
+      // of V (a row of codes may straddle two lines; repeats within one warp
       // instruction merge into one request).
       const PoolPage kp = resolve_page<kTiered>(hv, pr);
       if (kp.position < 0) return;
@@ -515,7 +523,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
           reinterpret_cast<const char*>(tid % 2 == 0 ? k_pool : v_pool), kp.page, page_bytes);
       const char* codes = base + static_cast<uint32_t>(kp.in_page) * Shape::kCodeBytes;
       prefetch_l2(codes);
-      prefetch_l2(codes + (Shape::kCodeBytes - 1));
+      // A second line only where the row crosses one (128-byte rows in pages whose bytes are a
+      // multiple of 128, the common case, do not): each request occupies the L2 pipeline.
+      if ((reinterpret_cast<uintptr_t>(codes) & 127u) + Shape::kCodeBytes > 128u) {
+        prefetch_l2(codes + (Shape::kCodeBytes - 1));
+      }
       prefetch_l2(base + params_offset +
                   static_cast<uint32_t>(kp.in_page) * (4 * Shape::kParams));
     } else {
@@ -540,7 +552,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // two iterations earlier), prefetches block i + 3 into L2 (fetched one iteration earlier) and
   // fetches the table entry of block i + 4 (the rows qa / qb of the loop below).
   static_assert(kDecodeStages == 3, "the row queue below assumes three stages");
-  const bool l2_prefetch = a.l2_prefetch != 0;
+  // Quantized pages never prefetch into L2 (compiled out): their stages and three blocks per SM
+  // keep enough bytes in flight, and on an H200 the prefetch made every dense case slower (by
+  // 1-19%: each byte crossed the L2 twice, Mem Busy 89% at 69% DRAM for fp8).
+  const bool l2_prefetch = !kQuantized && a.l2_prefetch != 0;
   const int32_t page_shift =
       (hv.page_tokens & (hv.page_tokens - 1)) == 0 ? __ffs(hv.page_tokens) - 1 : -1;
   PendingRow first[kDecodeStages + 1];
@@ -575,6 +590,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     for (int c = tid % 8; c < kChunks; c += 8)
       cp_async_16(sQ + r * kStride + c * 8, src + c * 8, valid);
   }
+  if constexpr (kQuantized) cp_async_commit();  // Q alone: the queries' conversion waits for it
 #pragma unroll
   for (int s = 0; s < kDecodeStages - 1; ++s) {
     if (s < n) issue(s, first[s]);
@@ -590,6 +606,86 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   for (int i = 0; i < kDTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   const int key0 = warp * 16;  // this warp's 16 keys of each block
+  // Quantized pages (kv_fragments.cuh): the MMAs run on the codes in f16, so the queries are
+  // converted to f16 once, row h scaled by 2^eq_h (max |q'| in [2^14, 2^15): bf16 -> f16 is then
+  // exact down to 2^-28 of the row's max, and f16 queries stay exact); scores are kept in the
+  // row's units (raw score * 2^eq_h), so the row's softmax factor is scale_log2 * 2^-eq_h
+  // (sl0 / sl1 for rows g / g + 8) and m is put back into true units at the end. qsum: the row's
+  // sum of q' (the zero points' term). P V accumulates (p_t s_t F) c_t with F = 2^(141 - veb),
+  // veb the largest biased f32 exponent of the V scales seen so far (p_t s_t F < 2^15 in f16),
+  // and zacc = sum_t p_t z_t in f32; the end adds them back: o = acc / F + zacc.
+  float sl0 = scale_log2, sl1 = scale_log2;
+  [[maybe_unused]] float rq0 = 1.0f, rq1 = 1.0f, qsum0 = 0.0f, qsum1 = 0.0f;
+  [[maybe_unused]] float qoff0 = 0.0f, qoff1 = 0.0f;  // the K codes' offsets (k_fragment)
+  [[maybe_unused]] float zacc0 = 0.0f, zacc1 = 0.0f;
+  [[maybe_unused]] int veb = 15;
+  [[maybe_unused]] const int fg = lane / 4, ft = lane % 4;  // fragments: group, thread in it
+
+  if constexpr (kQuantized) {
+    // The queries in f16 for the code MMAs, once, while the first key blocks load (Q is its own,
+    // first, copy group). Thread ft of a quad holds the quarter [kD / 4 ft, kD / 4 (ft + 1)) of
+    // rows fg and fg + 8 (in the permuted order of the K fragments, k_local).
+    cp_async_wait<kDecodeStages - 1>();
+    __syncthreads();
+    constexpr int kQuarter = kD / 4;
+    T x0[kQuarter], x1[kQuarter];
+#pragma unroll
+    for (int c = 0; c < kQuarter / 8; ++c) {
+      *reinterpret_cast<uint4*>(x0 + 8 * c) =
+          *reinterpret_cast<const uint4*>(sQ + fg * kStride + kQuarter * ft + 8 * c);
+      *reinterpret_cast<uint4*>(x1 + 8 * c) =
+          *reinterpret_cast<const uint4*>(sQ + (fg + 8) * kStride + kQuarter * ft + 8 * c);
+    }
+    float a0 = 0.0f, a1 = 0.0f, u0 = 0.0f, u1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kQuarter; ++j) {
+      const float v0 = to_f32(x0[j]), v1 = to_f32(x1[j]);
+      a0 = fmaxf(a0, fabsf(v0));
+      a1 = fmaxf(a1, fabsf(v1));
+      u0 += v0;
+      u1 += v1;
+    }
+#pragma unroll
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+      a0 = fmaxf(a0, __shfl_xor_sync(0xffffffffu, a0, o2));
+      a1 = fmaxf(a1, __shfl_xor_sync(0xffffffffu, a1, o2));
+      u0 += __shfl_xor_sync(0xffffffffu, u0, o2);
+      u1 += __shfl_xor_sync(0xffffffffu, u1, o2);
+    }
+    // NaN / inf (exponent 255) give 2^-114: the row stays NaN / inf, as it should.
+    const int e0 = min(126, max(-126, 141 - static_cast<int>(__float_as_uint(a0) >> 23)));
+    const int e1 = min(126, max(-126, 141 - static_cast<int>(__float_as_uint(a1) >> 23)));
+    const float f0 = exp2_int(e0), f1 = exp2_int(e1);
+    rq0 = exp2_int(-e0);
+    rq1 = exp2_int(-e1);
+    sl0 = scale_log2 * rq0;
+    sl1 = scale_log2 * rq1;
+    qsum0 = u0 * f0;
+    qsum1 = u1 * f1;
+    // The offset k_fragment leaves in the int codes, per row: kKOffset * sum(y) (kv_fragments.cuh).
+    float c0 = 0.0f, c1 = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int d0 = k_local<kQ>(kk, h, 0), d1 = k_local<kQ>(kk, h, 1);
+        const float w0 = f0 * k_query_weight<kQ>(h), w1 = f1 * k_query_weight<kQ>(h);
+        const float y00 = to_f32(x0[d0]) * w0, y01 = to_f32(x0[d1]) * w0;
+        const float y10 = to_f32(x1[d0]) * w1, y11 = to_f32(x1[d1]) * w1;
+        qf[kk][2 * h] = pack2<__half>(y00, y01);
+        qf[kk][2 * h + 1] = pack2<__half>(y10, y11);
+        c0 += y00 + y01;
+        c1 += y10 + y11;
+      }
+    }
+#pragma unroll
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+      c0 += __shfl_xor_sync(0xffffffffu, c0, o2);
+      c1 += __shfl_xor_sync(0xffffffffu, c1, o2);
+    }
+    qoff0 = kKOffset<kQ> * c0;
+    qoff1 = kKOffset<kQ> * c1;
+  }
 
   // One iteration per 64-key block. qa holds block i + 2's table entry (issued now) and is then
   // refilled with block i + 4's; qb holds block i + 3's (prefetched now). The loop below runs the
@@ -627,9 +723,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
     if (i == 0) {
       if (a.trace != nullptr) tr.first_data = trace_now();
+      if constexpr (!kQuantized) {
 #pragma unroll
-      for (int kk = 0; kk < kKSteps; ++kk) {
-        ldmatrix_x4(qf[kk], sQ + (lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
+        for (int kk = 0; kk < kKSteps; ++kk) {
+          ldmatrix_x4(qf[kk], sQ + (lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
+        }
       }
     }
     const int nxt = i + kDecodeStages - 1;
@@ -644,55 +742,70 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     const bool vis = key_visible(hv, it.position, kp[lane % 16]);
     if (!__any_sync(0xffffffffu, vis)) return true;
     const bool all = __all_sync(0xffffffffu, vis);
-    const T* k_st = reinterpret_cast<const T*>(sK + stage * kStageBytes);
-    const T* v_st = reinterpret_cast<const T*>(sV + stage * kStageBytes);
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    // Quantized: this thread's keys' parameters (keys key0 + 8 nt + 2 ft + e, the columns of its
+    // score fragments): K's scale / zero, V's scale / zero.
+    [[maybe_unused]] float ksc[2][2], kzr[2][2], vsc[2][2], vzr[2][2];
     if constexpr (kQuantized) {
-      // The warp dequantizes its own 16 rows of the landed codes into the q-dtype tiles (the MMAs
-      // below read only those rows): 16-byte code vectors and the row's parameters into
-      // registers, fp8 by exponent rebias, int8 / int4 by one fma, one rounding to T. The tiles'
-      // previous rows were last read before this iteration's __syncthreads.
-      constexpr int kCodeBytes = Shape::kCodeBytes;
-      constexpr int kVecs = 16 * Shape::kCodeChunks;  // code vectors of the warp's rows, K or V
-      static_assert(kVecs % 32 == 0, "whole vectors per lane");
-      const unsigned char* kc = sK + stage * kStageBytes + key0 * kCodeBytes;
-      const unsigned char* vc = sV + stage * kStageBytes + key0 * kCodeBytes;
+      const unsigned char* kst = sK + stage * kStageBytes;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        uint32_t kw[kKWords<kD, kQ>];
+        load_k_words<kD, kQ>(kst, key0 + nt * 8 + fg, ft, kw);
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; ++kk) {
+          uint32_t b0, b1;
+          k_fragment<kQ>(kw, kk, b0, b1);
+          mma_16816<__half>(s[nt], qf[kk], b0, b1);
+        }
+      }
       const float* kq = pK + (stage * kKeyBlock + key0) * Shape::kParams;
       const float* vq = pV + (stage * kKeyBlock + key0) * Shape::kParams;
 #pragma unroll
-      for (int j = 0; j < kVecs / 32; ++j) {
-        const int v = lane + 32 * j;
-        const int row = v / Shape::kCodeChunks, c = v % Shape::kCodeChunks;
-        const uint4 wk = *reinterpret_cast<const uint4*>(kc + row * kCodeBytes + c * 16);
-        const uint4 wv = *reinterpret_cast<const uint4*>(vc + row * kCodeBytes + c * 16);
-        float ks, kz = 0.0f, vs, vz = 0.0f;
+      for (int nt = 0; nt < 2; ++nt) {
+        const int key = nt * 8 + 2 * ft;
         if constexpr (Shape::kParams == 2) {
-          const float2 kp2 = *reinterpret_cast<const float2*>(kq + 2 * row);
-          const float2 vp2 = *reinterpret_cast<const float2*>(vq + 2 * row);
-          ks = kp2.x;
-          kz = kp2.y;
-          vs = vp2.x;
-          vz = vp2.y;
+          const float4 kp4 = *reinterpret_cast<const float4*>(kq + 2 * key);
+          const float4 vp4 = *reinterpret_cast<const float4*>(vq + 2 * key);
+          ksc[nt][0] = kp4.x;
+          kzr[nt][0] = kp4.y;
+          ksc[nt][1] = kp4.z;
+          kzr[nt][1] = kp4.w;
+          vsc[nt][0] = vp4.x;
+          vzr[nt][0] = vp4.y;
+          vsc[nt][1] = vp4.z;
+          vzr[nt][1] = vp4.w;
         } else {
-          ks = kq[row];
-          vs = vq[row];
+          const float2 kp2 = *reinterpret_cast<const float2*>(kq + key);
+          const float2 vp2 = *reinterpret_cast<const float2*>(vq + key);
+          ksc[nt][0] = kp2.x;
+          ksc[nt][1] = kp2.y;
+          vsc[nt][0] = vp2.x;
+          vsc[nt][1] = vp2.y;
+          kzr[nt][0] = kzr[nt][1] = vzr[nt][0] = vzr[nt][1] = 0.0f;
         }
-        const int e = (key0 + row) * kStride + c * kQuantVecElems<kQ>;
-        dequant_vec16<kQ, T>(wk, ks, kz, true, tK + e);
-        dequant_vec16<kQ, T>(wv, vs, vz, true, tV + e);
-      }
-      __syncwarp();
-      k_st = tK;
-      v_st = tV;
-    }
-
-    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        // Scores in the rows' units: s_t (acc - offsets) + z_t qsum'.
 #pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) {
-      uint32_t kf[4];
-      ldmatrix_x4(kf, k_st + (key0 + (lane % 8) + (lane / 16) * 8) * kStride + kk * 16 +
-                          ((lane / 8) % 2) * 8);
-      mma_16816<T>(s[0], qf[kk], kf[0], kf[1]);
-      mma_16816<T>(s[1], qf[kk], kf[2], kf[3]);
+        for (int e = 0; e < 2; ++e) {
+          if constexpr (Shape::kParams == 2) {
+            s[nt][e] = fmaf(s[nt][e] - qoff0, ksc[nt][e], kzr[nt][e] * qsum0);
+            s[nt][2 + e] = fmaf(s[nt][2 + e] - qoff1, ksc[nt][e], kzr[nt][e] * qsum1);
+          } else {
+            s[nt][e] *= ksc[nt][e];
+            s[nt][2 + e] *= ksc[nt][e];
+          }
+        }
+      }
+    } else {
+      const T* k_st = reinterpret_cast<const T*>(sK + stage * kStageBytes);
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        uint32_t kf[4];
+        ldmatrix_x4(kf, k_st + (key0 + (lane % 8) + (lane / 16) * 8) * kStride + kk * 16 +
+                            ((lane / 8) % 2) * 8);
+        mma_16816<T>(s[0], qf[kk], kf[0], kf[1]);
+        mma_16816<T>(s[1], qf[kk], kf[2], kf[3]);
+      }
     }
     if (!all) {
 #pragma unroll
@@ -714,21 +827,49 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
     }
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * scale_log2;
-    const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * scale_log2;
-    const float alpha0 = fast_exp2(m0 * scale_log2 - base0);
-    const float alpha1 = fast_exp2(m1 * scale_log2 - base1);
+    const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * sl0;
+    const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * sl1;
+    float alpha0 = fast_exp2(m0 * sl0 - base0);  // quantized: times F_old / F_new below
+    float alpha1 = fast_exp2(m1 * sl1 - base1);
     m0 = mn0;
     m1 = mn1;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      s[nt][0] = fast_exp2(fmaf(s[nt][0], scale_log2, -base0));
-      s[nt][1] = fast_exp2(fmaf(s[nt][1], scale_log2, -base0));
-      s[nt][2] = fast_exp2(fmaf(s[nt][2], scale_log2, -base1));
-      s[nt][3] = fast_exp2(fmaf(s[nt][3], scale_log2, -base1));
+      s[nt][0] = fast_exp2(fmaf(s[nt][0], sl0, -base0));
+      s[nt][1] = fast_exp2(fmaf(s[nt][1], sl0, -base0));
+      s[nt][2] = fast_exp2(fmaf(s[nt][2], sl1, -base1));
+      s[nt][3] = fast_exp2(fmaf(s[nt][3], sl1, -base1));
     }
     l0 = l0 * alpha0 + (s[0][0] + s[0][1] + s[1][0] + s[1][1]);
     l1 = l1 * alpha1 + (s[0][2] + s[0][3] + s[1][2] + s[1][3]);
+    uint32_t pf[4];
+    if constexpr (kQuantized) {
+      // P' = p_t s_t F in f16 (F from the largest V scale so far; a larger one rescales o by the
+      // exact power of two F_new / F_old together with alpha), and z's term in f32.
+      if constexpr (Shape::kParams == 2) {
+        zacc0 = zacc0 * alpha0 + (s[0][0] * vzr[0][0] + s[0][1] * vzr[0][1] +
+                                  s[1][0] * vzr[1][0] + s[1][1] * vzr[1][1]);
+        zacc1 = zacc1 * alpha1 + (s[0][2] * vzr[0][0] + s[0][3] * vzr[0][1] +
+                                  s[1][2] * vzr[1][0] + s[1][3] * vzr[1][1]);
+      }
+      float mxs = fmaxf(fmaxf(vsc[0][0], vsc[0][1]), fmaxf(vsc[1][0], vsc[1][1]));
+      mxs = fmaxf(mxs, __shfl_xor_sync(0xffffffffu, mxs, 1));
+      mxs = fmaxf(mxs, __shfl_xor_sync(0xffffffffu, mxs, 2));
+      const int eb = min(254, max(veb, static_cast<int>((__float_as_uint(mxs) >> 23) & 0xffu)));
+      if (eb != veb) {  // the same in every lane (the quad's max covers the warp's 16 keys)
+        const float ratio = exp2_int(max(-126, veb - eb));
+        alpha0 *= ratio;
+        alpha1 *= ratio;
+        veb = eb;
+      }
+      const float big_f = exp2_int(141 - veb);
+      const float f00 = vsc[0][0] * big_f, f01 = vsc[0][1] * big_f;
+      const float f10 = vsc[1][0] * big_f, f11 = vsc[1][1] * big_f;
+      pf[0] = pack2<__half>(s[0][0] * f00, s[0][1] * f01);
+      pf[1] = pack2<__half>(s[0][2] * f00, s[0][3] * f01);
+      pf[2] = pack2<__half>(s[1][0] * f10, s[1][1] * f11);
+      pf[3] = pack2<__half>(s[1][2] * f10, s[1][3] * f11);
+    }
     // Once the row maxima settle, alpha is exactly 1 (exp2 of 0) for the whole warp, and the 64
     // multiplications would leave o as it is: skip them (bit-identical either way).
     if (__any_sync(0xffffffffu, alpha0 != 1.0f || alpha1 != 1.0f)) {
@@ -740,18 +881,45 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         o[d][3] *= alpha1;
       }
     }
-    uint32_t pf[4];
-    pf[0] = pack2<T>(s[0][0], s[0][1]);
-    pf[1] = pack2<T>(s[0][2], s[0][3]);
-    pf[2] = pack2<T>(s[1][0], s[1][1]);
-    pf[3] = pack2<T>(s[1][2], s[1][3]);
+    if constexpr (!kQuantized) {
+      pf[0] = pack2<T>(s[0][0], s[0][1]);
+      pf[1] = pack2<T>(s[0][2], s[0][3]);
+      pf[2] = pack2<T>(s[1][0], s[1][1]);
+      pf[3] = pack2<T>(s[1][2], s[1][3]);
+    }
+    if constexpr (kQuantized) {
+      // Rows 2 ft, 2 ft + 1 (b0) and 2 ft + 8, 2 ft + 9 (b1) of the warp's keys; thread fg holds
+      // head_dim elements v_phys(j, fg) of n-tile j.
+      constexpr int kW = kVWords<kD, kQ>;
+      constexpr int kTilesPerWord = kQ == KvQuant::kInt4 ? 8 : 4;
+      const unsigned char* vst = sV + stage * kStageBytes;
+      uint32_t va[kW], vb[kW], vc[kW], vd[kW];
+      load_v_words<kD, kQ>(vst, key0 + 2 * ft, fg, va);
+      load_v_words<kD, kQ>(vst, key0 + 2 * ft + 1, fg, vb);
+      load_v_words<kD, kQ>(vst, key0 + 2 * ft + 8, fg, vc);
+      load_v_words<kD, kQ>(vst, key0 + 2 * ft + 9, fg, vd);
 #pragma unroll
-    for (int dn = 0; dn < kD / 16; ++dn) {
-      uint32_t vf[4];
-      ldmatrix_x4_trans(vf, v_st + (key0 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride + dn * 16 +
-                                (lane / 16) * 8);
-      mma_16816<T>(o[2 * dn], pf, vf[0], vf[1]);
-      mma_16816<T>(o[2 * dn + 1], pf, vf[2], vf[3]);
+      for (int m = 0; m < kW; ++m) {
+        uint32_t f0[kTilesPerWord], f1[kTilesPerWord];
+        v_fragments<kQ>(va[m], vb[m], f0);
+        v_fragments<kQ>(vc[m], vd[m], f1);
+#pragma unroll
+        for (int jj = 0; jj < kTilesPerWord; ++jj) {
+          if (m * kTilesPerWord + jj < kDTiles) {
+            mma_16816<__half>(o[m * kTilesPerWord + jj], pf, f0[jj], f1[jj]);
+          }
+        }
+      }
+    } else {
+      const T* v_st = reinterpret_cast<const T*>(sV + stage * kStageBytes);
+#pragma unroll
+      for (int dn = 0; dn < kD / 16; ++dn) {
+        uint32_t vf[4];
+        ldmatrix_x4_trans(vf, v_st + (key0 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride +
+                                  dn * 16 + (lane / 16) * 8);
+        mma_16816<T>(o[2 * dn], pf, vf[0], vf[1]);
+        mma_16816<T>(o[2 * dn + 1], pf, vf[2], vf[3]);
+      }
     }
     return true;
   };
@@ -771,16 +939,34 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if constexpr (kQuantized) {
+    // Back to true units: o = acc / F + sum_t p_t z_t (columns stay permuted: v_phys), m = m' 2^-eq.
+    zacc0 += __shfl_xor_sync(0xffffffffu, zacc0, 1);
+    zacc0 += __shfl_xor_sync(0xffffffffu, zacc0, 2);
+    zacc1 += __shfl_xor_sync(0xffffffffu, zacc1, 1);
+    zacc1 += __shfl_xor_sync(0xffffffffu, zacc1, 2);
+    const float inv_f = exp2_int(veb - 141);
+#pragma unroll
+    for (int d = 0; d < kDTiles; ++d) {
+      o[d][0] = fmaf(o[d][0], inv_f, zacc0);
+      o[d][1] = fmaf(o[d][1], inv_f, zacc0);
+      o[d][2] = fmaf(o[d][2], inv_f, zacc1);
+      o[d][3] = fmaf(o[d][3], inv_f, zacc1);
+    }
+    m0 *= rq0;
+    m1 *= rq1;
+  }
   // Rows padded by 8 floats: the fragment stores below (lane l: row l / 4, columns 2 (l % 4) and
   // + 1 of each 8-column tile) then hit distinct banks; rows of kD floats put every row in the
   // same banks (an 8-way conflict per store).
   constexpr int kOwStride = kD + 8;
-  static_assert(kDecodeWarps * kDecodeRows * kOwStride * 4 <=
-                    (kQuantized ? 2 * Shape::kSmemKV * static_cast<int>(sizeof(T))
-                                : kDecodeStages * kStageBytes),
-                "the warps' partial outputs fit the K stages (quantized: the two q-dtype tiles)");
-  // [warps][16][kOwStride] f32, in the K stages (quantized: over the K and V tiles)
-  float* ow = kQuantized ? reinterpret_cast<float*>(tK) : reinterpret_cast<float*>(sK);
+  static_assert(Shape::kMergeBytes <= (kQuantized ? 2 * kDecodeStages * kStageBytes +
+                                                       Shape::template quant_bytes<T>()
+                                                 : kDecodeStages * kStageBytes),
+                "the warps' partial outputs fit the K stages (quantized: K and V stages, "
+                "parameters and pad)");
+  // [warps][16][kOwStride] f32, from the K stages on
+  float* ow = reinterpret_cast<float*>(sK);
   const int r0 = lane / 4;
   if (lane % 4 == 0) {
     ml_s[warp][r0][0] = m0;
@@ -827,8 +1013,18 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       for (int w = 0; w < kDecodeWarps; ++w) {
         if (mw[w] == -INFINITY) continue;
         const float wt = fast_exp2((mw[w] - mstar) * scale_log2);
-        const float4 v =
-            *reinterpret_cast<const float4*>(ow + (w * kDecodeRows + r) * kOwStride + 4 * c);
+        const float* owr = ow + (w * kDecodeRows + r) * kOwStride;
+        float4 v;
+        if constexpr (kQuantized) {
+          // Output column d sits at fragment column 8 (d % (kD / 8)) + d / (kD / 8) (v_phys).
+          constexpr int kG = kD / 8;
+          v.x = owr[8 * ((4 * c) % kG) + (4 * c) / kG];
+          v.y = owr[8 * ((4 * c + 1) % kG) + (4 * c + 1) / kG];
+          v.z = owr[8 * ((4 * c + 2) % kG) + (4 * c + 2) / kG];
+          v.w = owr[8 * ((4 * c + 3) % kG) + (4 * c + 3) / kG];
+        } else {
+          v = *reinterpret_cast<const float4*>(owr + 4 * c);
+        }
         acc.x += wt * v.x;
         acc.y += wt * v.y;
         acc.z += wt * v.z;
