@@ -253,8 +253,8 @@ Result<Checkpoint> dummy_checkpoint(const ModelConfig& c, const ArchitectureSpec
   std::memcpy(bytes.data() + 8, header.data(), header.size());
   uint8_t* data = bytes.data() + 8 + header.size();
 
-  // Rows of every tensor in blocks, handed to the threads (the ranks of one process generate
-  // at once, so each takes its share of the cores).
+  // Rows of every tensor in blocks, handed to one thread per core (the tensor-parallel builder
+  // loads its ranks one after another).
   struct Block {
     size_t plan;
     int64_t r0, r1;
@@ -266,8 +266,8 @@ Result<Checkpoint> dummy_checkpoint(const ModelConfig& c, const ArchitectureSpec
     for (int64_t r = 0; r < rows; r += per) blocks.push_back({i, r, std::min(rows, r + per)});
   }
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const unsigned n_threads = std::max(1u, std::min<unsigned>(hw / static_cast<unsigned>(l.size),
-                                                             static_cast<unsigned>(blocks.size())));
+  const unsigned n_threads =
+      std::max(1u, std::min<unsigned>(hw, static_cast<unsigned>(blocks.size())));
   auto work = [&](unsigned t) {
     for (size_t b = t; b < blocks.size(); b += n_threads) {
       const Plan& p = plans[blocks[b].plan];
