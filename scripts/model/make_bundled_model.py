@@ -536,7 +536,7 @@ def main(argv: Iterable[str] | None = None) -> None:
         ap.error(f"--out is required for --preset {args.preset}")
     out = os.path.join(REPO_ROOT, out) if not os.path.isabs(out) else out
     device = args.device
-    if device == "auto":
+    if device == "auto" and not args.config_only:  # no weights drawn: torch not needed
         device = "cuda" if preset.big and torch.cuda.is_available() else "cpu"
     t0 = time.monotonic()
     if args.config_only and args.verify:
