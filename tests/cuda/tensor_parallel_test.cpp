@@ -123,7 +123,11 @@ TEST_P(CudaTensorParallelDummy8b, RanksEqualOne) {
   ASSERT_TRUE(one.ok()) << one.status().to_string();
   auto many = build_model_stack(on);
   ASSERT_TRUE(many.ok()) << many.status().to_string();
-  const TpComparison cmp = compare_tp_runs(**one, **many, 2 * kLogitTol);
+  // Logits of a few units over 128256 ids: the top-2 gap is about 1 on average, so a margin of
+  // 2 * kLogitTol of the largest |logit| would leave no position to compare. 0.1 keeps the
+  // comparison sound while the worst relative error stays below 0.05 (a flip needs twice the
+  // error to exceed the margin) and still leaves several clear positions of the 80.
+  const TpComparison cmp = compare_tp_runs(**one, **many, /*margin_scale=*/0.1);
   EXPECT_EQ(cmp.decoded, 80);
   EXPECT_GT(cmp.greedy_checked, 0);
   EXPECT_LT(cmp.worst_relative, kLogitTol) << policy << " TP=" << tp;
