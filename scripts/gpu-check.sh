@@ -14,7 +14,7 @@
 # Sections, in order (names for --only / --skip): env, build, tests, kernels, transfers, torch,
 # e2e, hf, serve; only when named in --only: prefix (prefix caching; prefix-multiturn: its
 # multi-turn conversation mode), profile, tierk, tier32k, tier128k, tiercap (the host KV tier),
-# tp, tpserve (tensor parallelism on 2 or 4 GPUs). Each section has its own time limit and a
+# tp, tpserve (tensor parallelism on 2 or 4 GPUs), tp70b (a 70B-shaped model on 4 GPUs). Each section has its own time limit and a
 # failing section never stops the others; the
 # whole run keeps within GPU_CHECK_BUDGET_S seconds (default 540). Logs and results go to $OUT
 # (default ./gpu-out): gpu_check.log, build.log, ptxas.txt, tests.log, results.jsonl,
@@ -183,7 +183,7 @@ export CARRY
 
 # ---- the 8B-shaped model, generated while we build (GPU draws, ~16 GB written) ----
 MODEL_PID=""
-if wanted e2e || wanted hf || wanted serve || [[ "$ONLY" =~ ,(profile|tier32k|tier128k|tiercap|prefill|prefix|prefix-multiturn|tp|tpserve), ]]; then
+if wanted e2e || wanted hf || wanted serve || [[ "$ONLY" =~ ,(profile|tier32k|tier128k|tiercap|prefill|prefix|prefix-multiturn|tp), ]]; then
   if [ -f "$MODEL_DIR/model.safetensors.index.json" ]; then
     log "model: reusing $MODEL_DIR"
   else
@@ -495,10 +495,24 @@ if wanted serve; then wait_model; section serve 480 serve_section; fi
 #   32K and 128K), and the collectives' share of a decode step (tp_collectives lines).
 # tpserve: `longserve bench serve` throughput at 32K in / 1K out: one server with
 #   --tensor-parallel-size 2 (GPUs 0, 1) against two TP = 1 servers (CUDA_VISIBLE_DEVICES=0 and
-#   =1, two ports) sharing the same requests (TP_SERVE_PROMPTS, default 32, at concurrency
-#   TP_SERVE_CONCURRENCY, default 16; each replica half of both), throughputs summed. ----
+#   =1, two ports) sharing the same requests (TP_SERVE_PROMPTS, default 16, at concurrency
+#   TP_SERVE_CONCURRENCY, default 8: one wave per server, a few minutes in all; each replica half
+#   of both), throughputs summed. Without TP_MODEL_DIR the servers run the 8B shape with
+#   --load-format dummy from a config-only directory (no model generated or read).
+# tp70b: the Llama-3-70B shape (80 layers) with --load-format dummy (config-only directory, the
+#   weights generated on each rank, ~35 GB per GPU) at TP = 4: bench_cuda_e2e TTFT and TPOT at
+#   TP70B_LENS (default 32K and 128K), dense and lserve, the all-reduce's share of a decode step.
+#   Rows in $OUT/tp70b.jsonl (and results.jsonl), a table in $OUT/tp70b.md. Needs 4 GPUs. ----
 tp_gpus() { nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l; }
-export -f tp_gpus
+# config_only_model PRESET DIR: make_bundled_model.py --config-only (config.json + tokenizer, no
+# weights) for --load-format dummy, unless DIR already has them.
+config_only_model() {
+  [ -f "$2/config.json" ] && [ -f "$2/tokenizer.json" ] && return 0
+  mkdir -p "$(dirname "$2")"
+  timeout 180 python3 scripts/model/make_bundled_model.py --preset "$1" --out "$2" --config-only \
+    >"$2.log" 2>&1 || { echo "config-only $1: exit $?"; tail -5 "$2.log"; return 1; }
+}
+export -f tp_gpus config_only_model
 tp_section() {
   local model=${TP_MODEL_DIR:-$MODEL_DIR} gpus sizes lens=${TP_LENS:-32768,131072}
   [ -f "$model/model.safetensors.index.json" ] || { echo "no model in $model"; return 1; }
@@ -515,13 +529,19 @@ tp_section() {
   grep -E '"(tp_collectives|tpot|ttft)"' /tmp/longserve-tp/bench.log | grep -E '"tp"' | head -40
 }
 tpserve_section() {
-  local model=${TP_MODEL_DIR:-$MODEL_DIR} n=${TP_SERVE_PROMPTS:-32} c=${TP_SERVE_CONCURRENCY:-16} rc=0
-  [ -f "$model/model.safetensors.index.json" ] || { echo "no model in $model"; return 1; }
+  local model=${TP_MODEL_DIR:-/tmp/longserve-tp/llama3-8b-config} n=${TP_SERVE_PROMPTS:-16}
+  local c=${TP_SERVE_CONCURRENCY:-8} rc=0
   [ "$(tp_gpus)" -ge 2 ] || { echo "tpserve: needs 2 GPUs"; return 1; }
   local dir=/tmp/longserve-tp
   mkdir -p "$dir"
   rm -f "$dir"/serve-*.json
   local common=(--max-model-len 36864 --attention dense)
+  if [ -z "${TP_MODEL_DIR:-}" ]; then
+    config_only_model llama3-8b-shape "$model" || return 1
+    common+=(--load-format dummy)
+  else
+    [ -f "$model/model.safetensors.index.json" ] || { echo "no model in $model"; return 1; }
+  fi
   # client NAME PORT PROMPTS CONCURRENCY SEED: one `bench serve` run, its result in $dir/serve-NAME.json
   client() {
     timeout "${TP_SERVE_LIMIT_S:-300}" "$BUILD/longserve" bench serve --port "$2" --model "$model" \
@@ -589,9 +609,51 @@ PY
   grep '"tp_serve"' "$RESULTS"
   return $rc
 }
-export -f tp_section tpserve_section
+tp70b_section() {
+  local model=${TP70B_MODEL_DIR:-/tmp/longserve-tp/llama3-70b-config} lens=${TP70B_LENS:-32768,131072}
+  local res=$OUT/tp70b.jsonl
+  [ "$(tp_gpus)" -ge 4 ] || { echo "tp70b: needs 4 GPUs, $(tp_gpus) visible"; return 1; }
+  config_only_model llama3-70b-shape "$model" || return 1
+  : >"$res"
+  echo "tp70b: $model (dummy weights) at TP = 4, lengths $lens"
+  NCCL_NVLS_ENABLE=0 "$BUILD/bench/cuda/bench_cuda_e2e" --model "$model" --load-format dummy \
+    --out "$res" --tensor-parallel-size 4 --policies dense,lserve --ttft "$lens" --tpot "$lens" \
+    >/tmp/longserve-tp/bench70b.log 2>&1 || { echo "bench_cuda_e2e: exit $?"; tail -20 /tmp/longserve-tp/bench70b.log; }
+  cat "$res" >>"$RESULTS"
+  python3 - "$res" "$OUT/tp70b.md" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+out = ["| policy | context | TTFT (s) | TPOT median (ms) | all-reduce share of a decode step | note |",
+       "|---|---|---|---|---|---|"]
+cases = {}
+for r in rows:
+    if "error" in r:
+        out.append(f"| {r.get('policy', '?')} | {r.get('tokens', r.get('context', ''))} | | | | "
+                   f"{r.get('bench')}: {r['error']} |")
+        continue
+    if r.get("bench") == "ttft":
+        cases.setdefault((r["policy"], r["tokens"]), {})["ttft"] = r["ms"] / 1e3
+    elif r.get("bench") == "tpot":
+        c = cases.setdefault((r["policy"], r["context"]), {})
+        c["tpot"] = r["median_ms"]
+        c["share"] = r.get("allreduce_share")
+def f(v, spec):
+    return spec.format(v) if v is not None else ""
+for (pol, ctx), c in sorted(cases.items()):
+    out.append(f"| {pol} | {ctx // 1024}K | {f(c.get('ttft'), '{:.2f}')} | "
+               f"{f(c.get('tpot'), '{:.2f}')} | {f(c.get('share'), '{:.1%}')} | |")
+out.append("")
+out.append("Llama-3-70B shape (80 layers, random bf16 weights from --load-format dummy), TP = 4; "
+           "dummy weights select nearly at random, so lserve's numbers reflect its work, not its "
+           "selection quality. Raw rows: tp70b.jsonl.")
+open(sys.argv[2], "w").write("\n".join(out) + "\n")
+print("\n".join(out))
+PY
+}
+export -f tp_section tpserve_section tp70b_section
 if [[ "$ONLY" == *",tp,"* ]]; then wait_model; section tp 525 tp_section; fi
-if [[ "$ONLY" == *",tpserve,"* ]]; then wait_model; section tpserve 525 tpserve_section; fi
+if [[ "$ONLY" == *",tpserve,"* ]]; then section tpserve 525 tpserve_section; fi
+if [[ "$ONLY" == *",tp70b,"* ]]; then section tp70b 580 tp70b_section; fi
 
 # ---- prefix caching (only with --only prefix): a long shared prefix (a document) with many short
 # questions through `longserve serve --device cuda`, caching off vs on. One question at a time

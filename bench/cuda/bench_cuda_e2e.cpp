@@ -34,12 +34,16 @@
 // (bench_tp_collectives.h), and every TPOT line their share of the step ("allreduce_share":
 // the 2 per layer + embedding all-reduces, "collectives_share": with the logits' all-gather).
 // --tp-all-reduce auto|nccl|p2p picks the all-reduce (docs/p2p-all-reduce.md).
+// --load-format dummy [--dummy-seed S] generates the weights instead of reading them
+// (docs/dummy-weights.md): a directory with config.json (make_bundled_model.py --config-only)
+// suffices; both modes take it.
 
 #include <cuda_profiler_api.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,6 +58,7 @@
 #include "kv/kv_manager.h"
 #include "kv/kv_pool.h"
 #include "kv/kv_tier_config.h"
+#include "model/dummy_weights.h"
 #include "model/model.h"
 #include "model/model_runner.h"
 #include "model/model_stack.h"
@@ -347,6 +352,8 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
   const bool record = arg(argc, argv, "--record", "1") == "1";
   const std::string quantization = arg(argc, argv, "--quantization", "auto");
   const std::string all_reduce = arg(argc, argv, "--tp-all-reduce", "auto");
+  const std::string load_format = arg(argc, argv, "--load-format", "auto");
+  const auto dummy_seed = std::strtoull(arg(argc, argv, "--dummy-seed", "0").c_str(), nullptr, 10);
   int64_t max_len = 0;
   for (int64_t x : ttft_lens) max_len = std::max(max_len, x);
   for (int64_t x : tpot_lens) max_len = std::max(max_len, x + steps + kTpotWarmup + 8);
@@ -355,8 +362,9 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
     for (const std::string& name :
          {std::string("dense"), std::string("streaming"), std::string("lserve")}) {
       if (policies.find(name) == std::string::npos) continue;
-      const std::string tag = fmt::format(R"("policy": "{}", "tp": {}, "quantization": "{}", "all_reduce": "{}")",
-                                          name, tp, json_safe(quantization), json_safe(all_reduce));
+      const std::string tag = fmt::format(R"("policy": "{}", "tp": {}, "quantization": "{}", "all_reduce": "{}", "load_format": "{}")",
+                                          name, tp, json_safe(quantization), json_safe(all_reduce),
+                                          json_safe(load_format));
       ModelStackOptions o;
       o.model_dir = model_dir;
       o.device = "cuda";
@@ -369,6 +377,8 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
       o.tensor_parallel_size = static_cast<int32_t>(tp);
       o.quantization = quantization;
       o.tp_all_reduce = all_reduce;
+      o.load_format = load_format;
+      o.dummy_seed = dummy_seed;
       const auto t_load = std::chrono::steady_clock::now();
       auto built = build_model_stack(o);
       if (!built.ok()) {
@@ -472,7 +482,13 @@ int run(int argc, char** argv) {
   const double copy_bps = copy_bandwidth(b, int64_t{2} << 30);
   const auto t_load = std::chrono::steady_clock::now();
   const std::string quantization = arg(argc, argv, "--quantization", "auto");
-  auto model = Model::load(model_dir, b, quantization);
+  auto load_format = parse_load_format(arg(argc, argv, "--load-format", "auto"));
+  if (!load_format.ok()) {
+    std::fprintf(stderr, "bench_cuda_e2e: %s\n", load_format.status().to_string().c_str());
+    return 2;
+  }
+  auto model = Model::load(model_dir, b, quantization, TpShard{}, *load_format,
+                           std::strtoull(arg(argc, argv, "--dummy-seed", "0").c_str(), nullptr, 10));
   if (!model.ok()) {
     std::fprintf(stderr, "bench_cuda_e2e: %s\n", model.status().to_string().c_str());
     return 2;

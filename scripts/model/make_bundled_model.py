@@ -427,7 +427,7 @@ def preset_name(name: str, num_layers: int | None) -> str:
 
 
 def make_preset(name: str, out_dir: str, seed: int, device: str,
-                num_layers: int | None = None) -> dict:
+                num_layers: int | None = None, config_only: bool = False) -> dict:
     p = PRESETS[name]
     layers = p.num_layers if num_layers is None else num_layers
     if not 1 <= layers <= p.num_layers:
@@ -445,7 +445,7 @@ def make_preset(name: str, out_dir: str, seed: int, device: str,
     old = sum(os.path.getsize(f) for pat in MODEL_FILE_PATTERNS
               for f in glob.glob(os.path.join(out_dir, pat)))  # what clear_model_dir frees
     free = shutil.disk_usage(out_dir).free + old
-    if need > free:
+    if need > free and not config_only:
         raise SystemExit(f"{preset_name(name, num_layers)} needs {need / 1e9:.1f} GB in {out_dir}, "
                          f"which has {free / 1e9:.1f} GB free; use --num-layers for a truncated "
                          f"model ({per_layer / 1e9:.2f} GB per layer, {(need - layers * per_layer) / 1e9:.1f} "
@@ -473,6 +473,10 @@ def make_preset(name: str, out_dir: str, seed: int, device: str,
         "bos_token_id": bos, "eos_token_id": eos_ids, "do_sample": True, "temperature": 0.6,
         "top_p": 0.9, "max_length": p.max_position_embeddings,
     })
+    if config_only:
+        # No weights: longserve generates them (--load-format dummy, docs/dummy-weights.md).
+        return {"num_params": sum(math.prod(s) for s in tensor_shapes(config).values()),
+                "config": config}
     num_params = write_checkpoint(out_dir, config, torch.bfloat16, seed, p.scales, device,
                                   max_shard_bytes=p.max_shard_bytes, overlap_writes=p.big)
     return {"num_params": num_params, "config": config}
@@ -518,6 +522,10 @@ def main(argv: Iterable[str] | None = None) -> None:
     ap.add_argument("--num-layers", type=int, default=None,
                     help="a truncated model of the preset's shape with this many layers (named "
                          "<preset>-truncated-N-of-L-layers in config.json's _name_or_path)")
+    ap.add_argument("--config-only", action="store_true",
+                    help="write config.json, generation_config.json and the tokenizer files but no "
+                         "weights, for longserve's --load-format dummy (random weights generated "
+                         "at load; docs/dummy-weights.md)")
     ap.add_argument("--verify", action="store_true",
                     help="reload with transformers and run a forward pass")
     args = ap.parse_args(argv)
@@ -528,14 +536,17 @@ def main(argv: Iterable[str] | None = None) -> None:
         ap.error(f"--out is required for --preset {args.preset}")
     out = os.path.join(REPO_ROOT, out) if not os.path.isabs(out) else out
     device = args.device
-    if device == "auto":
+    if device == "auto" and not args.config_only:  # no weights drawn: torch not needed
         device = "cuda" if preset.big and torch.cuda.is_available() else "cpu"
     t0 = time.monotonic()
-    result = make_preset(args.preset, out, args.seed, device, args.num_layers)
+    if args.config_only and args.verify:
+        ap.error("--verify needs weights; it does not go with --config-only")
+    result = make_preset(args.preset, out, args.seed, device, args.num_layers, args.config_only)
     total_bytes = sum(os.path.getsize(f) for p in MODEL_FILE_PATTERNS
                       for f in glob.glob(os.path.join(out, p)))
     print(f"{preset_name(args.preset, args.num_layers)}: {result['num_params']:,} parameters, "
-          f"{total_bytes / 1e6:.1f} MB on disk in {out} (weights drawn on {device}) in "
+          f"{total_bytes / 1e6:.1f} MB on disk in {out} "
+          f"({'config only' if args.config_only else f'weights drawn on {device}'}) in "
           f"{time.monotonic() - t0:.0f} s")
     if args.verify:
         verify(out, "cuda" if device == "cuda" else "cpu")

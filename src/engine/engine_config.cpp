@@ -81,6 +81,9 @@ Status EngineConfig::validate() const {
     return invalid_argument("--quantization must be auto, none, fp8, q8_0, q4_0, q4_1, q4_k or q6_k "
                             "(got '{}')", quantization);
   }
+  if (load_format != "auto" && load_format != "dummy") {
+    return invalid_argument("--load-format must be auto or dummy (got '{}')", load_format);
+  }
   return attention.validate();
 }
 

@@ -56,6 +56,10 @@ struct EngineConfig {
   // checkpoint at load; CPU), or fp8 (docs/fp8-weights.md: e4m3 weights quantized at load,
   // W8A8 on FP8 tensor cores; CUDA). FP8 checkpoints load as published under auto.
   std::string quantization = "auto";
+  // Weights (vLLM's --load-format): auto reads the checkpoint; dummy generates every weight from
+  // dummy_seed (docs/dummy-weights.md), so the directory needs only config.json and tokenizer.
+  std::string load_format = "auto";
+  uint64_t dummy_seed = 0;
   // Automatic prefix caching (docs/prefix-caching.md; vLLM's --enable-prefix-caching): full KV
   // pages are shared between requests with the same prefix and kept, LRU, after they end. On by
   // default: outputs equal caching off (tests/model/prefix_caching_test.cpp) and a miss costs

@@ -95,6 +95,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   o.layer_segmented_prefill = config.layer_segmented_prefill();
   LS_ASSIGN_OR_RETURN(o.kv_cache_dtype, parse_kv_cache_dtype(config.kv_cache_dtype));
   o.quantization = config.quantization;
+  o.load_format = config.load_format;
+  o.dummy_seed = config.dummy_seed;
   o.tensor_parallel_size = config.tensor_parallel_size;
   o.tp_all_reduce = config.tp_all_reduce;
   if (config.tensor_parallel_size > 1 && config.device == "cpu") {

@@ -25,7 +25,8 @@ Model::Model(ModelConfig config, const ArchitectureSpec* arch, ModelWeights weig
       dir_(std::move(dir)) {}
 
 Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Backend& backend,
-                                           std::string_view quantization, TpShard shard) {
+                                           std::string_view quantization, TpShard shard,
+                                           LoadFormat load_format, uint64_t dummy_seed) {
   LS_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
   const ArchitectureSpec* arch = find_architecture(config.architecture());
   if (arch == nullptr) {
@@ -36,7 +37,11 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
   // A GGUF model's quantized linear weights stay in their blocks where the backend reads them
   // (the CPU); everything else is dequantized at load to the dtype the backend computes with (f32
   // on the CPU, bf16 on CUDA).
-  LS_ASSIGN_OR_RETURN(std::optional<std::filesystem::path> gguf, find_gguf_model(dir));
+  const bool dummy = load_format == LoadFormat::kDummy;
+  std::optional<std::filesystem::path> gguf;
+  if (!dummy) {
+    LS_ASSIGN_OR_RETURN(gguf, find_gguf_model(dir));
+  }
   std::optional<GgmlType> quantize_to;
   Fp8Load fp8 = quantization == "none" ? Fp8Load::kDequantize : Fp8Load::kAuto;
   if (quantization == "fp8") {
@@ -80,6 +85,30 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
     return gguf_checkpoint(std::shared_ptr<const GgufFile>(std::move(file)), config,
                            backend.weight_dtype_for(DType::kF32), keep);
   };
+  if (dummy) {
+    // This rank's slice only, generated in place of reading (the quantization options apply to
+    // the generated bf16 weights as to a checkpoint's).
+    LS_ASSIGN_OR_RETURN(TpLayout layout, make_tp_layout(config, shard));
+    if (shard.size > 1 && quantize_to) {
+      return unimplemented("--tensor-parallel-size {}: tensor parallelism does not quantize to "
+                           "ggml types at load (--quantization {})",
+                           shard.size, quantization);
+    }
+    LS_ASSIGN_OR_RETURN(Checkpoint generated,
+                        dummy_checkpoint(config, *arch, layout, shard.rank, dummy_seed));
+    if (shard.size > 1) config = shard_config(config, layout, shard.rank);
+    LS_ASSIGN_OR_RETURN(ModelWeights weights,
+                        load_weights(generated, config, *arch, backend, quantize_to, fp8));
+    backend.synchronize();
+    LS_LOG_INFO("generated dummy weights for {} (seed {}, {} layers{}): {:.1f} MB on {}",
+                dir.string(), dummy_seed, config.num_hidden_layers(),
+                shard.size > 1 ? fmt::format(", tensor-parallel rank {} of {}", shard.rank,
+                                             shard.size)
+                               : std::string(),
+                static_cast<double>(weights.bytes) / 1e6, backend.name());
+    return std::unique_ptr<Model>(
+        new Model(std::move(config), arch, std::move(weights), &backend, dir));
+  }
   LS_ASSIGN_OR_RETURN(Checkpoint ckpt, open_checkpoint());
   if (shard.size > 1) {
     // One rank's slices, loaded as if they were a checkpoint of the rank's shard of the model.

@@ -2,6 +2,7 @@
 // A loaded decoder model: its immutable config, architecture family, RoPE table and weights on
 // one backend. Running it is ModelRunner's job.
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 #include "core/status.h"
 #include "io/model_config.h"
 #include "model/architecture.h"
+#include "model/dummy_weights.h"
 #include "model/rope_table.h"
 #include "model/tensor_parallel.h"
 #include "model/weights.h"
@@ -25,9 +27,13 @@ class Model {
   // (EngineConfig::quantization; fp8: model/weights.h Fp8Load).
   // shard: with size > 1, the weights and config (head counts, MLP width) of one
   // tensor-parallel rank (model/tensor_parallel.h).
+  // load_format kDummy: no tensor is read; every weight (of this rank's slice) is generated from
+  // dummy_seed (model/dummy_weights.h), then quantized as `quantization` says.
   static Result<std::unique_ptr<Model>> load(const std::filesystem::path& dir, Backend& backend,
                                              std::string_view quantization = "auto",
-                                             TpShard shard = {});
+                                             TpShard shard = {},
+                                             LoadFormat load_format = LoadFormat::kAuto,
+                                             uint64_t dummy_seed = 0);
 
   const ModelConfig& config() const { return config_; }
   const ArchitectureSpec& arch() const { return *arch_; }

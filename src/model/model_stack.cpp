@@ -10,6 +10,7 @@
 #include "backend/backend_factory.h"
 #include "core/log.h"
 #include "io/model_config.h"
+#include "model/dummy_weights.h"
 #include "model/tensor_parallel.h"
 
 namespace ls {
@@ -194,7 +195,9 @@ Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o
   LS_ASSIGN_OR_RETURN(stack->backend, make_backend(o.device, o.num_threads, o.tp_rank));
   Backend& backend = *stack->backend;
   const TpShard shard{o.tp_rank, o.tp_ranks, o.tp_kv_order};
-  LS_ASSIGN_OR_RETURN(stack->model, Model::load(o.model_dir, backend, o.quantization, shard));
+  LS_ASSIGN_OR_RETURN(const LoadFormat load_format, parse_load_format(o.load_format));
+  LS_ASSIGN_OR_RETURN(stack->model, Model::load(o.model_dir, backend, o.quantization, shard,
+                                                load_format, o.dummy_seed));
   const ModelConfig& c = stack->model->config();
 
   const auto max_pos = static_cast<int32_t>(std::min<int64_t>(c.max_position_embeddings(), INT32_MAX / 2));

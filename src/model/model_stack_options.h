@@ -37,6 +37,9 @@ struct ModelStackOptions {
   bool layer_segmented_prefill = false;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;  // K/V page format (docs/kv-quantization.md)
   std::string quantization = "auto";  // EngineConfig::quantization
+  // --load-format dummy: weights generated from dummy_seed instead of read (model/dummy_weights.h).
+  std::string load_format = "auto";
+  uint64_t dummy_seed = 0;
   // Tensor parallelism (docs/tensor-parallel.md): ranks, one device each (cuda:0 .. N-1; on the
   // CPU, threads of this process, for tests).
   int32_t tensor_parallel_size = 1;

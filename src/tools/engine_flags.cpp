@@ -71,6 +71,13 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
                  "per-channel scales and per-token activations on FP8 tensor cores, CUDA; "
                  "docs/fp8-weights.md). FP8 checkpoints load as published with auto")
       ->capture_default_str();
+  app.add_option("--load-format", c.load_format,
+                 "Weights: auto (read the checkpoint) or dummy (every weight generated from "
+                 "--dummy-seed, no tensor read: config.json and the tokenizer suffice; for "
+                 "benchmarks, docs/dummy-weights.md)")
+      ->capture_default_str();
+  app.add_option("--dummy-seed", c.dummy_seed, "Seed of --load-format dummy's weights")
+      ->capture_default_str();
   app.add_option("--kv-cache-replacement", c.kv_cache_replacement,
                  "Device page cache replacement: bucketed-lru (Spin) or lru")
       ->capture_default_str();

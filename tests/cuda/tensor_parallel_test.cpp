@@ -1,13 +1,20 @@
-// Tensor parallelism on GPUs (docs/tensor-parallel.md; needs 2 GPUs, skips otherwise): TP = 2
-// over NCCL against TP = 1 on the fixture models, dense and lserve, over the schedule of
+// Tensor parallelism on GPUs (docs/tensor-parallel.md; needs 2 GPUs, skips otherwise; the TP = 4
+// cases need 4 and skip with a message on fewer): TP = 2 and 4 over NCCL against TP = 1 on the
+// fixture models, every policy (dense, streaming, quest, lserve), over the schedule of
 // tests/model/tensor_parallel_compare.h (chunked prefills, two sequences, decode steps replayed
 // as recorded CUDA graphs with the all-reduces inside). bf16 everywhere: the ranks' partial sums
 // are rounded to bf16 before NCCL adds them, so the tolerance is model_test.cpp's bf16 one.
+// A Llama-3-8B-shaped model truncated to 2 layers with --load-format dummy weights (a directory
+// holding only config.json; model/dummy_weights.h) at TP = 2 and 4 against TP = 1.
 // --quantization fp8 with TP = 2 (each rank's slices quantized after slicing) against TP = 1 in
 // bf16, within model_test.cpp's FP8 tolerance.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -26,9 +33,11 @@ std::filesystem::path fixture_dir(const std::string& name) {
   return std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/models" / name;
 }
 
-ModelStackOptions options(const std::string& model, const std::string& policy, int32_t tp) {
+// The stack every case builds (one place for the knobs): `dir` a model directory.
+ModelStackOptions stack_options(const std::filesystem::path& dir, const std::string& policy,
+                                int32_t tp) {
   ModelStackOptions o;
-  o.model_dir = fixture_dir(model);
+  o.model_dir = dir;
   o.device = "cuda";
   o.max_num_seqs = 2;
   o.max_step_tokens = 128;
@@ -45,23 +54,95 @@ ModelStackOptions options(const std::string& model, const std::string& policy, i
   return o;
 }
 
-class CudaTensorParallel : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
-
-TEST_P(CudaTensorParallel, TwoRanksEqualOne) {
-  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
-  const auto& [model, policy] = GetParam();
-  auto one = build_model_stack(options(model, policy, 1));
-  ASSERT_TRUE(one.ok()) << one.status().to_string();
-  auto two = build_model_stack(options(model, policy, 2));
-  ASSERT_TRUE(two.ok()) << two.status().to_string();
-  const TpComparison cmp = compare_tp_runs(**one, **two, 2 * kLogitTol);
-  EXPECT_EQ(cmp.decoded, 80);
-  EXPECT_LT(cmp.worst_relative, kLogitTol) << model << " " << policy;
-  std::printf("%s %s TP=2: worst relative logit error %.4f, %d greedy tokens compared\n",
-              model.c_str(), policy.c_str(), cmp.worst_relative, cmp.greedy_checked);
-  // The decode steps were replayed from recordings that hold the NCCL all-reduces.
-  for (const auto& rank : (*two)->tp_ranks) EXPECT_GT(rank->runner->replayed_steps(), 0);
+ModelStackOptions options(const std::string& model, const std::string& policy, int32_t tp) {
+  return stack_options(fixture_dir(model), policy, tp);
 }
+
+// Skips (with the reason) when fewer than `tp` GPUs are visible.
+#define SKIP_UNLESS_GPUS(tp)                                                                  \
+  if (cuda_device_count() < (tp))                                                             \
+  GTEST_SKIP() << "TP = " << (tp) << " needs " << (tp) << " CUDA devices, "                   \
+               << cuda_device_count() << " visible"
+
+class CudaTensorParallel
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string, int32_t>> {};
+
+TEST_P(CudaTensorParallel, RanksEqualOne) {
+  const auto& [model, policy, tp] = GetParam();
+  SKIP_UNLESS_GPUS(tp);
+  ModelStackOptions o1 = options(model, policy, 1);
+  // The fixtures have 2 kv heads: at TP = 4 each is replicated on 2 ranks, and a replica selects
+  // pages by its own q heads (docs/tensor-parallel.md), which differs from one rank selecting by
+  // the whole group; with a budget that keeps every page, the split itself is what is compared
+  // (as the CPU test does).
+  if (tp > 2 && (policy == "lserve" || policy == "quest")) o1.attention.token_budget = o1.max_model_len;
+  ModelStackOptions on = o1;
+  on.tensor_parallel_size = tp;
+  auto one = build_model_stack(o1);
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  auto many = build_model_stack(on);
+  ASSERT_TRUE(many.ok()) << many.status().to_string();
+  const TpComparison cmp = compare_tp_runs(**one, **many, 2 * kLogitTol);
+  EXPECT_EQ(cmp.decoded, 80);
+  EXPECT_LT(cmp.worst_relative, kLogitTol) << model << " " << policy << " TP=" << tp;
+  std::printf("%s %s TP=%d: worst relative logit error %.4f, %d greedy tokens compared\n",
+              model.c_str(), policy.c_str(), tp, cmp.worst_relative, cmp.greedy_checked);
+  // The decode steps were replayed from recordings that hold the NCCL all-reduces.
+  for (const auto& rank : (*many)->tp_ranks) EXPECT_GT(rank->runner->replayed_steps(), 0);
+}
+
+// A Llama-3-8B-shaped model (hidden 4096, 32 q / 8 kv heads of 128, MLP 14336, vocabulary
+// 128256) truncated to 2 layers, dummy weights (the same on every rank count: a pure function of
+// the full tensor's index), TP = 2 and 4 against TP = 1, dense and lserve.
+class CudaTensorParallelDummy8b : public ::testing::TestWithParam<std::tuple<std::string, int32_t>> {};
+
+TEST_P(CudaTensorParallelDummy8b, RanksEqualOne) {
+  const auto& [policy, tp] = GetParam();
+  SKIP_UNLESS_GPUS(tp);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ls_tp_dummy8b_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  struct Remove {
+    std::filesystem::path p;
+    ~Remove() {
+      std::error_code ec;
+      std::filesystem::remove_all(p, ec);
+    }
+  } remove{dir};
+  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"],
+      "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 2,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+      "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+      "torch_dtype": "bfloat16", "tie_word_embeddings": false})";
+  ModelStackOptions o1 = stack_options(dir, policy, 1);
+  o1.load_format = "dummy";
+  o1.dummy_seed = 3;
+  ModelStackOptions on = o1;
+  on.tensor_parallel_size = tp;
+  auto one = build_model_stack(o1);
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  auto many = build_model_stack(on);
+  ASSERT_TRUE(many.ok()) << many.status().to_string();
+  // Logits of a few units over 128256 ids: the top-2 gap is about 1 on average, so a margin of
+  // 2 * kLogitTol of the largest |logit| would leave no position to compare. 0.1 keeps the
+  // comparison sound while the worst relative error stays below 0.05 (a flip needs twice the
+  // error to exceed the margin) and still leaves several clear positions of the 80.
+  const TpComparison cmp = compare_tp_runs(**one, **many, /*margin_scale=*/0.1);
+  EXPECT_EQ(cmp.decoded, 80);
+  EXPECT_GT(cmp.greedy_checked, 0);
+  EXPECT_LT(cmp.worst_relative, kLogitTol) << policy << " TP=" << tp;
+  std::printf("llama3-8b-shape (2 layers, dummy) %s TP=%d: worst relative logit error %.4f, %d "
+              "greedy tokens compared\n",
+              policy.c_str(), tp, cmp.worst_relative, cmp.greedy_checked);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaTensorParallelDummy8b,
+                         ::testing::Combine(::testing::Values("dense", "lserve"),
+                                            ::testing::Values(2, 4)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_tp" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 // FP8 weights quantized per output row of each rank's slice: q/k/v and gate/up rows keep their
 // one-GPU scales, the row-parallel o_proj / down_proj rows get the scale of the rank's columns,
@@ -71,7 +152,7 @@ TEST_P(CudaTensorParallel, TwoRanksEqualOne) {
 constexpr double kFp8LogitTol = 0.8;
 
 TEST(CudaTensorParallelFp8, TwoRanksQuantizeTheirSlices) {
-  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  SKIP_UNLESS_GPUS(2);
   for (const std::string model : {"mistral", "qwen2"}) {
     auto bf16 = build_model_stack(options(model, "dense", 1));
     ASSERT_TRUE(bf16.ok()) << bf16.status().to_string();
@@ -101,12 +182,15 @@ TEST(CudaTensorParallelFp8, TwoRanksQuantizeTheirSlices) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaTensorParallel,
-                         ::testing::Combine(::testing::Values("llama3", "mistral", "qwen2", "qwen3"),
-                                            ::testing::Values("dense", "lserve")),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, CudaTensorParallel,
+    ::testing::Combine(::testing::Values("llama3", "mistral", "qwen2", "qwen3"),
+                       ::testing::Values("dense", "streaming", "quest", "lserve"),
+                       ::testing::Values(2, 4)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_tp" +
+             std::to_string(std::get<2>(info.param));
+    });
 
 }  // namespace
 }  // namespace ls

@@ -1,9 +1,10 @@
 // Tensor parallelism on the CPU (docs/tensor-parallel.md): the layout's divisibility rules, the
 // weight slicing (the ranks' slices put back together are the checkpoint; replicated kv heads;
 // row-parallel biases on rank 0 only), and TP = 2 and 4 against TP = 1 on the four fixture
-// families, dense and lserve: logits equal within reduction-order tolerance and greedy tokens
-// equal, over a chunked prefill, two sequences and decode steps. The CPU communicator sums in
-// f32 in rank order, so TP runs are also bit-identical to themselves across runs.
+// families, every policy (dense, streaming, quest, lserve): logits equal within reduction-order
+// tolerance and greedy tokens equal, over a chunked prefill, two sequences and decode steps. The
+// CPU communicator sums in f32 in rank order, so TP runs are also bit-identical to themselves
+// across runs.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -429,7 +430,9 @@ TEST_P(TensorParallelLogits, EqualToOneRank) {
   // which differs from one rank selecting by both. With a budget that keeps every page the
   // selection is the same and the split itself is checked.
   ModelStackOptions o1 = options(model, policy, 1);
-  if (tp > 2 && policy == "lserve") o1.attention.token_budget = o1.max_model_len;
+  if (tp > 2 && (policy == "lserve" || policy == "quest")) {
+    o1.attention.token_budget = o1.max_model_len;
+  }
   ModelStackOptions on = o1;
   on.tensor_parallel_size = tp;
   auto one = build_model_stack(o1);
@@ -460,7 +463,8 @@ TEST_P(TensorParallelLogits, EqualToOneRank) {
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, TensorParallelLogits,
     ::testing::Combine(::testing::Values("llama3", "mistral", "qwen2", "qwen3"),
-                       ::testing::Values("dense", "lserve"), ::testing::Values(2, 4)),
+                       ::testing::Values("dense", "streaming", "quest", "lserve"),
+                       ::testing::Values(2, 4)),
     [](const auto& info) {
       return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_tp" +
              std::to_string(std::get<2>(info.param));
