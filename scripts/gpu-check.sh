@@ -614,11 +614,13 @@ tp70b_section() {
   local res=$OUT/tp70b.jsonl
   [ "$(tp_gpus)" -ge 4 ] || { echo "tp70b: needs 4 GPUs, $(tp_gpus) visible"; return 1; }
   config_only_model llama3-70b-shape "$model" || return 1
+  mkdir -p /tmp/longserve-tp
+  local rc=0
   : >"$res"
   echo "tp70b: $model (dummy weights) at TP = 4, lengths $lens"
   NCCL_NVLS_ENABLE=0 "$BUILD/bench/cuda/bench_cuda_e2e" --model "$model" --load-format dummy \
     --out "$res" --tensor-parallel-size 4 --policies dense,lserve --ttft "$lens" --tpot "$lens" \
-    >/tmp/longserve-tp/bench70b.log 2>&1 || { echo "bench_cuda_e2e: exit $?"; tail -20 /tmp/longserve-tp/bench70b.log; }
+    >/tmp/longserve-tp/bench70b.log 2>&1 || { rc=$?; echo "bench_cuda_e2e: exit $rc"; tail -20 /tmp/longserve-tp/bench70b.log; }
   cat "$res" >>"$RESULTS"
   python3 - "$res" "$OUT/tp70b.md" <<'PY'
 import json, sys
@@ -649,6 +651,7 @@ out.append("Llama-3-70B shape (80 layers, random bf16 weights from --load-format
 open(sys.argv[2], "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 PY
+  return $rc
 }
 export -f tp_section tpserve_section tp70b_section
 if [[ "$ONLY" == *",tp,"* ]]; then wait_model; section tp 525 tp_section; fi

@@ -74,8 +74,12 @@ TEST_P(CudaTensorParallel, RanksEqualOne) {
   // The fixtures have 2 kv heads: at TP = 4 each is replicated on 2 ranks, and a replica selects
   // pages by its own q heads (docs/tensor-parallel.md), which differs from one rank selecting by
   // the whole group; with a budget that keeps every page, the split itself is what is compared
-  // (as the CPU test does).
-  if (tp > 2 && (policy == "lserve" || policy == "quest")) o1.attention.token_budget = o1.max_model_len;
+  // (as the CPU test does). quest keeps every page at TP = 2 too: its 16-token pages are
+  // near-tied on these random fixtures, and the bf16 rounding of the all-reduced hidden state
+  // (TP = 2 sums in another order than TP = 1) flips some of those choices (measured on an H200:
+  // mistral and qwen2 at budget 128 differ by 0.24 relative, llama3 and qwen3 pass). Selection
+  // itself under TP is checked exactly by the CPU test, in f32, at a budget that matters.
+  if ((tp > 2 && policy == "lserve") || policy == "quest") o1.attention.token_budget = o1.max_model_len;
   ModelStackOptions on = o1;
   on.tensor_parallel_size = tp;
   auto one = build_model_stack(o1);
