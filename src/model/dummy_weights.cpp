@@ -14,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "io/safetensors.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 
 namespace ls {
@@ -40,15 +41,11 @@ uint64_t tensor_key(uint64_t seed, std::string_view name) {
   return splitmix64(seed ^ splitmix64(fnv1a(name)));
 }
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // The standard deviation of the tensor's values (make_bundled_model.py's InitScales); 0 for norm
 // weights, which are exactly 1.
 double scale_of(std::string_view name, int64_t cols) {
-  if (ends_with(name, "norm.weight")) return 0;
-  if (ends_with(name, ".bias")) return 0.3;
+  if (name.ends_with("norm.weight")) return 0;
+  if (name.ends_with(".bias")) return 0.3;
   if (name == "model.embed_tokens.weight") return 1.0;
   if (name == "lm_head.weight") return 4.0 / std::sqrt(static_cast<double>(cols));
   const bool qk = name.find(".q_proj.") != std::string_view::npos ||
@@ -104,11 +101,11 @@ Result<std::vector<int64_t>> full_shape_of(const std::string& name, const ModelC
   if (name == "model.embed_tokens.weight" || name == "lm_head.weight") {
     return std::vector<int64_t>{c.vocab_size(), hidden};
   }
-  if (ends_with(name, "q_norm.weight") || ends_with(name, "k_norm.weight")) {
+  if (name.ends_with("q_norm.weight") || name.ends_with("k_norm.weight")) {
     return std::vector<int64_t>{d};
   }
-  if (ends_with(name, "norm.weight")) return std::vector<int64_t>{hidden};
-  const bool bias = ends_with(name, ".bias");
+  if (name.ends_with("norm.weight")) return std::vector<int64_t>{hidden};
+  const bool bias = name.ends_with(".bias");
   auto shape = [&](int64_t out, int64_t in) {
     return bias ? std::vector<int64_t>{out} : std::vector<int64_t>{out, in};
   };
@@ -126,17 +123,6 @@ Result<std::vector<int64_t>> full_shape_of(const std::string& name, const ModelC
   return invalid_argument("--load-format dummy: no shape rule for tensor {}", name);
 }
 
-// The layer index of "model.layers.<l>.*", or -1.
-int64_t layer_of(std::string_view name) {
-  constexpr std::string_view prefix = "model.layers.";
-  if (name.substr(0, prefix.size()) != prefix) return -1;
-  int64_t l = 0;
-  for (size_t i = prefix.size(); i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) {
-    l = l * 10 + (name[i] - '0');
-  }
-  return l;
-}
-
 // Rank's slice of `name` (the rules of shard_checkpoint, model/tensor_parallel.cpp).
 Plan plan_of(std::string name, std::vector<int64_t> full, const ModelConfig& c,
              const TpLayout& l, int32_t rank) {
@@ -151,7 +137,7 @@ Plan plan_of(std::string name, std::vector<int64_t> full, const ModelConfig& c,
   if (l.size == 1) return p;
   const std::string& n = p.name;
   const int64_t d = c.head_dim();
-  const int64_t layer = layer_of(n);
+  const int64_t layer = tensor_layer_index(n);
   Ranges q, kv;
   if (layer >= 0) {
     for (int64_t j = 0; j < l.q_heads_per_rank; ++j) q.push_back({l.q_head(layer, rank, j) * d, d});
@@ -160,7 +146,7 @@ Plan plan_of(std::string name, std::vector<int64_t> full, const ModelConfig& c,
     }
   }
   const Ranges mlp = {{rank * l.inter_per_rank, l.inter_per_rank}};
-  const bool weight = ends_with(n, ".weight");
+  const bool weight = n.ends_with(".weight");
   if (n.find("self_attn.q_proj.") != std::string::npos) {
     p.rows = expand(q);
   } else if (n.find("self_attn.k_proj.") != std::string::npos ||
@@ -179,7 +165,7 @@ Plan plan_of(std::string name, std::vector<int64_t> full, const ModelConfig& c,
       const int64_t id = rank * l.vocab_per_rank + i;
       p.rows.push_back(id < full_rows ? id : -1);
     }
-  } else if (ends_with(n, "self_attn.o_proj.bias") || ends_with(n, "mlp.down_proj.bias")) {
+  } else if (n.ends_with("self_attn.o_proj.bias") || n.ends_with("mlp.down_proj.bias")) {
     p.zero = rank != 0;  // added once, by rank 0, before the all-reduce
   }
   return p;

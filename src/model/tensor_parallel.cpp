@@ -151,6 +151,16 @@ ModelConfig shard_config(const ModelConfig& c, const TpLayout& l, int32_t rank) 
   return heads.with_vocab_slice(rank * l.vocab_per_rank, l.vocab_per_rank, l.size);
 }
 
+int64_t tensor_layer_index(std::string_view name) {
+  constexpr std::string_view prefix = "model.layers.";
+  if (name.substr(0, prefix.size()) != prefix) return -1;
+  int64_t l = 0;
+  size_t i = prefix.size();
+  if (i >= name.size() || name[i] < '0' || name[i] > '9') return -1;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) l = l * 10 + (name[i] - '0');
+  return l;
+}
+
 namespace {
 
 // One output tensor of the shard: its bytes and header entry.
@@ -207,17 +217,6 @@ ShardTensor slice_cols(const TensorInfo& t, const Ranges& ranges) {
   return out;
 }
 
-// The layer index of "model.layers.<l>.*", or -1.
-int64_t layer_of(std::string_view name) {
-  constexpr std::string_view prefix = "model.layers.";
-  if (name.substr(0, prefix.size()) != prefix) return -1;
-  int64_t l = 0;
-  size_t i = prefix.size();
-  if (i >= name.size() || name[i] < '0' || name[i] > '9') return -1;
-  for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) l = l * 10 + (name[i] - '0');
-  return l;
-}
-
 // Rows [begin, begin + count) of t viewed as [rows, row_elems]; rows past t's end are zeros.
 ShardTensor slice_rows_padded(const TensorInfo& t, int64_t begin, int64_t count) {
   ShardTensor out{t.name, t.file_dtype, t.shape, {}};
@@ -238,10 +237,6 @@ ShardTensor copy_whole(const TensorInfo& t, bool zero) {
   out.bytes.resize(static_cast<size_t>(t.nbytes), 0);
   if (!zero) std::memcpy(out.bytes.data(), t.data, out.bytes.size());
   return out;
-}
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
 // The safetensors bytes of `tensors` (header padded to 8 bytes, data contiguous).
@@ -279,7 +274,7 @@ Result<Checkpoint> shard_checkpoint(const Checkpoint& full, const ModelConfig& c
   std::vector<ShardTensor> out;
   for (const std::string& name : full.names()) {
     LS_ASSIGN_OR_RETURN(const TensorInfo* t, full.get(name));
-    const int64_t layer = layer_of(name);
+    const int64_t layer = tensor_layer_index(name);
     // The rank's q heads and kv heads in this layer, as row (or column) ranges of head_dim.
     Ranges q, kv;
     if (layer >= 0) {
@@ -299,24 +294,24 @@ Result<Checkpoint> shard_checkpoint(const Checkpoint& full, const ModelConfig& c
       }
       return {};
     };
-    const size_t dims = ends_with(name, ".weight") ? 2 : 1;
-    if (ends_with(name, "self_attn.q_proj.weight") || ends_with(name, "self_attn.q_proj.bias")) {
+    const size_t dims = name.ends_with(".weight") ? 2 : 1;
+    if (name.ends_with("self_attn.q_proj.weight") || name.ends_with("self_attn.q_proj.bias")) {
       LS_RETURN_IF_ERROR(need(dims, 0, q));
       out.push_back(slice_rows(*t, q));
-    } else if (ends_with(name, "self_attn.k_proj.weight") ||
-               ends_with(name, "self_attn.k_proj.bias") ||
-               ends_with(name, "self_attn.v_proj.weight") ||
-               ends_with(name, "self_attn.v_proj.bias")) {
+    } else if (name.ends_with("self_attn.k_proj.weight") ||
+               name.ends_with("self_attn.k_proj.bias") ||
+               name.ends_with("self_attn.v_proj.weight") ||
+               name.ends_with("self_attn.v_proj.bias")) {
       LS_RETURN_IF_ERROR(need(dims, 0, kv));
       out.push_back(slice_rows(*t, kv));
-    } else if (ends_with(name, "mlp.gate_proj.weight") || ends_with(name, "mlp.gate_proj.bias") ||
-               ends_with(name, "mlp.up_proj.weight") || ends_with(name, "mlp.up_proj.bias")) {
+    } else if (name.ends_with("mlp.gate_proj.weight") || name.ends_with("mlp.gate_proj.bias") ||
+               name.ends_with("mlp.up_proj.weight") || name.ends_with("mlp.up_proj.bias")) {
       LS_RETURN_IF_ERROR(need(dims, 0, mlp));
       out.push_back(slice_rows(*t, mlp));
-    } else if (ends_with(name, "self_attn.o_proj.weight")) {
+    } else if (name.ends_with("self_attn.o_proj.weight")) {
       LS_RETURN_IF_ERROR(need(2, 1, q));
       out.push_back(slice_cols(*t, q));
-    } else if (ends_with(name, "mlp.down_proj.weight")) {
+    } else if (name.ends_with("mlp.down_proj.weight")) {
       LS_RETURN_IF_ERROR(need(2, 1, mlp));
       out.push_back(slice_cols(*t, mlp));
     } else if (l.size > 1 && (name == "model.embed_tokens.weight" || name == "lm_head.weight")) {
@@ -326,7 +321,7 @@ Result<Checkpoint> shard_checkpoint(const Checkpoint& full, const ModelConfig& c
                                 name, t->file, fmt::join(t->shape, ", "), l.vocab_size);
       }
       out.push_back(slice_rows_padded(*t, rank * l.vocab_per_rank, l.vocab_per_rank));
-    } else if (ends_with(name, "self_attn.o_proj.bias") || ends_with(name, "mlp.down_proj.bias")) {
+    } else if (name.ends_with("self_attn.o_proj.bias") || name.ends_with("mlp.down_proj.bias")) {
       out.push_back(copy_whole(*t, rank != 0));  // added once, by rank 0, before the all-reduce
     } else {
       out.push_back(copy_whole(*t, false));  // replicated

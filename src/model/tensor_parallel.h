@@ -27,6 +27,7 @@
 // of their group, shared by the N / Hkv ranks of that group.
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -75,6 +76,9 @@ struct TpLayout {
 
 // A rank's vocabulary slice is a multiple of this many rows (GEMM tiles, as vLLM pads to 64).
 inline constexpr int64_t kVocabAlign = 64;
+
+// The layer index of a checkpoint tensor named "model.layers.<l>.*", or -1 for any other name.
+int64_t tensor_layer_index(std::string_view name);
 
 // N must be 1, 2, 4 or 8 and divide the q heads and the MLP width; the kv heads must be a
 // multiple of N or divide N. Errors name the sizes.

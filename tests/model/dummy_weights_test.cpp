@@ -30,15 +30,11 @@ namespace {
 
 using io_test::TempDir;
 
-std::filesystem::path fixture_dir(const std::string& name) {
-  return std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/models" / name;
-}
-
 // A model directory with the fixture's config.json and nothing else: dummy weights read no tensor.
 std::filesystem::path config_only(const TempDir& dir, const std::string& model) {
   const std::filesystem::path out = dir.path() / model;
   std::filesystem::create_directories(out);
-  std::filesystem::copy_file(fixture_dir(model) / "config.json", out / "config.json");
+  std::filesystem::copy_file(model_fixture_dir(model) / "config.json", out / "config.json");
   return out;
 }
 
@@ -55,7 +51,7 @@ std::vector<float> values(const TensorInfo& t) {
 
 TEST(DummyWeights, RankSlicesAreBlocksOfTheFullTensor) {
   for (const std::string model : {"llama3", "qwen2"}) {  // qwen2: q/k/v biases
-    auto config = load_model_config(fixture_dir(model));
+    auto config = load_model_config(model_fixture_dir(model));
     ASSERT_TRUE(config.ok());
     const ArchitectureSpec* arch = find_architecture(config->architecture());
     ASSERT_NE(arch, nullptr);
@@ -179,7 +175,7 @@ TEST(DummyWeights, SameSeedSameLogitsAnotherSeedOthers) {
   EXPECT_TRUE(std::isfinite(*lo) && std::isfinite(*hi));
   EXPECT_GT(*hi - *lo, 1.0f);
   // The real checkpoint in the fixture's directory gives other logits: nothing was read.
-  ModelStackOptions real = options(fixture_dir("llama3"), 1, 11);
+  ModelStackOptions real = options(model_fixture_dir("llama3"), 1, 11);
   real.load_format = "auto";
   const std::vector<float> r = prefill_logits(real);
   ASSERT_EQ(r.size(), a.size());
@@ -188,7 +184,7 @@ TEST(DummyWeights, SameSeedSameLogitsAnotherSeedOthers) {
 
 TEST(DummyWeights, RefusesABadLoadFormat) {
   EngineConfig c;
-  c.model_dir = fixture_dir("llama3");
+  c.model_dir = model_fixture_dir("llama3");
   c.load_format = "dummy";
   EXPECT_TRUE(c.validate().ok());
   c.load_format = "random";
@@ -197,7 +193,7 @@ TEST(DummyWeights, RefusesABadLoadFormat) {
   EXPECT_NE(v.message().find("--load-format must be auto or dummy (got 'random')"),
             std::string::npos)
       << v.message();
-  ModelStackOptions o = options(fixture_dir("llama3"), 1, 0);
+  ModelStackOptions o = options(model_fixture_dir("llama3"), 1, 0);
   o.load_format = "pt";
   auto s = build_model_stack(o);
   ASSERT_FALSE(s.ok());

@@ -10,12 +10,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "model/model_stack.h"
 
 namespace ls {
+
+// A fixture checkpoint directory (tests/fixtures/models/NAME).
+inline std::filesystem::path model_fixture_dir(const std::string& name) {
+  return std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/models" / name;
+}
 
 struct TpComparison {
   double worst_relative = 0;   // worst row's max |a - b| / max |a|

@@ -33,10 +33,6 @@
 namespace ls {
 namespace {
 
-std::filesystem::path fixture_dir(const std::string& name) {
-  return std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/models" / name;
-}
-
 ModelConfig config_of(const std::string& json) {
   auto c = parse_model_config(json, "test config.json");
   EXPECT_TRUE(c.ok()) << c.status().to_string();
@@ -178,9 +174,9 @@ void expect_reassembles(const std::vector<Checkpoint>& shards, const Checkpoint&
 
 TEST(TensorParallelSlicing, SlicesReassembleToTheCheckpoint) {
   for (const std::string model : {"llama3", "qwen2", "qwen3"}) {
-    auto full = Checkpoint::open(fixture_dir(model));
+    auto full = Checkpoint::open(model_fixture_dir(model));
     ASSERT_TRUE(full.ok()) << full.status().to_string();
-    auto config = load_model_config(fixture_dir(model));
+    auto config = load_model_config(model_fixture_dir(model));
     ASSERT_TRUE(config.ok());
     auto layout = make_tp_layout(*config, 2);
     ASSERT_TRUE(layout.ok());
@@ -276,9 +272,9 @@ TEST(TensorParallelLayout, VocabularySlicesCoverTheVocabularyPadded) {
 }
 
 TEST(TensorParallelSlicing, ReplicatesKvHeadsBeyondTheirCount) {
-  auto full = Checkpoint::open(fixture_dir("llama3"));  // 4 q heads, 2 kv heads, head_dim 16
+  auto full = Checkpoint::open(model_fixture_dir("llama3"));  // 4 q heads, 2 kv heads, head_dim 16
   ASSERT_TRUE(full.ok());
-  auto config = load_model_config(fixture_dir("llama3"));
+  auto config = load_model_config(model_fixture_dir("llama3"));
   ASSERT_TRUE(config.ok());
   auto layout = make_tp_layout(*config, 4);
   ASSERT_TRUE(layout.ok());
@@ -305,9 +301,9 @@ TEST(TensorParallelSlicing, ReplicatesKvHeadsBeyondTheirCount) {
 }
 
 TEST(TensorParallelSlicing, FollowsABalancedLayoutLayerByLayer) {
-  auto full = Checkpoint::open(fixture_dir("llama3"));  // 4 q heads, 2 kv heads, head_dim 16
+  auto full = Checkpoint::open(model_fixture_dir("llama3"));  // 4 q heads, 2 kv heads, head_dim 16
   ASSERT_TRUE(full.ok());
-  auto config = load_model_config(fixture_dir("llama3"));
+  auto config = load_model_config(model_fixture_dir("llama3"));
   ASSERT_TRUE(config.ok());
   // Layer 0: rank 0 owns kv head 1 (q heads 2, 3); layer 1: kv head 0 (q heads 0, 1).
   auto layout = make_tp_layout(*config, TpShard{0, 2, {1, 0, 0, 1}});
@@ -401,7 +397,7 @@ TEST(CpuCommunicator, TimesOutInsteadOfHanging) {
 
 ModelStackOptions options(const std::string& model, const std::string& policy, int32_t tp) {
   ModelStackOptions o;
-  o.model_dir = fixture_dir(model);
+  o.model_dir = model_fixture_dir(model);
   o.num_threads = 1;
   o.max_num_seqs = 2;
   o.max_step_tokens = 128;
@@ -494,7 +490,7 @@ TEST(TensorParallelStack, HostKvTierPerRank) {
 TEST(TensorParallelEngine, GreedyContinuationsMatchTransformers) {
   for (const std::string model : {"llama3", "qwen3"}) {
     EngineConfig c;
-    c.model_dir = fixture_dir(model);
+    c.model_dir = model_fixture_dir(model);
     c.num_threads = 1;
     c.max_num_seqs = 2;
     c.max_num_batched_tokens = 256;
@@ -503,7 +499,7 @@ TEST(TensorParallelEngine, GreedyContinuationsMatchTransformers) {
     c.tensor_parallel_size = 2;
     auto engine = EngineCore::create(c);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-    std::ifstream f(fixture_dir(model) / "expected/greedy.json");
+    std::ifstream f(model_fixture_dir(model) / "expected/greedy.json");
     const auto greedy = nlohmann::json::parse(f);
     int req = 0;
     for (const auto& g : greedy["continuations"]) {
@@ -605,7 +601,7 @@ TEST(TensorParallelStack, RefusesAModelThatDoesNotSplit) {
 // the flag, both at flag validation and when a stack is built directly.
 TEST(TensorParallelStack, RefusesTheP2pAllReduceOnTheCpu) {
   EngineConfig c;
-  c.model_dir = fixture_dir("llama3");
+  c.model_dir = model_fixture_dir("llama3");
   c.device = "cpu";
   c.tensor_parallel_size = 2;
   EXPECT_TRUE(c.validate().ok());
