@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "model/model_stack.h"
 #include "../model/tensor_parallel_compare.h"
+#include "tp_stack_options.h"
 
 namespace ls {
 namespace {
@@ -29,33 +30,8 @@ namespace {
 // model_test.cpp's bf16 logit tolerance (sharp attention in the random fixtures).
 constexpr double kLogitTol = 0.15;
 
-std::filesystem::path fixture_dir(const std::string& name) {
-  return std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/models" / name;
-}
-
-// The stack every case builds (one place for the knobs): `dir` a model directory.
-ModelStackOptions stack_options(const std::filesystem::path& dir, const std::string& policy,
-                                int32_t tp) {
-  ModelStackOptions o;
-  o.model_dir = dir;
-  o.device = "cuda";
-  o.max_num_seqs = 2;
-  o.max_step_tokens = 128;
-  o.max_logit_rows = 128;
-  o.max_model_len = 512;
-  o.kv_cache_bytes = int64_t{64} << 20;
-  o.attention.policy = policy;
-  o.attention.token_budget = 128;  // 2 of the first sequence's 4 pages: selection matters
-  o.attention.sink_tokens = 16;
-  o.attention.decode_local_tokens = 64;
-  o.attention.prefill_local_tokens = 64;
-  o.attention.streaming_ratio = 0.5;
-  o.tensor_parallel_size = tp;
-  return o;
-}
-
 ModelStackOptions options(const std::string& model, const std::string& policy, int32_t tp) {
-  return stack_options(fixture_dir(model), policy, tp);
+  return cuda_tp_stack_options(model_fixture_dir(model), policy, tp);
 }
 
 // Skips (with the reason) when fewer than `tp` GPUs are visible.
@@ -118,7 +94,7 @@ TEST_P(CudaTensorParallelDummy8b, RanksEqualOne) {
       "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
       "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
       "torch_dtype": "bfloat16", "tie_word_embeddings": false})";
-  ModelStackOptions o1 = stack_options(dir, policy, 1);
+  ModelStackOptions o1 = cuda_tp_stack_options(dir, policy, 1);
   o1.load_format = "dummy";
   o1.dummy_seed = 3;
   ModelStackOptions on = o1;

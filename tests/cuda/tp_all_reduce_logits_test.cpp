@@ -17,6 +17,7 @@
 #include "backend/cuda/p2p_communicator.h"
 #include "model/model_stack.h"
 #include "../model/tensor_parallel_compare.h"
+#include "tp_stack_options.h"
 
 namespace ls {
 namespace {
@@ -24,21 +25,7 @@ namespace {
 constexpr double kLogitTol = 0.15;  // model_test.cpp's bf16 logit tolerance
 
 ModelStackOptions options(const std::string& policy, int32_t tp, const std::string& all_reduce) {
-  ModelStackOptions o;
-  o.model_dir = std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/models/llama3";
-  o.device = "cuda";
-  o.max_num_seqs = 2;
-  o.max_step_tokens = 128;
-  o.max_logit_rows = 128;
-  o.max_model_len = 512;
-  o.kv_cache_bytes = int64_t{64} << 20;
-  o.attention.policy = policy;
-  o.attention.token_budget = 128;
-  o.attention.sink_tokens = 16;
-  o.attention.decode_local_tokens = 64;
-  o.attention.prefill_local_tokens = 64;
-  o.attention.streaming_ratio = 0.5;
-  o.tensor_parallel_size = tp;
+  ModelStackOptions o = cuda_tp_stack_options(model_fixture_dir("llama3"), policy, tp);
   o.tp_all_reduce = all_reduce;
   return o;
 }
