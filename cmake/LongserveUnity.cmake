@@ -22,7 +22,15 @@ set(longserve_unity_alone
   tests/kernels    shared_prefix_test.cpp
   tests/model      shared_prefix_engine_test.cpp
   tests/server     server_chat_test.cpp
-  bench/kernels    shared_prefix_bench.cpp)
+  bench/kernels    shared_prefix_bench.cpp
+  src/kernels/cuda linear.cpp
+  tests/cuda       fp8_linear_test.cpp
+  tests/cuda       page_save_test.cpp
+  tests/cuda       shared_prefix_model_test.cpp
+  tests/cuda       tp_all_reduce_logits_test.cpp
+  bench/cuda       bench_select.cpp
+  bench/cuda       bench_fp8_linear.cpp
+  bench/cuda       bench_shared_prefix.cpp)
 
 function(longserve_unity_exclusions)
   list(LENGTH longserve_unity_alone n)
