@@ -514,7 +514,7 @@ int main(int argc, char** argv) {
   app.add_flag("--kv-plain-lru", o.kv_plain_lru, "Plain LRU instead of bucketed LRU");
   std::vector<std::string> kv_cache_dtypes{"auto"};
   app.add_option("--kv-cache-dtype", kv_cache_dtypes,
-                 "auto, f32, bf16, fp8, int8 or int4; a comma-separated list compares decode "
+                 "auto, f32, bf16, f16, fp8, int8 or int4; a comma-separated list compares decode "
                  "speed across formats")
       ->delimiter(',')
       ->capture_default_str();

@@ -50,6 +50,8 @@ std::string_view kv_cache_dtype_name(KvCacheDtype d) {
       return "f32";
     case KvCacheDtype::kBF16:
       return "bf16";
+    case KvCacheDtype::kF16:
+      return "f16";
     case KvCacheDtype::kFp8:
       return "fp8";
     case KvCacheDtype::kInt8:
@@ -63,12 +65,13 @@ std::string_view kv_cache_dtype_name(KvCacheDtype d) {
 
 Result<KvCacheDtype> parse_kv_cache_dtype(std::string_view name) {
   for (KvCacheDtype d : {KvCacheDtype::kAuto, KvCacheDtype::kF32, KvCacheDtype::kBF16,
-                         KvCacheDtype::kFp8, KvCacheDtype::kInt8, KvCacheDtype::kInt4}) {
+                         KvCacheDtype::kF16, KvCacheDtype::kFp8, KvCacheDtype::kInt8,
+                         KvCacheDtype::kInt4}) {
     if (name == kv_cache_dtype_name(d)) return d;
   }
   if (name == "fp8_e4m3") return KvCacheDtype::kFp8;  // vLLM's explicit spelling
   return invalid_argument(
-      "--kv-cache-dtype must be auto, f32, bf16, fp8, int8 or int4 (got '{}')", name);
+      "--kv-cache-dtype must be auto, f32, bf16, f16, fp8, int8 or int4 (got '{}')", name);
 }
 
 kernels::KvQuant kv_quant_of(KvCacheDtype d) {
@@ -97,6 +100,8 @@ DType KvGeometry::page_dtype() const {
       return DType::kF32;
     case KvCacheDtype::kBF16:
       return DType::kBF16;
+    case KvCacheDtype::kF16:
+      return DType::kF16;
     default:
       return DType::kU8;
   }

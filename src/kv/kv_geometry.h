@@ -58,8 +58,9 @@ class HeadRoles {
 // docs/kv-quantization.md. In a KvGeometry, kAuto means the activation dtype; the model stack
 // resolves the flag's auto per backend first (resolve_kv_cache_dtype). f32 is the CPU's
 // full-precision cache (the CUDA kernels refuse it). Page summaries always stay in the activation
-// dtype, computed from the unquantized keys.
-enum class KvCacheDtype : uint8_t { kAuto, kF32, kBF16, kFp8, kInt8, kInt4 };
+// dtype, computed from the unquantized keys. f16 pages (llama.cpp's default cache type) are read
+// by the CPU kernels; values past f16's range saturate at +-65504 when appended.
+enum class KvCacheDtype : uint8_t { kAuto, kF32, kBF16, kFp8, kInt8, kInt4, kF16 };
 std::string_view kv_cache_dtype_name(KvCacheDtype d);
 Result<KvCacheDtype> parse_kv_cache_dtype(std::string_view name);
 kernels::KvQuant kv_quant_of(KvCacheDtype d);
@@ -105,7 +106,7 @@ struct KvGeometry {
   kernels::KvQuant quant() const { return kv_quant_of(cache_dtype); }
   // Float element type of unquantized pages (kU8 for quantized ones: bytes, see kv_quant.h).
   DType page_dtype() const;
-  // "bf16", "f32", "fp8", "int8", "int4": what the pages hold.
+  // "bf16", "f16", "f32", "fp8", "int8", "int4": what the pages hold.
   std::string_view page_format_name() const;
   int64_t page_bytes() const;  // one head-page of K (or of V), scales included
   // Pool bytes one token adds to the cache, all layers, K + V (+ summaries, amortised): the

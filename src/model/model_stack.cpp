@@ -79,7 +79,7 @@ Status check_kv_format(const KvGeometry& g, const Backend& backend) {
   if (g.page_dtype() != g.dtype) {
     return unimplemented(
         "--kv-cache-dtype {}: the CUDA kernels keep K/V in the activation dtype ({}); use "
-        "--kv-cache-dtype auto",
+        "--kv-cache-dtype auto (or --device cpu, whose kernels read f32, bf16 and f16 pages)",
         kv_cache_dtype_name(g.cache_dtype), dtype_name(g.dtype));
   }
   return {};

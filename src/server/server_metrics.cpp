@@ -84,7 +84,7 @@ ServerMetrics::ServerMetrics(std::string model_name, int32_t max_model_len)
            .with(labels_);
   kv_cache_dtype_info_ = &registry_.gauge(
       "longserve:kv_cache_dtype_info",
-      "1 for the format of the KV cache pages (--kv-cache-dtype: f32, bf16, fp8, int8, int4).",
+      "1 for the format of the KV cache pages (--kv-cache-dtype: f32, bf16, f16, fp8, int8, int4).",
       {"model_name", "engine", "kv_cache_dtype"});
   prompt_tokens_total_ =
       &registry_

@@ -147,6 +147,27 @@ TEST_F(RealServer, GreedyCompletionEqualsGenerateAndAnswersTheNeedle) {
             r["usage"]["total_tokens"].get<int>());
 }
 
+// f16 K/V pages (--kv-cache-dtype f16, the CPU's llama.cpp-compatible cache type) answer the
+// needle as the default pages do; a format that does not exist fails with the flag named.
+TEST_F(RealServer, GenerateOnF16PagesAnswersAndBadFormatsAreRefused) {
+  const std::string generated =
+      run_capture({kBinary, "generate", "--prompt", kNeedle, "--max-tokens", "8", "--quiet",
+                   "--max-model-len", "4096", "--kv-cache-dtype", "f16"});
+  EXPECT_EQ(generated.rfind(" 4829137", 0), 0u) << generated;
+  const std::string cmd = "'" + kBinary +
+                          "' generate --prompt hi --max-tokens 1 --quiet --kv-cache-dtype f17 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << status;
+  EXPECT_NE(out.find("--kv-cache-dtype"), std::string::npos) << out;
+  EXPECT_NE(out.find("f16"), std::string::npos) << out;  // the accepted values are listed
+}
+
 TEST_F(RealServer, StreamingChatIsWellFramed) {
   auto c = client();
   Json body = {

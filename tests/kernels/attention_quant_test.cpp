@@ -4,11 +4,14 @@
 // for every ISA. The kernel dequantizes each visited page into f32 and then runs the f32
 // arithmetic, so the two runs must agree bit for bit; the poisoned (NaN) rows of the scenario
 // stay NaN through quantization, so a visit to a wrong page still shows. The error against the
-// unquantized dense reference is checked against a loose per-format bound and printed.
+// unquantized dense reference is checked against a loose per-format bound and printed. f16
+// pages (written by the append path's kv_store_f16) are checked the same way against f32 pools
+// holding their widened values (to f32 rounding: the summation order differs).
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <algorithm>
@@ -16,8 +19,10 @@
 #include <vector>
 
 #include "attention_case.h"
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/kv_append.h"
 #include "kernels/kv_quant.h"
 
 namespace ls::kernels::test {
@@ -72,6 +77,36 @@ QuantizedPool quantize_pool(const PagedKvPool& f32, KvQuant q) {
   return out;
 }
 
+// An f16 copy of an f32 pool (the append path's conversion) and the f32 pool of its values.
+struct HalfPool {
+  std::vector<uint16_t> k, v;
+  std::vector<float> wk, wv;
+  PagedKvPool half, widened;
+};
+
+HalfPool half_pool(const PagedKvPool& f32) {
+  HalfPool out;
+  const int64_t n = int64_t{f32.num_blocks} * f32.heads_per_block * f32.page_tokens * f32.head_dim;
+  out.k.resize(static_cast<size_t>(n));
+  out.v.resize(static_cast<size_t>(n));
+  cpu::kv_store_f16(static_cast<const float*>(f32.k), out.k.data(), n);
+  cpu::kv_store_f16(static_cast<const float*>(f32.v), out.v.data(), n);
+  out.wk.resize(static_cast<size_t>(n));
+  out.wv.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    out.wk[static_cast<size_t>(i)] = f16_to_f32(out.k[static_cast<size_t>(i)]);
+    out.wv[static_cast<size_t>(i)] = f16_to_f32(out.v[static_cast<size_t>(i)]);
+  }
+  out.half = f32;
+  out.half.k = out.k.data();
+  out.half.v = out.v.data();
+  out.half.dtype = DType::kF16;
+  out.widened = f32;
+  out.widened.k = out.wk.data();
+  out.widened.v = out.wv.data();
+  return out;
+}
+
 // Loose bounds on |out - unquantized reference| for keys and values in [-1, 1] and queries in
 // [-3, 3]: half a quantization step of V (int8 2/510, int4 2/30, fp8 1/16 relative) plus the
 // softmax weights' change from the keys' error.
@@ -89,10 +124,11 @@ double loose_bound(KvQuant q) {
 // Largest error against the unquantized reference per format over a test, printed at its end.
 struct WorstError {
   double err[4] = {0, 0, 0, 0};
+  double f16 = 0;
   ~WorstError() {
-    std::printf("  max |out - unquantized reference|: fp8 %.4g, int8 %.4g, int4 %.4g\n",
+    std::printf("  max |out - unquantized reference|: fp8 %.4g, int8 %.4g, int4 %.4g, f16 %.4g\n",
                 err[static_cast<int>(KvQuant::kFp8)], err[static_cast<int>(KvQuant::kInt8)],
-                err[static_cast<int>(KvQuant::kInt4)]);
+                err[static_cast<int>(KvQuant::kInt4)], f16);
   }
 };
 
@@ -128,6 +164,35 @@ void expect_quantized_matches_dequantized(const AttentionCase& c, ThreadPool& po
       double& w = worst.err[static_cast<int>(q)];
       w = std::max(w, max_err);
     }
+  }
+  const AttentionParams base = c.params(nullptr);
+  const HalfPool r = half_pool(base.retrieval);
+  const HalfPool s = half_pool(base.streaming);
+  for (Isa isa : all_isas()) {
+    const auto on_half = c.run([&](AttentionParams p) {
+      p.retrieval = r.half;
+      p.streaming = s.half;
+      cpu::paged_attention(p, pool, isa);
+    });
+    const auto on_widened = c.run([&](AttentionParams p) {
+      p.retrieval = r.widened;
+      p.streaming = s.widened;
+      cpu::paged_attention(p, pool, isa);
+    });
+    ASSERT_EQ(on_half.size(), on_widened.size());
+    double max_err = 0;
+    for (size_t i = 0; i < on_half.size(); ++i) {
+      ASSERT_FALSE(std::isnan(on_half[i])) << label << " f16 i=" << i;
+      // Exact widening of the same values; the f16 path sums in another order than f32 pages
+      // read in place, so equal to f32 rounding (outputs are in [-1, 1]), not bitwise.
+      ASSERT_NEAR(on_half[i], on_widened[i], 2e-6)
+          << label << " f16 isa=" << isa_label(isa) << " i=" << i;
+      max_err = std::max(max_err, std::fabs(on_half[i] - want[i]));
+    }
+    // 11 significant bits: half a step of a value in [-1, 1] is 2^-12, plus the softmax
+    // weights' change from the keys' error.
+    EXPECT_LE(max_err, 2e-3) << label << " f16";
+    worst.f16 = std::max(worst.f16, max_err);
   }
 }
 

@@ -7,8 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <numeric>
+#include <random>
+#include <string>
+#include <vector>
 
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu/kv_append.h"
@@ -188,13 +195,97 @@ KvAppendParams step_params(AppendWorld& w, StepInput& in, std::vector<uint8_t>& 
   return p;
 }
 
+// The value of f16 code `c` from its fields (sign, 5-bit exponent biased by 15, 10-bit fraction,
+// subnormals below 2^-14), independent of the conversions under test.
+double f16_reference(uint16_t c) {
+  const int e = (c >> 10) & 31, m = c & 1023;
+  const double mag = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+  return (c & 0x8000) ? -mag : mag;
+}
+
+// f16 pages' conversion over all 65536 codes against f16_reference: every finite code's value
+// converts back to that code, each midpoint between neighbours rounds to the even code,
+// magnitudes past 65504 (infinities included) saturate, NaN stays NaN. Run once as one array
+// (the vector path) and once element by element (the scalar tail).
+TEST(KvAppend, F16PagesConvertAllCodesAndSaturate) {
+  std::vector<float> in;
+  std::vector<uint16_t> want;
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const auto c = static_cast<uint16_t>(b);
+    if (((c >> 10) & 31) == 31) continue;  // inf / NaN codes: below
+    in.push_back(static_cast<float>(f16_reference(c)));
+    want.push_back(c);
+    if ((c & 0x7fff) < 0x7bff) {  // midpoint to the next code away from zero
+      const double mid = (f16_reference(c) + f16_reference(static_cast<uint16_t>(c + 1))) / 2;
+      in.push_back(static_cast<float>(mid));  // 12 significant bits: exact in f32
+      want.push_back((c & 1) ? static_cast<uint16_t>(c + 1) : c);
+    }
+  }
+  for (float big : {65504.0f, 65519.0f, 65520.0f, 70000.0f, 1e30f,
+                    std::numeric_limits<float>::infinity()}) {
+    in.push_back(big);
+    want.push_back(0x7bff);
+    in.push_back(-big);
+    want.push_back(0xfbff);
+  }
+  std::vector<uint16_t> got(in.size());
+  cpu::kv_store_f16(in.data(), got.data(), static_cast<int64_t>(in.size()));
+  std::vector<uint16_t> one(in.size());
+  for (size_t i = 0; i < in.size(); ++i) cpu::kv_store_f16(&in[i], &one[i], 1);
+  size_t bad = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (got[i] != want[i] || one[i] != want[i]) {
+      if (++bad < 10) {
+        ADD_FAILURE() << "in=" << in[i] << " want=" << want[i] << " vector=" << got[i]
+                      << " scalar=" << one[i];
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+  // The pages' reader widens every finite code to its value.
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const auto c = static_cast<uint16_t>(b);
+    if (((c >> 10) & 31) == 31) continue;
+    ASSERT_EQ(static_cast<double>(f16_to_f32(c)), f16_reference(c)) << b;
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> nans(11, nan);
+  std::vector<uint16_t> nan_codes(11);
+  cpu::kv_store_f16(nans.data(), nan_codes.data(), 11);
+  for (uint16_t c : nan_codes) EXPECT_TRUE(std::isnan(f16_to_f32(c))) << c;
+}
+
+// An append into f16 pages stores out-of-range keys and values saturated, finite.
+TEST(KvAppend, F16PagesSaturateOutOfRangeTokens) {
+  std::mt19937 rng(44);
+  const int32_t pt = 16;
+  AppendWorld w = make_world(rng, DType::kF32, DType::kF16, pt, {3, 1, 2});
+  StepInput in = make_step(w, {3, 1, 2});
+  for (std::vector<uint8_t>* bytes : {&in.k, &in.v}) {
+    auto* f = reinterpret_cast<float*>(bytes->data());
+    for (size_t i = 0; i < bytes->size() / 4; ++i) f[i] = (i % 2 ? -1.0f : 1.0f) * 1e6f;
+  }
+  cpu::kv_append(step_params(w, in, w.r_k, w.r_v, w.s_k, w.s_v), pool2());
+  size_t saturated = 0;
+  for (const std::vector<uint8_t>* pool : {&w.r_k, &w.r_v, &w.s_k, &w.s_v}) {
+    const auto* h = reinterpret_cast<const uint16_t*>(pool->data());
+    for (size_t i = 0; i < pool->size() / 2; ++i) {
+      EXPECT_FALSE(std::isinf(f16_to_f32(h[i]))) << i;
+      saturated += h[i] == 0x7bff || h[i] == 0xfbff;
+    }
+  }
+  // 6 tokens x num_kv heads x head_dim elements, K and V.
+  EXPECT_EQ(saturated, size_t{6} * static_cast<size_t>(w.num_kv) * static_cast<size_t>(w.d) * 2);
+}
+
 TEST(KvAppend, PoolsMatchNaiveMirrorAfterChunksAndDecodeSteps) {
   std::mt19937 rng(41);
   for (auto [src, dst] : {std::pair{DType::kF32, DType::kF32},
                           {DType::kF32, DType::kBF16},
                           {DType::kF32, DType::kF16},
                           {DType::kBF16, DType::kF32},
-                          {DType::kBF16, DType::kBF16}}) {
+                          {DType::kBF16, DType::kBF16},
+                          {DType::kBF16, DType::kF16}}) {
     for (int32_t pt : {16, 64}) {
       SCOPED_TRACE(std::string(dtype_name(src)) + "->" + std::string(dtype_name(dst)) +
                    " pt=" + std::to_string(pt));

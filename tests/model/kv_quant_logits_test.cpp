@@ -117,8 +117,8 @@ TEST_P(QuantLogits, ErrorPerFormatAgainstTheF32Cache) {
     auto ref = run(options(model, policy, KvCacheDtype::kF32), ids, 300);
     ASSERT_TRUE(ref.ok()) << ref.status().to_string();
     std::map<KvCacheDtype, Compare> got;
-    for (KvCacheDtype d : {KvCacheDtype::kBF16, KvCacheDtype::kFp8, KvCacheDtype::kInt8,
-                           KvCacheDtype::kInt4}) {
+    for (KvCacheDtype d : {KvCacheDtype::kBF16, KvCacheDtype::kF16, KvCacheDtype::kFp8,
+                           KvCacheDtype::kInt8, KvCacheDtype::kInt4}) {
       auto q = run(options(model, policy, d), ids, 300);
       ASSERT_TRUE(q.ok()) << q.status().to_string();
       ASSERT_EQ(q->size(), ref->size());
@@ -129,12 +129,16 @@ TEST_P(QuantLogits, ErrorPerFormatAgainstTheF32Cache) {
                   got[d].rel_rms, got[d].agree);
     }
     const std::string where = model + " " + policy;
-    // bf16 keeps 8 significant bits, int8 1/255 of a token's range, fp8 (e4m3) 4 significant
-    // bits, int4 1/15 of the range; after two layers the relative logit error of these random
-    // fixture models measured at most ~0.009 / 0.019 / 0.18 / 0.30 (docs/kv-quantization.md):
-    // the bounds leave about 1.7-2x of that. The ordering checks that the errors come from the
-    // formats themselves.
+    // bf16 keeps 8 significant bits, f16 11, int8 1/255 of a token's range, fp8 (e4m3) 4
+    // significant bits, int4 1/15 of the range; after two layers the relative logit error of
+    // these random fixture models measured at most ~0.009 / 0.0012 / 0.019 / 0.18 / 0.30
+    // (docs/kv-quantization.md, docs/kv-f16-cpu.md): the bounds leave about 1.7-2x of that. The
+    // ordering checks that the errors come from the formats themselves.
     EXPECT_LT(got[KvCacheDtype::kBF16].rel_rms, 0.02) << where;
+    EXPECT_LT(got[KvCacheDtype::kF16].rel_rms, 0.0025) << where;
+    EXPECT_GT(got[KvCacheDtype::kF16].rel_rms, 0.0) << where;
+    EXPECT_LT(got[KvCacheDtype::kF16].rel_rms, got[KvCacheDtype::kBF16].rel_rms) << where;
+    EXPECT_GE(got[KvCacheDtype::kF16].agree, 0.95) << where;
     EXPECT_LT(got[KvCacheDtype::kInt8].rel_rms, 0.04) << where;
     EXPECT_LT(got[KvCacheDtype::kFp8].rel_rms, 0.35) << where;
     EXPECT_LT(got[KvCacheDtype::kInt4].rel_rms, 0.6) << where;
@@ -188,7 +192,7 @@ TEST(QuantEngine, StatsReportFormatAndBytesPerToken) {
   };
   // auto is bf16 on the CPU (f32 activations); f32 stays selectable.
   for (const Want& w : {Want{"auto", "bf16", 4 * 2 * 32 * 2.0}, Want{"f32", "f32", 4 * 2 * 32 * 4.0},
-                        Want{"bf16", "bf16", 4 * 2 * 32 * 2.0},
+                        Want{"bf16", "bf16", 4 * 2 * 32 * 2.0}, Want{"f16", "f16", 4 * 2 * 32 * 2.0},
                         Want{"fp8", "fp8", 4 * 2 * (32 + 4.0)}, Want{"int8", "int8", 4 * 2 * (32 + 8.0)},
                         Want{"int4", "int4", 4 * 2 * (16 + 8.0)}}) {
     EngineConfig c;
@@ -211,8 +215,8 @@ TEST(QuantEngine, StatsReportFormatAndBytesPerToken) {
 TEST(QuantEngine, AutoResolvesToBf16ForF32ActivationsAndF32StaysSelectable) {
   EXPECT_EQ(resolve_kv_cache_dtype(KvCacheDtype::kAuto, DType::kF32), KvCacheDtype::kBF16);
   EXPECT_EQ(resolve_kv_cache_dtype(KvCacheDtype::kAuto, DType::kBF16), KvCacheDtype::kAuto);
-  for (KvCacheDtype d : {KvCacheDtype::kF32, KvCacheDtype::kBF16, KvCacheDtype::kFp8,
-                         KvCacheDtype::kInt8, KvCacheDtype::kInt4}) {
+  for (KvCacheDtype d : {KvCacheDtype::kF32, KvCacheDtype::kBF16, KvCacheDtype::kF16,
+                         KvCacheDtype::kFp8, KvCacheDtype::kInt8, KvCacheDtype::kInt4}) {
     EXPECT_EQ(resolve_kv_cache_dtype(d, DType::kF32), d);
     EXPECT_EQ(resolve_kv_cache_dtype(d, DType::kBF16), d);
   }
@@ -224,6 +228,15 @@ TEST(QuantEngine, AutoResolvesToBf16ForF32ActivationsAndF32StaysSelectable) {
   g.cache_dtype = KvCacheDtype::kF32;
   EXPECT_EQ(g.page_dtype(), DType::kF32);
   EXPECT_EQ(g.page_format_name(), "f32");
+  auto f16 = parse_kv_cache_dtype("f16");
+  ASSERT_TRUE(f16.ok());
+  EXPECT_EQ(*f16, KvCacheDtype::kF16);
+  g.cache_dtype = KvCacheDtype::kF16;
+  EXPECT_EQ(g.page_dtype(), DType::kF16);
+  EXPECT_EQ(g.page_format_name(), "f16");
+  g.head_dim = 32;
+  g.page_tokens = 64;
+  EXPECT_EQ(g.page_bytes(), 64 * 32 * 2);
 }
 
 TEST(QuantEngine, BadFormatsAreRefusedAtStartUp) {
@@ -233,6 +246,13 @@ TEST(QuantEngine, BadFormatsAreRefusedAtStartUp) {
   auto engine = EngineCore::create(c);
   ASSERT_FALSE(engine.ok());
   EXPECT_NE(engine.status().message().find("--kv-cache-dtype"), std::string::npos);
+  EXPECT_NE(engine.status().message().find("f16"), std::string::npos);  // the list of values
+  for (const char* bad : {"F16", "float16x"}) {
+    c.kv_cache_dtype = bad;
+    auto e = EngineCore::create(c);
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.status().message().find("--kv-cache-dtype"), std::string::npos) << bad;
+  }
   // int4 packs element pairs: an odd head_dim is refused by the geometry.
   KvGeometry g;
   g.num_layers = 1;

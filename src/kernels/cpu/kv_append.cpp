@@ -7,12 +7,34 @@
 #include "kernels/cpu/simd.h"
 #include "kernels/kv_quant.h"
 
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 namespace ls::kernels::cpu {
+
+void kv_store_f16(const float* src, uint16_t* dst, int64_t n) {
+  constexpr float kMax = 65504.0f;  // largest finite f16
+  int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+  // min/max return their second operand when either is NaN: x goes second so NaN survives.
+  const __m256 hi = _mm256_set1_ps(kMax), lo = _mm256_set1_ps(-kMax);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_max_ps(lo, _mm256_min_ps(hi, _mm256_loadu_ps(src + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float x = src[i];
+    dst[i] = f32_to_f16(x > kMax ? kMax : (x < -kMax ? -kMax : x));  // NaN compares false
+  }
+}
 
 namespace {
 
 // Converts one row of head_dim elements between float dtypes (f32 in between, exact widening,
-// round-to-nearest-even narrowing as core/dtype does).
+// round-to-nearest-even narrowing as core/dtype does; f16 pages saturate, kv_store_f16).
 void copy_row(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t head_dim,
               float* tmp) {
   if (src_dtype == dst_dtype) {
@@ -21,6 +43,10 @@ void copy_row(const void* src, DType src_dtype, void* dst, DType dst_dtype, int6
   }
   simd::dispatch_isa(best_isa(),
                      [&]<class S>() { simd::widen_to_f32<S>(src_dtype, src, tmp, head_dim); });
+  if (dst_dtype == DType::kF16) {
+    kv_store_f16(tmp, static_cast<uint16_t*>(dst), head_dim);
+    return;
+  }
   convert_from_f32(tmp, dst_dtype, dst, head_dim);
 }
 
