@@ -228,10 +228,14 @@ TEST(KvAppend, F16PagesConvertAllCodesAndSaturate) {
     in.push_back(-big);
     want.push_back(0xfbff);
   }
+  // Counted: the 2 x 5 values past 65504 (65519 would round to 65504 even unsaturated).
+  const int64_t before = cpu::kv_f16_saturated_total();
   std::vector<uint16_t> got(in.size());
   cpu::kv_store_f16(in.data(), got.data(), static_cast<int64_t>(in.size()));
+  EXPECT_EQ(cpu::kv_f16_saturated_total() - before, 10);
   std::vector<uint16_t> one(in.size());
   for (size_t i = 0; i < in.size(); ++i) cpu::kv_store_f16(&in[i], &one[i], 1);
+  EXPECT_EQ(cpu::kv_f16_saturated_total() - before, 20);
   size_t bad = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     if (got[i] != want[i] || one[i] != want[i]) {
@@ -265,7 +269,9 @@ TEST(KvAppend, F16PagesSaturateOutOfRangeTokens) {
     auto* f = reinterpret_cast<float*>(bytes->data());
     for (size_t i = 0; i < bytes->size() / 4; ++i) f[i] = (i % 2 ? -1.0f : 1.0f) * 1e6f;
   }
+  const int64_t before = cpu::kv_f16_saturated_total();
   cpu::kv_append(step_params(w, in, w.r_k, w.r_v, w.s_k, w.s_v), pool2());
+  EXPECT_EQ(cpu::kv_f16_saturated_total() - before, int64_t{6} * w.num_kv * w.d * 2);
   size_t saturated = 0;
   for (const std::vector<uint8_t>* pool : {&w.r_k, &w.r_v, &w.s_k, &w.s_v}) {
     const auto* h = reinterpret_cast<const uint16_t*>(pool->data());

@@ -1,5 +1,7 @@
 #include "kernels/cpu/kv_append.h"
 
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -13,23 +15,37 @@
 
 namespace ls::kernels::cpu {
 
+namespace {
+std::atomic<int64_t> g_f16_saturated{0};
+}  // namespace
+
 void kv_store_f16(const float* src, uint16_t* dst, int64_t n) {
   constexpr float kMax = 65504.0f;  // largest finite f16
   int64_t i = 0;
+  int64_t saturated = 0;
 #if defined(__F16C__) && defined(__AVX__)
   // min/max return their second operand when either is NaN: x goes second so NaN survives.
   const __m256 hi = _mm256_set1_ps(kMax), lo = _mm256_set1_ps(-kMax);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_max_ps(lo, _mm256_min_ps(hi, _mm256_loadu_ps(src + i)));
+    const __m256 v = _mm256_loadu_ps(src + i);
+    const int over = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(v, abs_mask), hi, _CMP_GT_OQ));
+    if (over != 0) saturated += __builtin_popcount(static_cast<unsigned>(over));
+    const __m256 x = _mm256_max_ps(lo, _mm256_min_ps(hi, v));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
                      _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
 #endif
   for (; i < n; ++i) {
     const float x = src[i];
-    dst[i] = f32_to_f16(x > kMax ? kMax : (x < -kMax ? -kMax : x));  // NaN compares false
+    const bool over = x > kMax || x < -kMax;  // NaN compares false
+    saturated += over;
+    dst[i] = f32_to_f16(over ? (x > 0 ? kMax : -kMax) : x);
   }
+  if (saturated != 0) g_f16_saturated.fetch_add(saturated, std::memory_order_relaxed);
 }
+
+int64_t kv_f16_saturated_total() { return g_f16_saturated.load(std::memory_order_relaxed); }
 
 namespace {
 
