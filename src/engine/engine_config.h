@@ -47,9 +47,9 @@ struct EngineConfig {
   bool layer_segmented_prefill() const {
     return prefill_mode == "layer-segmented" || (prefill_mode == "auto" && kv_offload);
   }
-  // K/V page format (docs/kv-quantization.md): auto (bf16 on both backends: the CPU's f32
-  // activations are stored as bf16, resolve_kv_cache_dtype) | f32 (CPU) | bf16 | fp8 | int8 |
-  // int4.
+  // K/V page format (docs/kv-quantization.md): auto (f16 on the CPU, whose f32 activations are
+  // stored as f16, resolve_kv_cache_dtype; bf16 on CUDA) | f32 (CPU) | bf16 | f16 (CPU) | fp8 |
+  // int8 | int4.
   std::string kv_cache_dtype = "auto";
   // Linear weights (docs/gguf.md): auto (GGUF blocks as stored where the backend reads them),
   // none (dequantize GGUF at load), or q8_0|q4_0|q4_1|q4_k|q6_k (quantize a safetensors

@@ -89,7 +89,7 @@ kernels::KvQuant kv_quant_of(KvCacheDtype d) {
 
 KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, DType act) {
   if (requested != KvCacheDtype::kAuto) return requested;
-  return act == DType::kF32 ? KvCacheDtype::kBF16 : KvCacheDtype::kAuto;
+  return act == DType::kF32 ? KvCacheDtype::kF16 : KvCacheDtype::kAuto;
 }
 
 DType KvGeometry::page_dtype() const {

@@ -64,10 +64,10 @@ enum class KvCacheDtype : uint8_t { kAuto, kF32, kBF16, kFp8, kInt8, kInt4, kF16
 std::string_view kv_cache_dtype_name(KvCacheDtype d);
 Result<KvCacheDtype> parse_kv_cache_dtype(std::string_view name);
 kernels::KvQuant kv_quant_of(KvCacheDtype d);
-// The page format `requested` stands for on a backend with activations in `act`: auto is bf16
-// where activations are f32 (the CPU: half the bytes per decode step, llama.cpp's f16 cache
-// size; docs/kv-quantization.md shows its accuracy), the activation dtype otherwise (bf16 on
-// CUDA). Any other value is kept.
+// The page format `requested` stands for on a backend with activations in `act`: auto is f16
+// where activations are f32 (the CPU: half f32's bytes per decode step, llama.cpp's default
+// cache type, 3 more significant bits than bf16 at the same speed; docs/kv-f16-cpu.md), the
+// activation dtype otherwise (bf16 on CUDA). Any other value is kept.
 KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, DType act);
 
 struct KvGeometry {

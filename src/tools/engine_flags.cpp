@@ -114,7 +114,7 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
                  "the chunk boundaries of chunked prefill)")
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", c.kv_cache_dtype,
-                 "K/V page format: auto (bf16 on the CPU and on CUDA), f32 (CPU only), bf16, "
+                 "K/V page format: auto (f16 on the CPU, bf16 on CUDA), f32 (CPU only), bf16, "
                  "f16 (CPU only; saturates at +-65504), fp8 (e4m3), int8 or int4, with per-token "
                  "scales (docs/kv-quantization.md)")
       ->capture_default_str();

@@ -190,9 +190,11 @@ TEST(QuantEngine, StatsReportFormatAndBytesPerToken) {
     const char* name;
     double bytes;  // per token: 4 heads x (K + V) x (codes + scales)
   };
-  // auto is bf16 on the CPU (f32 activations); f32 stays selectable.
-  for (const Want& w : {Want{"auto", "bf16", 4 * 2 * 32 * 2.0}, Want{"f32", "f32", 4 * 2 * 32 * 4.0},
-                        Want{"bf16", "bf16", 4 * 2 * 32 * 2.0}, Want{"f16", "f16", 4 * 2 * 32 * 2.0},
+  // auto is f16 on the CPU (f32 activations); f32 stays selectable.
+  for (const Want& w : {Want{"auto", "f16", 4 * 2 * 32 * 2.0},
+                        Want{"f32", "f32", 4 * 2 * 32 * 4.0},
+                        Want{"bf16", "bf16", 4 * 2 * 32 * 2.0},
+                        Want{"f16", "f16", 4 * 2 * 32 * 2.0},
                         Want{"fp8", "fp8", 4 * 2 * (32 + 4.0)}, Want{"int8", "int8", 4 * 2 * (32 + 8.0)},
                         Want{"int4", "int4", 4 * 2 * (16 + 8.0)}}) {
     EngineConfig c;
@@ -210,10 +212,10 @@ TEST(QuantEngine, StatsReportFormatAndBytesPerToken) {
   }
 }
 
-// auto names bf16 pages where the activations are f32 (the CPU) and the activation dtype
-// otherwise (bf16 on CUDA); every explicit value is kept, f32 included.
-TEST(QuantEngine, AutoResolvesToBf16ForF32ActivationsAndF32StaysSelectable) {
-  EXPECT_EQ(resolve_kv_cache_dtype(KvCacheDtype::kAuto, DType::kF32), KvCacheDtype::kBF16);
+// auto names f16 pages where the activations are f32 (the CPU) and the activation dtype
+// otherwise (bf16 on CUDA); every explicit value is kept, f32 and bf16 included.
+TEST(QuantEngine, AutoResolvesToF16ForF32ActivationsAndF32StaysSelectable) {
+  EXPECT_EQ(resolve_kv_cache_dtype(KvCacheDtype::kAuto, DType::kF32), KvCacheDtype::kF16);
   EXPECT_EQ(resolve_kv_cache_dtype(KvCacheDtype::kAuto, DType::kBF16), KvCacheDtype::kAuto);
   for (KvCacheDtype d : {KvCacheDtype::kF32, KvCacheDtype::kBF16, KvCacheDtype::kF16,
                          KvCacheDtype::kFp8, KvCacheDtype::kInt8, KvCacheDtype::kInt4}) {
