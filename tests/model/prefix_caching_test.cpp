@@ -241,7 +241,10 @@ TEST_P(PrefixCaching, BurstWithPreemptionAndAbortAgrees) {
     const auto& a = off.logprobs.at(id);
     const auto& b = on.logprobs.at(id);
     ASSERT_EQ(a.size(), b.size()) << id;
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4) << id << " " << i;
+    // To rounding: a last-bit difference of an f32 K or V value (steps composed differently)
+    // can flip its rounding into the page format, one f16 step (2^-11 relative) under the CPU's
+    // default f16 pages, which moves a logprob by up to ~3e-4 on this fixture.
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-3) << id << " " << i;
   }
   EXPECT_GE(compared, 3);
   if (GetParam() != "streaming") {  // streaming heads alone hold a bounded, pre-sized pool
