@@ -73,6 +73,9 @@ inline constexpr std::array<int32_t, 13> kIterationTokenBuckets = {
     1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
 
 struct EngineStats {
+  // Empty while the engine serves; why it is down otherwise (a tensor-parallel rank failed and
+  // took the group down: docs/tensor-parallel.md, "Failures"). /health then answers 503.
+  std::string engine_error;
   int32_t num_running = 0;
   int32_t num_waiting = 0;
   double kv_usage = 0.0;            // fraction of KV pages in use, 0..1

@@ -99,6 +99,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   o.dummy_seed = config.dummy_seed;
   o.tensor_parallel_size = config.tensor_parallel_size;
   o.tp_all_reduce = config.tp_all_reduce;
+  o.tp_fault = config.tp_fault;
   if (config.tensor_parallel_size > 1 && config.device == "cpu") {
     LS_LOG_WARN("--tensor-parallel-size {} on --device cpu: the ranks are threads sharing the same "
                 "cores, which only tests the split (it is slower than one rank)",
@@ -234,6 +235,7 @@ Status EngineCore::validate_request(const GenerateRequest& r) const {
 }
 
 Status EngineCore::add_request(GenerateRequest request, OutputSink sink) {
+  if (!fatal_.ok()) return fatal_;
   LS_RETURN_IF_ERROR(validate_request(request));
   if (requests_.count(request.request_id)) {
     return invalid_argument("request id '{}' is already in use", request.request_id);
@@ -278,7 +280,9 @@ void EngineCore::finish(Sequence* seq, RequestOutput& out) {
   if (req.num_unfinished == 0) requests_.erase(req.request_id);  // destroys the sequences
 }
 
-void EngineCore::abort(const std::string& request_id) {
+void EngineCore::abort(const std::string& request_id) { end_request(request_id, {}); }
+
+void EngineCore::end_request(const std::string& request_id, const Status& error) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
   std::vector<Sequence*> live;
@@ -287,7 +291,8 @@ void EngineCore::abort(const std::string& request_id) {
   for (Sequence* seq : live) {
     RequestOutput out;
     out.index = seq->index;
-    out.finish_reason = FinishReason::kAbort;
+    out.finish_reason = error.ok() ? FinishReason::kAbort : FinishReason::kError;
+    out.error = error.message();
     finish(seq, out);
   }
 }
@@ -296,6 +301,21 @@ void EngineCore::abort_all() {
   std::vector<std::string> ids;
   for (const auto& [id, seqs] : requests_) ids.push_back(id);
   for (const std::string& id : ids) abort(id);
+}
+
+bool EngineCore::went_down() {
+  if (!fatal_.ok()) return true;
+  Status f = executor_->fatal_error();
+  if (f.ok()) return false;
+  fatal_ = Status(StatusCode::kFailedPrecondition,
+                  fmt::format("the engine is down: {}", f.message()));
+  LS_LOG_ERROR("{}; every request in flight fails, new ones are refused and /health reports 503 "
+               "(restart the server)",
+               fatal_.message());
+  std::vector<std::string> ids;
+  for (const auto& [id, seqs] : requests_) ids.push_back(id);
+  for (const std::string& id : ids) end_request(id, fatal_);
+  return true;
 }
 
 void EngineCore::fail_sequences(const SchedulerOutput& out, const Status& error) {
@@ -405,6 +425,14 @@ void EngineCore::collect_prompt_logprobs(Sequence* seq, int32_t first_position,
 }
 
 Status EngineCore::step() {
+  if (!fatal_.ok()) return fatal_;
+  Status st = step_once();
+  // A failure the executor cannot recover from ends every request (went_down).
+  if (!st.ok() && went_down()) return fatal_;
+  return st;
+}
+
+Status EngineCore::step_once() {
   cap_prompt_logprob_chunks();
   SchedulerOutput out = scheduler_.schedule();
   if (out.empty()) return {};
@@ -553,6 +581,7 @@ EngineStats EngineCore::stats() const {
   EngineStats s;
   s.num_running = scheduler_.num_running();
   s.num_waiting = scheduler_.num_waiting();
+  s.engine_error = fatal_.message();
   s.kv_usage = kv_->usage();
   s.kv_bytes_in_use = kv_->bytes_in_use();
   s.num_preemptions = scheduler_.num_preemptions();

@@ -36,6 +36,10 @@ class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
   virtual KvTierStats kv_tier_stats() const { return {}; }
+  // Not ok once the executor cannot run any more steps (a tensor-parallel group that a failed rank
+  // took down): every later step fails with this error. The engine then fails every request and
+  // reports itself unhealthy (docs/tensor-parallel.md, "Failures").
+  virtual Status fatal_error() const { return {}; }
   // Decode steps that ran shared-prefix attention (docs/shared-prefix-attention.md), since start.
   virtual int64_t shared_prefix_steps() const { return 0; }
   // Prefix tokens those steps' sequences attended through the shared path (prefix x members).

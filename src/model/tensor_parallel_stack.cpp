@@ -146,7 +146,9 @@ Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStack
               n, top->tp_comms[0]->name(), fmt::join(retrieval_per_rank, ", "),
               mean > 0 ? most / mean : 1.0, top->kv->num_retrieval_blocks(),
               top->kv->num_streaming_blocks());
-  top->tp_executor = std::make_unique<TensorParallelExecutor>(std::move(exec_ranks));
+  auto executor = std::make_unique<TensorParallelExecutor>(std::move(exec_ranks));
+  LS_RETURN_IF_ERROR(executor->set_fault(o.tp_fault));
+  top->tp_executor = std::move(executor);
   return top;
 }
 
