@@ -57,19 +57,21 @@ void read_generation_defaults(const GenerationConfig& gen, const ModelConfig& mo
   if (gen.do_sample && !*gen.do_sample) sampling.temperature = 0.0f;
 }
 
-// What decides a page's K/V bytes besides its tokens: the prefix cache's key seed, so pages of
-// another model, attention configuration or KV format never match.
+}  // namespace
+
 PrefixKey prefix_cache_seed(const EngineConfig& c, const KvGeometry& g) {
   const AttentionConfig& a = c.attention;
+  // The weights: the directory, and whether they are read from it or generated (from which
+  // seed): dummy weights of another seed, or the checkpoint's, give other K/V for the same tokens.
+  const std::string weights =
+      c.load_format == "dummy" ? fmt::format("dummy/{}", c.dummy_seed) : c.load_format;
   return prefix_seed(fmt::format(
-      "model={}|quant={}|policy={}|pattern={}|ratio={}|page={}/{}|sink={}|local={}/{}|kv={}|"
-      "roles={}",
-      std::filesystem::absolute(c.model_dir).string(), c.quantization, a.policy,
+      "model={}|load={}|quant={}|policy={}|pattern={}|ratio={}|page={}/{}|sink={}|local={}/{}|"
+      "kv={}|roles={}",
+      std::filesystem::absolute(c.model_dir).string(), weights, c.quantization, a.policy,
       a.head_pattern_path, a.streaming_ratio, g.page_tokens, g.logical_page_tokens, g.sink_tokens,
       g.prefill_local_tokens, g.decode_local_tokens, g.page_format_name(), g.roles.describe()));
 }
-
-}  // namespace
 
 Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& config) {
   LS_RETURN_IF_ERROR(config.validate());

@@ -21,12 +21,18 @@
 #include "engine/sequence.h"
 #include "engine/working_set.h"
 #include "kv/kv_manager.h"
+#include "kv/prefix_key.h"
 #include "model/engine_model.h"
 #include "model/step_executor.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ls {
 
+
+// What decides a cached page's K/V bytes besides its tokens: the prefix cache's key seed, so pages
+// of another model (directory, load format and dummy seed, quantization), attention configuration
+// or KV format never match.
+PrefixKey prefix_cache_seed(const EngineConfig& config, const KvGeometry& geometry);
 
 class EngineCore {
  public:
