@@ -601,6 +601,27 @@ EngineStats EngineCore::stats() const {
   s.kv_offload_hits_total = t.hits;
   s.kv_offload_misses_total = t.misses;
   s.kv_offload_bytes_total = t.bytes_retrieved;
+  int64_t retrieval_total = 0, retrieval_most = 0;
+  for (const TpRankStats& r : executor_->tp_rank_stats()) {
+    EngineRankStats e;
+    e.retrieval_kv_heads = r.retrieval_kv_heads;
+    e.streaming_kv_heads = r.streaming_kv_heads;
+    e.kv_host_bytes = r.tier.host_bytes;
+    e.kv_device_cache_bytes = r.tier.device_cache_bytes;
+    e.kv_offload_hits_total = r.tier.hits;
+    e.kv_offload_misses_total = r.tier.misses;
+    e.kv_offload_bytes_total = r.tier.bytes_retrieved;
+    s.tp_ranks.push_back(e);
+    retrieval_total += r.retrieval_kv_heads;
+    retrieval_most = std::max<int64_t>(retrieval_most, r.retrieval_kv_heads);
+  }
+  if (!s.tp_ranks.empty()) {
+    // As the start-up log: most / mean, 1 when no rank has a retrieval head.
+    s.tp_retrieval_imbalance =
+        retrieval_total > 0 ? static_cast<double>(retrieval_most) * static_cast<double>(s.tp_ranks.size()) /
+                                  static_cast<double>(retrieval_total)
+                            : 1.0;
+  }
   s.num_recomputed_tokens = scheduler_.num_recomputed_tokens();
   s.prefix_caching = kv_->prefix_caching();
   s.prefix_cache_queries = scheduler_.prefix_cache_queries();

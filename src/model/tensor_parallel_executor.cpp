@@ -101,6 +101,24 @@ Status TensorParallelExecutor::set_fault(const TpFault& fault) {
   return {};
 }
 
+void TensorParallelExecutor::set_head_roles(std::vector<int32_t> retrieval,
+                                            std::vector<int32_t> streaming) {
+  retrieval_heads_ = std::move(retrieval);
+  streaming_heads_ = std::move(streaming);
+}
+
+std::vector<TpRankStats> TensorParallelExecutor::tp_rank_stats() const {
+  std::vector<TpRankStats> out(ranks_.size());
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (r < retrieval_heads_.size()) out[r].retrieval_kv_heads = retrieval_heads_[r];
+    if (r < streaming_heads_.size()) out[r].streaming_kv_heads = streaming_heads_[r];
+    out[r].tier = ranks_[r].runner->kv_tier_stats();
+    out[r].tier.row_counters.clear();
+    out[r].tier.row_budgets.clear();
+  }
+  return out;
+}
+
 bool TensorParallelExecutor::fault_fires(StepKind kind) {
   if (!fault_.armed() || kind == StepKind::kOther) return false;
   const bool decode = kind == StepKind::kDecode;

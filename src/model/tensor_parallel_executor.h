@@ -59,6 +59,9 @@ class TensorParallelExecutor final : public StepExecutor {
   }
   Status set_device_budgets(const std::vector<int32_t>& slots) override;
   Status fatal_error() const override { return broken_; }
+  std::vector<TpRankStats> tp_rank_stats() const override;
+  // The ranks' kv heads by role, summed over layers ([ranks] each), from the builder.
+  void set_head_roles(std::vector<int32_t> retrieval, std::vector<int32_t> streaming);
   int32_t size() const { return static_cast<int32_t>(ranks_.size()); }
   // Test-only (model/tp_fault.h): arms one injected rank failure. Call before the first step.
   Status set_fault(const TpFault& fault);
@@ -73,6 +76,7 @@ class TensorParallelExecutor final : public StepExecutor {
 
   std::vector<Rank> ranks_;
   std::vector<std::vector<float>> scratch_logits_;  // [ranks] logits of ranks other than 0
+  std::vector<int32_t> retrieval_heads_, streaming_heads_;  // [ranks] summed over layers
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
