@@ -132,7 +132,12 @@ class TensorParallelRankFailure
     : public ::testing::TestWithParam<std::tuple<int32_t, bool, bool, bool>> {};
 
 TEST_P(TensorParallelRankFailure, EndsTheStepOnEveryRankNamingTheRank) {
-  const auto& [tp, last, decode, throws] = GetParam();
+  // Plain variables, not structured bindings: the lambda below captures them (clang 14 cannot
+  // capture a structured binding).
+  const int32_t tp = std::get<0>(GetParam());
+  const bool last = std::get<1>(GetParam());
+  const bool decode = std::get<2>(GetParam());
+  const bool throws = std::get<3>(GetParam());
   const int32_t rank = last ? tp - 1 : 0;
   ModelStackOptions o = tp_options(tp);
   o.tp_fault.rank = rank;
