@@ -25,6 +25,9 @@ Status AsyncEngine::submit(GenerateRequest request, OutputSink sink) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return cancelled("the engine is shutting down");
+    // An engine that went down refuses at once (a request already queued gets the error from
+    // add_request on the engine thread).
+    if (!stats_.engine_error.empty()) return failed_precondition("{}", stats_.engine_error);
     inbox_.emplace_back(std::move(request), std::move(sink));
   }
   cv_.notify_one();
@@ -82,7 +85,7 @@ void AsyncEngine::loop() {
     }
     for (const std::string& id : aborts) core_->abort(id);
     Status st = core_->step();
-    if (!st.ok()) LS_LOG_WARN("engine step: {}", st.to_string());
+    if (!st.ok() && core_->fatal_error().ok()) LS_LOG_WARN("engine step: {}", st.to_string());
     publish();
   }
   // Shutdown: everything running ends as aborted, and so does every choice still queued.

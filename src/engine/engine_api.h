@@ -72,7 +72,22 @@ struct GenerateRequest {
 inline constexpr std::array<int32_t, 13> kIterationTokenBuckets = {
     1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
 
+// One tensor-parallel rank in EngineStats (docs/tensor-parallel.md).
+struct EngineRankStats {
+  int32_t retrieval_kv_heads = 0;  // the rank's retrieval kv heads, summed over layers
+  int32_t streaming_kv_heads = 0;  // its streaming kv heads, summed over layers
+  // The rank's own hierarchical KV tier (--kv-offload on), as the kv_offload_* fields below.
+  int64_t kv_host_bytes = 0;
+  int64_t kv_device_cache_bytes = 0;
+  int64_t kv_offload_hits_total = 0;
+  int64_t kv_offload_misses_total = 0;
+  int64_t kv_offload_bytes_total = 0;
+};
+
 struct EngineStats {
+  // Empty while the engine serves; why it is down otherwise (a tensor-parallel rank failed and
+  // took the group down: docs/tensor-parallel.md, "Failures"). /health then answers 503.
+  std::string engine_error;
   int32_t num_running = 0;
   int32_t num_waiting = 0;
   double kv_usage = 0.0;            // fraction of KV pages in use, 0..1
@@ -84,7 +99,12 @@ struct EngineStats {
   // more than the bound before; the last entry counts the rest. Not cumulative.
   std::array<int64_t, kIterationTokenBuckets.size() + 1> iteration_tokens_counts{};
   int64_t iteration_tokens_sum = 0;
-  // Hierarchical KV tier (--kv-offload on; docs/hierarchical-kv.md), zero when off.
+  // Tensor parallelism: [ranks] each rank's numbers (empty at TP = 1), and the head-pattern
+  // imbalance over the ranks (most retrieval kv heads / mean; 1 is even, 0 at TP = 1).
+  std::vector<EngineRankStats> tp_ranks;
+  double tp_retrieval_imbalance = 0.0;
+  // Hierarchical KV tier (--kv-offload on; docs/hierarchical-kv.md), zero when off. With tensor
+  // parallelism these are rank 0's (tp_ranks has every rank's).
   bool kv_offload = false;
   int64_t kv_host_bytes = 0;            // host pool (pinned on a GPU)
   int64_t host_pinned_bytes = 0;        // page-locked host memory of the backend (0 on the CPU)

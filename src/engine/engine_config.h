@@ -8,6 +8,7 @@
 
 #include "attention/attention_config.h"
 #include "core/status.h"
+#include "model/tp_fault.h"
 
 namespace ls {
 
@@ -73,6 +74,8 @@ struct EngineConfig {
   // peer-to-peer memory for messages that fit its buffer when every pair of GPUs has peer
   // access, NCCL otherwise), nccl, or p2p (as auto, but refused where peer access is missing).
   std::string tp_all_reduce = "auto";
+  // Tests only (no flag): one injected tensor-parallel rank failure (model/tp_fault.h).
+  TpFault tp_fault;
   // Shared-prefix decode attention (docs/shared-prefix-attention.md): decode steps whose
   // sequences share prefix blocks (prefix-cache hits) attend the shared part once per group, in
   // layers whose heads all read every page. Without shared blocks it never engages.

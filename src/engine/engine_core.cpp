@@ -57,19 +57,21 @@ void read_generation_defaults(const GenerationConfig& gen, const ModelConfig& mo
   if (gen.do_sample && !*gen.do_sample) sampling.temperature = 0.0f;
 }
 
-// What decides a page's K/V bytes besides its tokens: the prefix cache's key seed, so pages of
-// another model, attention configuration or KV format never match.
+}  // namespace
+
 PrefixKey prefix_cache_seed(const EngineConfig& c, const KvGeometry& g) {
   const AttentionConfig& a = c.attention;
+  // The weights: the directory, and whether they are read from it or generated (from which
+  // seed): dummy weights of another seed, or the checkpoint's, give other K/V for the same tokens.
+  const std::string weights =
+      c.load_format == "dummy" ? fmt::format("dummy/{}", c.dummy_seed) : c.load_format;
   return prefix_seed(fmt::format(
-      "model={}|quant={}|policy={}|pattern={}|ratio={}|page={}/{}|sink={}|local={}/{}|kv={}|"
-      "roles={}",
-      std::filesystem::absolute(c.model_dir).string(), c.quantization, a.policy,
+      "model={}|load={}|quant={}|policy={}|pattern={}|ratio={}|page={}/{}|sink={}|local={}/{}|"
+      "kv={}|roles={}",
+      std::filesystem::absolute(c.model_dir).string(), weights, c.quantization, a.policy,
       a.head_pattern_path, a.streaming_ratio, g.page_tokens, g.logical_page_tokens, g.sink_tokens,
       g.prefill_local_tokens, g.decode_local_tokens, g.page_format_name(), g.roles.describe()));
 }
-
-}  // namespace
 
 Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& config) {
   LS_RETURN_IF_ERROR(config.validate());
@@ -99,6 +101,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   o.dummy_seed = config.dummy_seed;
   o.tensor_parallel_size = config.tensor_parallel_size;
   o.tp_all_reduce = config.tp_all_reduce;
+  o.tp_fault = config.tp_fault;
   if (config.tensor_parallel_size > 1 && config.device == "cpu") {
     LS_LOG_WARN("--tensor-parallel-size {} on --device cpu: the ranks are threads sharing the same "
                 "cores, which only tests the split (it is slower than one rank)",
@@ -234,6 +237,7 @@ Status EngineCore::validate_request(const GenerateRequest& r) const {
 }
 
 Status EngineCore::add_request(GenerateRequest request, OutputSink sink) {
+  if (!fatal_.ok()) return fatal_;
   LS_RETURN_IF_ERROR(validate_request(request));
   if (requests_.count(request.request_id)) {
     return invalid_argument("request id '{}' is already in use", request.request_id);
@@ -278,7 +282,9 @@ void EngineCore::finish(Sequence* seq, RequestOutput& out) {
   if (req.num_unfinished == 0) requests_.erase(req.request_id);  // destroys the sequences
 }
 
-void EngineCore::abort(const std::string& request_id) {
+void EngineCore::abort(const std::string& request_id) { end_request(request_id, {}); }
+
+void EngineCore::end_request(const std::string& request_id, const Status& error) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
   std::vector<Sequence*> live;
@@ -287,7 +293,8 @@ void EngineCore::abort(const std::string& request_id) {
   for (Sequence* seq : live) {
     RequestOutput out;
     out.index = seq->index;
-    out.finish_reason = FinishReason::kAbort;
+    out.finish_reason = error.ok() ? FinishReason::kAbort : FinishReason::kError;
+    out.error = error.message();
     finish(seq, out);
   }
 }
@@ -296,6 +303,21 @@ void EngineCore::abort_all() {
   std::vector<std::string> ids;
   for (const auto& [id, seqs] : requests_) ids.push_back(id);
   for (const std::string& id : ids) abort(id);
+}
+
+bool EngineCore::went_down() {
+  if (!fatal_.ok()) return true;
+  Status f = executor_->fatal_error();
+  if (f.ok()) return false;
+  fatal_ = Status(StatusCode::kFailedPrecondition,
+                  fmt::format("the engine is down: {}", f.message()));
+  LS_LOG_ERROR("{}; every request in flight fails, new ones are refused and /health reports 503 "
+               "(restart the server)",
+               fatal_.message());
+  std::vector<std::string> ids;
+  for (const auto& [id, seqs] : requests_) ids.push_back(id);
+  for (const std::string& id : ids) end_request(id, fatal_);
+  return true;
 }
 
 void EngineCore::fail_sequences(const SchedulerOutput& out, const Status& error) {
@@ -405,6 +427,14 @@ void EngineCore::collect_prompt_logprobs(Sequence* seq, int32_t first_position,
 }
 
 Status EngineCore::step() {
+  if (!fatal_.ok()) return fatal_;
+  Status st = step_once();
+  // A failure the executor cannot recover from ends every request (went_down).
+  if (!st.ok() && went_down()) return fatal_;
+  return st;
+}
+
+Status EngineCore::step_once() {
   cap_prompt_logprob_chunks();
   SchedulerOutput out = scheduler_.schedule();
   if (out.empty()) return {};
@@ -553,6 +583,7 @@ EngineStats EngineCore::stats() const {
   EngineStats s;
   s.num_running = scheduler_.num_running();
   s.num_waiting = scheduler_.num_waiting();
+  s.engine_error = fatal_.message();
   s.kv_usage = kv_->usage();
   s.kv_bytes_in_use = kv_->bytes_in_use();
   s.num_preemptions = scheduler_.num_preemptions();
@@ -570,6 +601,27 @@ EngineStats EngineCore::stats() const {
   s.kv_offload_hits_total = t.hits;
   s.kv_offload_misses_total = t.misses;
   s.kv_offload_bytes_total = t.bytes_retrieved;
+  int64_t retrieval_total = 0, retrieval_most = 0;
+  for (const TpRankStats& r : executor_->tp_rank_stats()) {
+    EngineRankStats e;
+    e.retrieval_kv_heads = r.retrieval_kv_heads;
+    e.streaming_kv_heads = r.streaming_kv_heads;
+    e.kv_host_bytes = r.tier.host_bytes;
+    e.kv_device_cache_bytes = r.tier.device_cache_bytes;
+    e.kv_offload_hits_total = r.tier.hits;
+    e.kv_offload_misses_total = r.tier.misses;
+    e.kv_offload_bytes_total = r.tier.bytes_retrieved;
+    s.tp_ranks.push_back(e);
+    retrieval_total += r.retrieval_kv_heads;
+    retrieval_most = std::max<int64_t>(retrieval_most, r.retrieval_kv_heads);
+  }
+  if (!s.tp_ranks.empty()) {
+    // As the start-up log: most / mean, 1 when no rank has a retrieval head.
+    s.tp_retrieval_imbalance =
+        retrieval_total > 0 ? static_cast<double>(retrieval_most) * static_cast<double>(s.tp_ranks.size()) /
+                                  static_cast<double>(retrieval_total)
+                            : 1.0;
+  }
   s.num_recomputed_tokens = scheduler_.num_recomputed_tokens();
   s.prefix_caching = kv_->prefix_caching();
   s.prefix_cache_queries = scheduler_.prefix_cache_queries();

@@ -21,12 +21,18 @@
 #include "engine/sequence.h"
 #include "engine/working_set.h"
 #include "kv/kv_manager.h"
+#include "kv/prefix_key.h"
 #include "model/engine_model.h"
 #include "model/step_executor.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ls {
 
+
+// What decides a cached page's K/V bytes besides its tokens: the prefix cache's key seed, so pages
+// of another model (directory, load format and dummy seed, quantization), attention configuration
+// or KV format never match.
+PrefixKey prefix_cache_seed(const EngineConfig& config, const KvGeometry& geometry);
 
 class EngineCore {
  public:
@@ -49,8 +55,13 @@ class EngineCore {
   // Aborts every live request (shutdown): each choice gets its final kAbort output.
   void abort_all();
   // One step; returns after the step's outputs were delivered. A failing forward finishes the
-  // step's sequences with kError and leaves the engine serving.
+  // step's sequences with kError and leaves the engine serving, unless the executor cannot run
+  // any more steps (StepExecutor::fatal_error, a tensor-parallel group a failed rank took down):
+  // then every request ends with kError, the engine is down for good (fatal_error()), and
+  // add_request and step() return that error.
   Status step();
+  // Ok while the engine serves; the error that took it down otherwise.
+  const Status& fatal_error() const { return fatal_; }
   bool has_work() const { return scheduler_.has_work(); }
   EngineStats stats() const;
 
@@ -85,6 +96,12 @@ class EngineCore {
              std::shared_ptr<const Tokenizer> tokenizer, StopParams default_stop,
              SamplingParams default_sampling);
   void finish(Sequence* seq, RequestOutput& out);
+  // Ends the request's live choices: kAbort when `error` is ok, else kError with its message.
+  void end_request(const std::string& request_id, const Status& error);
+  Status step_once();
+  // Whether the engine is down (fatal_ set); on the first call that finds the executor down, sets
+  // fatal_ and ends every request with it.
+  bool went_down();
   void fail_sequences(const SchedulerOutput& out, const Status& error);
   void process_sample(Sequence* seq, std::span<float> logits);
   // Prompt logprobs: limits prefill chunks so a step's logit rows fit, and turns `num_positions`
@@ -128,6 +145,7 @@ class EngineCore {
   int64_t iteration_tokens_sum_ = 0;
   std::vector<float> logits_;  // [rows, vocab] scratch of the last step
   std::vector<float> segment_logits_;  // [1, vocab] a layer-segmented prefill's last token
+  Status fatal_;  // why the engine is down (ok while it serves)
 };
 
 }  // namespace ls

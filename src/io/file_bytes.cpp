@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -54,6 +55,14 @@ FileBytes FileBytes::own(std::vector<uint8_t> bytes) {
   return file;
 }
 
+FileBytes FileBytes::own(std::unique_ptr<uint8_t[]> bytes, size_t size) {
+  FileBytes file;
+  file.buffer_ = std::move(bytes);
+  file.data_ = file.buffer_.get();
+  file.size_ = size;
+  return file;
+}
+
 FileBytes::~FileBytes() { release(); }
 
 FileBytes::FileBytes(FileBytes&& other) noexcept { *this = std::move(other); }
@@ -66,6 +75,7 @@ FileBytes& FileBytes::operator=(FileBytes&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
     mapping_ = std::exchange(other.mapping_, nullptr);
     memory_ = std::move(other.memory_);
+    buffer_ = std::move(other.buffer_);
   }
   return *this;
 }
@@ -76,6 +86,7 @@ void FileBytes::release() {
   data_ = nullptr;
   size_ = 0;
   memory_.clear();
+  buffer_.reset();
 }
 
 }  // namespace ls

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 #include "core/status.h"
@@ -16,6 +17,9 @@ class FileBytes {
   // Maps the whole file; errors name it (missing, not a regular file, open / stat / mmap fails).
   static Result<FileBytes> map(const std::filesystem::path& path);
   static FileBytes own(std::vector<uint8_t> bytes);
+  // Owns `size` bytes at `bytes` (allocated without being zeroed: a writer that fills every byte
+  // itself, on its own threads, does not pay a one-thread zero-fill first).
+  static FileBytes own(std::unique_ptr<uint8_t[]> bytes, size_t size);
 
   FileBytes() = default;
   ~FileBytes();
@@ -33,7 +37,8 @@ class FileBytes {
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   void* mapping_ = nullptr;      // non-null when data_ comes from mmap
-  std::vector<uint8_t> memory_;  // owns data_ for own()
+  std::vector<uint8_t> memory_;  // owns data_ for own(vector)
+  std::unique_ptr<uint8_t[]> buffer_;  // owns data_ for own(buffer, size)
 };
 
 }  // namespace ls

@@ -259,6 +259,11 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::from_memory(std::strin
   return from_storage(std::move(name), FileBytes::own(std::move(bytes)));
 }
 
+Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::from_memory(
+    std::string name, std::unique_ptr<uint8_t[]> bytes, size_t size) {
+  return from_storage(std::move(name), FileBytes::own(std::move(bytes), size));
+}
+
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::from_storage(std::string name,
                                                                       FileBytes storage) {
   std::unique_ptr<SafetensorsFile> file(new (std::nothrow) SafetensorsFile());

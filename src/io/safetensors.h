@@ -86,6 +86,10 @@ class SafetensorsFile {
   // Takes ownership of `bytes`; `name` is used in messages and TensorInfo::file.
   static Result<std::unique_ptr<SafetensorsFile>> from_memory(std::string name,
                                                               std::vector<uint8_t> bytes);
+  // The same over `size` bytes at `bytes` (need not have been zeroed: see FileBytes::own).
+  static Result<std::unique_ptr<SafetensorsFile>> from_memory(std::string name,
+                                                              std::unique_ptr<uint8_t[]> bytes,
+                                                              size_t size);
 
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;

@@ -7,7 +7,9 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <new>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -191,6 +193,25 @@ void fill_rows(const Plan& p, uint64_t key, float scale, int64_t r0, int64_t r1,
 
 }  // namespace
 
+Status run_on_threads(unsigned n, const std::function<void(unsigned)>& work,
+                      const ThreadSpawner& spawn) {
+  std::vector<std::thread> threads;
+  threads.reserve(n);  // no reallocation may throw while a made thread is not yet stored
+  Status failed;
+  for (unsigned t = 1; t < n; ++t) {
+    std::function<void()> job = [&work, t] { work(t); };
+    try {
+      threads.push_back(spawn ? spawn(std::move(job)) : std::thread(std::move(job)));
+    } catch (const std::system_error& e) {
+      failed = resource_exhausted("cannot start thread {} of {}: {}", t, n, e.what());
+      break;
+    }
+  }
+  if (failed.ok()) work(0);
+  for (std::thread& t : threads) t.join();
+  return failed;
+}
+
 Result<LoadFormat> parse_load_format(std::string_view name) {
   if (name == "auto") return LoadFormat::kAuto;
   if (name == "dummy") return LoadFormat::kDummy;
@@ -233,11 +254,17 @@ Result<Checkpoint> dummy_checkpoint(const ModelConfig& c, const ArchitectureSpec
   }
   header += "}";
   while (header.size() % 8 != 0) header += ' ';
-  std::vector<uint8_t> bytes(8 + header.size() + static_cast<size_t>(offset));
+  // Not zeroed: the generation threads below write every byte of the data (zero rows too), so
+  // the pages are first touched, in parallel, by them instead of by a one-thread zero-fill.
+  const size_t total = 8 + header.size() + static_cast<size_t>(offset);
+  std::unique_ptr<uint8_t[]> bytes(new (std::nothrow) uint8_t[total]);
+  if (!bytes) {
+    return resource_exhausted("--load-format dummy: cannot allocate {} bytes of weights", total);
+  }
   const uint64_t len = header.size();
   for (int b = 0; b < 8; ++b) bytes[static_cast<size_t>(b)] = static_cast<uint8_t>(len >> (8 * b));
-  std::memcpy(bytes.data() + 8, header.data(), header.size());
-  uint8_t* data = bytes.data() + 8 + header.size();
+  std::memcpy(bytes.get() + 8, header.data(), header.size());
+  uint8_t* data = bytes.get() + 8 + header.size();
 
   // Rows of every tensor in blocks, handed to one thread per core (the tensor-parallel builder
   // loads its ranks one after another).
@@ -263,16 +290,13 @@ Result<Checkpoint> dummy_checkpoint(const ModelConfig& c, const ArchitectureSpec
                 out);
     }
   };
-  std::vector<std::thread> threads;
-  for (unsigned t = 1; t < n_threads; ++t) threads.emplace_back(work, t);
-  work(0);
-  for (std::thread& t : threads) t.join();
+  LS_RETURN_IF_ERROR(run_on_threads(n_threads, work).with_context("--load-format dummy"));
 
   const std::string name = l.size > 1 ? fmt::format("dummy weights (seed {}, tensor-parallel rank "
                                                     "{} of {})", seed, rank, l.size)
                                       : fmt::format("dummy weights (seed {})", seed);
   LS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
-                      SafetensorsFile::from_memory(name, std::move(bytes)));
+                      SafetensorsFile::from_memory(name, std::move(bytes), total));
   return Checkpoint::from_file(std::filesystem::path(c.source()).parent_path(), std::move(file));
 }
 

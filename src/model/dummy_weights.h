@@ -17,7 +17,9 @@
 // are not representative; timing of dense work is.
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
+#include <thread>
 
 #include "core/status.h"
 #include "io/checkpoint.h"
@@ -40,8 +42,19 @@ float dummy_weight_value(uint64_t seed, std::string_view name, int64_t rows, int
 
 // A checkpoint (bf16 tensors in memory) with every tensor load_weights reads for `config`, each
 // holding rank's slice under `layout` (size 1: the whole tensor). Generation runs on this
-// process's CPU threads. An FP8 checkpoint's config (quantization_config) is refused.
+// process's CPU threads, which write every byte of the tensors (zero rows included) into memory
+// that is not zeroed first. An FP8 checkpoint's config (quantization_config) is refused; a
+// generation thread that cannot be started is an error (resource_exhausted).
 Result<Checkpoint> dummy_checkpoint(const ModelConfig& config, const ArchitectureSpec& arch,
                                     const TpLayout& layout, int32_t rank, uint64_t seed);
+
+// Runs work(0) .. work(n - 1), work(0) on the calling thread and the others on threads made by
+// `spawn` (std::thread when empty; tests pass one that fails). A thread that cannot be made
+// (std::system_error) is an error naming it, returned once the threads already running are done
+// (so nothing is left running and nothing calls std::terminate); work of indices not started
+// is then not done.
+using ThreadSpawner = std::function<std::thread(std::function<void()>)>;
+Status run_on_threads(unsigned n, const std::function<void(unsigned)>& work,
+                      const ThreadSpawner& spawn = {});
 
 }  // namespace ls

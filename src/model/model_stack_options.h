@@ -8,6 +8,7 @@
 
 #include "attention/attention_config.h"
 #include "kv/kv_geometry.h"
+#include "model/tp_fault.h"
 
 namespace ls {
 
@@ -44,6 +45,7 @@ struct ModelStackOptions {
   // CPU, threads of this process, for tests).
   int32_t tensor_parallel_size = 1;
   std::string tp_all_reduce = "auto";  // EngineConfig::tp_all_reduce
+  TpFault tp_fault;                    // tests only: one injected rank failure (model/tp_fault.h)
   // Set by the tensor-parallel builder when it builds one rank's own stack: rank tp_rank of
   // tp_ranks (its backend on device tp_rank, its model shard, its heads' policy and KV pool).
   int32_t tp_rank = 0;

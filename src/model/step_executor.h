@@ -32,10 +32,24 @@ struct KvTierStats {
   std::vector<int32_t> row_budgets;
 };
 
+// One tensor-parallel rank's numbers for /metrics (docs/tensor-parallel.md): its share of the
+// head pattern (kv heads summed over the layers) and its own hierarchical KV tier.
+struct TpRankStats {
+  int32_t retrieval_kv_heads = 0;  // retrieval kv heads, summed over layers
+  int32_t streaming_kv_heads = 0;  // streaming kv heads, summed over layers
+  KvTierStats tier;                // the rank's tier (row_counters, row_budgets left empty)
+};
+
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
   virtual KvTierStats kv_tier_stats() const { return {}; }
+  // Not ok once the executor cannot run any more steps (a tensor-parallel group that a failed rank
+  // took down): every later step fails with this error. The engine then fails every request and
+  // reports itself unhealthy (docs/tensor-parallel.md, "Failures").
+  virtual Status fatal_error() const { return {}; }
+  // [ranks] each tensor-parallel rank's numbers; empty without tensor parallelism.
+  virtual std::vector<TpRankStats> tp_rank_stats() const { return {}; }
   // Decode steps that ran shared-prefix attention (docs/shared-prefix-attention.md), since start.
   virtual int64_t shared_prefix_steps() const { return 0; }
   // Prefix tokens those steps' sequences attended through the shared path (prefix x members).

@@ -2,9 +2,11 @@
 // The StepExecutor of tensor parallelism (docs/tensor-parallel.md): one process, one persistent
 // worker thread per rank. forward() hands the same StepInput to every rank's ModelRunner, each on
 // its own thread (bound to its device), and returns rank 0's logits; the ranks meet only in the
-// all-reduces inside their runners. A rank that fails aborts the group, so the others' waits
-// end, and the step fails with that rank's error; the group is then reset for the next step
-// when the transport allows, otherwise every later step fails with the first error.
+// all-reduces inside their runners. A rank that fails (an error, or an exception its thread
+// catches) aborts the group, so the others' waits end, and the step fails with that rank's error;
+// the group is then reset for the next step when the transport allows and the failure was an
+// error value, otherwise (an aborted NCCL group, or an exception, after which the rank's state is
+// unknown) the executor is down: fatal_error() says why and every later step fails with it.
 
 #include <condition_variable>
 #include <cstdint>
@@ -20,6 +22,7 @@
 #include "core/status.h"
 #include "model/model_runner.h"
 #include "model/step_executor.h"
+#include "model/tp_fault.h"
 
 namespace ls {
 
@@ -55,15 +58,25 @@ class TensorParallelExecutor final : public StepExecutor {
     return ranks_[0].runner->shared_prefix_tokens();
   }
   Status set_device_budgets(const std::vector<int32_t>& slots) override;
+  Status fatal_error() const override { return broken_; }
+  std::vector<TpRankStats> tp_rank_stats() const override;
+  // The ranks' kv heads by role, summed over layers ([ranks] each), from the builder.
+  void set_head_roles(std::vector<int32_t> retrieval, std::vector<int32_t> streaming);
   int32_t size() const { return static_cast<int32_t>(ranks_.size()); }
+  // Test-only (model/tp_fault.h): arms one injected rank failure. Call before the first step.
+  Status set_fault(const TpFault& fault);
 
  private:
+  enum class StepKind { kPrefill, kDecode, kOther };
   // Runs job(rank) on every rank's thread and waits for all; the first failure wins.
-  Status run_all(const std::function<Status(int32_t)>& job);
+  Status run_all(const std::function<Status(int32_t)>& job, StepKind kind);
   void worker(int32_t rank);
+  // Whether the armed fault fires in this step (counts the matching steps).
+  bool fault_fires(StepKind kind);
 
   std::vector<Rank> ranks_;
   std::vector<std::vector<float>> scratch_logits_;  // [ranks] logits of ranks other than 0
+  std::vector<int32_t> retrieval_heads_, streaming_heads_;  // [ranks] summed over layers
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
@@ -71,8 +84,17 @@ class TensorParallelExecutor final : public StepExecutor {
   int64_t generation_ = 0;
   int32_t pending_ = 0;
   bool stop_ = false;
-  Status first_error_;  // this step's first failure, in time order
+  Status first_error_;  // this step's failure: the first rank failing on its own, else the first
+  bool first_error_victim_ = false;  // first_error_ is a rank whose collective failed
+  bool threw_ = false;  // some rank's job threw this step
   Status broken_;       // set when the group cannot be reset: every later step fails with it
+  // [ranks] what each rank's runner calls its collectives through (tensor_parallel_executor.cpp)
+  std::vector<std::unique_ptr<Communicator>> rank_comms_;
+  // Fault injection (tests): the armed fault, matching steps seen, and the rank that fails before
+  // its step in this one (-1: none).
+  TpFault fault_;
+  int64_t fault_matches_ = 0;
+  int32_t fail_before_step_ = -1;
 };
 
 }  // namespace ls

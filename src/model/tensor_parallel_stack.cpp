@@ -132,10 +132,11 @@ Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStack
   }
   // Selection and decode attention cost scale with a rank's retrieval heads: the slowest rank
   // (most retrieval heads) sets the step time.
-  std::vector<int32_t> retrieval_per_rank;
+  std::vector<int32_t> retrieval_per_rank, streaming_per_rank;
   int64_t total = 0;
   for (const auto& rank : top->tp_ranks) {
     retrieval_per_rank.push_back(rank->policy->kv_geometry().roles.num_retrieval());
+    streaming_per_rank.push_back(rank->policy->kv_geometry().roles.num_streaming());
     total += retrieval_per_rank.back();
   }
   const double mean = static_cast<double>(total) / n;
@@ -146,7 +147,10 @@ Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStack
               n, top->tp_comms[0]->name(), fmt::join(retrieval_per_rank, ", "),
               mean > 0 ? most / mean : 1.0, top->kv->num_retrieval_blocks(),
               top->kv->num_streaming_blocks());
-  top->tp_executor = std::make_unique<TensorParallelExecutor>(std::move(exec_ranks));
+  auto executor = std::make_unique<TensorParallelExecutor>(std::move(exec_ranks));
+  executor->set_head_roles(retrieval_per_rank, streaming_per_rank);  // for /metrics
+  LS_RETURN_IF_ERROR(executor->set_fault(o.tp_fault));
+  top->tp_executor = std::move(executor);
   return top;
 }
 

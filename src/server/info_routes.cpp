@@ -112,14 +112,18 @@ std::string tokenizer_info_body(const Server::Impl& impl) {
 
 void Server::Impl::install_info_routes() {
   const int64_t created = unix_time_seconds();
-  router.add("GET", "/health", [this](HttpRequest&, HttpResponse& res) {
-    res.status = stopping || draining ? 503 : 200;
-  });
+  // 503 while draining or stopping, and for good once the engine is down (a tensor-parallel rank
+  // failed: docs/tensor-parallel.md), with the engine's error as the body (as vLLM answers 503
+  // when its engine is dead), so a load balancer takes the server out.
+  auto health = [this](HttpResponse& res) {
+    const std::string down = engine->stats().engine_error;
+    res.status = stopping || draining || !down.empty() ? 503 : 200;
+    if (!down.empty()) send_error(res, make_api_error(503, down));
+  };
+  router.add("GET", "/health", [health](HttpRequest&, HttpResponse& res) { health(res); });
   // SageMaker's health probe, as vLLM serves it (GET and POST).
   for (const char* method : {"GET", "POST"}) {
-    router.add(method, "/ping", [this](HttpRequest&, HttpResponse& res) {
-      res.status = stopping || draining ? 503 : 200;
-    });
+    router.add(method, "/ping", [health](HttpRequest&, HttpResponse& res) { health(res); });
   }
   router.add("GET", "/version", [](HttpRequest&, HttpResponse& res) {
     send_json(res, dump_json(Json{{"version", LONGSERVE_VERSION}}));

@@ -75,6 +75,36 @@ ServerMetrics::ServerMetrics(std::string model_name, int32_t max_model_len)
            .counter("longserve:kv_offload_h2d_bytes_total",
                     "Bytes those copies moved from host to device.", kLabelNames)
            .with(labels_);
+  tp_retrieval_imbalance_ =
+      &registry_
+           .gauge("longserve:tp_retrieval_imbalance",
+                  "Tensor parallelism: the most retrieval kv heads (summed over layers) a rank "
+                  "holds over the mean (1 is even; 0 without tensor parallelism).",
+                  kLabelNames)
+           .with(labels_);
+  const std::vector<std::string> rank_labels = {"model_name", "engine", "rank"};
+  tp_rank_retrieval_kv_heads_ = &registry_.gauge(
+      "longserve:tp_rank_retrieval_kv_heads",
+      "Tensor parallelism: the rank's retrieval kv heads, summed over layers.", rank_labels);
+  tp_rank_streaming_kv_heads_ = &registry_.gauge(
+      "longserve:tp_rank_streaming_kv_heads",
+      "Tensor parallelism: the rank's streaming kv heads, summed over layers.", rank_labels);
+  tp_rank_kv_offload_host_bytes_ = &registry_.gauge(
+      "longserve:tp_rank_kv_offload_host_bytes",
+      "Tensor parallelism: the rank's host KV pool (--kv-offload on).", rank_labels);
+  tp_rank_kv_offload_device_cache_bytes_ = &registry_.gauge(
+      "longserve:tp_rank_kv_offload_device_cache_bytes",
+      "Tensor parallelism: the rank's device page cache (--kv-offload on).", rank_labels);
+  tp_rank_kv_offload_hits_total_ = &registry_.counter(
+      "longserve:tp_rank_kv_offload_hits_total",
+      "Tensor parallelism: pages the rank's attention found in its device page cache.",
+      rank_labels);
+  tp_rank_kv_offload_misses_total_ = &registry_.counter(
+      "longserve:tp_rank_kv_offload_misses_total",
+      "Tensor parallelism: pages the rank copied from its host KV pool.", rank_labels);
+  tp_rank_kv_offload_h2d_bytes_total_ = &registry_.counter(
+      "longserve:tp_rank_kv_offload_h2d_bytes_total",
+      "Tensor parallelism: bytes the rank's copies moved from host to device.", rank_labels);
   kv_cache_bytes_per_token_ =
       &registry_
            .gauge("longserve:kv_cache_bytes_per_token",
@@ -338,6 +368,22 @@ std::string ServerMetrics::render(const EngineStats& stats) {
   kv_budget_changes_total_->set_total(static_cast<double>(stats.kv_budget_changes_total));
   kv_budget_moved_pages_total_->set_total(static_cast<double>(stats.kv_budget_moved_pages_total));
   kv_cache_bytes_per_token_->set(stats.kv_bytes_per_token);
+  tp_retrieval_imbalance_->set(stats.tp_retrieval_imbalance);
+  for (size_t r = 0; r < stats.tp_ranks.size(); ++r) {
+    const EngineRankStats& rs = stats.tp_ranks[r];
+    const LabelValues rank = {labels_[0], labels_[1], std::to_string(r)};
+    tp_rank_retrieval_kv_heads_->with(rank).set(rs.retrieval_kv_heads);
+    tp_rank_streaming_kv_heads_->with(rank).set(rs.streaming_kv_heads);
+    tp_rank_kv_offload_host_bytes_->with(rank).set(static_cast<double>(rs.kv_host_bytes));
+    tp_rank_kv_offload_device_cache_bytes_->with(rank).set(
+        static_cast<double>(rs.kv_device_cache_bytes));
+    tp_rank_kv_offload_hits_total_->with(rank).set_total(
+        static_cast<double>(rs.kv_offload_hits_total));
+    tp_rank_kv_offload_misses_total_->with(rank).set_total(
+        static_cast<double>(rs.kv_offload_misses_total));
+    tp_rank_kv_offload_h2d_bytes_total_->with(rank).set_total(
+        static_cast<double>(rs.kv_offload_bytes_total));
+  }
   if (!stats.kv_cache_dtype.empty()) {
     kv_cache_dtype_info_->with({labels_[0], labels_[1], stats.kv_cache_dtype}).set(1.0);
   }

@@ -55,6 +55,16 @@ class ServerMetrics {
   Counter* kv_offload_hits_total_;
   Counter* kv_offload_misses_total_;
   Counter* kv_offload_h2d_bytes_total_;
+  // Tensor parallelism (docs/tensor-parallel.md): the head-pattern imbalance, and per rank
+  // (label rank="r") its kv heads by role and its own KV tier.
+  Gauge* tp_retrieval_imbalance_;
+  GaugeFamily* tp_rank_retrieval_kv_heads_;
+  GaugeFamily* tp_rank_streaming_kv_heads_;
+  GaugeFamily* tp_rank_kv_offload_host_bytes_;
+  GaugeFamily* tp_rank_kv_offload_device_cache_bytes_;
+  CounterFamily* tp_rank_kv_offload_hits_total_;
+  CounterFamily* tp_rank_kv_offload_misses_total_;
+  CounterFamily* tp_rank_kv_offload_h2d_bytes_total_;
   Gauge* kv_cache_bytes_per_token_;
   GaugeFamily* kv_cache_dtype_info_;  // 1 for the engine's --kv-cache-dtype page format
   CounterFamily* request_success_total_;

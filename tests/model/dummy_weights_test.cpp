@@ -2,7 +2,9 @@
 // corresponding block of the generated full tensor (vocabulary slices zero-padded), values follow
 // the generator's pure function of (seed, name, full index), dummy TP = 2 and 4 logits equal
 // dummy TP = 1 from a directory holding only config.json, the same seed gives the same logits
-// and another seed other ones, and a bad --load-format is refused.
+// and another seed other ones, and a bad --load-format is refused. The generation threads write
+// every byte of memory that is not zeroed first; a thread that cannot be started is an error; the
+// prefix cache's seed tells the load format and dummy seed apart.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -11,11 +13,16 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <set>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "core/dtype.h"
 #include "engine/engine_config.h"
+#include "engine/engine_core.h"
 #include "io/checkpoint.h"
 #include "io/model_config.h"
 #include "model/architecture.h"
@@ -205,6 +212,116 @@ TEST(DummyWeights, RefusesABadLoadFormat) {
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("config.json"), std::string::npos)
       << none.status().message();
+}
+
+// The checkpoint's memory is not zeroed before the generation threads fill it: every element of
+// every tensor must be the generator's value (norms 1; at TP = 4 the zero vocabulary padding and
+// the zero row-parallel biases of ranks other than 0). The heap is dirtied with a non-zero pattern
+// of the same size first, so a byte no thread wrote would most likely show.
+TEST(DummyWeights, EveryByteIsWrittenWithoutAZeroFill) {
+  for (const std::string model : {"llama3", "qwen2"}) {
+    auto config = load_model_config(model_fixture_dir(model));
+    ASSERT_TRUE(config.ok());
+    const ArchitectureSpec* arch = find_architecture(config->architecture());
+    ASSERT_NE(arch, nullptr);
+    for (const int32_t tp : {1, 4}) {
+      auto layout = make_tp_layout(*config, tp);
+      ASSERT_TRUE(layout.ok());
+      const int32_t rank = tp - 1;  // the last rank holds the vocabulary padding
+      int64_t bytes = 0;
+      {
+        auto probe = dummy_checkpoint(*config, *arch, *layout, rank, 9);
+        ASSERT_TRUE(probe.ok());
+        for (const std::string& name : probe->names()) bytes += probe->find(name)->nbytes;
+      }
+      {
+        std::vector<uint8_t> dirt(static_cast<size_t>(bytes) + 4096, 0xA5);
+        volatile uint8_t sink = dirt[dirt.size() / 2];
+        (void)sink;
+      }
+      auto ck = dummy_checkpoint(*config, *arch, *layout, rank, 9);
+      ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+      auto full_ck = tp == 1 ? std::move(ck) : dummy_checkpoint(*config, *arch, *make_tp_layout(*config, 1), 0, 9);
+      ASSERT_TRUE(full_ck.ok());
+      if (tp == 1) {
+        // Every element against the generator, from the full shapes.
+        for (const std::string& name : full_ck->names()) {
+          const TensorInfo* t = full_ck->find(name);
+          const int64_t rows = t->shape[0], cols = t->shape.size() > 1 ? t->shape[1] : 1;
+          const std::vector<float> v = values(*t);
+          int64_t wrong = 0;
+          for (int64_t i = 0; i < t->numel(); ++i) {
+            const float want = bf16_to_f32(f32_to_bf16(dummy_weight_value(9, name, rows, cols, i)));
+            wrong += v[static_cast<size_t>(i)] != want ? 1 : 0;
+          }
+          EXPECT_EQ(wrong, 0) << model << " " << name;
+        }
+      } else {
+        // The last rank: the slicer's cut of the full tensor, byte for byte (padding rows and
+        // rank-0-only biases zero).
+        auto cut = shard_checkpoint(*full_ck, *config, *layout, rank);
+        ASSERT_TRUE(cut.ok()) << cut.status().to_string();
+        auto gen = dummy_checkpoint(*config, *arch, *layout, rank, 9);
+        ASSERT_TRUE(gen.ok());
+        for (const std::string& name : cut->names()) {
+          const TensorInfo* a = cut->find(name);
+          const TensorInfo* b = gen->find(name);
+          ASSERT_NE(b, nullptr) << name;
+          ASSERT_EQ(a->nbytes, b->nbytes) << name;
+          EXPECT_EQ(std::memcmp(a->data, b->data, static_cast<size_t>(a->nbytes)), 0)
+              << model << " rank " << rank << " " << name;
+        }
+      }
+    }
+  }
+}
+
+// A generation thread that cannot be started is an error naming it, not std::terminate: the
+// threads already running finish first, and no work of a thread not started runs.
+TEST(DummyWeights, AThreadThatCannotStartIsAnError) {
+  std::mutex mu;
+  std::set<unsigned> ran;
+  auto work = [&](unsigned t) {
+    std::lock_guard<std::mutex> lock(mu);
+    ran.insert(t);
+  };
+  const Status all = run_on_threads(4, work);
+  ASSERT_TRUE(all.ok()) << all.to_string();
+  EXPECT_EQ(ran, (std::set<unsigned>{0, 1, 2, 3}));
+  ran.clear();
+  unsigned made = 0;
+  ThreadSpawner failing = [&made](std::function<void()> job) {
+    if (++made == 2) {
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                              "pthread_create");
+    }
+    return std::thread(std::move(job));
+  };
+  const Status s = run_on_threads(4, work, failing);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("cannot start thread 2 of 4"), std::string::npos) << s.message();
+  EXPECT_EQ(ran, (std::set<unsigned>{1}));
+}
+
+// The prefix cache's seed names how the weights were made: the checkpoint (auto) and dummy
+// weights, or dummy weights of two seeds, never share cached pages; the seed is ignored when the
+// weights are read.
+TEST(DummyWeights, PrefixCacheSeedTellsLoadFormatAndSeedApart) {
+  EngineConfig c;
+  c.model_dir = model_fixture_dir("llama3");
+  const KvGeometry g;
+  const PrefixKey auto_seed = prefix_cache_seed(c, g);
+  c.dummy_seed = 7;
+  EXPECT_EQ(prefix_cache_seed(c, g), auto_seed);  // read from the checkpoint: no seed
+  c.load_format = "dummy";
+  const PrefixKey dummy7 = prefix_cache_seed(c, g);
+  EXPECT_FALSE(dummy7 == auto_seed);
+  c.dummy_seed = 8;
+  const PrefixKey dummy8 = prefix_cache_seed(c, g);
+  EXPECT_FALSE(dummy8 == dummy7);
+  c.dummy_seed = 7;
+  EXPECT_EQ(prefix_cache_seed(c, g), dummy7);
 }
 
 }  // namespace
