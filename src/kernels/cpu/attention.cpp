@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/attention_pages.h"
+#include "kernels/cpu/attention_quant_int.h"
 #include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/kv_dequant.h"
 #include "kernels/cpu/simd.h"
@@ -174,7 +176,8 @@ void mask_scores(const TileState& t, int32_t row, const VisibleKeys& vk, int32_t
 
 // kKv: the pool's float dtype; a quantized pool runs with kKv = f32 on pages dequantized per
 // visit into the tile's f32 buffers (kf, vf), so everything after the dequantization is the f32
-// kernel.
+// kernel; except decode tiles (rows layout) on int8 / int4 pages with AVX2, whose Q·K^T and P·V
+// run on the codes (kernels/cpu/attention_quant_int.h).
 template <class S, DType kKv>
 void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Partials& partials) {
   ThreadScratch& scratch = thread_scratch();
@@ -190,6 +193,17 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
   TileState t = scratch.bind(rows, geo.head_dim, pt, S::kWidth, lanes, dequant);
   float* vf = scratch.vf.data();
   load_queries<S>(p, geo, it, t, scratch.row.data());
+  bool int_path = false;
+#if defined(LS_KERNELS_HAVE_AVX2)
+  IntDecodeScratch* isc = nullptr;
+  if constexpr (std::is_same_v<S, simd::Avx2>) {
+    int_path = !lanes && int_decode_supported(quant, geo.head_dim, pt);
+    if (int_path) {
+      isc = &int_decode_scratch();
+      int_decode_begin(t, quant, pt, *isc);
+    }
+  }
+#endif
   std::fill(t.m, t.m + t.padded_rows, kNegInf);
   std::fill(t.l, t.l + t.padded_rows, 0.0f);
   std::fill(t.o, t.o + int64_t{rows} * d, 0.0f);
@@ -215,12 +229,17 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
       prefetch.v = static_cast<const char*>(kv.v) + offset;
       prefetch.bytes = dequant ? page_bytes : dtype_nbytes(kKv, int64_t{next.num_tokens} * d);
       // P·V runs keys x (row blocks x head_dim blocks) steps; cover the page in about half.
+      // (The integer path steps once per key pair.)
       const int64_t steps =
-          std::max<int64_t>(1, int64_t{keys} * ((d / S::kWidth + S::kAxpyVecs - 1) / S::kAxpyVecs));
+          int_path ? std::max<int64_t>(1, keys / 2)
+                   : std::max<int64_t>(
+                         1, int64_t{keys} * ((d / S::kWidth + S::kAxpyVecs - 1) / S::kAxpyVecs));
       prefetch.lines_per_step = std::max<int64_t>(1, 2 * (prefetch.bytes / 64) / steps);
       t.prefetch = &prefetch;
     }
-    if (dequant) {
+    [[maybe_unused]] const KvQuantRow k_rows =
+        int_path ? kv_quant_row(quant, kv.k, page.head_page, 0, pt, geo.head_dim) : KvQuantRow{};
+    if (dequant && !int_path) {
       dequantize_page_rows(quant, kv.k, page.head_page, pt, geo.head_dim, keys, t.kf);
       k_base = t.kf;
       v_base = vf;
@@ -235,6 +254,14 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
                               t.kf, int64_t{keys} * d);
       }
       lanes_scores<S>(t, kf, keys);
+    } else if (int_path) {
+#if defined(LS_KERNELS_HAVE_AVX2)
+      if (quant == KvQuant::kInt4) {
+        int_scores<true>(t, *isc, k_rows.codes, k_rows.params, keys);
+      } else {
+        int_scores<false>(t, *isc, k_rows.codes, k_rows.params, keys);
+      }
+#endif
     } else {
       dot_tile<S, kKv>(t.q, d, rows, k_base, key_row0, d, keys, d, t.s, t.ld_s);
     }
@@ -250,6 +277,17 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
     } else {
       rows_softmax<S>(t);
     }
+#if defined(LS_KERNELS_HAVE_AVX2)
+    if (int_path) {
+      const KvQuantRow v_rows = kv_quant_row(quant, kv.v, page.head_page, 0, pt, geo.head_dim);
+      if (quant == KvQuant::kInt4) {
+        int_pv<true>(t, *isc, v_rows.codes, v_rows.params, keys_used);
+      } else {
+        int_pv<false>(t, *isc, v_rows.codes, v_rows.params, keys_used);
+      }
+      continue;
+    }
+#endif
     if (dequant) dequantize_page_rows(quant, kv.v, page.head_page, pt, geo.head_dim, keys_used, vf);
     pv_update<S, kKv>(t, keys_used, v_base, key_row0);
   }
