@@ -64,7 +64,7 @@ struct IntDecodeScratch {
   std::vector<float> ps;    // [rows] p' scale of the current page
   std::vector<float> zsum;  // [rows] Σ_j p[r, j] * zero_j of the current page
   std::vector<float> pf;    // [ldp] one row's p' (f32)
-  std::vector<float> ksc, kzr;  // [ldp] scale / zero of the page's rows
+  std::vector<float> ksc, kzr;  // [ldp + 4] scale / zero of the page's rows (K, then V)
   int32_t ldp = 0;
 };
 
@@ -94,8 +94,8 @@ inline void int_decode_begin(const TileState& t, KvQuant quant, int32_t page_tok
   grow(sc.ps, t.rows);
   grow(sc.zsum, t.rows);
   grow(sc.pf, sc.ldp);
-  grow(sc.ksc, sc.ldp);
-  grow(sc.kzr, sc.ldp);
+  grow(sc.ksc, sc.ldp + 4);
+  grow(sc.kzr, sc.ldp + 4);
   const bool int4 = quant == KvQuant::kInt4;
   for (int32_t r = 0; r < t.rows; ++r) {
     const float* x = t.q + int64_t{r} * d;
@@ -167,19 +167,43 @@ inline void int_dot_block(const int16_t* q, int32_t d, const uint8_t* const* key
   }
 }
 
+// Copies the [keys, 2] (scale, zero) parameters of a page's rows into sc.ksc / sc.kzr.
+inline void int_split_params(IntDecodeScratch& sc, const float* params, int32_t keys) {
+  float* ksc = sc.ksc.data();
+  float* kzr = sc.kzr.data();
+  int32_t j = 0;
+  for (; j + 8 <= keys; j += 8) {
+    const __m256 a = _mm256_loadu_ps(params + 2 * j);      // s0 z0 s1 z1 | s2 z2 s3 z3
+    const __m256 b = _mm256_loadu_ps(params + 2 * j + 8);  // s4 z4 s5 z5 | s6 z6 s7 z7
+    // shuffle: s0 s1 s4 s5 | s2 s3 s6 s7; the 64-bit permute restores key order.
+    const __m256d sc4 = _mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88));
+    const __m256d zr4 = _mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd));
+    _mm256_storeu_ps(ksc + j, _mm256_castpd_ps(_mm256_permute4x64_pd(sc4, 0xd8)));
+    _mm256_storeu_ps(kzr + j, _mm256_castpd_ps(_mm256_permute4x64_pd(zr4, 0xd8)));
+  }
+  for (; j < keys; ++j) {
+    ksc[j] = params[2 * j];
+    kzr[j] = params[2 * j + 1];
+  }
+  for (; j < keys + 4; ++j) ksc[j] = kzr[j] = 0.0f;  // a partial block of 4 keys reads these
+}
+
 // S[r, j] for the page's keys j < keys (rows layout): qs_r * scale_j * (q^_r · c_j) +
-// zero_j * qsum_r. `codes` / `params` are the page's code rows and [page_tokens, 2] parameters.
+// zero_j * qsum_r. `codes` are the page's code rows, `params` its [page_tokens, 2] parameters.
 template <bool kInt4>
-inline void int_scores(const TileState& t, const IntDecodeScratch& sc, const uint8_t* codes,
+inline void int_scores(const TileState& t, IntDecodeScratch& sc, const uint8_t* codes,
                        const float* params, int32_t keys) {
   const int32_t d = t.head_dim;
   const int64_t row_bytes = kInt4 ? d / 2 : d;
+  int_split_params(sc, params, keys);
   for (int32_t j0 = 0; j0 < keys; j0 += 4) {
     const int32_t n = std::min(4, keys - j0);
     const uint8_t* k[4];
     for (int j = 0; j < 4; ++j) k[j] = codes + (j0 + std::min(j, n - 1)) * row_bytes;
+    const __m128 ksc = _mm_loadu_ps(sc.ksc.data() + j0);
+    const __m128 kzr = _mm_loadu_ps(sc.kzr.data() + j0);
     for (int32_t r0 = 0; r0 < t.rows; r0 += 2) {
-      int32_t dots[2][4];
+      alignas(16) int32_t dots[2][4];
       const int16_t* q = sc.q.data() + int64_t{r0} * d;
       const int32_t nr = std::min(2, t.rows - r0);
       if (nr == 2) {
@@ -189,10 +213,16 @@ inline void int_scores(const TileState& t, const IntDecodeScratch& sc, const uin
       }
       for (int32_t rr = 0; rr < nr; ++rr) {
         const auto r = static_cast<size_t>(r0 + rr);
+        const __m128 s4 = _mm_fmadd_ps(
+            _mm_cvtepi32_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dots[rr]))),
+            _mm_mul_ps(ksc, _mm_set1_ps(sc.qs[r])), _mm_mul_ps(kzr, _mm_set1_ps(sc.qsum[r])));
         float* srow = t.s + int64_t{r0 + rr} * t.ld_s + j0;
-        for (int32_t j = 0; j < n; ++j) {
-          const float* pj = params + 2 * (j0 + j);
-          srow[j] = sc.qs[r] * pj[0] * static_cast<float>(dots[rr][j]) + pj[1] * sc.qsum[r];
+        if (n == 4) {
+          _mm_storeu_ps(srow, s4);
+        } else {
+          alignas(16) float tmp[4];
+          _mm_store_ps(tmp, s4);
+          for (int32_t j = 0; j < n; ++j) srow[j] = tmp[j];
         }
       }
     }
@@ -204,10 +234,7 @@ inline void int_scores(const TileState& t, const IntDecodeScratch& sc, const uin
 inline void int_quantize_p(const TileState& t, IntDecodeScratch& sc, const float* params,
                            int32_t keys) {
   const int32_t ldp = sc.ldp;
-  for (int32_t j = 0; j < keys; ++j) {
-    sc.ksc[static_cast<size_t>(j)] = params[2 * j];
-    sc.kzr[static_cast<size_t>(j)] = params[2 * j + 1];
-  }
+  int_split_params(sc, params, keys);  // now the V rows' scale / zero
   float* pf = sc.pf.data();
   for (int32_t r = 0; r < t.rows; ++r) {
     const float* prow = t.s + int64_t{r} * t.ld_s;
