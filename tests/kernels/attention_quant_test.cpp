@@ -2,10 +2,11 @@
 // kernel on the dequantized pages as f32 pools, across the attention scenarios of
 // attention_test.cpp (mixed modes and batches, prefill tiles, streaming rings, split decode),
 // for every ISA. Where the kernel dequantizes each visited page into f32 and then runs the f32
-// arithmetic (prefill tiles, fp8, the scalar ISA) the two runs must agree bit for bit. Decode
-// tiles on int8 / int4 pages with AVX2 run Q·K^T and P·V on the codes with int16 queries and
-// int16 P (kernels/cpu/attention_quant_int.h); they must agree within kIntPathTol (derived
-// below). The poisoned (NaN) rows of the scenario stay NaN through quantization, so a visit to a
+// arithmetic (prefill tiles, the scalar ISA, shapes the fused paths do not cover) the two runs
+// must agree bit for bit. Decode tiles with AVX2 run Q·K^T and P·V on the codes: int8 / int4
+// with int16 queries and int16 P (kernels/cpu/attention_quant_int.h), within kIntPathTol
+// (derived below); fp8 widened in registers (attention_quant_fp8.h), exact values in another
+// summation order, within kFp8PathTol. The poisoned (NaN) rows of the scenario stay NaN through quantization, so a visit to a
 // wrong page still shows. The error against the unquantized dense reference is checked against
 // a loose per-format bound and printed.
 
@@ -100,30 +101,38 @@ double loose_bound(KvQuant q) {
 //    and o / l, l >= the sum of the pages' max_j p_j, moves by at most 2.0e-3.
 // Hence 3.1e-3 (f32 summation order adds ~1e-6); typical differences are ~1e-5 (printed).
 constexpr double kIntPathTol = 3.1e-3;
+// f32 sums of the same products in another order: a few ulps of the largest partial sums.
+constexpr double kFp8PathTol = 2e-5;
 
 // Largest error against the unquantized reference per format over a test, printed at its end,
 // and the largest difference between quantized and dequantized pages on the integer path.
 struct WorstError {
   double err[4] = {0, 0, 0, 0};
   double int_path = 0;
+  double fp8_path = 0;
   ~WorstError() {
     std::printf("  max |out - unquantized reference|: fp8 %.4g, int8 %.4g, int4 %.4g\n",
                 err[static_cast<int>(KvQuant::kFp8)], err[static_cast<int>(KvQuant::kInt8)],
                 err[static_cast<int>(KvQuant::kInt4)]);
-    std::printf("  max |quantized - dequantized pages| on the integer decode path: %.3g\n",
-                int_path);
+    std::printf("  max |quantized - dequantized pages| on the fused decode paths: int8/int4 %.3g, "
+                "fp8 %.3g\n",
+                int_path, fp8_path);
   }
 };
 
-// Whether paged_attention may run the integer decode path for this format and ISA (it does for
-// decode tiles only; prefill tiles of the same case stay bitwise, which the bound also covers).
-bool may_use_int_path(KvQuant q, Isa isa) {
+// The tolerance against the dequantized pages: 0 where only the dequantizing path runs, else
+// the fused decode path's (it runs for decode tiles only; prefill tiles of the same case stay
+// bitwise, which the bound also covers).
+double fused_path_tol(KvQuant q, Isa isa, const CaseConfig& cfg) {
 #if defined(LS_KERNELS_HAVE_AVX2)
-  return isa == Isa::kAvx2 && (q == KvQuant::kInt8 || q == KvQuant::kInt4);
+  if (isa != Isa::kAvx2) return 0.0;
+  if (q == KvQuant::kFp8) return cfg.head_dim % 16 == 0 ? kFp8PathTol : 0.0;
+  return cfg.head_dim % 32 == 0 && cfg.page_tokens % 2 == 0 ? kIntPathTol : 0.0;
 #else
   (void)q;
   (void)isa;
-  return false;
+  (void)cfg;
+  return 0.0;
 #endif
 }
 
@@ -148,15 +157,15 @@ void expect_quantized_matches_dequantized(const AttentionCase& c, ThreadPool& po
       });
       ASSERT_EQ(on_quant.size(), on_dequant.size());
       double max_err = 0;
-      const bool int_path = may_use_int_path(q, isa) && c.config().head_dim % 32 == 0 &&
-                            c.config().page_tokens % 2 == 0;
+      const double tol = fused_path_tol(q, isa, c.config());
       for (size_t i = 0; i < on_quant.size(); ++i) {
         ASSERT_FALSE(std::isnan(on_quant[i])) << label << " " << kv_quant_name(q) << " i=" << i;
-        if (int_path) {
+        if (tol > 0.0) {
           const double diff = std::fabs(on_quant[i] - on_dequant[i]);
-          ASSERT_LE(diff, kIntPathTol)
+          ASSERT_LE(diff, tol)
               << label << " " << kv_quant_name(q) << " isa=" << isa_label(isa) << " i=" << i;
-          worst.int_path = std::max(worst.int_path, diff);
+          double& w = q == KvQuant::kFp8 ? worst.fp8_path : worst.int_path;
+          w = std::max(w, diff);
         } else {
           // Same f32 arithmetic on the same values: identical bits.
           ASSERT_EQ(on_quant[i], on_dequant[i])

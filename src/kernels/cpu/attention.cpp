@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_pages.h"
+#include "kernels/cpu/attention_quant_fp8.h"
 #include "kernels/cpu/attention_quant_int.h"
 #include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/kv_dequant.h"
@@ -176,8 +177,8 @@ void mask_scores(const TileState& t, int32_t row, const VisibleKeys& vk, int32_t
 
 // kKv: the pool's float dtype; a quantized pool runs with kKv = f32 on pages dequantized per
 // visit into the tile's f32 buffers (kf, vf), so everything after the dequantization is the f32
-// kernel; except decode tiles (rows layout) on int8 / int4 pages with AVX2, whose Q·K^T and P·V
-// run on the codes (kernels/cpu/attention_quant_int.h).
+// kernel; except decode tiles (rows layout) on quantized pages with AVX2, whose Q·K^T and P·V
+// run on the codes (int8 / int4: kernels/cpu/attention_quant_int.h; fp8: attention_quant_fp8.h).
 template <class S, DType kKv>
 void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Partials& partials) {
   ThreadScratch& scratch = thread_scratch();
@@ -193,11 +194,13 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
   TileState t = scratch.bind(rows, geo.head_dim, pt, S::kWidth, lanes, dequant);
   float* vf = scratch.vf.data();
   load_queries<S>(p, geo, it, t, scratch.row.data());
-  bool int_path = false;
+  bool int_path = false;  // int8 / int4 codes in integer dot products
+  bool fp8_path = false;  // fp8 codes widened in registers
 #if defined(LS_KERNELS_HAVE_AVX2)
   IntDecodeScratch* isc = nullptr;
   if constexpr (std::is_same_v<S, simd::Avx2>) {
     int_path = !lanes && int_decode_supported(quant, geo.head_dim, pt);
+    fp8_path = !lanes && quant == KvQuant::kFp8 && geo.head_dim % 16 == 0;
     if (int_path) {
       isc = &int_decode_scratch();
       int_decode_begin(t, quant, pt, *isc);
@@ -229,17 +232,19 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
       prefetch.v = static_cast<const char*>(kv.v) + offset;
       prefetch.bytes = dequant ? page_bytes : dtype_nbytes(kKv, int64_t{next.num_tokens} * d);
       // P·V runs keys x (row blocks x head_dim blocks) steps; cover the page in about half.
-      // (The integer path steps once per key pair.)
+      // (The integer path steps once per key pair, the fp8 path once per key.)
       const int64_t steps =
           int_path ? std::max<int64_t>(1, keys / 2)
+          : fp8_path ? std::max<int64_t>(1, keys)
                    : std::max<int64_t>(
                          1, int64_t{keys} * ((d / S::kWidth + S::kAxpyVecs - 1) / S::kAxpyVecs));
       prefetch.lines_per_step = std::max<int64_t>(1, 2 * (prefetch.bytes / 64) / steps);
       t.prefetch = &prefetch;
     }
     [[maybe_unused]] const KvQuantRow k_rows =
-        int_path ? kv_quant_row(quant, kv.k, page.head_page, 0, pt, geo.head_dim) : KvQuantRow{};
-    if (dequant && !int_path) {
+        int_path || fp8_path ? kv_quant_row(quant, kv.k, page.head_page, 0, pt, geo.head_dim)
+                             : KvQuantRow{};
+    if (dequant && !int_path && !fp8_path) {
       dequantize_page_rows(quant, kv.k, page.head_page, pt, geo.head_dim, keys, t.kf);
       k_base = t.kf;
       v_base = vf;
@@ -254,9 +259,11 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
                               t.kf, int64_t{keys} * d);
       }
       lanes_scores<S>(t, kf, keys);
-    } else if (int_path) {
+    } else if (int_path || fp8_path) {
 #if defined(LS_KERNELS_HAVE_AVX2)
-      if (quant == KvQuant::kInt4) {
+      if (fp8_path) {
+        fp8_scores(t, k_rows.codes, k_rows.params, keys);
+      } else if (quant == KvQuant::kInt4) {
         int_scores<true>(t, *isc, k_rows.codes, k_rows.params, keys);
       } else {
         int_scores<false>(t, *isc, k_rows.codes, k_rows.params, keys);
@@ -278,9 +285,11 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
       rows_softmax<S>(t);
     }
 #if defined(LS_KERNELS_HAVE_AVX2)
-    if (int_path) {
+    if (int_path || fp8_path) {
       const KvQuantRow v_rows = kv_quant_row(quant, kv.v, page.head_page, 0, pt, geo.head_dim);
-      if (quant == KvQuant::kInt4) {
+      if (fp8_path) {
+        fp8_pv(t, v_rows.codes, v_rows.params, keys_used);
+      } else if (quant == KvQuant::kInt4) {
         int_pv<true>(t, *isc, v_rows.codes, v_rows.params, keys_used);
       } else {
         int_pv<false>(t, *isc, v_rows.codes, v_rows.params, keys_used);
