@@ -86,15 +86,17 @@ BENCHMARK(BM_DecodeAttention)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
-// Dense decode attention of one layer per KV page format, the bench30m shape by default (2 kv
-// heads x group 4, head_dim 64, 64-token pages). Args: context tokens, format (0 bf16 pages,
+// Dense attention of one layer per KV page format, the bench30m shape by default (2 kv heads x
+// group 4, head_dim 64, 64-token pages): a decode step, or a prefill chunk of the context's last
+// q_len tokens (causal, over pages already written). Args: context tokens, format (0 bf16 pages,
 // 1 fp8, 2 int8, 3 int4: kernels/kv_quant.h, rows quantized from the same random values),
-// head_dim. Bytes processed: the K and V bytes the step reads (codes and parameters).
+// head_dim, q_len (1: decode). Bytes processed: the K and V bytes of the context's pages.
 void BM_DecodeAttentionKvFormat(benchmark::State& state) {
   using kernels::KvQuant;
   const auto context = static_cast<int32_t>(state.range(0));
   const auto quant = static_cast<KvQuant>(state.range(1));
   const auto head_dim = static_cast<int32_t>(state.range(2));
+  const auto q_len = static_cast<int32_t>(state.range(3));
   const int32_t group = 4, q_heads = kKvHeads * group;
   const int32_t pages = (context + kPageTokens - 1) / kPageTokens;
   const int64_t head_pages = int64_t{pages} * kKvHeads;
@@ -125,15 +127,15 @@ void BM_DecodeAttentionKvFormat(benchmark::State& state) {
   }
   std::vector<int32_t> blocks(static_cast<size_t>(pages));
   for (int32_t i = 0; i < pages; ++i) blocks[static_cast<size_t>(i)] = i;
-  std::vector<float> q(static_cast<size_t>(q_heads * head_dim)), out(q.size());
+  std::vector<float> q(static_cast<size_t>(int64_t{q_len} * q_heads * head_dim)), out(q.size());
   fill_random(q.data(), DType::kF32, static_cast<int64_t>(q.size()), 9);
-  const std::vector<int32_t> q_indptr = {0, 1}, kv_lens = {context}, slot = {0, 1};
+  const std::vector<int32_t> q_indptr = {0, q_len}, kv_lens = {context}, slot = {0, 1};
   const std::vector<int32_t> modes = {static_cast<int32_t>(HeadMode::kCausal),
                                       static_cast<int32_t>(HeadMode::kCausal)};
   AttentionParams p;
   p.q = q.data();
   p.out = out.data();
-  p.num_tokens = 1;
+  p.num_tokens = q_len;
   p.num_q_heads = q_heads;
   p.num_kv_heads = kKvHeads;
   p.head_dim = head_dim;
@@ -158,8 +160,9 @@ void BM_DecodeAttentionKvFormat(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 2 * head_pages * page_bytes);
 }
 BENCHMARK(BM_DecodeAttentionKvFormat)
-    ->ArgsProduct({{4096, 16384}, {0, 1, 2, 3}, {64}})
-    ->ArgsProduct({{16384}, {0, 1, 2, 3}, {128}})
+    ->ArgsProduct({{4096, 16384}, {0, 1, 2, 3}, {64}, {1}})
+    ->ArgsProduct({{16384}, {0, 1, 2, 3}, {128}, {1}})
+    ->ArgsProduct({{4096}, {0, 1, 2, 3}, {64}, {512}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

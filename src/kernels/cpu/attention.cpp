@@ -179,7 +179,9 @@ void mask_scores(const TileState& t, int32_t row, const VisibleKeys& vk, int32_t
 // visit into the tile's f32 buffers (kf, vf), so everything after the dequantization is the f32
 // kernel; except decode tiles (rows layout) on quantized pages with AVX2, whose Q·K^T and P·V
 // run on the codes (int8 / int4: kernels/cpu/attention_quant_int.h; fp8: attention_quant_fp8.h).
-template <class S, DType kKv>
+// kQuant: instantiated for quantized pools only, so the float pools' instantiations stay as
+// they were (the fused paths' code would change GCC's inlining of their page loop).
+template <class S, DType kKv, bool kQuant = false>
 void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Partials& partials) {
   ThreadScratch& scratch = thread_scratch();
   const bool streaming = p.head_mode[it.kv_head] == static_cast<int32_t>(HeadMode::kStreaming);
@@ -198,7 +200,7 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
   bool fp8_path = false;  // fp8 codes widened in registers
 #if defined(LS_KERNELS_HAVE_AVX2)
   IntDecodeScratch* isc = nullptr;
-  if constexpr (std::is_same_v<S, simd::Avx2>) {
+  if constexpr (kQuant && std::is_same_v<S, simd::Avx2>) {
     int_path = !lanes && int_decode_supported(quant, geo.head_dim, pt);
     fp8_path = !lanes && quant == KvQuant::kFp8 && geo.head_dim % 16 == 0;
     if (int_path) {
@@ -471,7 +473,7 @@ void run(const AttentionParams& p, ThreadPool& pool) {
       const bool streaming = p.head_mode[it.kv_head] == static_cast<int32_t>(HeadMode::kStreaming);
       const PagedKvPool& kv = streaming ? p.streaming : p.retrieval;
       if (kv.quant != KvQuant::kNone) {
-        run_item<S, DType::kF32>(p, geo, it, partials);
+        run_item<S, DType::kF32, true>(p, geo, it, partials);
         continue;
       }
       simd::dispatch_float_dtype(kv.dtype,
