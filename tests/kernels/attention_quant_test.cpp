@@ -100,9 +100,9 @@ double loose_bound(KvQuant q) {
 //    adds at most page_tokens * 255 * max_j p'_j / 65534 <= 64 * 2 * max_j p_j / 65534 to o,
 //    and o / l, l >= the sum of the pages' max_j p_j, moves by at most 2.0e-3.
 // Hence 3.1e-3 (f32 summation order adds ~1e-6); typical differences are ~1e-5 (printed).
-constexpr double kIntPathTol = 3.1e-3;
+[[maybe_unused]] constexpr double kIntPathTol = 3.1e-3;
 // f32 sums of the same products in another order: a few ulps of the largest partial sums.
-constexpr double kFp8PathTol = 2e-5;
+[[maybe_unused]] constexpr double kFp8PathTol = 2e-5;
 
 // Largest error against the unquantized reference per format over a test, printed at its end,
 // and the largest difference between quantized and dequantized pages on the integer path.
