@@ -40,8 +40,8 @@ namespace ls::kernels::cpu {
 
 // i32 lane sums: a lane of q^·c adds head_dim / 8 products of |q^| <= 32767 and c <= 255
 // (2^31 / (32767 * 255) = 257 of them: head_dim <= 2048); a lane of P·V adds one product of
-// p'^ <= 32767 and c <= 255 per key (page_tokens <= 256). Both are non-negative-code sums of one
-// sign per product, so the limits are exact, not statistical.
+// p'^ <= 32767 and c <= 255 per key (page_tokens <= 256). Both bound |sum| by the count times
+// the largest product, so they hold for any data, not just typical data.
 inline constexpr int32_t kIntDecodeMaxHeadDim = 1024;
 inline constexpr int32_t kIntDecodeMaxPageTokens = 256;
 
