@@ -5,10 +5,13 @@
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "bench_util.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/page_select.h"
+#include "kernels/kv_quant.h"
 
 namespace ls::bench {
 namespace {
@@ -80,6 +83,86 @@ BENCHMARK(BM_DecodeAttention)
                    {0, 1},
                    {static_cast<int64_t>(DType::kBF16)}})
     ->ArgsProduct({{32768}, {0}, {static_cast<int64_t>(DType::kF32)}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Dense attention of one layer per KV page format, the bench30m shape by default (2 kv heads x
+// group 4, head_dim 64, 64-token pages): a decode step, or a prefill chunk of the context's last
+// q_len tokens (causal, over pages already written). Args: context tokens, format (0 bf16 pages,
+// 1 fp8, 2 int8, 3 int4: kernels/kv_quant.h, rows quantized from the same random values),
+// head_dim, q_len (1: decode). Bytes processed: the K and V bytes of the context's pages.
+void BM_DecodeAttentionKvFormat(benchmark::State& state) {
+  using kernels::KvQuant;
+  const auto context = static_cast<int32_t>(state.range(0));
+  const auto quant = static_cast<KvQuant>(state.range(1));
+  const auto head_dim = static_cast<int32_t>(state.range(2));
+  const auto q_len = static_cast<int32_t>(state.range(3));
+  const int32_t group = 4, q_heads = kKvHeads * group;
+  const int32_t pages = (context + kPageTokens - 1) / kPageTokens;
+  const int64_t head_pages = int64_t{pages} * kKvHeads;
+  const int64_t page_bytes = quant == KvQuant::kNone
+                                 ? dtype_nbytes(DType::kBF16, int64_t{kPageTokens} * head_dim)
+                                 : kernels::kv_quant_page_bytes(quant, kPageTokens, head_dim);
+  std::vector<uint8_t> k(static_cast<size_t>(head_pages * page_bytes)), v(k.size());
+  {
+    std::vector<float> row(static_cast<size_t>(kPageTokens) * head_dim);
+    uint8_t* dst[2] = {k.data(), v.data()};
+    for (int a = 0; a < 2; ++a) {
+      for (int64_t hp = 0; hp < head_pages; ++hp) {
+        fill_random(row.data(), DType::kF32, static_cast<int64_t>(row.size()),
+                    static_cast<uint64_t>(hp * 2 + a + 1));
+        if (quant == KvQuant::kNone) {
+          convert_from_f32(row.data(), DType::kBF16, dst[a] + hp * page_bytes,
+                           static_cast<int64_t>(row.size()));
+          continue;
+        }
+        for (int32_t r = 0; r < kPageTokens; ++r) {
+          const kernels::KvQuantRow at =
+              kernels::kv_quant_row(quant, dst[a], hp, r, kPageTokens, head_dim);
+          kernels::kv_quantize_row(quant, row.data() + int64_t{r} * head_dim, head_dim, at.codes,
+                                   at.params);
+        }
+      }
+    }
+  }
+  std::vector<int32_t> blocks(static_cast<size_t>(pages));
+  for (int32_t i = 0; i < pages; ++i) blocks[static_cast<size_t>(i)] = i;
+  std::vector<float> q(static_cast<size_t>(int64_t{q_len} * q_heads * head_dim)), out(q.size());
+  fill_random(q.data(), DType::kF32, static_cast<int64_t>(q.size()), 9);
+  const std::vector<int32_t> q_indptr = {0, q_len}, kv_lens = {context}, slot = {0, 1};
+  const std::vector<int32_t> modes = {static_cast<int32_t>(HeadMode::kCausal),
+                                      static_cast<int32_t>(HeadMode::kCausal)};
+  AttentionParams p;
+  p.q = q.data();
+  p.out = out.data();
+  p.num_tokens = q_len;
+  p.num_q_heads = q_heads;
+  p.num_kv_heads = kKvHeads;
+  p.head_dim = head_dim;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  p.num_seqs = 1;
+  p.q_indptr = q_indptr.data();
+  p.kv_lens = kv_lens.data();
+  p.head_mode = modes.data();
+  p.head_slot = slot.data();
+  p.retrieval = kernels::PagedKvPool{k.data(), v.data(),   DType::kBF16, pages,
+                                     kKvHeads, kPageTokens, head_dim};
+  if (quant != KvQuant::kNone) {
+    p.retrieval.dtype = DType::kU8;
+    p.retrieval.quant = quant;
+  }
+  p.retrieval_blocks = blocks.data();
+  p.retrieval_blocks_stride = pages;
+  for (auto _ : state) {
+    kernels::cpu::paged_attention(p, bench_pool());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * head_pages * page_bytes);
+}
+BENCHMARK(BM_DecodeAttentionKvFormat)
+    ->ArgsProduct({{4096, 16384}, {0, 1, 2, 3}, {64}, {1}})
+    ->ArgsProduct({{16384}, {0, 1, 2, 3}, {128}, {1}})
+    ->ArgsProduct({{4096}, {0, 1, 2, 3}, {64}, {512}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

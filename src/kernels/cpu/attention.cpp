@@ -5,9 +5,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/attention_pages.h"
+#include "kernels/cpu/attention_quant_fp8.h"
+#include "kernels/cpu/attention_quant_int.h"
 #include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/kv_dequant.h"
 #include "kernels/cpu/simd.h"
@@ -174,8 +177,11 @@ void mask_scores(const TileState& t, int32_t row, const VisibleKeys& vk, int32_t
 
 // kKv: the pool's float dtype; a quantized pool runs with kKv = f32 on pages dequantized per
 // visit into the tile's f32 buffers (kf, vf), so everything after the dequantization is the f32
-// kernel.
-template <class S, DType kKv>
+// kernel; except decode tiles (rows layout) on quantized pages with AVX2, whose Q·K^T and P·V
+// run on the codes (int8 / int4: kernels/cpu/attention_quant_int.h; fp8: attention_quant_fp8.h).
+// kQuant: instantiated for quantized pools only, so the float pools' instantiations stay as
+// they were (the fused paths' code would change GCC's inlining of their page loop).
+template <class S, DType kKv, bool kQuant = false>
 void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Partials& partials) {
   ThreadScratch& scratch = thread_scratch();
   const bool streaming = p.head_mode[it.kv_head] == static_cast<int32_t>(HeadMode::kStreaming);
@@ -190,6 +196,19 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
   TileState t = scratch.bind(rows, geo.head_dim, pt, S::kWidth, lanes, dequant);
   float* vf = scratch.vf.data();
   load_queries<S>(p, geo, it, t, scratch.row.data());
+  bool int_path = false;  // int8 / int4 codes in integer dot products
+  bool fp8_path = false;  // fp8 codes widened in registers
+#if defined(LS_KERNELS_HAVE_AVX2)
+  IntDecodeScratch* isc = nullptr;
+  if constexpr (kQuant && std::is_same_v<S, simd::Avx2>) {
+    int_path = !lanes && int_decode_supported(quant, geo.head_dim, pt);
+    fp8_path = !lanes && quant == KvQuant::kFp8 && geo.head_dim % 16 == 0;
+    if (int_path) {
+      isc = &int_decode_scratch();
+      int_decode_begin(t, quant, pt, *isc);
+    }
+  }
+#endif
   std::fill(t.m, t.m + t.padded_rows, kNegInf);
   std::fill(t.l, t.l + t.padded_rows, 0.0f);
   std::fill(t.o, t.o + int64_t{rows} * d, 0.0f);
@@ -215,12 +234,19 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
       prefetch.v = static_cast<const char*>(kv.v) + offset;
       prefetch.bytes = dequant ? page_bytes : dtype_nbytes(kKv, int64_t{next.num_tokens} * d);
       // P·V runs keys x (row blocks x head_dim blocks) steps; cover the page in about half.
+      // (The integer path steps once per key pair, the fp8 path once per key.)
       const int64_t steps =
-          std::max<int64_t>(1, int64_t{keys} * ((d / S::kWidth + S::kAxpyVecs - 1) / S::kAxpyVecs));
+          int_path ? std::max<int64_t>(1, keys / 2)
+          : fp8_path ? std::max<int64_t>(1, keys)
+                   : std::max<int64_t>(
+                         1, int64_t{keys} * ((d / S::kWidth + S::kAxpyVecs - 1) / S::kAxpyVecs));
       prefetch.lines_per_step = std::max<int64_t>(1, 2 * (prefetch.bytes / 64) / steps);
       t.prefetch = &prefetch;
     }
-    if (dequant) {
+    [[maybe_unused]] const KvQuantRow k_rows =
+        int_path || fp8_path ? kv_quant_row(quant, kv.k, page.head_page, 0, pt, geo.head_dim)
+                             : KvQuantRow{};
+    if (dequant && !int_path && !fp8_path) {
       dequantize_page_rows(quant, kv.k, page.head_page, pt, geo.head_dim, keys, t.kf);
       k_base = t.kf;
       v_base = vf;
@@ -235,6 +261,16 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
                               t.kf, int64_t{keys} * d);
       }
       lanes_scores<S>(t, kf, keys);
+    } else if (int_path || fp8_path) {
+#if defined(LS_KERNELS_HAVE_AVX2)
+      if (fp8_path) {
+        fp8_scores(t, k_rows.codes, k_rows.params, keys);
+      } else if (quant == KvQuant::kInt4) {
+        int_scores<true>(t, *isc, k_rows.codes, k_rows.params, keys);
+      } else {
+        int_scores<false>(t, *isc, k_rows.codes, k_rows.params, keys);
+      }
+#endif
     } else {
       dot_tile<S, kKv>(t.q, d, rows, k_base, key_row0, d, keys, d, t.s, t.ld_s);
     }
@@ -250,6 +286,19 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
     } else {
       rows_softmax<S>(t);
     }
+#if defined(LS_KERNELS_HAVE_AVX2)
+    if (int_path || fp8_path) {
+      const KvQuantRow v_rows = kv_quant_row(quant, kv.v, page.head_page, 0, pt, geo.head_dim);
+      if (fp8_path) {
+        fp8_pv(t, v_rows.codes, v_rows.params, keys_used);
+      } else if (quant == KvQuant::kInt4) {
+        int_pv<true>(t, *isc, v_rows.codes, v_rows.params, keys_used);
+      } else {
+        int_pv<false>(t, *isc, v_rows.codes, v_rows.params, keys_used);
+      }
+      continue;
+    }
+#endif
     if (dequant) dequantize_page_rows(quant, kv.v, page.head_page, pt, geo.head_dim, keys_used, vf);
     pv_update<S, kKv>(t, keys_used, v_base, key_row0);
   }
@@ -424,7 +473,7 @@ void run(const AttentionParams& p, ThreadPool& pool) {
       const bool streaming = p.head_mode[it.kv_head] == static_cast<int32_t>(HeadMode::kStreaming);
       const PagedKvPool& kv = streaming ? p.streaming : p.retrieval;
       if (kv.quant != KvQuant::kNone) {
-        run_item<S, DType::kF32>(p, geo, it, partials);
+        run_item<S, DType::kF32, true>(p, geo, it, partials);
         continue;
       }
       simd::dispatch_float_dtype(kv.dtype,
