@@ -199,11 +199,16 @@ Status run_on_threads(unsigned n, const std::function<void(unsigned)>& work,
   threads.reserve(n);  // no reallocation may throw while a made thread is not yet stored
   Status failed;
   for (unsigned t = 1; t < n; ++t) {
-    std::function<void()> job = [&work, t] { work(t); };
+    // Anything thrown while making a thread (std::system_error, or bad_alloc from the job's
+    // storage) must not unwind past the joinable threads already made: that would terminate.
     try {
+      std::function<void()> job = [&work, t] { work(t); };
       threads.push_back(spawn ? spawn(std::move(job)) : std::thread(std::move(job)));
-    } catch (const std::system_error& e) {
+    } catch (const std::exception& e) {
       failed = resource_exhausted("cannot start thread {} of {}: {}", t, n, e.what());
+      break;
+    } catch (...) {
+      failed = resource_exhausted("cannot start thread {} of {}", t, n);
       break;
     }
   }

@@ -86,6 +86,9 @@ TensorParallelExecutor::~TensorParallelExecutor() {
   }
   start_cv_.notify_all();
   for (std::thread& t : threads_) t.join();
+  // The runners outlive this executor (ModelStack destroys it first): hand each its own
+  // communicator back instead of leaving it a pointer to a wrapper freed below.
+  for (Rank& r : ranks_) r.runner->set_communicator(r.comm);
 }
 
 Status TensorParallelExecutor::set_fault(const TpFault& fault) {

@@ -261,11 +261,11 @@ TEST(DummyWeights, EveryByteIsWrittenWithoutAZeroFill) {
         // rank-0-only biases zero).
         auto cut = shard_checkpoint(*full_ck, *config, *layout, rank);
         ASSERT_TRUE(cut.ok()) << cut.status().to_string();
-        auto gen = dummy_checkpoint(*config, *arch, *layout, rank, 9);
-        ASSERT_TRUE(gen.ok());
+        // ck (generated into the dirtied memory above), not a fresh generation: the last
+        // rank's padding rows and zero biases are what could be left unwritten.
         for (const std::string& name : cut->names()) {
           const TensorInfo* a = cut->find(name);
-          const TensorInfo* b = gen->find(name);
+          const TensorInfo* b = ck->find(name);
           ASSERT_NE(b, nullptr) << name;
           ASSERT_EQ(a->nbytes, b->nbytes) << name;
           EXPECT_EQ(std::memcmp(a->data, b->data, static_cast<size_t>(a->nbytes)), 0)

@@ -39,7 +39,7 @@
 namespace ls::kernels::cpu {
 
 // i32 lane sums: a lane of q^·c adds head_dim / 8 products of |q^| <= 32767 and c <= 255
-// (2^31 / (32767 * 255) = 257 of them: head_dim <= 2048); a lane of P·V adds one product of
+// (2^31 / (32767 * 255) = 257 of them: head_dim <= 2056; the limit below keeps a margin); a lane of P·V adds one product of
 // p'^ <= 32767 and c <= 255 per key (page_tokens <= 256). Both bound |sum| by the count times
 // the largest product, so they hold for any data, not just typical data.
 inline constexpr int32_t kIntDecodeMaxHeadDim = 1024;
@@ -105,8 +105,11 @@ inline void int_decode_begin(const TileState& t, KvQuant quant, int32_t page_tok
       finite = finite && std::isfinite(x[e]);
       amax = std::max(amax, std::fabs(x[e]));
     }
-    const float qs = !finite ? NAN : (amax > 0.0f ? amax / 32767.0f : 1.0f);
-    const float inv = finite ? 1.0f / qs : 0.0f;
+    // A row so small that amax / 32767 underflows to 0 quantizes as a zero row (scale 1), not
+    // through an infinite inverse (0 * inf would be NaN).
+    const float scaled = amax / 32767.0f;
+    const float qs = !finite ? NAN : (scaled > 0.0f ? scaled : 1.0f);
+    const float inv = finite && scaled > 0.0f ? 1.0f / qs : 0.0f;
     int16_t* dst = sc.q.data() + int64_t{r} * d;
     int64_t sum = 0;
     for (int32_t e = 0; e < d; ++e) {
