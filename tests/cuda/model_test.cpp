@@ -448,5 +448,33 @@ TEST(CudaFp8Checkpoints, LogitsMatchTheDequantizedReference) {
   }
 }
 
+// GGUF checkpoints on CUDA (every weight dequantized to bf16 at load, docs/gguf.md) against the
+// float64 forward pass over their dequantized weights (tests/fixtures/gguf, made by
+// scripts/fixtures/make_gguf_fixtures.py, the same files the CPU's gguf_model_test reads): bf16
+// weights, K/V and activations, so the fixture models' bf16 tolerances.
+TEST(CudaGgufCheckpoints, LogitsMatchTheDequantizedReference) {
+  LS_REQUIRE_CUDA();
+  const std::filesystem::path root = std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/gguf";
+  for (const std::string name : {"mistral-q8_0", "qwen3-q4_1"}) {
+    auto st = make_stack_at(root / (name + ".gguf"), "auto");
+    ASSERT_TRUE(st) << name;
+    auto expected = SafetensorsFile::open(root / (name + ".expected.safetensors"));
+    ASSERT_TRUE(expected.ok()) << expected.status().to_string();
+    ASSERT_FALSE((*expected)->tensors().empty()) << name;
+    const int32_t vocab = st->runner->vocab_size();
+    for (const TensorInfo& t : (*expected)->tensors()) {
+      const auto ids = Json::parse((*expected)->metadata().at(t.name)).get<std::vector<int32_t>>();
+      std::vector<float> ref(static_cast<size_t>(t.nbytes / 4));
+      std::memcpy(ref.data(), t.data, static_cast<size_t>(t.nbytes));
+      const std::vector<float> got = score(*st, ids);
+      ASSERT_EQ(got.size(), ref.size()) << name << " " << t.name;
+      const LogitError e = compare(got, ref, vocab);
+      std::cout << "[ gguf     ] " << name << " " << t.name << ": worst rel logit error "
+                << e.worst_rel << "\n";
+      EXPECT_LE(e.worst_rel, ids.size() == 1 ? kOneTokenTol : kLogitTol) << name << " " << t.name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ls::cuda_test
