@@ -188,7 +188,7 @@ export CARRY
 
 # ---- the 8B-shaped model, generated while we build (GPU draws, ~16 GB written) ----
 MODEL_PID=""
-if wanted e2e || wanted hf || wanted serve || [[ "$ONLY" =~ ,(profile|tier32k|tier128k|tiercap|prefill|prefix|prefix-multiturn|tp), ]]; then
+if wanted e2e || wanted hf || wanted serve || [[ "$ONLY" =~ ,(profile|tier32k|tier128k|tiercap|kvformats|prefill|prefix|prefix-multiturn|tp), ]]; then
   if [ -f "$MODEL_DIR/model.safetensors.index.json" ]; then
     log "model: reusing $MODEL_DIR"
   else
@@ -311,7 +311,12 @@ section e2e 200 e2e_section
 #   every page resident in the same process (TPOT, hit ratio, vs_resident), batch 1/8/32 at 32K
 #   and 1/8 at 128K (32 x 128K of homes is 256 GB of host memory); TTFT with the tier and with
 #   its write-through off (--kv-save 0) at the same length.
-# tiercap: the most 128K-token sequences that decode at once, dense and lserve, tier off and on.
+# tiercap: the most 128K-token sequences that decode at once, dense and lserve, tier off and on;
+#   TIER_FORMATS (default auto) lists KV page formats (auto,int8,int4,fp8), TIER_CAP_CASES picks
+#   "policy:tiers" pairs (default "dense:off,on lserve:off,on").
+# kvformats: decode TPOT at 128K per KV page format (KV_FORMATS, default auto,fp8,int8,int4), dense
+#   and lserve, all pages resident, batches KV_FORMAT_BATCHES (default 1,3: three dense 128K
+#   sequences fit an H100 in bf16).
 tierk_section() {
   "$BUILD/bench/cuda/bench_cuda_kv_tier" --out "$RESULTS" --batches 1,8 --contexts 32768,131072
 }
@@ -331,14 +336,26 @@ tier128k_section() {
 }
 tiercap_section() {
   [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
-  "$BUILD/bench/cuda/bench_cuda_e2e" --model "$MODEL_DIR" --out "$RESULTS" --policies dense,lserve \
-    --ttft "" --tpot "" --batches "" --capacity 131072 --capacity-ratio 4
+  local case rc=0
+  for case in ${TIER_CAP_CASES:-dense:off,on lserve:off,on}; do
+    "$BUILD/bench/cuda/bench_cuda_e2e" --model "$MODEL_DIR" --out "$RESULTS" --policies "${case%%:*}" \
+      --ttft "" --tpot "" --batches "" --capacity 131072 --capacity-ratio 4 --capacity-tiers "${case#*:}" \
+      --kv-cache-dtype "${TIER_FORMATS:-auto}" || rc=1
+  done
+  return $rc
 }
-export -f tierk_section tier32k_section tier128k_section tiercap_section
+kvformats_section() {
+  [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
+  "$BUILD/bench/cuda/bench_cuda_e2e" --model "$MODEL_DIR" --out "$RESULTS" --policies dense,lserve \
+    --ttft "" --tpot 131072 --steps 12 --batches "${KV_FORMAT_BATCHES:-1,3}" \
+    --kv-cache-dtype "${KV_FORMATS:-auto,fp8,int8,int4}"
+}
+export -f tierk_section tier32k_section tier128k_section tiercap_section kvformats_section
 if [[ "$ONLY" == *",tierk,"* ]]; then section tierk 150 tierk_section; fi
 if [[ "$ONLY" == *",tier32k,"* ]]; then wait_model; section tier32k 420 tier32k_section; fi
 if [[ "$ONLY" == *",tier128k,"* ]]; then wait_model; section tier128k 480 tier128k_section; fi
 if [[ "$ONLY" == *",tiercap,"* ]]; then wait_model; section tiercap 420 tiercap_section; fi
+if [[ "$ONLY" == *",kvformats,"* ]]; then wait_model; section kvformats 240 kvformats_section; fi
 
 # ---- profile (only with --only ...,profile): ncu per-kernel times of 4 decode steps, and the
 # decode / prefill attention kernels' limiters. Files: ncu_step.csv, ncu_step.md, ncu_*.txt ----
@@ -423,19 +440,22 @@ export -f start_server
 # serve`, dense and lserve. SERVE_WORKLOADS: "NAME:INPUT:OUTPUT:PROMPTS:CONCURRENCY[:RATE]"
 # entries (CONCURRENCY 0 = no cap; RATE requests per second, default inf = all at once);
 # SERVE_MAX_MODEL_LEN (default 65536); SERVE_POLICIES (dense, lserve, lserve+tier: the host KV tier
-# on); SERVE_EXTRA_FLAGS; SERVE_REQUEST_TIMEOUT_S caps one request. ----
+# on; +int8 / +int4 / +fp8: that KV page format); SERVE_EXTRA_FLAGS; SERVE_REQUEST_TIMEOUT_S caps
+# one request. ----
 serve_section() {
   [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
   local workloads=${SERVE_WORKLOADS:-"c16-16k:16384:128:32:16 burst-32k:32768:1024:40:0"}
   local policies=${SERVE_POLICIES:-"dense lserve"} port=8123 rc=0
   mkdir -p "$OUT/serve"
   for policy in $policies; do
-    # A "+tier" suffix (e.g. lserve+tier) serves with the host KV tier on; SERVE_EXTRA_FLAGS
-    # (e.g. "--working-set-admission off") go to every server.
-    local base=${policy%+tier}
+    # A "+tier" suffix (e.g. lserve+tier) serves with the host KV tier on, "+int8" / "+int4" /
+    # "+fp8" with that KV page format (e.g. lserve+tier+int8); SERVE_EXTRA_FLAGS (e.g.
+    # "--working-set-admission off") go to every server.
+    local base=${policy%%+*} fmtx
     local flags="--attention $base"
     [ "$base" = lserve ] && flags="$flags --streaming-ratio 0.5 --token-budget 4096"
-    [ "$base" != "$policy" ] && flags="$flags --kv-offload on"
+    [[ "$policy" == *+tier* ]] && flags="$flags --kv-offload on"
+    for fmtx in fp8 int8 int4; do [[ "$policy" == *+$fmtx* ]] && flags="$flags --kv-cache-dtype $fmtx"; done
     flags="$flags ${SERVE_EXTRA_FLAGS:-}"
     # shellcheck disable=SC2086
     start_server "$OUT/serve/server-$policy.log" $port --max-num-seqs 64 \
@@ -925,17 +945,31 @@ if ts:
         md.append(f"| {r['policy']} | {k(r['tokens'])} | {r['offload_ratio']} | {'on' if r.get('kv_save', True) else 'off'} | {r['ms']:.0f} | "
                   f"{(r['ms'] / base[0]['ms']) if base else float('nan'):.2f} |")
     md.append("")
+fmts = {r.get("kv_format") for r in pick("tpot")}
+kf = [r for r in pick("tpot") if len(fmts) > 1 and "vs_first_format" in r and not r.get("offload_ratio") and "median_ms" in r]
+if kf:
+    md.append("## Decode TPOT per KV page format, end to end, 8B-shaped random model (all pages resident)\n")
+    md.append("Speed-up: the first format's (auto = bf16) step time / this one's, same policy, context and batch, same process. Random weights select pages nearly at random; lserve's selected bytes do not depend on it.\n")
+    md.append("| policy | KV format | context | batch | TPOT ms | speed-up vs bf16 | vs weight floor |")
+    md.append("|---|---|---|---|---|---|---|")
+    for r in kf:
+        md.append(f"| {r['policy']} | {r['kv_format']} | {k(r['context'])} | {r['batch']} | {r['median_ms']:.2f} | "
+                  f"{f(1 / r['vs_first_format'] if r['vs_first_format'] > 0 else None, '{:.2f}x')} | {r['vs_floor']:.2f} |")
+    md.append("")
 cap = pick("capacity")
 if cap:
     md.append("## Host KV tier: capacity, sequences decoding at once\n")
-    md.append("| policy | context | tier | sequences | step ms | device GB / seq | host GB / seq | device bound | host bound |")
-    md.append("|---|---|---|---|---|---|---|---|---|")
+    base = [r.get("max_seqs") for r in cap if r["policy"] == "dense" and not r["kv_offload"] and r.get("kv_format", "auto") in ("auto", "bf16") and r.get("max_seqs")]
+    md.append("Random weights select pages nearly at random; capacity does not depend on it. vs dense: against dense, tier off, bf16 pages.\n")
+    md.append("| policy | KV format | context | tier | sequences | vs dense | step ms | device GB / seq | host GB / seq | device bound | host bound |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in cap:
+        fmt_ = r.get("kv_format", "auto")
         if "max_seqs" not in r:
-            md.append(f"| {r['policy']} | {k(r['context'])} | {'on' if r['kv_offload'] else 'off'} | error: {r.get('error', '')} | | | | | |")
+            md.append(f"| {r['policy']} | {fmt_} | {k(r['context'])} | {'on' if r['kv_offload'] else 'off'} | error: {r.get('error', '')} | | | | | | |")
             continue
-        md.append(f"| {r['policy']} | {k(r['context'])} | {'on (ratio %g)' % r['offload_ratio'] if r['kv_offload'] else 'off'} | "
-                  f"{r['max_seqs']} | {r['step_ms']:.1f} | {r['device_gb_per_seq']:.2f} | {r['host_gb_per_seq']:.2f} | {r['by_device']} | {r['by_host']} |")
+        md.append(f"| {r['policy']} | {fmt_} | {k(r['context'])} | {'on (ratio %g)' % r['offload_ratio'] if r['kv_offload'] else 'off'} | "
+                  f"{r['max_seqs']} | {f(r['max_seqs'] / base[0] if base else None, '{:.1f}x')} | {r['step_ms']:.1f} | {r['device_gb_per_seq']:.2f} | {r['host_gb_per_seq']:.2f} | {r['by_device']} | {r['by_host']} |")
     md.append("")
 
 tpr = [r for r in rows if "tp" in r and r.get("bench") in ("ttft", "tpot", "tp_collectives")]

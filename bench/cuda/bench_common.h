@@ -27,6 +27,20 @@ inline std::vector<int64_t> parse_list(const std::string& s) {
   return out;
 }
 
+// "a,b,c" -> {"a", "b", "c"} (empty entries dropped).
+inline std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t comma = s.find(',', pos);
+    const std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
 // `s` safe inside a JSON string (quotes and backslashes become apostrophes and slashes).
 inline std::string json_safe(std::string s) {
   for (char& c : s) {

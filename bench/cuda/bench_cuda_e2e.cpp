@@ -26,7 +26,11 @@
 // then wrong). --capacity C: for dense and lserve, tier off and on (--capacity-ratio, default 4),
 // the most sequences of C tokens that decode together: the memory estimate (device for the tier
 // off, min(device, 70% of the available host RAM) on) tried first, then fewer until a stack is
-// allocated and two decode steps run.
+// allocated and two decode steps run; --capacity-tiers off,on picks the tier settings tried.
+// --kv-cache-dtype auto,int8,int4,fp8 (docs/kv-quantization.md): every case above (and the
+// capacity search) once per page format, "kv_format" in every line; TPOT lines carry
+// "vs_first_format", the step time against the first format's (all resident, same policy,
+// context and batch). Quantized pages are filled with random codes and finite scales.
 // --tensor-parallel-size 1,2 (docs/tensor-parallel.md): instead of the above, TTFT (--ttft) and
 // TPOT (--tpot, batch 1) for each size and policy (--policies, default dense,lserve) on stacks
 // built as the server builds them, "tp" in every JSON line (--quantization applies too). For
@@ -49,12 +53,16 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
 #include "attention/policy_registry.h"
 #include "bench_common.h"
 #include "bench_tp_collectives.h"
+#include "kernels/kv_quant.h"
+#include "kernels/paged_kv.h"
+#include "kv/kv_geometry.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_pool.h"
 #include "kv/kv_tier_config.h"
@@ -78,6 +86,7 @@ struct StackShape {
   int32_t batch = 1;
   double offload_ratio = 0;  // > 0: the tier on at this buffer ratio
   bool kv_save = true;
+  KvCacheDtype kv_dtype = KvCacheDtype::kAuto;  // page format (--kv-cache-dtype)
 };
 
 Result<PolicyStack> make_policy_stack(const Model& model, Backend& backend,
@@ -93,6 +102,7 @@ Result<PolicyStack> make_policy_stack(const Model& model, Backend& backend,
   LS_ASSIGN_OR_RETURN(st.policy, make_attention_policy(attention, info));
   KvGeometry g = st.policy->kv_geometry();
   g.dtype = backend.act_dtype();
+  g.cache_dtype = resolve_kv_cache_dtype(shape.kv_dtype, g.dtype);
   g.max_chunk_tokens = chunk;
   LS_RETURN_IF_ERROR(g.validate());
   const int32_t B = shape.batch;
@@ -140,9 +150,13 @@ void fill_cache(CudaBackend& b, const KvPool& pool) {
     // Tiered: the homes (pinned host memory, written through UVA); the cache fills on misses.
     void* k = p.page_slot ? p.home_k : p.k;
     void* v = p.page_slot ? p.home_v : p.v;
-    const int64_t n = int64_t{p.num_blocks} * p.heads_per_block * p.page_tokens * p.head_dim;
-    die_on(fill_uniform_bf16(k, n, seed++, -1, 1, stream), "fill");
-    die_on(fill_uniform_bf16(v, n, seed++, -1, 1, stream), "fill");
+    // bf16 values over the pages' bytes. Quantized pages (codes + per-token scales) get values in
+    // [0.01, 0.0155): every 2- and 4-byte group is then a finite scale, and no byte is 0x7f/0xff
+    // (e4m3's NaN codes), so decode reads finite, real-sized data.
+    const bool quant = p.quant != kernels::KvQuant::kNone;
+    const int64_t n = int64_t{p.num_blocks} * p.heads_per_block * kernels::pool_page_bytes(p) / 2;
+    die_on(fill_uniform_bf16(k, n, seed++, quant ? 0.01f : -1.0f, quant ? 0.0155f : 1.0f, stream), "fill");
+    die_on(fill_uniform_bf16(v, n, seed++, quant ? 0.01f : -1.0f, quant ? 0.0155f : 1.0f, stream), "fill");
   }
   const kernels::PageSummaries s = pool.summaries();
   const kernels::PagedKvPool r = pool.retrieval();
@@ -275,23 +289,28 @@ int64_t host_available_bytes() {
 // off and on: the estimate from one sequence's memory first, then fewer until a stack is
 // allocated and two decode steps run. One JSON line per (policy, tier).
 void capacity(const Model& model, CudaBackend& b, JsonLines& out, const std::string& policies,
-              int32_t context, double ratio, bool record, std::mt19937& rng, int32_t vocab) {
+              const std::vector<KvCacheDtype>& formats, const std::string& tiers, int32_t context,
+              double ratio, bool record, std::mt19937& rng, int32_t vocab) {
   constexpr int32_t kChunk = 2048;  // no prefill runs: small activations
   const int32_t max_len = context + 16;
+  for (const KvCacheDtype fmt : formats) {
   for (const char* name : {"dense", "lserve"}) {
     if (policies.find(name) == std::string::npos) continue;
     for (const bool tier : {false, true}) {
+      if (tiers.find(tier ? "on" : "off") == std::string::npos) continue;
       AttentionConfig a;
       a.policy = name;
       StackShape one;
       one.offload_ratio = tier ? ratio : 0;
+      one.kv_dtype = fmt;
+      const std::string_view fmt_name = kv_cache_dtype_name(fmt);
       int64_t device_per_seq = 0, host_per_seq = 0;
       {
         auto st = make_policy_stack(model, b, a, max_len, kChunk, record, one);
         if (!st.ok()) {
           out.write(fmt::format(
-              R"({{"bench": "capacity", "policy": "{}", "context": {}, "kv_offload": {}, "error": "{}"}})",
-              name, context, tier, json_safe(st.status().message())));
+              R"({{"bench": "capacity", "policy": "{}", "kv_format": "{}", "context": {}, "kv_offload": {}, "error": "{}"}})",
+              name, fmt_name, context, tier, json_safe(st.status().message())));
           (void)b.take_error();
           continue;
         }
@@ -329,11 +348,12 @@ void capacity(const Model& model, CudaBackend& b, JsonLines& out, const std::str
         last_error = r.ok() ? err.message() : r.status().message();
       }
       out.write(fmt::format(
-          R"({{"bench": "capacity", "policy": "{}", "context": {}, "kv_offload": {}, "offload_ratio": {}, "max_seqs": {}, "step_ms": {:.1f}, "device_gb_per_seq": {:.2f}, "host_gb_per_seq": {:.2f}, "by_device": {}, "by_host": {}, "last_error": "{}"}})",
-          name, context, tier, tier ? ratio : 0.0, ok_n, step_ms,
+          R"({{"bench": "capacity", "policy": "{}", "kv_format": "{}", "context": {}, "kv_offload": {}, "offload_ratio": {}, "max_seqs": {}, "step_ms": {:.1f}, "device_gb_per_seq": {:.2f}, "host_gb_per_seq": {:.2f}, "by_device": {}, "by_host": {}, "last_error": "{}"}})",
+          name, fmt_name, context, tier, tier ? ratio : 0.0, ok_n, step_ms,
           static_cast<double>(device_per_seq) / 1e9, static_cast<double>(host_per_seq) / 1e9,
           by_device, by_host, json_safe(last_error)));
     }
+  }
   }
 }
 
@@ -471,6 +491,16 @@ int run(int argc, char** argv) {
   const int64_t capacity_len = parse_list(arg(argc, argv, "--capacity", "0"))[0];
   const double capacity_ratio =
       static_cast<double>(parse_list(arg(argc, argv, "--capacity-ratio", "4"))[0]);
+  const std::string capacity_tiers = arg(argc, argv, "--capacity-tiers", "off,on");
+  std::vector<KvCacheDtype> formats;
+  for (const std::string& f : split_list(arg(argc, argv, "--kv-cache-dtype", "auto"))) {
+    auto d = parse_kv_cache_dtype(f);
+    if (!d.ok()) {
+      std::fprintf(stderr, "bench_cuda_e2e: %s\n", d.status().to_string().c_str());
+      return 2;
+    }
+    formats.push_back(*d);
+  }
 
   auto backend = CudaBackend::create(0);
   if (!backend.ok()) {
@@ -508,6 +538,9 @@ int run(int argc, char** argv) {
   std::mt19937 rng(5);
 
   std::map<std::tuple<std::string, int64_t, int64_t>, double> resident_ms;  // (policy, C, B)
+  std::map<std::tuple<std::string, int64_t, int64_t>, double> bf16_ms;  // (policy, C, B), tier off
+  for (const KvCacheDtype fmt : formats) {
+  const std::string_view fmt_name = kv_cache_dtype_name(fmt);
   for (const std::string& name :
        {std::string("dense"), std::string("streaming"), std::string("lserve")}) {
     if (policies.find(name) == std::string::npos) continue;
@@ -519,8 +552,9 @@ int run(int argc, char** argv) {
         shape.batch = static_cast<int32_t>(B);
         shape.offload_ratio = ratio;
         shape.kv_save = kv_save;
-        const std::string tag = fmt::format(R"("policy": "{}", "batch": {}, "offload_ratio": {}, "kv_save": {})",
-                                            name, B, ratio, kv_save);
+        shape.kv_dtype = fmt;
+        const std::string tag = fmt::format(R"("policy": "{}", "kv_format": "{}", "batch": {}, "offload_ratio": {}, "kv_save": {})",
+                                            name, fmt_name, B, ratio, kv_save);
         auto st =
             make_policy_stack(**model, b, a, static_cast<int32_t>(max_len), chunk, record, shape);
         if (!st.ok()) {
@@ -559,18 +593,24 @@ int run(int argc, char** argv) {
           }
           const auto key = std::make_tuple(name, C, B);
           if (ratio <= 0) resident_ms[key] = r->median_ms;
+          if (ratio <= 0 && fmt == formats.front()) bf16_ms[key] = r->median_ms;
           const auto base = resident_ms.find(key);
+          const auto first = bf16_ms.find(key);
+          // vs_first_format: against the first --kv-cache-dtype entry (all resident), same
+          // policy, context and batch (speed-up = 1 / this).
           out.write(fmt::format(
-              R"({{"bench": "tpot", {}, "context": {}, "median_ms": {:.3f}, "mean_ms": {:.3f}, "floor_ms": {:.3f}, "vs_floor": {:.2f}, "hit_ratio": {:.3f}, "vs_resident": {:.3f}, "recorded": {}, "gemv": {}}})",
+              R"({{"bench": "tpot", {}, "context": {}, "median_ms": {:.3f}, "mean_ms": {:.3f}, "floor_ms": {:.3f}, "vs_floor": {:.2f}, "hit_ratio": {:.3f}, "vs_resident": {:.3f}, "vs_first_format": {:.3f}, "recorded": {}, "gemv": {}}})",
               tag, C, r->median_ms, r->mean_ms, floor_ms, r->mean_ms / floor_ms, r->hit_ratio,
-              base != resident_ms.end() ? r->median_ms / base->second : -1.0, record, b_gemv));
+              base != resident_ms.end() ? r->median_ms / base->second : -1.0,
+              first != bf16_ms.end() ? r->median_ms / first->second : -1.0, record, b_gemv));
         }
       }
     }
   }
+  }
   if (capacity_len > 0) {
-    capacity(**model, b, out, policies, static_cast<int32_t>(capacity_len), capacity_ratio,
-             record, rng, vocab);
+    capacity(**model, b, out, policies, formats, capacity_tiers, static_cast<int32_t>(capacity_len),
+             capacity_ratio, record, rng, vocab);
   }
   return 0;
 }
