@@ -5,7 +5,9 @@
 Each recording line is one request: for each decode step t, the exact set S_t of head-pages
 (layer, kv head, page) its attention read. This script computes, per request:
 
-- overlap: |S_t ∩ S_t-1| / |S_t| (mean over steps 1..T-1);
+- overlap: |S_t ∩ S_t-1| / |S_t| (mean over steps 1..T-1), and the same over the steps that ran
+  page_select only (with a selection reused for `interval` steps the others change only by the
+  newest page);
 - the exact union U_w(t) = S_t-w+1 ∪ ... ∪ S_t for w = 1..W (W = --max-window) and the next
   step's coverage |S_t+1 ∩ U_w(t)| / |S_t+1| (what a cache holding the union would hit), both
   averaged over the same steps t = W-1 .. T-2 for every w, so the columns compare;
@@ -71,6 +73,9 @@ def analyse(rec, max_w):
     inter = [0] + [len(sets[t] & sets[t - 1]) for t in range(1, T)]
     fresh = [sizes[0]] + [sizes[t] - inter[t] for t in range(1, T)]
     overlap = sum(inter[t] / sizes[t] for t in range(1, T) if sizes[t]) / (T - 1)
+    # The same at the steps that ran page_select (all of them with --select-interval 1).
+    re_steps = [t for t in range(1, T) if rec["steps"][t]["reselected"] and sizes[t]]
+    reselect_overlap = (sum(inter[t] / sizes[t] for t in re_steps) / len(re_steps)) if re_steps else None
     ts = range(max_w - 1, T - 1)
     n = len(ts)
     cov, union, hits, err, estimate = ([0.0] * max_w for _ in range(5))
@@ -90,6 +95,7 @@ def analyse(rec, max_w):
     out = {
         "id": rec["id"], "context_tokens": rec["context_tokens"], "prompt_tokens": rec["prompt_tokens"],
         "decode_steps": T, "mean_selected": sum(sizes) / T, "overlap": overlap,
+        "reselect_overlap": reselect_overlap,
         "coverage": cov, "union": union, "next_hits": hits, "estimate": estimate,
         "estimate_error": err,
     }
@@ -144,6 +150,7 @@ def summarize(name, reqs, fraction):
         "contexts": sorted({r["context_tokens"] for r in reqs}),
         "mean_selected": mean(r["mean_selected"] for r in reqs),
         "overlap": mean(r["overlap"] for r in reqs),
+        "reselect_overlap": mean(r["reselect_overlap"] for r in reqs),
         **agg, "yield": y, "chosen_w": choose_w(y, fraction),
         "hit_ratio": mean(r.get("hit_ratio") for r in reqs),
         "tier_overlap": mean(r.get("tier_overlap") for r in reqs),
@@ -182,13 +189,13 @@ def main():
         summaries.append(s)
         print(f"[locality] {name}: {len(reqs)} requests", file=sys.stderr)
     ws = [w for w in (1, 2, 4, 8, 12, 16, 24, 32) if w <= args.max_window]
-    print("| config | req | ctx | |S| | overlap | " + " | ".join(f"cov w={w}" for w in ws)
+    print("| config | req | ctx | |S| | overlap | at reselection | " + " | ".join(f"cov w={w}" for w in ws)
           + " | |U_12|/|S| | est err w=12 | chosen w | hit ratio | tier overlap |")
-    print("|---|---:|---|---:|---:|" + "---:|" * len(ws) + "---:|---:|---:|---:|---:|")
+    print("|---|---:|---|---:|---:|---:|" + "---:|" * len(ws) + "---:|---:|---:|---:|---:|")
     for s in summaries:
         w12 = min(12, args.max_window) - 1
         print(f"| {s['config']} | {s['requests']} | {','.join(map(str, s['contexts']))} | "
-              f"{s['mean_selected']:.0f} | {fmt(s['overlap'])} | "
+              f"{s['mean_selected']:.0f} | {fmt(s['overlap'])} | {fmt(s['reselect_overlap'])} | "
               + " | ".join(fmt(s["coverage"][w - 1]) for w in ws)
               + f" | {s['union'][w12] / s['mean_selected']:.2f} | {fmt(s['estimate_error'][w12], 2)} | "
               f"{s['chosen_w']} | {fmt(s['hit_ratio'])} | {fmt(s['tier_overlap'])} |")
