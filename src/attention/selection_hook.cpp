@@ -1,6 +1,8 @@
 #include "attention/selection_hook.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <utility>
 
 namespace ls {
 
