@@ -1,6 +1,7 @@
 #include "attention/selecting_policy.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace ls {
 
@@ -93,6 +94,7 @@ void SelectingPolicy::select(Backend& backend, const LayerAttentionContext& ctx)
   p.num_selected = layer_num_selected(ctx.layer);
   p.max_selected = max_selected();
   backend.page_select(p);
+  if (hook_) hook_(backend, ctx.layer, p);
 }
 
 void SelectingPolicy::fill_attention(int32_t layer, kernels::AttentionParams& params) const {

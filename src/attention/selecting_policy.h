@@ -12,9 +12,11 @@
 // needs; the per-head offset gives every head's top pages score 0 and ranks the rest by how far
 // they fall behind for their most interested head.
 
+#include <utility>
 #include <vector>
 
 #include "attention/attention_config.h"
+#include "attention/selection_hook.h"
 #include "attention/policy_base.h"
 
 namespace ls {
@@ -37,6 +39,9 @@ class SelectingPolicy : public PolicyBase {
   int32_t token_budget() const { return token_budget_; }
   int32_t budget_pages() const;
   int32_t max_selected() const;
+  // Test/bench only (attention/selection_hook.h): called after every page_select; empty (the
+  // default) calls nothing.
+  void set_selection_hook(SelectionHook hook) { hook_ = std::move(hook); }
 
  protected:
   SelectingPolicy(std::string name, KvGeometry geometry, std::vector<kernels::HeadMode> modes,
@@ -54,6 +59,7 @@ class SelectingPolicy : public PolicyBase {
   std::vector<int32_t> steps_since_select_;  // [max_seqs]
   Buffer selected_;      // [num_layers, max_seqs, num_kv_heads, max_selected] i32
   Buffer num_selected_;  // [num_layers, max_seqs, num_kv_heads] i32
+  SelectionHook hook_;
 };
 
 }  // namespace ls

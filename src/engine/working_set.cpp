@@ -1,7 +1,10 @@
 #include "engine/working_set.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "core/log.h"
 #include "kernels/page_residency.h"
@@ -81,25 +84,33 @@ void WorkingSetTracker::observe(const std::vector<RowStep>& steps,
       r.history.clear();
       r.locality = {};
     }
-    if (!st.decode) continue;
+    if (!st.decode) {
+      r.after_prefill = true;
+      continue;
+    }
+    const bool after_prefill = std::exchange(r.after_prefill, false);
     DecodeStep ds{d[kernels::kRowMandatory], d[kernels::kRowMandatory] - d[kernels::kRowReused],
                   d[kernels::kRowHits], d[kernels::kRowReused]};
     r.history.push_back(ds);
     while (static_cast<int32_t>(r.history.size()) > window_) r.history.pop_front();
     for (SelectionLocality* l : {&r.locality, &total_}) {
       ++l->decode_steps;
-      l->selected_pages += d[kernels::kRowMandatory];
-      l->reused_pages += d[kernels::kRowReused];
+      if (!after_prefill) {
+        l->selected_pages += d[kernels::kRowMandatory];
+        l->reused_pages += d[kernels::kRowReused];
+      }
       l->hits += d[kernels::kRowHits];
       l->misses += d[kernels::kRowMisses];
     }
     // Runtime debug level (LS_LOG_LEVEL=debug), not compiled out: the locality log of issue 22.
     if (!spdlog::should_log(spdlog::level::debug)) continue;
-    spdlog::debug("request {}: decode step selects {} pages, overlap {:.3f}, hit ratio {:.3f}",
+    spdlog::debug("request {}: decode step selects {} pages, overlap {}, hit ratio {:.3f}",
                  st.request_id ? *st.request_id : std::string(), d[kernels::kRowMandatory],
-                 d[kernels::kRowMandatory] > 0 ? static_cast<double>(d[kernels::kRowReused]) /
-                                                     static_cast<double>(d[kernels::kRowMandatory])
-                                               : 0.0,
+                 after_prefill ? std::string("- (first step after prefill)")
+                 : d[kernels::kRowMandatory] > 0
+                     ? fmt::format("{:.3f}", static_cast<double>(d[kernels::kRowReused]) /
+                                                 static_cast<double>(d[kernels::kRowMandatory]))
+                     : std::string("0.000"),
                  d[kernels::kRowHits] + d[kernels::kRowMisses] > 0
                      ? static_cast<double>(d[kernels::kRowHits]) /
                            static_cast<double>(d[kernels::kRowHits] + d[kernels::kRowMisses])

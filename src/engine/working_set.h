@@ -8,7 +8,10 @@
 // layer one step earlier (still resident), new = S - R, overlap = R / S. The decode working set
 // over a window of w steps, |S_t-w+1 ∪ ... ∪ S_t| <= max|S| + (sum of new over the later w - 1
 // steps), is estimated from the last w steps seen as max|S| + (w - 1) x mean(new), capped by the
-// pages the request has: the bound when w steps were seen, an extrapolation before.
+// pages the request has: the bound when w steps were seen, an extrapolation before. The first
+// decode step after a prefill chunk is left out of the overlap (R / S) and its debug line says
+// so: its "step earlier" is the prefill, which read every page, so R = S would say nothing about
+// decode locality.
 
 #include <cstdint>
 #include <deque>
@@ -22,7 +25,7 @@ namespace ls {
 
 struct SelectionLocality {
   int64_t decode_steps = 0;     // request-steps of decode observed
-  int64_t selected_pages = 0;   // sum of S over them
+  int64_t selected_pages = 0;   // sum of S over them (but the first step after a prefill)
   int64_t reused_pages = 0;     // sum of R
   int64_t hits = 0;             // mandatory pages found resident (decode steps)
   int64_t misses = 0;
@@ -79,6 +82,7 @@ class WorkingSetTracker final : public WorkingSetModel {
   struct Row {
     std::vector<int64_t> last;        // cumulative counters at the last observe
     std::deque<DecodeStep> history;   // the last `window_` decode steps, oldest first
+    bool after_prefill = false;       // the last step observed for the row was a prefill chunk
     SelectionLocality locality;
   };
 

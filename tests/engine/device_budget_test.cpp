@@ -276,3 +276,37 @@ TEST(DeviceBudget, LargerWorkingSetsGetMoreAndThePlanReachesTheExecutor) {
 
 }  // namespace
 }  // namespace ls
+
+namespace ls {
+namespace {
+
+// The first decode step after a prefill chunk says nothing about decode locality (the residency
+// op counts the prefill's reads of every page as "read one step earlier"), so the tracker's
+// overlap leaves it out; later steps count, and a restart starts over.
+TEST(WorkingSetTracker, FirstDecodeStepAfterPrefillIsLeftOutOfTheOverlap) {
+  WorkingSetTracker t(geometry(), 12, 1000, 4, 1);
+  std::vector<int64_t> c(kernels::kRowCounters, 0);
+  auto step = [&](bool starts, bool decode, int64_t selected, int64_t reused) {
+    c[kernels::kRowMandatory] += selected;
+    c[kernels::kRowReused] += reused;
+    c[kernels::kRowHits] += selected;
+    t.observe({{0, starts, decode, nullptr}}, c);
+  };
+  step(true, false, 200, 150);  // prefill chunks
+  step(false, false, 200, 200);
+  step(false, true, 32, 32);    // first decode step: "reuses" what the prefill read
+  step(false, true, 32, 16);
+  step(false, true, 32, 8);
+  EXPECT_EQ(t.total().decode_steps, 3);
+  EXPECT_EQ(t.total().selected_pages, 64);
+  EXPECT_EQ(t.total().reused_pages, 24);
+  EXPECT_DOUBLE_EQ(t.row(0).overlap(), 24.0 / 64.0);
+  step(true, false, 100, 0);  // the row restarts (preempted): prefill, then decode again
+  step(false, true, 32, 32);
+  step(false, true, 32, 30);
+  EXPECT_DOUBLE_EQ(t.row(0).overlap(), 30.0 / 32.0);
+  EXPECT_EQ(t.total().reused_pages, 54);
+}
+
+}  // namespace
+}  // namespace ls
