@@ -32,26 +32,10 @@
 #include "model/tp_fault.h"
 #include "server/server.h"
 #include "tensor_parallel_compare.h"
+#include "tp_failure_util.h"
 
 namespace ls {
 namespace {
-
-// Runs `body` on its own thread; if it has not returned after `seconds` (a hang), the test binary
-// fails at once instead of blocking CI.
-void within_seconds(int seconds, const std::function<void()>& body) {
-  auto done = std::make_shared<std::promise<void>>();
-  std::future<void> finished = done->get_future();
-  std::thread t([&body, done] {
-    body();
-    done->set_value();
-  });
-  if (finished.wait_for(std::chrono::seconds(seconds)) == std::future_status::timeout) {
-    std::fprintf(stderr, "FAILED: the case did not finish within %d s (a hang)\n", seconds);
-    std::fflush(stderr);
-    std::_Exit(1);
-  }
-  t.join();
-}
 
 ModelStackOptions tp_options(int32_t tp) {
   ModelStackOptions o;
@@ -65,62 +49,6 @@ ModelStackOptions tp_options(int32_t tp) {
   o.kv_cache_dtype = KvCacheDtype::kF32;
   o.tensor_parallel_size = tp;
   return o;
-}
-
-// One sequence's prompt in chunks of 16 tokens, then `decodes` decode steps (token ids fixed by
-// the seed); returns the first failing step's error (ok if none) and every step's logits.
-struct SeqRun {
-  Status error;
-  int32_t steps_run = 0;
-  std::vector<std::vector<float>> logits;  // [steps][vocab] the last row of each step
-};
-
-SeqRun run_sequence(ModelStack& st, int32_t prompt, int32_t decodes, uint32_t seed) {
-  SeqRun out;
-  const int32_t vocab = st.executor().vocab_size();
-  auto slot = st.kv->add_sequence();
-  EXPECT_TRUE(slot.ok());
-  if (!slot.ok()) return out;
-  std::mt19937 rng(seed);
-  int32_t done = 0;
-  while (done < prompt + decodes) {
-    const bool prefilling = done < prompt;
-    const int32_t len = prefilling ? std::min(16, prompt - done) : 1;
-    EXPECT_TRUE(st.kv->grow(*slot, done + len).ok());
-    StepInput in;
-    for (int32_t i = 0; i < len; ++i) {
-      in.tokens.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab)));
-    }
-    in.seqs.push_back({*slot, len, done + len, prefilling});
-    in.logit_rows = {len - 1};
-    std::vector<float> logits;
-    const Status s = st.executor().forward(in, logits);
-    ++out.steps_run;
-    if (!s.ok()) {
-      out.error = s;
-      break;
-    }
-    out.logits.push_back(logits);
-    done += len;
-    if (done == prompt) st.kv->finish_prefill(*slot);
-  }
-  st.kv->remove_sequence(*slot);
-  return out;
-}
-
-double worst_relative(const std::vector<std::vector<float>>& a,
-                      const std::vector<std::vector<float>>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t s = 0; s < std::min(a.size(), b.size()); ++s) {
-    double diff = 0, scale = 0;
-    for (size_t v = 0; v < a[s].size(); ++v) {
-      diff = std::max(diff, std::fabs(static_cast<double>(a[s][v]) - b[s][v]));
-      scale = std::max(scale, std::fabs(static_cast<double>(a[s][v])));
-    }
-    worst = std::max(worst, diff / std::max(scale, 1e-30));
-  }
-  return worst;
 }
 
 bool contains(const std::string& s, const std::string& part) {
@@ -151,7 +79,7 @@ TEST_P(TensorParallelRankFailure, EndsTheStepOnEveryRankNamingTheRank) {
     auto built = build_model_stack(o);
     ASSERT_TRUE(built.ok()) << built.status().to_string();
     ModelStack& st = **built;
-    const SeqRun run = run_sequence(st, /*prompt=*/40, /*decodes=*/4, 1u);
+    const TpSeqRun run = run_tp_sequence(st, /*prompt=*/40, /*decodes=*/4, 1u);
     ASSERT_FALSE(run.error.ok()) << "the injected fault did not fail a step";
     // Prefill: chunks 16 + 16 + 8, the 2nd fails; decode: the 2nd decode step (the 5th step).
     EXPECT_EQ(run.steps_run, decode ? 5 : 2);
@@ -167,7 +95,7 @@ TEST_P(TensorParallelRankFailure, EndsTheStepOnEveryRankNamingTheRank) {
       // The rank's state is unknown after an exception: the executor is down for good.
       ASSERT_FALSE(down.ok());
       EXPECT_TRUE(contains(down.message(), fmt::format("tensor-parallel rank {}: ", rank)));
-      const SeqRun again = run_sequence(st, 8, 0, 2u);
+      const TpSeqRun again = run_tp_sequence(st, 8, 0, 2u);
       EXPECT_EQ(again.error.message(), down.message());
       EXPECT_EQ(again.steps_run, 1);
     } else {
@@ -175,11 +103,12 @@ TEST_P(TensorParallelRankFailure, EndsTheStepOnEveryRankNamingTheRank) {
       EXPECT_TRUE(down.ok()) << down.to_string();
       auto one = build_model_stack(tp_options(1));
       ASSERT_TRUE(one.ok()) << one.status().to_string();
-      const SeqRun want = run_sequence(**one, 24, 3, 3u);
-      const SeqRun got = run_sequence(st, 24, 3, 3u);
+      const TpSeqRun want = run_tp_sequence(**one, 24, 3, 3u);
+      const TpSeqRun got = run_tp_sequence(st, 24, 3, 3u);
       ASSERT_TRUE(want.error.ok()) << want.error.to_string();
       ASSERT_TRUE(got.error.ok()) << got.error.to_string();
-      EXPECT_LT(worst_relative(want.logits, got.logits), 1e-4);
+      EXPECT_EQ(want.logits.size(), got.logits.size());
+      EXPECT_LT(tp_worst_relative(want.logits, got.logits), 1e-4);
     }
   });
 }
