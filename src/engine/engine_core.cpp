@@ -295,6 +295,7 @@ void EngineCore::end_request(const std::string& request_id, const Status& error)
     out.index = seq->index;
     out.finish_reason = error.ok() ? FinishReason::kAbort : FinishReason::kError;
     out.error = error.message();
+    if (!error.ok()) out.error_code = error.code();
     finish(seq, out);
   }
 }

@@ -129,6 +129,7 @@ bool TensorParallelExecutor::fault_fires(StepKind kind) {
   if (!fault_.armed() || kind == StepKind::kOther) return false;
   const bool decode = kind == StepKind::kDecode;
   if (decode != (fault_.phase == TpFault::Phase::kDecode)) return false;
+  if (fault_.on_matching_step) fault_.on_matching_step(fault_matches_);
   return fault_matches_++ == fault_.after_steps;
 }
 

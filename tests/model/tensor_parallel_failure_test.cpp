@@ -12,12 +12,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -26,6 +28,7 @@
 
 #include "../server/raw_http.h"
 #include "engine/async_engine.h"
+#include "engine/engine_api.h"
 #include "engine/engine_config.h"
 #include "engine/engine_core.h"
 #include "model/model_stack.h"
@@ -291,6 +294,129 @@ TEST(TensorParallelRankFailureEngine, TheServerAnswersTheErrorAndTurnsUnhealthy)
     ASSERT_TRUE(refused.has_value());
     EXPECT_EQ(refused->status, 503);
     EXPECT_TRUE(contains(refused->body, "tensor-parallel rank 0")) << refused->body;
+    (*server)->stop();
+    listener.join();
+  });
+}
+
+// Forwards to the server's engine and counts the submits that returned, so the test knows when a
+// request an HTTP handler thread submits has been queued.
+class CountingEngine final : public Engine {
+ public:
+  explicit CountingEngine(Engine& inner) : inner_(inner) {}
+  Status submit(GenerateRequest request, OutputSink sink) override {
+    Status s = inner_.submit(std::move(request), std::move(sink));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++submitted_;
+    }
+    cv_.notify_all();
+    return s;
+  }
+  void wait_submitted(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return submitted_ >= n; });
+  }
+  void abort(const std::string& id) override { inner_.abort(id); }
+  EngineStats stats() const override { return inner_.stats(); }
+  int32_t max_model_len() const override { return inner_.max_model_len(); }
+  int32_t vocab_size() const override { return inner_.vocab_size(); }
+  const std::string& model_name() const override { return inner_.model_name(); }
+  const StopParams& default_stop() const override { return inner_.default_stop(); }
+  const SamplingParams& default_sampling() const override { return inner_.default_sampling(); }
+
+ private:
+  Engine& inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int submitted_ = 0;
+};
+
+// The engine goes down (an exception on rank 1 in the running request's 2nd decode step) while
+// one request waits in the scheduler (max_num_seqs 1) and another sits in the engine's inbox,
+// submitted while the failing step ran. Ordered by the fault injection's step hook and the
+// submits' count, no sleeps: the running request gets the rank's error (500); the waiting one
+// and the queued one are refused with the engine's error (503), as a request after it is.
+TEST(TensorParallelRankFailureEngine, RequestsQueuedWhenTheEngineGoesDownGet503) {
+  within_seconds(60, [] {
+    struct Order {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool failing_step = false;
+      CountingEngine* engine = nullptr;
+    } order;
+    EngineConfig c = engine_config(2);
+    c.max_num_seqs = 1;  // the second request waits in the scheduler
+    c.tp_fault.rank = 1;
+    c.tp_fault.phase = TpFault::Phase::kDecode;
+    c.tp_fault.after_steps = 1;
+    c.tp_fault.throw_exception = true;
+    c.tp_fault.on_matching_step = [&order](int64_t index) {
+      if (index == 0) {
+        // The running request's 1st decode step: hold it until the second request was queued,
+        // so the engine loop moves it into the scheduler before the failing step.
+        order.engine->wait_submitted(2);
+      } else if (index == 1) {
+        // The failing step: hold it until a third request was submitted (the engine's inbox).
+        {
+          std::lock_guard<std::mutex> lock(order.mu);
+          order.failing_step = true;
+        }
+        order.cv.notify_all();
+        order.engine->wait_submitted(3);
+      }
+    };
+    auto core = EngineCore::create(c);
+    ASSERT_TRUE(core.ok()) << core.status().to_string();
+    const Tokenizer* tokenizer = (*core)->tokenizer();
+    ASSERT_NE(tokenizer, nullptr);
+    AsyncEngine async(std::move(*core));
+    CountingEngine engine(async);
+    order.engine = &engine;
+    ServerConfig sc;
+    sc.port = 0;
+    sc.num_threads = 6;
+    auto server = Server::create(sc, engine, *tokenizer, nullptr);
+    ASSERT_TRUE(server.ok()) << server.status().to_string();
+    auto port = (*server)->bind();
+    ASSERT_TRUE(port.ok()) << port.status().to_string();
+    std::thread listener([&] { (void)(*server)->listen(); });
+    auto post = [&](const std::string& body) {
+      testing::RawClient client(*port);
+      EXPECT_TRUE(client.send(fmt::format(
+          "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+          "Content-Length: {}\r\n\r\n{}",
+          body.size(), body)));
+      return client.read_response(std::chrono::seconds(30));
+    };
+    const std::string request =
+        R"({"model": "llama3", "prompt": [5, 6, 7, 8, 9, 10], "max_tokens": 8, "temperature": 0})";
+    auto running = std::async(std::launch::async, [&] { return post(request); });
+    engine.wait_submitted(1);
+    auto waiting = std::async(std::launch::async, [&] { return post(request); });
+    {
+      std::unique_lock<std::mutex> lock(order.mu);
+      order.cv.wait(lock, [&] { return order.failing_step; });
+    }
+    auto queued = std::async(std::launch::async, [&] { return post(request); });
+    const auto ran = running.get();
+    const auto waited = waiting.get();
+    const auto inbox = queued.get();
+    ASSERT_TRUE(ran.has_value() && waited.has_value() && inbox.has_value());
+    EXPECT_EQ(ran->status, 500);
+    EXPECT_TRUE(contains(ran->body, "tensor-parallel rank 1: threw an exception")) << ran->body;
+    const std::string down = async.stats().engine_error;
+    ASSERT_TRUE(down.starts_with("the engine is down: ")) << down;
+    EXPECT_TRUE(contains(down, "tensor-parallel rank 1")) << down;
+    for (const auto* r : {&*waited, &*inbox}) {
+      EXPECT_EQ(r->status, 503) << r->body;
+      EXPECT_TRUE(contains(r->body, down)) << r->body;
+      EXPECT_TRUE(contains(r->body, "\"code\":503")) << r->body;
+    }
+    auto later = post(request);
+    ASSERT_TRUE(later.has_value());
+    EXPECT_EQ(later->status, 503);
+    EXPECT_TRUE(contains(later->body, down)) << later->body;
     (*server)->stop();
     listener.join();
   });
