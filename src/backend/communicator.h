@@ -31,6 +31,11 @@ class Communicator {
   virtual Status barrier() = 0;
   // Fails the group: collectives in flight and later ones return `why` until reset().
   virtual void abort(const std::string& why) = 0;
+  // After abort(), once every rank is out of its step and has dropped its recorded steps (CUDA
+  // graphs holding the group's collectives): waits until the transport's own teardown is done.
+  // abort() itself returns once the waits are ended (NCCL: every communicator's abort flag is
+  // set), since that teardown cannot finish while a rank still runs or holds recordings.
+  virtual void wait_abort() {}
   // After an abort, once every rank is out of its collectives (the executor knows: all its rank
   // threads returned), makes the group usable again; false when the transport cannot recover
   // (an aborted NCCL communicator is gone).

@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -13,7 +14,10 @@ namespace ls {
 
 namespace {
 constexpr int kSpinIterations = 4000;  // ~tens of microseconds before sleeping
-}
+// The pool whose region the calling thread is in (a worker: its pool, always), to refuse a
+// nested region on the same pool.
+thread_local const ThreadPool* t_region_pool = nullptr;
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
@@ -31,7 +35,12 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+void ThreadPool::record_failure() noexcept {
+  if (!failed_.exchange(true, std::memory_order_acq_rel)) failure_ = std::current_exception();
+}
+
 void ThreadPool::worker_loop(int index) {
+  t_region_pool = this;
   uint64_t seen = 0;
   while (true) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
@@ -46,7 +55,12 @@ void ThreadPool::worker_loop(int index) {
     }
     seen = gen;
     if (stop_.load()) return;
-    (*task_)(index);
+    // An exception must not leave the thread (std::terminate): the caller rethrows it.
+    try {
+      (*task_)(index);
+    } catch (...) {
+      record_failure();
+    }
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
@@ -56,16 +70,36 @@ void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
     fn(0);
     return;
   }
+  if (t_region_pool == this) {
+    // Inside one of this pool's regions: its threads are busy with the outer one (waiting for
+    // them would never end, handing them work would corrupt the outer region).
+    throw std::logic_error("ThreadPool: nested parallel region on the same pool");
+  }
   task_ = &fn;
+  failed_.store(false, std::memory_order_relaxed);
+  failure_ = nullptr;
   pending_.store(num_threads_ - 1, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mu_);
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }
   cv_.notify_all();
-  fn(0);
+  const ThreadPool* outer = t_region_pool;  // a worker of another pool, or none
+  t_region_pool = this;
+  try {
+    fn(0);
+  } catch (...) {
+    record_failure();
+  }
+  t_region_pool = outer;
+  // Every worker must be out of fn before it goes (it lives in the caller's frame), thrown or not.
   while (pending_.load(std::memory_order_acquire) != 0) LS_CPU_RELAX();
   task_ = nullptr;
+  if (failed_.load(std::memory_order_relaxed)) {
+    std::exception_ptr e = std::move(failure_);
+    failure_ = nullptr;
+    std::rethrow_exception(e);
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t min_grain,
@@ -79,7 +113,8 @@ void ThreadPool::parallel_for(int64_t n, int64_t min_grain,
     return;
   }
   const std::function<void(int)> task = [&](int t) {
-    if (t >= parts) return;
+    // A range not started once another threw is skipped: its result would be dropped anyway.
+    if (t >= parts || failed_.load(std::memory_order_relaxed)) return;
     const int64_t begin = n * t / parts;
     const int64_t end = n * (t + 1) / parts;
     if (begin < end) fn(begin, end);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -25,15 +26,23 @@ class ThreadPool {
 
   // Splits [0, n) into contiguous ranges, at least `min_grain` items each, and calls
   // fn(begin, end) on them from all threads; returns when every range is done.
-  // Not reentrant: fn must not call parallel_for on the same pool.
+  // If fn throws, on any thread, the first exception is rethrown here once every thread is out
+  // of fn (ranges not started by then are skipped; the others' exceptions are dropped), as
+  // std::async and TBB do; the pool stays usable.
+  // Not reentrant: fn must not call parallel_for / run_on_all on the same pool; a call that
+  // would hand work to the pool's threads from inside one of its regions throws
+  // std::logic_error (rethrown on the outer call's thread).
   void parallel_for(int64_t n, int64_t min_grain,
                     const std::function<void(int64_t begin, int64_t end)>& fn);
 
   // Calls fn(thread_index) once on each of the pool's threads (index 0 is the caller).
+  // Exceptions and nesting as parallel_for.
   void run_on_all(const std::function<void(int thread_index)>& fn);
 
  private:
   void worker_loop(int index);
+  // In a catch block: keeps the current exception if it is the region's first.
+  void record_failure() noexcept;
 
   int num_threads_;
   std::vector<std::thread> workers_;
@@ -43,6 +52,10 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
+  // This region's first exception; failed_ says one was stored (read relaxed per range, to skip
+  // the ranges not started yet).
+  std::atomic<bool> failed_{false};
+  std::exception_ptr failure_;
 };
 
 }  // namespace ls

@@ -80,6 +80,8 @@ void AsyncEngine::loop() {
         out.finished = true;
         out.finish_reason = FinishReason::kError;
         out.error = st.message();
+        // An engine that went down while the request sat here refuses it as submit() would.
+        out.error_code = st.code();
         pending_.emplace_back(shared, std::move(out));
       }
     }

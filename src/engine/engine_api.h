@@ -41,6 +41,10 @@ struct RequestOutput {
   std::string stop_reason;  // the matched stop string, or the stop token id as text
   int32_t stop_token_id = -1;  // the stop_token_ids entry that ended the choice, else -1
   std::string error;        // set when finish_reason == kError
+  // With kError, the failure's kind: kFailedPrecondition when the engine is down and the request
+  // did not run in the step that took it down (the server answers 503, as for a request refused
+  // at submit); kInternal for a failed step (500).
+  StatusCode error_code = StatusCode::kInternal;
   // Counts for usage, valid when finished.
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -295,6 +296,7 @@ void EngineCore::end_request(const std::string& request_id, const Status& error)
     out.index = seq->index;
     out.finish_reason = error.ok() ? FinishReason::kAbort : FinishReason::kError;
     out.error = error.message();
+    if (!error.ok()) out.error_code = error.code();
     finish(seq, out);
   }
 }
@@ -305,9 +307,9 @@ void EngineCore::abort_all() {
   for (const std::string& id : ids) abort(id);
 }
 
-bool EngineCore::went_down() {
+bool EngineCore::went_down(const Status& threw) {
   if (!fatal_.ok()) return true;
-  Status f = executor_->fatal_error();
+  Status f = threw.ok() ? executor_->fatal_error() : threw;
   if (f.ok()) return false;
   fatal_ = Status(StatusCode::kFailedPrecondition,
                   fmt::format("the engine is down: {}", f.message()));
@@ -428,7 +430,22 @@ void EngineCore::collect_prompt_logprobs(Sequence* seq, int32_t first_position,
 
 Status EngineCore::step() {
   if (!fatal_.ok()) return fatal_;
-  Status st = step_once();
+  // An exception from the step (e.g. bad_alloc in a kernel's ThreadPool::parallel_for, which
+  // rethrows it here) must not end the engine's thread: the step's state is unknown after it,
+  // so the engine goes down as when the executor does (docs/tensor-parallel.md, "Failures").
+  Status st;
+  Status threw;
+  try {
+    st = step_once();
+  } catch (const std::exception& e) {
+    threw = internal_error("the step threw an exception: {}", e.what());
+  } catch (...) {
+    threw = internal_error("the step threw an exception of an unknown type");
+  }
+  if (!threw.ok()) {
+    went_down(threw);
+    return fatal_;
+  }
   // A failure the executor cannot recover from ends every request (went_down).
   if (!st.ok() && went_down()) return fatal_;
   return st;

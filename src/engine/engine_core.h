@@ -99,9 +99,9 @@ class EngineCore {
   // Ends the request's live choices: kAbort when `error` is ok, else kError with its message.
   void end_request(const std::string& request_id, const Status& error);
   Status step_once();
-  // Whether the engine is down (fatal_ set); on the first call that finds the executor down, sets
-  // fatal_ and ends every request with it.
-  bool went_down();
+  // Whether the engine is down (fatal_ set); on the first call that finds the executor down (or
+  // `threw`: the step threw, so its state is unknown), sets fatal_ and ends every request with it.
+  bool went_down(const Status& threw = {});
   void fail_sequences(const SchedulerOutput& out, const Status& error);
   void process_sample(Sequence* seq, std::span<float> logits);
   // Prompt logprobs: limits prefill chunks so a step's logit rows fit, and turns `num_positions`

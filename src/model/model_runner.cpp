@@ -341,6 +341,12 @@ void ModelRunner::sync_tier(const StepInput& step) {
   }
 }
 
+void ModelRunner::drop_recordings() {
+  backend_.bind_thread();
+  backend_.drop_graphs();
+  recorded_.clear();
+}
+
 Status ModelRunner::enqueue_recorded(int32_t num_tokens, int32_t num_seqs, bool any_select) {
   constexpr size_t kMaxRecorded = 64;
   if (backend_.recording_epoch() != recorded_epoch_) {  // scratch moved: recordings are stale

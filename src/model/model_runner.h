@@ -85,6 +85,10 @@ class ModelRunner final : public StepExecutor {
   // ranks' logit slices gathered (owned by the caller; null: one rank). With a vocabulary slice,
   // only rank 0's forward() returns logits (the whole rows); the other ranks' are empty.
   void set_communicator(Communicator* comm) { comm_ = comm; }
+  // Drops the recorded decode steps (the backend's recordings; later decode steps record again),
+  // binding this thread to the backend's device. A tensor-parallel group that was aborted can be
+  // torn down only once no recording holds its collectives (docs/tensor-parallel.md).
+  void drop_recordings();
   KvTierStats kv_tier_stats() const override;
   Status set_device_budgets(const std::vector<int32_t>& slots) override;
 

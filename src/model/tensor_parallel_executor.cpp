@@ -48,8 +48,11 @@ class TpRankCommunicator final : public Communicator {
     return note(inner_->barrier());
   }
   void abort(const std::string& why) override { inner_->abort(why); }
+  void wait_abort() override { inner_->wait_abort(); }
   bool reset() override { return inner_->reset(); }
-  Status device_error() override { return inner_->device_error(); }
+  // A collective's failure met on the device (a p2p all-reduce whose wait was aborted): this
+  // rank only saw the abort too.
+  Status device_error() override { return note(inner_->device_error()); }
 
  private:
   Status note(Status s) {
@@ -126,6 +129,7 @@ bool TensorParallelExecutor::fault_fires(StepKind kind) {
   if (!fault_.armed() || kind == StepKind::kOther) return false;
   const bool decode = kind == StepKind::kDecode;
   if (decode != (fault_.phase == TpFault::Phase::kDecode)) return false;
+  if (fault_.on_matching_step) fault_.on_matching_step(fault_matches_);
   return fault_matches_++ == fault_.after_steps;
 }
 
@@ -180,6 +184,21 @@ void TensorParallelExecutor::worker(int32_t rank) {
   }
 }
 
+void TensorParallelExecutor::dispatch(const std::function<Status(int32_t)>& job,
+                                      int32_t fail_before_step) {
+  std::unique_lock<std::mutex> lock(mu_);
+  job_ = &job;
+  pending_ = size();
+  first_error_ = {};
+  first_error_victim_ = false;
+  threw_ = false;
+  fail_before_step_ = fail_before_step;
+  ++generation_;
+  start_cv_.notify_all();
+  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  job_ = nullptr;
+}
+
 Status TensorParallelExecutor::run_all(const std::function<Status(int32_t)>& job, StepKind kind) {
   if (!broken_.ok()) return broken_;
   const bool fires = fault_fires(kind);
@@ -187,25 +206,29 @@ Status TensorParallelExecutor::run_all(const std::function<Status(int32_t)>& job
     static_cast<TpRankCommunicator*>(rank_comms_[r].get())
         ->begin_step(fires && fault_.rank == static_cast<int32_t>(r) && fault_.at_collective > 0);
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  job_ = &job;
-  pending_ = size();
-  first_error_ = {};
-  first_error_victim_ = false;
-  threw_ = false;
-  fail_before_step_ = fires && fault_.at_collective == 0 ? fault_.rank : -1;
-  ++generation_;
-  start_cv_.notify_all();
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
-  job_ = nullptr;
-  Status s = first_error_;
-  const bool threw = threw_;
-  lock.unlock();
-  // Every rank is out of its step here, so the group can be reset (CPU) for the next one.
-  if (!s.ok() && (threw || !ranks_[0].comm->reset())) {
-    broken_ = Status(s.code(), fmt::format("the tensor-parallel group is down after: {}", s.message()));
-    LS_LOG_ERROR("{}", broken_.message());
+  dispatch(job, fires && fault_.at_collective == 0 ? fault_.rank : -1);
+  Status s;
+  bool threw = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = first_error_;
+    threw = threw_;
   }
+  // Every rank is out of its step here, so the group can be reset (CPU) for the next one.
+  if (s.ok() || (!threw && ranks_[0].comm->reset())) return s;
+  broken_ = Status(s.code(), fmt::format("the tensor-parallel group is down after: {}", s.message()));
+  LS_LOG_ERROR("{}", broken_.message());
+  // The failing rank aborted the group, and a device transport's teardown (NCCL's) waits until
+  // every recorded step holding the group's collectives is gone: each rank drops its recordings
+  // on its own thread (its device current; the executor is down, they would never replay), then
+  // the teardown finishes (docs/tensor-parallel.md, "Failures").
+  dispatch(
+      [this](int32_t r) {
+        ranks_[static_cast<size_t>(r)].runner->drop_recordings();
+        return Status{};
+      },
+      -1);
+  for (Rank& r : ranks_) r.comm->wait_abort();
   return s;
 }
 

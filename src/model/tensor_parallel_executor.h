@@ -68,8 +68,13 @@ class TensorParallelExecutor final : public StepExecutor {
 
  private:
   enum class StepKind { kPrefill, kDecode, kOther };
-  // Runs job(rank) on every rank's thread and waits for all; the first failure wins.
+  // Runs job(rank) on every rank's thread and waits for all; the first failure wins. A failure
+  // after which the group cannot be reset takes the executor down (broken_): the ranks then drop
+  // their recorded steps and the communicators' abort completes before this returns.
   Status run_all(const std::function<Status(int32_t)>& job, StepKind kind);
+  // Hands job to every rank's thread and waits until all are done (first_error_ and threw_ say
+  // how it went); rank fail_before_step (-1: none) fails with the injected fault instead.
+  void dispatch(const std::function<Status(int32_t)>& job, int32_t fail_before_step);
   void worker(int32_t rank);
   // Whether the armed fault fires in this step (counts the matching steps).
   bool fault_fires(StepKind kind);

@@ -5,6 +5,7 @@
 // environment variable: nothing is read on the step path when it is off (rank < 0).
 
 #include <cstdint>
+#include <functional>
 
 namespace ls {
 
@@ -19,6 +20,10 @@ struct TpFault {
   // replays its collectives on the device does not call the communicator.
   int32_t at_collective = 0;
   bool throw_exception = false;    // throw std::runtime_error instead of returning an error
+  // Called on the thread that runs the step (the engine's), before each step of `phase` with its
+  // 0-based index among them (the failing one is after_steps): lets a test hold the engine at a
+  // known point, e.g. until a request was queued. Empty: nothing is called.
+  std::function<void(int64_t index)> on_matching_step;
   bool armed() const { return rank >= 0; }
 };
 

@@ -126,10 +126,12 @@ void GenerationSession::apply(const ChannelItem& item, std::vector<std::string>*
 
   if (out.finish_reason == FinishReason::kError) {
     error_ = out.error.empty() ? std::string("the engine failed to run the request") : out.error;
+    // 503 for a request the engine refused because it is down, 500 for a step that failed.
+    error_code_ = out.error_code == StatusCode::kOk ? StatusCode::kInternal : out.error_code;
     abort();
     complete_ = true;
     if (events != nullptr) {
-      events->push_back(make_api_error(500, error_).sse_event());
+      events->push_back(api_error_from_status(Status(error_code_, error_)).sse_event());
       events->push_back("data: [DONE]\n\n");
     }
     return;
@@ -263,7 +265,7 @@ Result<std::string> GenerationSession::wait_for_response(
       if (complete_) break;
     }
   }
-  if (!error_.empty()) return internal_error("{}", error_);
+  if (!error_.empty()) return Status(error_code_, error_);
   std::vector<ChoiceResult> results;
   results.reserve(choices_.size());
   for (size_t i = 0; i < choices_.size(); ++i) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "engine/engine_api.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -106,6 +107,7 @@ class GenerationSession {
   bool role_sent_ = false;
   bool complete_ = false;
   std::string error_;  // first engine error
+  StatusCode error_code_ = StatusCode::kInternal;  // its kind (RequestOutput::error_code)
 };
 
 }  // namespace ls

@@ -8,10 +8,16 @@
 // holding only config.json; model/dummy_weights.h) at TP = 2 and 4 against TP = 1.
 // --quantization fp8 with TP = 2 (each rank's slices quantized after slicing) against TP = 1 in
 // bf16, within model_test.cpp's FP8 tolerance.
+// A rank that fails in a decode step while every rank's decode steps are recorded (the other rank
+// waits in its replayed collectives): the step ends within seconds with that rank's error, the
+// next one fails at once, and a fresh TP = 2 stack in the same process computes the same logits
+// (docs/tensor-parallel.md, "Failures").
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +28,8 @@
 #include "backend/cuda/cuda_backend.h"
 #include "model/model_stack.h"
 #include "../model/tensor_parallel_compare.h"
+#include "../model/tp_failure_util.h"
+#include "model/tp_fault.h"
 #include "tp_stack_options.h"
 
 namespace ls {
@@ -171,6 +179,102 @@ INSTANTIATE_TEST_SUITE_P(
       return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_tp" +
              std::to_string(std::get<2>(info.param));
     });
+
+// (failing rank, exception instead of an error value, tp_all_reduce): rank 0 or 1 fails before its
+// 5th decode step (the 4 before were recorded and replayed on both ranks), so the other rank
+// replays its recording and waits in its first collective (NCCL's kernel, or the p2p kernel with
+// "auto") until the abort. The abort must not wait for the recordings (NCCL's teardown waits
+// until they are destroyed): the step ends within seconds naming the rank, the executor is down
+// (an aborted NCCL group cannot be reset), the next step fails at once with the same error, the
+// stack's teardown ends, and a fresh TP = 2 stack computes the logits a clean run did.
+class CudaTensorParallelFailure
+    : public ::testing::TestWithParam<std::tuple<int32_t, bool, std::string>> {};
+
+TEST_P(CudaTensorParallelFailure, AbortWithRecordedDecodeSteps) {
+  SKIP_UNLESS_GPUS(2);
+  // Plain variables: the lambda captures them (clang 14 cannot capture structured bindings).
+  const int32_t rank = std::get<0>(GetParam());
+  const bool throws = std::get<1>(GetParam());
+  const std::string all_reduce = std::get<2>(GetParam());
+  ModelStackOptions o = options("llama3", "dense", 2);
+  o.tp_all_reduce = all_reduce;
+  constexpr int32_t kPrompt = 40;  // chunks of 16, 16, 8: 3 prefill steps
+  constexpr int32_t kDecodes = 8;
+  constexpr int32_t kFaultAfter = 4;  // decode steps that run before the failing one
+  // A hang anywhere below (the step, the next one, the teardown, the fresh stack) ends the
+  // binary with a message after 60 s; each part should take well under a second or two.
+  within_seconds(60, [&] {
+    TpSeqRun want;
+    {
+      auto clean = build_model_stack(o);
+      ASSERT_TRUE(clean.ok()) << clean.status().to_string();
+      want = run_tp_sequence(**clean, kPrompt, kDecodes, 1u);
+      ASSERT_TRUE(want.error.ok()) << want.error.to_string();
+    }
+    {
+      ModelStackOptions f = o;
+      f.tp_fault.rank = rank;
+      f.tp_fault.phase = TpFault::Phase::kDecode;
+      f.tp_fault.after_steps = kFaultAfter;
+      f.tp_fault.at_collective = 0;  // before its step: the other rank waits in the recording
+      f.tp_fault.throw_exception = throws;
+      auto built = build_model_stack(f);
+      ASSERT_TRUE(built.ok()) << built.status().to_string();
+      ModelStack& st = **built;
+      const auto t0 = std::chrono::steady_clock::now();
+      const TpSeqRun run = run_tp_sequence(st, kPrompt, kDecodes, 1u);
+      const auto t1 = std::chrono::steady_clock::now();
+      ASSERT_FALSE(run.error.ok()) << "the injected fault did not fail a step";
+      EXPECT_EQ(run.steps_run, 3 + kFaultAfter + 1);
+      const std::string& m = run.error.message();
+      EXPECT_TRUE(m.starts_with(fmt::format("tensor-parallel rank {}: ", rank))) << m;
+      EXPECT_TRUE(m.find("injected fault") != std::string::npos) << m;
+      if (throws) {
+        EXPECT_TRUE(m.find("threw an exception") != std::string::npos) << m;
+      }
+      // The steps before the failure were right, and the recordings were live when it came: both
+      // ranks replayed the earlier decode steps, and the other rank also the failing one.
+      EXPECT_EQ(run.logits.size(), static_cast<size_t>(3 + kFaultAfter));
+      EXPECT_LT(tp_worst_relative(want.logits, run.logits), 1e-3);
+      const ModelRunner& failing = *st.tp_ranks[static_cast<size_t>(rank)]->runner;
+      const ModelRunner& waiting = *st.tp_ranks[static_cast<size_t>(1 - rank)]->runner;
+      EXPECT_GT(failing.replayed_steps(), 0);
+      EXPECT_EQ(waiting.replayed_steps(), failing.replayed_steps() + 1);
+      const Status down = st.executor().fatal_error();
+      ASSERT_FALSE(down.ok());
+      EXPECT_TRUE(down.message().find(m) != std::string::npos) << down.message();
+      const TpSeqRun again = run_tp_sequence(st, 8, 0, 2u);
+      const auto t2 = std::chrono::steady_clock::now();
+      EXPECT_EQ(again.steps_run, 1);
+      EXPECT_EQ(again.error.message(), down.message());
+      std::printf("rank %d %s (%s): the failing run took %.3f s, the next step %.3f s\n", rank,
+                  throws ? "exception" : "error", all_reduce.c_str(),
+                  std::chrono::duration<double>(t1 - t0).count(),
+                  std::chrono::duration<double>(t2 - t1).count());
+    }  // the aborted stack's teardown: communicators, recordings, streams
+    auto fresh = build_model_stack(o);
+    ASSERT_TRUE(fresh.ok()) << fresh.status().to_string();
+    const TpSeqRun got = run_tp_sequence(**fresh, kPrompt, kDecodes, 1u);
+    ASSERT_TRUE(got.error.ok()) << got.error.to_string();
+    ASSERT_EQ(got.logits.size(), want.logits.size());
+    // Same process, same kernels, same inputs: equal up to nothing (bit-equal is expected; the
+    // bound only keeps a harmless algorithm choice from failing it, far below a broken stack's).
+    const double worst = tp_worst_relative(want.logits, got.logits);
+    EXPECT_LT(worst, 1e-3);
+    std::printf("a fresh TP = 2 stack after the abort: worst relative logit difference %.2e\n",
+                worst);
+    for (const auto& r : (*fresh)->tp_ranks) EXPECT_GT(r->runner->replayed_steps(), 0);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaTensorParallelFailure,
+                         ::testing::Combine(::testing::Values(0, 1), ::testing::Bool(),
+                                            ::testing::Values("nccl", "auto")),
+                         [](const auto& info) {
+                           return fmt::format("rank{}_{}_{}", std::get<0>(info.param),
+                                              std::get<1>(info.param) ? "exception" : "error",
+                                              std::get<2>(info.param));
+                         });
 
 }  // namespace
 }  // namespace ls

@@ -8,6 +8,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 
 #include "engine/async_engine.h"
 #include "engine/engine_core.h"
@@ -25,6 +27,7 @@ class FakeModel final : public StepExecutor {
  public:
   Status forward(const StepInput& step, std::vector<float>& logits) override {
     ++steps;
+    if (steps == throw_at_step) throw std::runtime_error("a kernel failed");
     max_step_tokens = std::max(max_step_tokens, static_cast<int32_t>(step.tokens.size()));
     step_sizes.push_back(static_cast<int32_t>(step.tokens.size()));
     logits.assign(step.logit_rows.size() * kVocab, 0.0f);
@@ -58,6 +61,7 @@ class FakeModel final : public StepExecutor {
 
   std::map<int32_t, std::vector<int32_t>> history;
   int32_t steps = 0;
+  int32_t throw_at_step = -1;  // the step (1-based) whose forward throws; -1: none
   int32_t max_step_tokens = 0;
   std::vector<int32_t> step_sizes;
 };
@@ -342,6 +346,39 @@ TEST(AsyncEngine, SinksSeeStatsThatAlreadyCountTheirOutputs) {
   EXPECT_EQ(delivered, kRequests * kTokens);
   EXPECT_EQ(engine.stats().generation_tokens_total, kRequests * kTokens);
   EXPECT_EQ(engine.stats().kv_bytes_in_use, 0);
+}
+
+// A step whose model throws (a kernel's exception, rethrown by the thread pool) takes the engine
+// down instead of ending the engine's thread: the running request and the waiting one end with
+// the error, the engine refuses new requests, and every later step fails at once.
+TEST(Scheduler, AStepThatThrowsTakesTheEngineDown) {
+  Harness h(/*max_seqs=*/1, /*budget=*/64, /*kv_blocks=*/64);
+  h.model->throw_at_step = 3;  // the running request's 2nd decode step
+  h.submit("a", 5, 10);
+  h.submit("b", 5, 10, 1);  // waits: one sequence at a time
+  ASSERT_TRUE(h.core->step().ok());
+  ASSERT_TRUE(h.core->step().ok());
+  const Status st = h.core->step();
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message(), "the engine is down: the step threw an exception: a kernel failed");
+  EXPECT_EQ(h.core->fatal_error().message(), st.message());
+  EXPECT_FALSE(h.core->has_work());
+  for (const std::string id : {"a", "b"}) {
+    ASSERT_TRUE(h.finished.count(id)) << id;
+    EXPECT_EQ(h.finished[id].finish_reason, FinishReason::kError) << id;
+    EXPECT_EQ(h.finished[id].error, st.message()) << id;
+    EXPECT_EQ(h.finished[id].error_code, StatusCode::kFailedPrecondition) << id;
+  }
+  EXPECT_EQ(h.tokens["a"].size(), 2u);  // the prefill's token and the 1st decode's
+  EXPECT_TRUE(h.tokens["b"].empty());
+  EXPECT_EQ(h.core->kv().usage(), 0.0);
+  GenerateRequest r;
+  r.request_id = "c";
+  r.prompt_ids = {1, 2, 3};
+  EXPECT_EQ(h.core->add_request(r, [](const RequestOutput&) {}).message(), st.message());
+  EXPECT_EQ(h.core->step().message(), st.message());
+  EXPECT_EQ(h.model->steps, 3);
 }
 
 }  // namespace

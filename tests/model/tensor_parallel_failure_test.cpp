@@ -12,12 +12,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -26,32 +28,17 @@
 
 #include "../server/raw_http.h"
 #include "engine/async_engine.h"
+#include "engine/engine_api.h"
 #include "engine/engine_config.h"
 #include "engine/engine_core.h"
 #include "model/model_stack.h"
 #include "model/tp_fault.h"
 #include "server/server.h"
 #include "tensor_parallel_compare.h"
+#include "tp_failure_util.h"
 
 namespace ls {
 namespace {
-
-// Runs `body` on its own thread; if it has not returned after `seconds` (a hang), the test binary
-// fails at once instead of blocking CI.
-void within_seconds(int seconds, const std::function<void()>& body) {
-  auto done = std::make_shared<std::promise<void>>();
-  std::future<void> finished = done->get_future();
-  std::thread t([&body, done] {
-    body();
-    done->set_value();
-  });
-  if (finished.wait_for(std::chrono::seconds(seconds)) == std::future_status::timeout) {
-    std::fprintf(stderr, "FAILED: the case did not finish within %d s (a hang)\n", seconds);
-    std::fflush(stderr);
-    std::_Exit(1);
-  }
-  t.join();
-}
 
 ModelStackOptions tp_options(int32_t tp) {
   ModelStackOptions o;
@@ -65,62 +52,6 @@ ModelStackOptions tp_options(int32_t tp) {
   o.kv_cache_dtype = KvCacheDtype::kF32;
   o.tensor_parallel_size = tp;
   return o;
-}
-
-// One sequence's prompt in chunks of 16 tokens, then `decodes` decode steps (token ids fixed by
-// the seed); returns the first failing step's error (ok if none) and every step's logits.
-struct SeqRun {
-  Status error;
-  int32_t steps_run = 0;
-  std::vector<std::vector<float>> logits;  // [steps][vocab] the last row of each step
-};
-
-SeqRun run_sequence(ModelStack& st, int32_t prompt, int32_t decodes, uint32_t seed) {
-  SeqRun out;
-  const int32_t vocab = st.executor().vocab_size();
-  auto slot = st.kv->add_sequence();
-  EXPECT_TRUE(slot.ok());
-  if (!slot.ok()) return out;
-  std::mt19937 rng(seed);
-  int32_t done = 0;
-  while (done < prompt + decodes) {
-    const bool prefilling = done < prompt;
-    const int32_t len = prefilling ? std::min(16, prompt - done) : 1;
-    EXPECT_TRUE(st.kv->grow(*slot, done + len).ok());
-    StepInput in;
-    for (int32_t i = 0; i < len; ++i) {
-      in.tokens.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab)));
-    }
-    in.seqs.push_back({*slot, len, done + len, prefilling});
-    in.logit_rows = {len - 1};
-    std::vector<float> logits;
-    const Status s = st.executor().forward(in, logits);
-    ++out.steps_run;
-    if (!s.ok()) {
-      out.error = s;
-      break;
-    }
-    out.logits.push_back(logits);
-    done += len;
-    if (done == prompt) st.kv->finish_prefill(*slot);
-  }
-  st.kv->remove_sequence(*slot);
-  return out;
-}
-
-double worst_relative(const std::vector<std::vector<float>>& a,
-                      const std::vector<std::vector<float>>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t s = 0; s < std::min(a.size(), b.size()); ++s) {
-    double diff = 0, scale = 0;
-    for (size_t v = 0; v < a[s].size(); ++v) {
-      diff = std::max(diff, std::fabs(static_cast<double>(a[s][v]) - b[s][v]));
-      scale = std::max(scale, std::fabs(static_cast<double>(a[s][v])));
-    }
-    worst = std::max(worst, diff / std::max(scale, 1e-30));
-  }
-  return worst;
 }
 
 bool contains(const std::string& s, const std::string& part) {
@@ -151,7 +82,7 @@ TEST_P(TensorParallelRankFailure, EndsTheStepOnEveryRankNamingTheRank) {
     auto built = build_model_stack(o);
     ASSERT_TRUE(built.ok()) << built.status().to_string();
     ModelStack& st = **built;
-    const SeqRun run = run_sequence(st, /*prompt=*/40, /*decodes=*/4, 1u);
+    const TpSeqRun run = run_tp_sequence(st, /*prompt=*/40, /*decodes=*/4, 1u);
     ASSERT_FALSE(run.error.ok()) << "the injected fault did not fail a step";
     // Prefill: chunks 16 + 16 + 8, the 2nd fails; decode: the 2nd decode step (the 5th step).
     EXPECT_EQ(run.steps_run, decode ? 5 : 2);
@@ -167,7 +98,7 @@ TEST_P(TensorParallelRankFailure, EndsTheStepOnEveryRankNamingTheRank) {
       // The rank's state is unknown after an exception: the executor is down for good.
       ASSERT_FALSE(down.ok());
       EXPECT_TRUE(contains(down.message(), fmt::format("tensor-parallel rank {}: ", rank)));
-      const SeqRun again = run_sequence(st, 8, 0, 2u);
+      const TpSeqRun again = run_tp_sequence(st, 8, 0, 2u);
       EXPECT_EQ(again.error.message(), down.message());
       EXPECT_EQ(again.steps_run, 1);
     } else {
@@ -175,11 +106,12 @@ TEST_P(TensorParallelRankFailure, EndsTheStepOnEveryRankNamingTheRank) {
       EXPECT_TRUE(down.ok()) << down.to_string();
       auto one = build_model_stack(tp_options(1));
       ASSERT_TRUE(one.ok()) << one.status().to_string();
-      const SeqRun want = run_sequence(**one, 24, 3, 3u);
-      const SeqRun got = run_sequence(st, 24, 3, 3u);
+      const TpSeqRun want = run_tp_sequence(**one, 24, 3, 3u);
+      const TpSeqRun got = run_tp_sequence(st, 24, 3, 3u);
       ASSERT_TRUE(want.error.ok()) << want.error.to_string();
       ASSERT_TRUE(got.error.ok()) << got.error.to_string();
-      EXPECT_LT(worst_relative(want.logits, got.logits), 1e-4);
+      EXPECT_EQ(want.logits.size(), got.logits.size());
+      EXPECT_LT(tp_worst_relative(want.logits, got.logits), 1e-4);
     }
   });
 }
@@ -362,6 +294,129 @@ TEST(TensorParallelRankFailureEngine, TheServerAnswersTheErrorAndTurnsUnhealthy)
     ASSERT_TRUE(refused.has_value());
     EXPECT_EQ(refused->status, 503);
     EXPECT_TRUE(contains(refused->body, "tensor-parallel rank 0")) << refused->body;
+    (*server)->stop();
+    listener.join();
+  });
+}
+
+// Forwards to the server's engine and counts the submits that returned, so the test knows when a
+// request an HTTP handler thread submits has been queued.
+class CountingEngine final : public Engine {
+ public:
+  explicit CountingEngine(Engine& inner) : inner_(inner) {}
+  Status submit(GenerateRequest request, OutputSink sink) override {
+    Status s = inner_.submit(std::move(request), std::move(sink));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++submitted_;
+    }
+    cv_.notify_all();
+    return s;
+  }
+  void wait_submitted(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return submitted_ >= n; });
+  }
+  void abort(const std::string& id) override { inner_.abort(id); }
+  EngineStats stats() const override { return inner_.stats(); }
+  int32_t max_model_len() const override { return inner_.max_model_len(); }
+  int32_t vocab_size() const override { return inner_.vocab_size(); }
+  const std::string& model_name() const override { return inner_.model_name(); }
+  const StopParams& default_stop() const override { return inner_.default_stop(); }
+  const SamplingParams& default_sampling() const override { return inner_.default_sampling(); }
+
+ private:
+  Engine& inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int submitted_ = 0;
+};
+
+// The engine goes down (an exception on rank 1 in the running request's 2nd decode step) while
+// one request waits in the scheduler (max_num_seqs 1) and another sits in the engine's inbox,
+// submitted while the failing step ran. Ordered by the fault injection's step hook and the
+// submits' count, no sleeps: the running request gets the rank's error (500); the waiting one
+// and the queued one are refused with the engine's error (503), as a request after it is.
+TEST(TensorParallelRankFailureEngine, RequestsQueuedWhenTheEngineGoesDownGet503) {
+  within_seconds(60, [] {
+    struct Order {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool failing_step = false;
+      CountingEngine* engine = nullptr;
+    } order;
+    EngineConfig c = engine_config(2);
+    c.max_num_seqs = 1;  // the second request waits in the scheduler
+    c.tp_fault.rank = 1;
+    c.tp_fault.phase = TpFault::Phase::kDecode;
+    c.tp_fault.after_steps = 1;
+    c.tp_fault.throw_exception = true;
+    c.tp_fault.on_matching_step = [&order](int64_t index) {
+      if (index == 0) {
+        // The running request's 1st decode step: hold it until the second request was queued,
+        // so the engine loop moves it into the scheduler before the failing step.
+        order.engine->wait_submitted(2);
+      } else if (index == 1) {
+        // The failing step: hold it until a third request was submitted (the engine's inbox).
+        {
+          std::lock_guard<std::mutex> lock(order.mu);
+          order.failing_step = true;
+        }
+        order.cv.notify_all();
+        order.engine->wait_submitted(3);
+      }
+    };
+    auto core = EngineCore::create(c);
+    ASSERT_TRUE(core.ok()) << core.status().to_string();
+    const Tokenizer* tokenizer = (*core)->tokenizer();
+    ASSERT_NE(tokenizer, nullptr);
+    AsyncEngine async(std::move(*core));
+    CountingEngine engine(async);
+    order.engine = &engine;
+    ServerConfig sc;
+    sc.port = 0;
+    sc.num_threads = 6;
+    auto server = Server::create(sc, engine, *tokenizer, nullptr);
+    ASSERT_TRUE(server.ok()) << server.status().to_string();
+    auto port = (*server)->bind();
+    ASSERT_TRUE(port.ok()) << port.status().to_string();
+    std::thread listener([&] { (void)(*server)->listen(); });
+    auto post = [&](const std::string& body) {
+      testing::RawClient client(*port);
+      EXPECT_TRUE(client.send(fmt::format(
+          "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+          "Content-Length: {}\r\n\r\n{}",
+          body.size(), body)));
+      return client.read_response(std::chrono::seconds(30));
+    };
+    const std::string request =
+        R"({"model": "llama3", "prompt": [5, 6, 7, 8, 9, 10], "max_tokens": 8, "temperature": 0})";
+    auto running = std::async(std::launch::async, [&] { return post(request); });
+    engine.wait_submitted(1);
+    auto waiting = std::async(std::launch::async, [&] { return post(request); });
+    {
+      std::unique_lock<std::mutex> lock(order.mu);
+      order.cv.wait(lock, [&] { return order.failing_step; });
+    }
+    auto queued = std::async(std::launch::async, [&] { return post(request); });
+    const auto ran = running.get();
+    const auto waited = waiting.get();
+    const auto inbox = queued.get();
+    ASSERT_TRUE(ran.has_value() && waited.has_value() && inbox.has_value());
+    EXPECT_EQ(ran->status, 500);
+    EXPECT_TRUE(contains(ran->body, "tensor-parallel rank 1: threw an exception")) << ran->body;
+    const std::string down = async.stats().engine_error;
+    ASSERT_TRUE(down.starts_with("the engine is down: ")) << down;
+    EXPECT_TRUE(contains(down, "tensor-parallel rank 1")) << down;
+    for (const auto* r : {&*waited, &*inbox}) {
+      EXPECT_EQ(r->status, 503) << r->body;
+      EXPECT_TRUE(contains(r->body, down)) << r->body;
+      EXPECT_TRUE(contains(r->body, "\"code\":503")) << r->body;
+    }
+    auto later = post(request);
+    ASSERT_TRUE(later.has_value());
+    EXPECT_EQ(later->status, 503);
+    EXPECT_TRUE(contains(later->body, down)) << later->body;
     (*server)->stop();
     listener.join();
   });

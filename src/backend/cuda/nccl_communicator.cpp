@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <exception>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,12 +23,17 @@ namespace {
 // The communicators of one group, destroyed together (or aborted together).
 struct NcclGroup {
   std::vector<ncclComm_t> comms;
+  std::vector<int> devices;  // [ranks] comms[r]'s device
   std::mutex mu;
   std::atomic<bool> aborted{false};
   std::string why;
+  std::vector<std::thread> aborters;  // abort()'s threads, joined by wait_abort()
 
   ~NcclGroup() {
-    if (aborted.load()) return;  // ncclCommAbort already freed them
+    if (aborted.load()) {
+      wait_abort();  // ncclCommAbort frees the communicators
+      return;
+    }
     // Destroying a communicator first finalizes it, an intra-node collective: one thread that
     // destroys every rank's communicator in turn would wait in the first call for the other
     // ranks' finalize, which never comes (a hang at teardown). NCCL's rule for several ranks on
@@ -42,13 +49,42 @@ struct NcclGroup {
       if (c != nullptr) ncclCommDestroy(c);
     }
   }
+  // ncclCommAbort sets its communicator's abort flag (the kernels waiting in it end) and then
+  // tears it down, and that teardown waits until every CUDA graph that captured one of the
+  // communicator's collectives is destroyed. A rank's recorded decode steps hold such graphs,
+  // and a rank drops them only once it is out of its step, which for a rank waiting in a
+  // collective needs the flag of ITS communicator set. So one thread per communicator calls
+  // ncclCommAbort concurrently (no teardown blocks another communicator's flag), and abort()
+  // returns without waiting; wait_abort() joins them once the ranks dropped their recordings
+  // (docs/tensor-parallel.md, "Failures").
   void abort(const std::string& reason) {
     std::lock_guard<std::mutex> lock(mu);
     if (aborted.exchange(true)) return;
     why = reason;
-    for (ncclComm_t c : comms) {
-      if (c != nullptr) ncclCommAbort(c);
+    for (size_t r = 0; r < comms.size(); ++r) {
+      ncclComm_t c = comms[r];
+      if (c == nullptr) continue;
+      const int device = devices[r];
+      try {
+        aborters.emplace_back([c, device] {
+          cudaSetDevice(device);
+          ncclCommAbort(c);
+        });
+      } catch (const std::exception& e) {
+        // No thread: abort here (may wait for this rank's recordings, see above).
+        LS_LOG_ERROR("NCCL abort: no thread for rank {} ({}); aborting it in place", r, e.what());
+        cudaSetDevice(device);
+        ncclCommAbort(c);
+      }
     }
+  }
+  void wait_abort() {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      threads.swap(aborters);
+    }
+    for (std::thread& t : threads) t.join();
   }
   std::string reason() {
     std::lock_guard<std::mutex> lock(mu);
@@ -113,6 +149,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void abort(const std::string& why) override { group_->abort(why); }
+  void wait_abort() override { group_->wait_abort(); }
   bool reset() override { return !group_->aborted.load(); }
 
  private:
@@ -162,6 +199,7 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
   }
   auto group = std::make_shared<NcclGroup>();
   group->comms.assign(backends.size(), nullptr);
+  group->devices = devices;
   const ncclResult_t r = ncclCommInitAll(group->comms.data(), static_cast<int>(backends.size()),
                                          devices.data());
   if (r != ncclSuccess) {

@@ -2,8 +2,10 @@
 // The NCCL Communicator (docs/tensor-parallel.md): one communicator per rank of one process,
 // made together by ncclCommInitAll over the ranks' GPUs. Rank r's collectives are enqueued on
 // rank r's CudaBackend stream, so they run in order with its ops and a recorded decode step
-// (CUDA graph) captures them. abort() calls ncclCommAbort on every rank's communicator, which
-// ends kernels waiting on a rank that failed; an aborted group cannot be reset.
+// (CUDA graph) captures them. abort() calls ncclCommAbort on every rank's communicator, one
+// thread each, which ends kernels waiting on a rank that failed, and returns at once; the
+// teardown finishes once the ranks dropped their recordings, and wait_abort() waits for it. An
+// aborted group cannot be reset.
 
 #include <memory>
 #include <vector>

@@ -115,6 +115,8 @@ class P2pCommunicator final : public Communicator {
     fallback_->abort(why);
   }
 
+  void wait_abort() override { fallback_->wait_abort(); }
+
   bool reset() override {
     if (group_->aborted.load() || error_word() != 0) return false;
     return fallback_->reset();
