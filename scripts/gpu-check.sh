@@ -13,7 +13,7 @@
 #
 # Sections, in order (names for --only / --skip): env, build, tests, kernels, transfers, torch,
 # e2e, hf, serve; only when named in --only: prefix (prefix caching; prefix-multiturn: its
-# multi-turn conversation mode), profile, tierk, tier32k, tier128k, tiercap (the host KV tier),
+# multi-turn conversation mode), profile, tierk, tier32k, tier128k, tiercap (the host KV tier), kvformats (TPOT per KV format), cpuquant (CPU ISA variants),
 # tp, tpserve (tensor parallelism on 2 or 4 GPUs), tp70b (a 70B-shaped model on 4 GPUs). Each section has its own time limit and a
 # failing section never stops the others; the
 # whole run keeps within GPU_CHECK_BUDGET_S seconds (default 540). Logs and results go to $OUT
@@ -317,6 +317,7 @@ section e2e 200 e2e_section
 # kvformats: decode TPOT at 128K per KV page format (KV_FORMATS, default auto,fp8,int8,int4), dense
 #   and lserve, all pages resident, batches KV_FORMAT_BATCHES (default 1,3: three dense 128K
 #   sequences fit an H100 in bf16).
+# cpuquant: the CPU's ISA variants of the quantized kernels (below).
 tierk_section() {
   "$BUILD/bench/cuda/bench_cuda_kv_tier" --out "$RESULTS" --batches 1,8 --contexts 32768,131072
 }
@@ -356,6 +357,18 @@ if [[ "$ONLY" == *",tier32k,"* ]]; then wait_model; section tier32k 420 tier32k_
 if [[ "$ONLY" == *",tier128k,"* ]]; then wait_model; section tier128k 480 tier128k_section; fi
 if [[ "$ONLY" == *",tiercap,"* ]]; then wait_model; section tiercap 420 tiercap_section; fi
 if [[ "$ONLY" == *",kvformats,"* ]]; then wait_model; section kvformats 240 kvformats_section; fi
+
+# ---- cpuquant (only with --only ...,cpuquant): the CPU kernels' ISA variants on this machine's
+# CPU (AVX-512 / VNNI where it has them): AVX2 vs VNNI quantized-weight GEMV/GEMM per block type,
+# fused vs dequantizing decode attention on quantized KV pages, alternated in one process
+# (docs/cpu-quant-kernels.md). CPUQUANT_ARGS overrides the threads / repeats / context. ----
+cpuquant_section() {
+  grep -o -w -E 'avx512(f|bw|vl|dq|_vnni)|avx_vnni' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+  # shellcheck disable=SC2086
+  "$BUILD/bench/kernels/bench_quant_variants" ${CPUQUANT_ARGS:---threads 1,16 --reps 5} | tee "$OUT/cpuquant.txt"
+}
+export -f cpuquant_section
+if [[ "$ONLY" == *",cpuquant,"* ]]; then section cpuquant 90 cpuquant_section; fi
 
 # ---- profile (only with --only ...,profile): ncu per-kernel times of 4 decode steps, and the
 # decode / prefill attention kernels' limiters. Files: ncu_step.csv, ncu_step.md, ncu_*.txt ----
