@@ -89,8 +89,11 @@ void WorkingSetTracker::observe(const std::vector<RowStep>& steps,
       continue;
     }
     const bool after_prefill = std::exchange(r.after_prefill, false);
-    DecodeStep ds{d[kernels::kRowMandatory], d[kernels::kRowMandatory] - d[kernels::kRowReused],
-                  d[kernels::kRowHits], d[kernels::kRowReused]};
+    // The first decode step after a prefill counts pages the prefill read as reused; for the
+    // working set they are all new (else the estimate max|S| + (w-1) mean(new) comes out low).
+    const int64_t reused = after_prefill ? 0 : d[kernels::kRowReused];
+    DecodeStep ds{d[kernels::kRowMandatory], d[kernels::kRowMandatory] - reused,
+                  d[kernels::kRowHits], reused};
     r.history.push_back(ds);
     while (static_cast<int32_t>(r.history.size()) > window_) r.history.pop_front();
     for (SelectionLocality* l : {&r.locality, &total_}) {
