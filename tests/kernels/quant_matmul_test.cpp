@@ -8,13 +8,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "io/gguf_dequant.h"
+#include "kernels/cpu/quant_dot4.h"
 
 namespace ls::kernels::cpu {
 namespace {
@@ -77,9 +80,16 @@ TEST(QuantMatmul, MatchesDequantizedF32WithinActivationRounding) {
           x[0] = 25.f;  // an outlier widens the first activation block's step
           std::vector<float> wf(static_cast<size_t>(rows * cols));
           ASSERT_TRUE(dequantize_row(tc.ggml, w.data(), wf.data(), rows * cols).ok());
+          std::vector<float> y_avx2;
           for (Isa isa : available_isas()) {
             std::vector<float> y(static_cast<size_t>(m * rows), -1.f);
             quant_matmul(tc.type, w.data(), rows, cols, x.data(), m, y.data(), isa);
+            if (isa == Isa::kAvx2) y_avx2 = y;
+            if (isa == Isa::kAvx512) {  // VNNI (or the same AVX2 kernels): identical integer sums
+              ASSERT_EQ(y, y_avx2) << quant_kernel_name(isa) << " type "
+                                   << static_cast<int>(tc.type) << " rows " << rows << " cols "
+                                   << cols << " m " << m;
+            }
             for (int64_t i = 0; i < m; ++i) {
               const std::vector<float> amax = group_amax(x.data() + i * cols, cols, be);
               for (int64_t r = 0; r < rows; ++r) {
@@ -137,9 +147,14 @@ TEST(QuantMatmul, PooledLinearOverMixedPartsMatchesDequantized) {
     for (int64_t m : {1, 2, 40}) {
       std::vector<float> x(static_cast<size_t>(m * cols));
       for (float& v : x) v = normal(rng);
+      std::vector<float> y_avx2;
       for (Isa isa : available_isas()) {
         std::vector<float> y(static_cast<size_t>(m * qm.rows), -7.f);
         quant_linear(qm, x.data(), m, bias.data(), y.data(), pool, isa);
+        if (isa == Isa::kAvx2) y_avx2 = y;
+        if (isa == Isa::kAvx512) {
+          ASSERT_EQ(y, y_avx2) << quant_kernel_name(isa) << " threads " << threads << " m " << m;
+        }
         for (int64_t i = 0; i < m; ++i) {
           // The matrix has K-quant parts, so all its rows see activations in groups of 256.
           const std::vector<float> amax = group_amax(x.data() + i * cols, cols, 256);
@@ -165,6 +180,69 @@ TEST(QuantMatmul, PooledLinearOverMixedPartsMatchesDequantized) {
     }
   }
 }
+
+#if defined(LS_QUANT_DOT4)
+// The VNNI four-row kernels (vpdpbusd / vpdpwssd) against the AVX2 ones (maddubs + madd) for
+// every type and activation row count: the integer sums are the same, so the outputs must be
+// identical. Activations at +-127 and Q8_0 weights at -128 make the largest byte products
+// (maddubs' pair sums stay below int16's limit). Where the build does not target AVX512_VNNI the
+// VNNI kernel runs the AVX2 sequences in place of the two instructions, which still checks
+// how the variant accumulates; on an AVX512_VNNI build it runs the instructions.
+TEST(QuantMatmul, VnniKernelsEqualAvx2Kernels) {
+  std::mt19937 rng(77);
+  std::normal_distribution<float> normal(0.f, 1.f);
+#if defined(LS_QUANT_DOT4_VNNI)
+  EXPECT_TRUE(quant_uses_vnni(Isa::kAvx512));
+#endif
+  std::printf("  quant kernels: avx2 -> %s, avx512 -> %s\n",
+              std::string(quant_kernel_name(Isa::kAvx2)).c_str(),
+              std::string(quant_kernel_name(Isa::kAvx512)).c_str());
+  for (const TypeCase& tc : cases()) {
+    const int64_t be = quant_block_elems(tc.type);
+    const int64_t cols = 3 * 256;
+    const int64_t nblocks = cols / be;
+    const int64_t row_bytes = nblocks * quant_block_bytes(tc.type);
+    auto w = random_blocks(rng, tc, 4 * nblocks);
+    if (tc.type == QuantType::kQ8_0) {  // some weights at -128 and +127
+      for (int64_t i = 0; i < 4 * nblocks; ++i) {
+        w[static_cast<size_t>(i * 34 + 2 + i % 32)] = 0x80;
+        w[static_cast<size_t>(i * 34 + 2 + (i + 7) % 32)] = 0x7f;
+      }
+    }
+    for (bool saturate : {false, true}) {
+      std::vector<float> x(static_cast<size_t>(4 * cols));
+      for (float& v : x) v = saturate ? (normal(rng) < 0 ? -1.f : 1.f) : normal(rng);
+      std::vector<Q8Block> act(static_cast<size_t>(4 * cols / 32));
+      for (int t = 0; t < 4; ++t) {
+        quantize_activations(x.data() + t * cols, cols, act.data() + t * (cols / 32), Isa::kScalar,
+                             activation_group(tc.type));
+      }
+      for (int n : {1, 2, 4}) {
+        float a[16], b[16];
+        for (int k = 0; k < 16; ++k) a[k] = b[k] = -3.f;
+        quant_dot4_avx2(tc.type, w.data(), row_bytes, act.data(), cols / 32, nblocks, a, 4, n);
+        quant_dot4_vnni(tc.type, w.data(), row_bytes, act.data(), cols / 32, nblocks, b, 4, n);
+        for (int k = 0; k < 4 * n; ++k) {
+          ASSERT_EQ(a[k], b[k]) << "type " << static_cast<int>(tc.type) << " act rows " << n
+                                << " saturate " << saturate << " at " << k;
+          ASSERT_NE(a[k], -3.f);  // written
+        }
+        // And against the row-at-a-time kernel (another summation order): close.
+        for (int t = 0; t < n; ++t) {
+          for (int j = 0; j < 4; ++j) {
+            std::vector<float> one(1);
+            quant_matmul(tc.type, w.data() + j * row_bytes, 1, cols, x.data() + t * cols, 1,
+                         one.data(), Isa::kScalar);
+            EXPECT_NEAR(b[t * 4 + j], one[0], 1e-4 * (1 + std::fabs(one[0])))
+                << "type " << static_cast<int>(tc.type) << " act rows " << n << " t " << t
+                << " row " << j;
+          }
+        }
+      }
+    }
+  }
+}
+#endif
 
 TEST(QuantMatmul, ActivationsRoundToTheNearestStep) {
   std::vector<float> x(64);

@@ -177,8 +177,11 @@ void mask_scores(const TileState& t, int32_t row, const VisibleKeys& vk, int32_t
 
 // kKv: the pool's float dtype; a quantized pool runs with kKv = f32 on pages dequantized per
 // visit into the tile's f32 buffers (kf, vf), so everything after the dequantization is the f32
-// kernel; except decode tiles (rows layout) on quantized pages with AVX2, whose Q·K^T and P·V
-// run on the codes (int8 / int4: kernels/cpu/attention_quant_int.h; fp8: attention_quant_fp8.h).
+// kernel; except decode tiles (rows layout) on quantized pages with AVX2 or AVX-512, whose Q·K^T
+// and P·V run on the codes (int8 / int4: kernels/cpu/attention_quant_int.h; fp8:
+// attention_quant_fp8.h). Those are 256-bit AVX2 code, which the AVX-512 instantiation calls
+// too (an AVX-512 machine runs it natively): they read only the tile's buffers, whose rows-layout
+// padding (to 8 or 16 floats) they do not depend on.
 // kQuant: instantiated for quantized pools only, so the float pools' instantiations stay as
 // they were (the fused paths' code would change GCC's inlining of their page loop).
 template <class S, DType kKv, bool kQuant = false>
@@ -200,7 +203,7 @@ void run_item(const AttentionParams& p, const Geometry& geo, const Item& it, Par
   bool fp8_path = false;  // fp8 codes widened in registers
 #if defined(LS_KERNELS_HAVE_AVX2)
   IntDecodeScratch* isc = nullptr;
-  if constexpr (kQuant && std::is_same_v<S, simd::Avx2>) {
+  if constexpr (kQuant && !std::is_same_v<S, simd::Scalar>) {
     int_path = !lanes && int_decode_supported(quant, geo.head_dim, pt);
     fp8_path = !lanes && quant == KvQuant::kFp8 && geo.head_dim % 16 == 0;
     if (int_path) {
@@ -366,7 +369,7 @@ bool pool_usable(const PagedKvPool& pool, int32_t head_dim) {
 }
 
 template <class S>
-void run(const AttentionParams& p, ThreadPool& pool) {
+void run(const AttentionParams& p, ThreadPool& pool, bool fused_quant) {
   Geometry geo;
   geo.group = p.num_q_heads / p.num_kv_heads;
   geo.head_dim = p.head_dim;
@@ -473,7 +476,11 @@ void run(const AttentionParams& p, ThreadPool& pool) {
       const bool streaming = p.head_mode[it.kv_head] == static_cast<int32_t>(HeadMode::kStreaming);
       const PagedKvPool& kv = streaming ? p.streaming : p.retrieval;
       if (kv.quant != KvQuant::kNone) {
-        run_item<S, DType::kF32, true>(p, geo, it, partials);
+        if (fused_quant) {
+          run_item<S, DType::kF32, true>(p, geo, it, partials);
+        } else {
+          run_item<S, DType::kF32, false>(p, geo, it, partials);  // dequantizes every page
+        }
         continue;
       }
       simd::dispatch_float_dtype(kv.dtype,
@@ -496,19 +503,25 @@ void run(const AttentionParams& p, ThreadPool& pool) {
 
 }  // namespace
 
-void paged_attention(const AttentionParams& p, ThreadPool& pool, Isa isa) {
+void paged_attention(const AttentionParams& p, ThreadPool& pool, Isa isa,
+                     QuantKvDecode quant_decode) {
   if (p.num_seqs <= 0 || p.num_tokens <= 0 || p.num_q_heads <= 0 || p.num_kv_heads <= 0 ||
       p.head_dim <= 0 || p.num_q_heads % p.num_kv_heads != 0 || !p.q || !p.out || !p.q_indptr ||
       !p.kv_lens || !p.head_mode || !p.head_slot || !simd::is_float_dtype(p.q_dtype)) {
     return;
   }
+  const bool fused = quant_decode == QuantKvDecode::kFused;
   simd::dispatch_isa(isa, [&]<class S>() {
     if (p.head_dim % S::kWidth != 0) {
-      run<simd::Scalar>(p, pool);  // vector kernels assume whole vectors per head row
+      run<simd::Scalar>(p, pool, fused);  // vector kernels assume whole vectors per head row
     } else {
-      run<S>(p, pool);
+      run<S>(p, pool, fused);
     }
   });
+}
+
+void paged_attention(const AttentionParams& p, ThreadPool& pool, Isa isa) {
+  paged_attention(p, pool, isa, QuantKvDecode::kFused);
 }
 
 void paged_attention(const AttentionParams& p, ThreadPool& pool) {

@@ -23,4 +23,11 @@ namespace ls::kernels::cpu {
 void paged_attention(const AttentionParams& params, ThreadPool& pool);
 void paged_attention(const AttentionParams& params, ThreadPool& pool, Isa isa);
 
+// How decode tiles read quantized (fp8 / int8 / int4) pages: kFused (the default) runs Q·K^T and
+// P·V on the codes where the ISA and shape allow (kernels/cpu/attention_quant_*.h); kDequantize
+// always dequantizes each visited page to f32 first. Benchmarks time one against the other.
+enum class QuantKvDecode { kFused, kDequantize };
+void paged_attention(const AttentionParams& params, ThreadPool& pool, Isa isa,
+                     QuantKvDecode quant_decode);
+
 }  // namespace ls::kernels::cpu

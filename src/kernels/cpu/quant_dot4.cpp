@@ -49,6 +49,30 @@ inline __m128 fold(__m256 v) {
   return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
 }
 
+// The VNNI variants (kVnni) replace maddubs + madd(1) by one vpdpbusd, and madd + add by one
+// vpdpwssd. Both give the same int32 lane sums as the AVX2 sequences they replace (lane i sums
+// bytes 4i..4i+3, or int16 pairs 2i, 2i+1) whenever maddubs does not saturate, which holds for
+// every operand used here (|u * s| <= 128 * 127 per byte pair): so the two variants produce
+// identical results. Where the compiler does not target AVX512_VNNI + AVX512VL these helpers are
+// the AVX2 sequences, so the kVnni kernels are built and tested on every AVX2 machine too.
+// acc + per int32 lane, the sum of 4 u8 x s8 products.
+inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
+#if defined(LS_QUANT_DOT4_VNNI)
+  return _mm256_dpbusd_epi32(acc, u, s);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
+                                                 _mm256_set1_epi16(1)));
+#endif
+}
+// acc + per int32 lane, the sum of 2 s16 x s16 products.
+inline __m256i dpwssd(__m256i acc, __m256i a, __m256i b) {
+#if defined(LS_QUANT_DOT4_VNNI)
+  return _mm256_dpwssd_epi32(acc, a, b);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+
 inline __m256i nibbles32(const uint8_t* p, __m256i low4) {  // 16 bytes -> low nibbles, then high
   const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), low4);
@@ -59,7 +83,7 @@ inline __m256i nibbles32(const uint8_t* p, __m256i low4) {  // 16 bytes -> low n
 // (the prefill case), which is where a GEMM gains over repeated GEMVs.
 
 // Q8_0, Q4_0, Q4_1: one 32-weight block per activation block.
-template <QuantType kType, int kM>
+template <QuantType kType, int kM, bool kVnni>
 void dot4_q32(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_t nblocks,
               float* out, int64_t os) {
   constexpr int64_t kBytes = quant_block_bytes(kType);
@@ -89,7 +113,13 @@ void dot4_q32(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_
       const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q));
       __m256i dot[4];
       for (int j = 0; j < 4; ++j) {
-        if constexpr (kType == QuantType::kQ8_0) {
+        if constexpr (kVnni) {
+          // The same operands as below, in one vpdpbusd (unsigned first operand too).
+          const __m256i zero = _mm256_setzero_si256();
+          dot[j] = kType == QuantType::kQ8_0
+                       ? dpbusd(zero, _mm256_sign_epi8(qw[j], qw[j]), _mm256_sign_epi8(qa, qw[j]))
+                       : dpbusd(zero, qw[j], qa);
+        } else if constexpr (kType == QuantType::kQ8_0) {
           // |w| * (a with w's sign): maddubs wants its first operand unsigned. The weight must
           // be that operand: |-128| = 128 is exact as an unsigned byte, while negating a -128
           // weight into the signed operand would wrap (activations stay within +-127).
@@ -155,7 +185,7 @@ inline __m128i block_sums8(const Q8Block* x) {
 // one hadd tree, one convert and one FMA per four rows.
 
 // Q4_K / Q5_K: per 256-weight block and row, d_x (d sum_j sc_j dot_j - dmin sum_j m_j sum_xj).
-template <bool kFive, int kM>
+template <bool kFive, int kM, bool kVnni>
 void dot4_q45k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_t nblocks,
                float* out, int64_t os) {
   constexpr int64_t kBytes = kFive ? 176 : 144;
@@ -201,9 +231,15 @@ void dot4_q45k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64
           const Q8Block* x = a + t * as + 8 * i;
           const __m256i qa0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[2 * j2].q));
           const __m256i qa1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[2 * j2 + 1].q));
-          isum[t][r] = _mm256_add_epi32(
-              isum[t][r], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(v0, qa0), s0),
-                                           _mm256_madd_epi16(_mm256_maddubs_epi16(v1, qa1), s1)));
+          if constexpr (kVnni) {  // the scale products accumulate in vpdpwssd
+            isum[t][r] = dpwssd(dpwssd(isum[t][r], _mm256_maddubs_epi16(v0, qa0), s0),
+                                _mm256_maddubs_epi16(v1, qa1), s1);
+          } else {
+            isum[t][r] = _mm256_add_epi32(
+                isum[t][r],
+                _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(v0, qa0), s0),
+                                 _mm256_madd_epi16(_mm256_maddubs_epi16(v1, qa1), s1)));
+          }
         }
       }
       for (int t = 0; t < kM; ++t) {
@@ -227,7 +263,7 @@ void dot4_q45k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64
 // Q6_K: q (0..63) times the activations, minus 32 times them (once per activation block), each
 // half of a 32-weight sub-block times its own int8 scale in madd, summed over the block in int32;
 // then d d_x once per block.
-template <int kM>
+template <int kM, bool kVnni>
 void dot4_q6k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_t nblocks,
               float* out, int64_t os) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -258,9 +294,14 @@ void dot4_q6k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_
             const __m256i qa = _mm256_loadu_si256(
                 reinterpret_cast<const __m256i*>(a[t * as + 8 * i + 4 * n + g].q));
             const __m256i off = _mm256_maddubs_epi16(k32, qa);
-            isum[t][r] = _mm256_add_epi32(
-                isum[t][r],
-                _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(v, qa), off), scales));
+            if constexpr (kVnni) {
+              isum[t][r] =
+                  dpwssd(isum[t][r], _mm256_sub_epi16(_mm256_maddubs_epi16(v, qa), off), scales);
+            } else {
+              isum[t][r] = _mm256_add_epi32(
+                  isum[t][r],
+                  _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(v, qa), off), scales));
+            }
           }
         }
       }
@@ -275,29 +316,42 @@ void dot4_q6k(const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as, int64_
   for (int t = 0; t < kM; ++t) _mm_storeu_ps(out + t * os, fold(acc[t]));
 }
 
-template <int kM>
+template <int kM, bool kVnni>
 void dispatch(QuantType type, const uint8_t* w, int64_t rb, const Q8Block* a, int64_t as,
               int64_t nblocks, float* out, int64_t os) {
   switch (type) {
     case QuantType::kQ8_0:
-      return dot4_q32<QuantType::kQ8_0, kM>(w, rb, a, as, nblocks, out, os);
+      return dot4_q32<QuantType::kQ8_0, kM, kVnni>(w, rb, a, as, nblocks, out, os);
     case QuantType::kQ4_0:
-      return dot4_q32<QuantType::kQ4_0, kM>(w, rb, a, as, nblocks, out, os);
+      return dot4_q32<QuantType::kQ4_0, kM, kVnni>(w, rb, a, as, nblocks, out, os);
     case QuantType::kQ4_1:
-      return dot4_q32<QuantType::kQ4_1, kM>(w, rb, a, as, nblocks, out, os);
+      return dot4_q32<QuantType::kQ4_1, kM, kVnni>(w, rb, a, as, nblocks, out, os);
     case QuantType::kQ4_K:
-      if constexpr (kM <= 2) return dot4_q45k<false, kM>(w, rb, a, as, nblocks, out, os);
+      if constexpr (kM <= 2) return dot4_q45k<false, kM, kVnni>(w, rb, a, as, nblocks, out, os);
       break;
     case QuantType::kQ5_K:
-      if constexpr (kM <= 2) return dot4_q45k<true, kM>(w, rb, a, as, nblocks, out, os);
+      if constexpr (kM <= 2) return dot4_q45k<true, kM, kVnni>(w, rb, a, as, nblocks, out, os);
       break;
     case QuantType::kQ6_K:
-      if constexpr (kM <= 2) return dot4_q6k<kM>(w, rb, a, as, nblocks, out, os);
+      if constexpr (kM <= 2) return dot4_q6k<kM, kVnni>(w, rb, a, as, nblocks, out, os);
       break;
   }
   // K-quants take at most 2 activation rows (their int32 sums fill the registers): split.
   for (int t = 0; t < kM; t += 2) {
-    dispatch<2>(type, w, rb, a + t * as, as, nblocks, out + t * os, os);
+    dispatch<2, kVnni>(type, w, rb, a + t * as, as, nblocks, out + t * os, os);
+  }
+}
+
+template <bool kVnni>
+void dot4_rows(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
+               int64_t act_stride, int64_t nblocks, float* out, int64_t out_stride, int act_rows) {
+  switch (act_rows) {
+    case 1:
+      return dispatch<1, kVnni>(type, w, row_bytes, act, act_stride, nblocks, out, out_stride);
+    case 2:
+      return dispatch<2, kVnni>(type, w, row_bytes, act, act_stride, nblocks, out, out_stride);
+    default:
+      return dispatch<4, kVnni>(type, w, row_bytes, act, act_stride, nblocks, out, out_stride);
   }
 }
 
@@ -310,14 +364,13 @@ int quant_dot4_rows(QuantType type) {
 void quant_dot4_avx2(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
                      int64_t act_stride, int64_t nblocks, float* out, int64_t out_stride,
                      int act_rows) {
-  switch (act_rows) {
-    case 1:
-      return dispatch<1>(type, w, row_bytes, act, act_stride, nblocks, out, out_stride);
-    case 2:
-      return dispatch<2>(type, w, row_bytes, act, act_stride, nblocks, out, out_stride);
-    default:
-      return dispatch<4>(type, w, row_bytes, act, act_stride, nblocks, out, out_stride);
-  }
+  dot4_rows<false>(type, w, row_bytes, act, act_stride, nblocks, out, out_stride, act_rows);
+}
+
+void quant_dot4_vnni(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
+                     int64_t act_stride, int64_t nblocks, float* out, int64_t out_stride,
+                     int act_rows) {
+  dot4_rows<true>(type, w, row_bytes, act, act_stride, nblocks, out, out_stride, act_rows);
 }
 
 }  // namespace ls::kernels::cpu

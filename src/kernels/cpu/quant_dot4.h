@@ -12,6 +12,13 @@
 //
 // Built only where the compiler targets AVX2 (LS_QUANT_DOT4 is then defined); callers take the
 // row-at-a-time path for the last rows % 4 and on other ISAs.
+//
+// quant_dot4_vnni is the same kernel with AVX512_VNNI's vpdpbusd (u8 x s8 -> int32, replacing
+// maddubs + madd) and vpdpwssd (s16 x s16 -> int32 accumulate, replacing madd + add) on 256-bit
+// vectors (AVX512VL). Its integer sums equal the AVX2 kernel's exactly (maddubs never saturates
+// on these operands), so the results are identical. LS_QUANT_DOT4_VNNI says the build targets
+// those instructions; without it quant_dot4_vnni runs the AVX2 sequences in its place (the same
+// arithmetic; tests use that to check the variant's structure on AVX2-only machines).
 
 #include <cstdint>
 
@@ -19,6 +26,9 @@
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define LS_QUANT_DOT4 1
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define LS_QUANT_DOT4_VNNI 1
+#endif
 
 namespace ls::kernels::cpu {
 
@@ -27,6 +37,9 @@ namespace ls::kernels::cpu {
 // row; activation row t is act + t * act_stride (cols / 32 Q8 blocks). With several activation
 // rows each weight block is loaded, unpacked and its scales decoded once for all of them.
 void quant_dot4_avx2(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
+                     int64_t act_stride, int64_t nblocks, float* out, int64_t out_stride,
+                     int act_rows);
+void quant_dot4_vnni(QuantType type, const uint8_t* w, int64_t row_bytes, const Q8Block* act,
                      int64_t act_stride, int64_t nblocks, float* out, int64_t out_stride,
                      int act_rows);
 // The most activation rows one call handles in registers: 4 for the 32-element types, 2 for the

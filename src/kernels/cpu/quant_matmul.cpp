@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #if defined(__AVX2__)
@@ -275,13 +276,19 @@ void part_rows(const QuantPart& part, int64_t cols, const Q8Block* act, int64_t 
       int64_t r = rt;
 #if defined(LS_QUANT_DOT4)
       if (isa != Isa::kScalar) {  // four rows at a time; the last rows % 4 one at a time
+        const bool vnni = quant_uses_vnni(isa);
         for (; r + 4 <= re; r += 4) {
           const uint8_t* row = wb + r * row_bytes;
           for (int64_t i = it; i < ie;) {
             int n = quant_dot4_rows(part.type);
             while (i + n > ie) n /= 2;
-            quant_dot4_avx2(part.type, row, row_bytes, act + i * act_row, act_row, nblocks,
-                            y + i * ldy + r, ldy, n);
+            if (vnni) {
+              quant_dot4_vnni(part.type, row, row_bytes, act + i * act_row, act_row, nblocks,
+                              y + i * ldy + r, ldy, n);
+            } else {
+              quant_dot4_avx2(part.type, row, row_bytes, act + i * act_row, act_row, nblocks,
+                              y + i * ldy + r, ldy, n);
+            }
             i += n;
           }
         }
@@ -362,6 +369,25 @@ void quantize_activations(const float* x, int64_t n, Q8Block* out, Isa isa, int6
       }
     }
   }
+}
+
+bool quant_uses_vnni(Isa isa) {
+#if defined(LS_QUANT_DOT4_VNNI)
+  return isa == Isa::kAvx512;
+#else
+  (void)isa;
+  return false;
+#endif
+}
+
+std::string_view quant_kernel_name(Isa isa) {
+  if (isa == Isa::kScalar) return "scalar";
+  if (quant_uses_vnni(isa)) return "avx512vnni";
+#if defined(__AVX2__)
+  return "avx2";
+#else
+  return "scalar";
+#endif
 }
 
 int64_t activation_group(QuantType type) { return quant_block_elems(type) == 256 ? 256 : 32; }

@@ -16,9 +16,13 @@
 //   Q6_K  u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d      16 groups of 16: w = d sc (q - 32)
 // The CPU backend's linear runs quant_linear for weights kept quantized (GGUF models).
 // AVX2 kernels for every type (maddubs on the unsigned nibbles against int8 activations, as
-// llama.cpp's ggml_vec_dot_*_q8_*), the scalar formulas otherwise.
+// llama.cpp's ggml_vec_dot_*_q8_*), the scalar formulas otherwise. Isa::kAvx512 runs the
+// four-row kernels with AVX512_VNNI's vpdpbusd / vpdpwssd on 256-bit vectors where the build
+// targets AVX512_VNNI + AVX512VL (kernels/cpu/quant_dot4.h; identical results to AVX2's), else
+// the AVX2 kernels; activation quantization and the last rows % 4 run the AVX2 code on both.
 
 #include <cstdint>
+#include <string_view>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/isa.h"
@@ -48,6 +52,12 @@ void quantize_activations(const float* x, int64_t n, Q8Block* out, Isa isa, int6
 void quantize_activations(const float* x, int64_t n, Q8Block* out, int64_t group = 32);
 // The activation group of a weight type: 256 for the K-quants, 32 otherwise.
 int64_t activation_group(QuantType type);
+
+// Whether quant_matmul / quant_linear with `isa` run the VNNI kernels (kAvx512 in a build that
+// targets AVX512_VNNI + AVX512VL), and the kernel family's name for reports: "scalar", "avx2"
+// (maddubs) or "avx512vnni" (vpdpbusd).
+bool quant_uses_vnni(Isa isa);
+std::string_view quant_kernel_name(Isa isa);
 
 // y[m, rows] = x[m, cols] . W^T, where W is [rows, cols] in `type` blocks (row-major, each row
 // cols / block elems blocks; cols a multiple of 256 for the K types, of 32 otherwise). Any
