@@ -230,8 +230,11 @@ tests_section() {
   # Everything but the SmolLM2 tests, whose model (a 100 MB GGUF from PyPI) cannot be carried here.
   # ctest stops itself before the section's limit, so the summary below is always printed (the
   # log itself may not come back: a device call returns at most 8 files).
+  # GPU_CHECK_TESTS: a ctest -R pattern to run a subset (a follow-up call after a whole run).
+  local filter=()
+  [ -n "${GPU_CHECK_TESTS:-}" ] && filter=(-R "$GPU_CHECK_TESTS")
   timeout 400 ctest --test-dir "$BUILD" -j "$JOBS" --timeout 240 --output-on-failure --no-tests=error -E smollm2 \
-    --output-junit "$OUT/ctest.xml" >"$OUT/tests.log" 2>&1
+    "${filter[@]}" --output-junit "$OUT/ctest.xml" >"$OUT/tests.log" 2>&1
   local rc=$?
   [ "$rc" -eq 124 ] && echo "ctest: stopped after 400 s; $(grep -c ' Passed' "$OUT/tests.log") passed by then"
   grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Exception|Not Run|Timeout|Skipped" "$OUT/tests.log" | head -40
