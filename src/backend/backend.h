@@ -126,7 +126,12 @@ class Backend {
   virtual Result<int32_t> end_capture() { return unimplemented("{} cannot record ops", name()); }
   // Enqueues recording `graph`.
   virtual Status replay(int32_t /*graph*/) { return unimplemented("{} cannot record ops", name()); }
+  // Drops the recordings; a recording still under way (its step threw) is ended and discarded
+  // first. Call on the thread that began it.
   virtual void drop_graphs() {}
+  // Ends and discards a recording still under way (begin_capture() without end_capture(), as when
+  // the step being recorded threw); nothing when none is. Call on the thread that began it.
+  virtual void abort_capture() {}
   // Changes whenever memory that recorded ops point at moved (the scratch grew): recordings made
   // under another epoch are stale and must be dropped.
   virtual int64_t recording_epoch() const { return 0; }

@@ -369,7 +369,14 @@ Status ModelRunner::enqueue_recorded(int32_t num_tokens, int32_t num_seqs, bool 
   if (it->second == kSeen) {
     Status s = backend_.begin_capture();
     if (s.ok()) {
-      enqueue_step(num_tokens, num_seqs, any_select);
+      // A throw (a tensor-parallel rank's fault) must not leave the stream capturing: NCCL's
+      // abort waits for the captured collectives' graph to be destroyed.
+      try {
+        enqueue_step(num_tokens, num_seqs, any_select);
+      } catch (...) {
+        backend_.abort_capture();
+        throw;
+      }
       Result<int32_t> graph = backend_.end_capture();
       if (graph.ok()) {
         it->second = *graph;

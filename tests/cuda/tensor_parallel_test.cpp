@@ -180,27 +180,22 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<2>(info.param));
     });
 
-// (failing rank, exception instead of an error value, tp_all_reduce): rank 0 or 1 fails before its
-// 5th decode step (the 4 before were recorded and replayed on both ranks), so the other rank
-// replays its recording and waits in its first collective (NCCL's kernel, or the p2p kernel with
-// "auto") until the abort. The abort must not wait for the recordings (NCCL's teardown waits
-// until they are destroyed): the step ends within seconds naming the rank, the executor is down
-// (an aborted NCCL group cannot be reset), the next step fails at once with the same error, the
-// stack's teardown ends, and a fresh TP = 2 stack computes the logits a clean run did.
-class CudaTensorParallelFailure
-    : public ::testing::TestWithParam<std::tuple<int32_t, bool, std::string>> {};
-
-TEST_P(CudaTensorParallelFailure, AbortWithRecordedDecodeSteps) {
-  SKIP_UNLESS_GPUS(2);
-  // Plain variables: the lambda captures them (clang 14 cannot capture structured bindings).
-  const int32_t rank = std::get<0>(GetParam());
-  const bool throws = std::get<1>(GetParam());
-  const std::string all_reduce = std::get<2>(GetParam());
+// Rank `rank` fails decode step `fault_after` (0-based) of one sequence: before its step
+// (at_collective == 0) or instead of its `at_collective`-th collective. The first decode step of a
+// shape runs op by op, the second is recorded (captured, then replayed), later ones replay. The
+// other rank waits in a collective (NCCL's kernel, or the p2p kernel with "auto") until the abort.
+// The abort must not wait for the recordings (NCCL's teardown waits until every graph holding a
+// collective is destroyed, a capture still under way included): the failing step and the next one
+// each return within 10 s naming the rank, the executor is down (an aborted NCCL group cannot be
+// reset), the next step fails at once with the same error, the stack's teardown ends, and a fresh
+// TP = 2 stack computes the logits a clean run did.
+void check_tp_abort(int32_t rank, bool throws, const std::string& all_reduce, int32_t fault_after,
+                    int32_t at_collective) {
   ModelStackOptions o = options("llama3", "dense", 2);
   o.tp_all_reduce = all_reduce;
   constexpr int32_t kPrompt = 40;  // chunks of 16, 16, 8: 3 prefill steps
   constexpr int32_t kDecodes = 8;
-  constexpr int32_t kFaultAfter = 4;  // decode steps that run before the failing one
+  const bool mid_capture = at_collective > 0 && fault_after == 1;
   // A hang anywhere below (the step, the next one, the teardown, the fresh stack) ends the
   // binary with a message after 60 s; each part should take well under a second or two.
   within_seconds(60, [&] {
@@ -212,45 +207,63 @@ TEST_P(CudaTensorParallelFailure, AbortWithRecordedDecodeSteps) {
       ASSERT_TRUE(want.error.ok()) << want.error.to_string();
     }
     {
+      // Set (on this thread) just before the failing step starts.
+      auto fail_start = std::make_shared<std::chrono::steady_clock::time_point>();
       ModelStackOptions f = o;
       f.tp_fault.rank = rank;
       f.tp_fault.phase = TpFault::Phase::kDecode;
-      f.tp_fault.after_steps = kFaultAfter;
-      f.tp_fault.at_collective = 0;  // before its step: the other rank waits in the recording
+      f.tp_fault.after_steps = fault_after;
+      f.tp_fault.at_collective = at_collective;
       f.tp_fault.throw_exception = throws;
+      f.tp_fault.on_matching_step = [fail_start, fault_after](int64_t index) {
+        if (index == fault_after) *fail_start = std::chrono::steady_clock::now();
+      };
       auto built = build_model_stack(f);
       ASSERT_TRUE(built.ok()) << built.status().to_string();
       ModelStack& st = **built;
-      const auto t0 = std::chrono::steady_clock::now();
       const TpSeqRun run = run_tp_sequence(st, kPrompt, kDecodes, 1u);
       const auto t1 = std::chrono::steady_clock::now();
       ASSERT_FALSE(run.error.ok()) << "the injected fault did not fail a step";
-      EXPECT_EQ(run.steps_run, 3 + kFaultAfter + 1);
+      EXPECT_EQ(run.steps_run, 3 + fault_after + 1);
+      const double failing_s = std::chrono::duration<double>(t1 - *fail_start).count();
+      EXPECT_LT(failing_s, 10.0) << "the failing step";
       const std::string& m = run.error.message();
       EXPECT_TRUE(m.starts_with(fmt::format("tensor-parallel rank {}: ", rank))) << m;
       EXPECT_TRUE(m.find("injected fault") != std::string::npos) << m;
       if (throws) {
         EXPECT_TRUE(m.find("threw an exception") != std::string::npos) << m;
       }
-      // The steps before the failure were right, and the recordings were live when it came: both
-      // ranks replayed the earlier decode steps, and the other rank also the failing one.
-      EXPECT_EQ(run.logits.size(), static_cast<size_t>(3 + kFaultAfter));
+      EXPECT_EQ(run.logits.size(), static_cast<size_t>(3 + fault_after));
       EXPECT_LT(tp_worst_relative(want.logits, run.logits), 1e-3);
       const ModelRunner& failing = *st.tp_ranks[static_cast<size_t>(rank)]->runner;
       const ModelRunner& waiting = *st.tp_ranks[static_cast<size_t>(1 - rank)]->runner;
-      EXPECT_GT(failing.replayed_steps(), 0);
-      EXPECT_EQ(waiting.replayed_steps(), failing.replayed_steps() + 1);
+      if (mid_capture) {
+        // The failing step was the one recorded: the failing rank threw inside its capture
+        // (nothing replayed), the other rank recorded it and replayed it once.
+        EXPECT_EQ(failing.replayed_steps(), 0);
+        EXPECT_EQ(waiting.replayed_steps(), 1);
+      } else {
+        // The recordings were live when the failure came: both ranks replayed the earlier decode
+        // steps, and the other rank also the failing one.
+        EXPECT_GT(failing.replayed_steps(), 0);
+        EXPECT_EQ(waiting.replayed_steps(), failing.replayed_steps() + 1);
+      }
+      for (const auto& r : st.tp_ranks) {
+        EXPECT_FALSE(static_cast<const CudaBackend&>(*r->backend).capturing());
+      }
       const Status down = st.executor().fatal_error();
       ASSERT_FALSE(down.ok());
       EXPECT_TRUE(down.message().find(m) != std::string::npos) << down.message();
       const TpSeqRun again = run_tp_sequence(st, 8, 0, 2u);
       const auto t2 = std::chrono::steady_clock::now();
+      const double next_s = std::chrono::duration<double>(t2 - t1).count();
+      EXPECT_LT(next_s, 10.0) << "the step after the failure";
       EXPECT_EQ(again.steps_run, 1);
       EXPECT_EQ(again.error.message(), down.message());
-      std::printf("rank %d %s (%s): the failing run took %.3f s, the next step %.3f s\n", rank,
-                  throws ? "exception" : "error", all_reduce.c_str(),
-                  std::chrono::duration<double>(t1 - t0).count(),
-                  std::chrono::duration<double>(t2 - t1).count());
+      std::printf("rank %d %s (%s) at decode step %d, collective %d: the failing step took %.3f s, "
+                  "the next step %.3f s\n",
+                  rank, throws ? "exception" : "error", all_reduce.c_str(), fault_after,
+                  at_collective, failing_s, next_s);
     }  // the aborted stack's teardown: communicators, recordings, streams
     auto fresh = build_model_stack(o);
     ASSERT_TRUE(fresh.ok()) << fresh.status().to_string();
@@ -267,6 +280,17 @@ TEST_P(CudaTensorParallelFailure, AbortWithRecordedDecodeSteps) {
   });
 }
 
+// (failing rank, exception instead of an error value, tp_all_reduce): the rank fails before its
+// 5th decode step (the 4 before were recorded and replayed on both ranks), so the other rank
+// replays its recording and waits in its first collective.
+class CudaTensorParallelFailure
+    : public ::testing::TestWithParam<std::tuple<int32_t, bool, std::string>> {};
+
+TEST_P(CudaTensorParallelFailure, AbortWithRecordedDecodeSteps) {
+  SKIP_UNLESS_GPUS(2);
+  check_tp_abort(std::get<0>(GetParam()), std::get<1>(GetParam()), std::get<2>(GetParam()), 4, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, CudaTensorParallelFailure,
                          ::testing::Combine(::testing::Values(0, 1), ::testing::Bool(),
                                             ::testing::Values("nccl", "auto")),
@@ -274,6 +298,26 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaTensorParallelFailure,
                            return fmt::format("rank{}_{}_{}", std::get<0>(info.param),
                                               std::get<1>(info.param) ? "exception" : "error",
                                               std::get<2>(info.param));
+                         });
+
+// (failing rank, tp_all_reduce): the rank throws instead of its 2nd collective (layer 0's MLP
+// all-reduce) in the 2nd decode step, the one being recorded: its stream is capturing when the
+// exception comes, and the capture (holding the collective captured before) must be ended and
+// destroyed, or NCCL's abort waits for it forever.
+class CudaTensorParallelCaptureFailure
+    : public ::testing::TestWithParam<std::tuple<int32_t, std::string>> {};
+
+TEST_P(CudaTensorParallelCaptureFailure, ThrowInsideRecording) {
+  SKIP_UNLESS_GPUS(2);
+  check_tp_abort(std::get<0>(GetParam()), true, std::get<1>(GetParam()), 1, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaTensorParallelCaptureFailure,
+                         ::testing::Combine(::testing::Values(0, 1),
+                                            ::testing::Values("nccl", "auto")),
+                         [](const auto& info) {
+                           return fmt::format("rank{}_{}", std::get<0>(info.param),
+                                              std::get<1>(info.param));
                          });
 
 }  // namespace

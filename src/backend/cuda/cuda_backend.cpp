@@ -136,6 +136,7 @@ Status CudaBackend::init(int device) {
 
 CudaBackend::~CudaBackend() {
   saver_.reset();  // waits for the saves in flight
+  abort_capture();  // a synchronize on a capturing stream is an error
   if (stream_) cudaStreamSynchronize(stream_);
   drop_graphs();
   linear_.reset();
@@ -544,7 +545,18 @@ Status CudaBackend::replay(int32_t graph) {
   return {};
 }
 
+void CudaBackend::abort_capture() {
+  if (!capturing_) return;
+  capturing_ = false;
+  capture_error_ = Status{};
+  cudaGraph_t graph = nullptr;
+  (void)cudaStreamEndCapture(stream_, &graph);  // null when the capture was invalidated
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();  // clears the non-sticky error of a failed or invalidated capture
+}
+
 void CudaBackend::drop_graphs() {
+  abort_capture();
   for (cudaGraphExec_t g : graphs_) {
     if (g) cudaGraphExecDestroy(g);
   }

@@ -141,7 +141,13 @@ class CudaBackend final : public Backend {
   Result<int32_t> end_capture() override;
   // Enqueues the recorded graph on the stream.
   Status replay(int32_t graph) override;
+  // Also ends a capture still under way (abort_capture()).
   void drop_graphs() override;
+  // A step that throws between begin_capture() and end_capture() leaves the stream capturing, and
+  // NCCL holds the captured collectives against their communicator until that graph is destroyed
+  // (ncclCommAbort waits for it): end the capture and destroy its graph. Capture mode is
+  // thread-local, so this must run on the thread that called begin_capture().
+  void abort_capture() override;
   int64_t recording_epoch() const override { return workspace_epoch_; }
   bool capturing() const { return capturing_; }
 

@@ -58,24 +58,33 @@ struct NcclGroup {
   // returns without waiting; wait_abort() joins them once the ranks dropped their recordings
   // (docs/tensor-parallel.md, "Failures").
   void abort(const std::string& reason) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (aborted.exchange(true)) return;
-    why = reason;
-    for (size_t r = 0; r < comms.size(); ++r) {
-      ncclComm_t c = comms[r];
-      if (c == nullptr) continue;
-      const int device = devices[r];
-      try {
-        aborters.emplace_back([c, device] {
-          cudaSetDevice(device);
-          ncclCommAbort(c);
-        });
-      } catch (const std::exception& e) {
-        // No thread: abort here (may wait for this rank's recordings, see above).
-        LS_LOG_ERROR("NCCL abort: no thread for rank {} ({}); aborting it in place", r, e.what());
-        cudaSetDevice(device);
-        ncclCommAbort(c);
+    // Ranks without an abort thread are aborted here after `mu` is released: the in-place
+    // ncclCommAbort may wait for that rank's recordings to be dropped, which needs the rank's
+    // thread out of its step, and that thread's check_alive() -> reason() takes `mu`.
+    std::vector<std::pair<ncclComm_t, int>> in_place;  // [comm, device]
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (aborted.exchange(true)) return;
+      why = reason;
+      for (size_t r = 0; r < comms.size(); ++r) {
+        ncclComm_t c = comms[r];
+        if (c == nullptr) continue;
+        const int device = devices[r];
+        try {
+          aborters.emplace_back([c, device] {
+            cudaSetDevice(device);
+            ncclCommAbort(c);
+          });
+        } catch (const std::exception& e) {
+          LS_LOG_ERROR("NCCL abort: no thread for rank {} ({}); aborting it in place", r,
+                       e.what());
+          in_place.emplace_back(c, device);
+        }
       }
+    }
+    for (const auto& [c, device] : in_place) {
+      cudaSetDevice(device);
+      ncclCommAbort(c);
     }
   }
   void wait_abort() {
