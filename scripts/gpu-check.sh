@@ -342,6 +342,7 @@ tiercap_section() {
   [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
   local case rc=0
   for case in ${TIER_CAP_CASES:-dense:off,on lserve:off,on}; do
+    [[ "$case" == *:* ]] || { echo "TIER_CAP_CASES entry '$case' is not policy:tiers"; rc=1; continue; }
     "$BUILD/bench/cuda/bench_cuda_e2e" --model "$MODEL_DIR" --out "$RESULTS" --policies "${case%%:*}" \
       --ttft "" --tpot "" --batches "" --capacity 131072 --capacity-ratio 4 --capacity-tiers "${case#*:}" \
       --kv-cache-dtype "${TIER_FORMATS:-auto}" || rc=1
@@ -961,12 +962,14 @@ if ts:
         md.append(f"| {r['policy']} | {k(r['tokens'])} | {r['offload_ratio']} | {'on' if r.get('kv_save', True) else 'off'} | {r['ms']:.0f} | "
                   f"{(r['ms'] / base[0]['ms']) if base else float('nan'):.2f} |")
     md.append("")
-fmts = {r.get("kv_format") for r in pick("tpot")}
-kf = [r for r in pick("tpot") if len(fmts) > 1 and "vs_first_format" in r and not r.get("offload_ratio") and "median_ms" in r]
+# Rows of one --kv-cache-dtype list: every format of a (policy, context, batch) all resident.
+fmts = {r.get("kv_format") for r in pick("tpot") if not r.get("offload_ratio")}
+kf = [r for r in pick("tpot") if len(fmts) > 1 and "vs_first_format" in r and not r.get("offload_ratio") and "median_ms" in r
+      and len({x.get("kv_format") for x in pick("tpot", policy=r["policy"], context=r["context"], batch=r["batch"]) if not x.get("offload_ratio")}) > 1]
 if kf:
     md.append("## Decode TPOT per KV page format, end to end, 8B-shaped random model (all pages resident)\n")
-    md.append("Speed-up: the first format's (auto = bf16) step time / this one's, same policy, context and batch, same process. Random weights select pages nearly at random; lserve's selected bytes do not depend on it.\n")
-    md.append("| policy | KV format | context | batch | TPOT ms | speed-up vs bf16 | vs weight floor |")
+    md.append(f"Speed-up: the first format's ({kf[0]['kv_format']}; auto = bf16 on CUDA) step time / this one's, same policy, context and batch, same process. Random weights select pages nearly at random; lserve's selected bytes do not depend on it.\n")
+    md.append("| policy | KV format | context | batch | TPOT ms | speed-up vs first format | vs weight floor |")
     md.append("|---|---|---|---|---|---|---|")
     for r in kf:
         md.append(f"| {r['policy']} | {r['kv_format']} | {k(r['context'])} | {r['batch']} | {r['median_ms']:.2f} | "
@@ -975,7 +978,7 @@ if kf:
 cap = pick("capacity")
 if cap:
     md.append("## Host KV tier: capacity, sequences decoding at once\n")
-    base = [r.get("max_seqs") for r in cap if r["policy"] == "dense" and not r["kv_offload"] and r.get("kv_format", "auto") in ("auto", "bf16") and r.get("max_seqs")]
+    base = {r["context"]: r["max_seqs"] for r in cap if r["policy"] == "dense" and not r["kv_offload"] and r.get("kv_format", "auto") in ("auto", "bf16") and r.get("max_seqs")}
     md.append("Random weights select pages nearly at random; capacity does not depend on it. vs dense: against dense, tier off, bf16 pages.\n")
     md.append("| policy | KV format | context | tier | sequences | vs dense | step ms | device GB / seq | host GB / seq | device bound | host bound |")
     md.append("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -985,7 +988,7 @@ if cap:
             md.append(f"| {r['policy']} | {fmt_} | {k(r['context'])} | {'on' if r['kv_offload'] else 'off'} | error: {r.get('error', '')} | | | | | | |")
             continue
         md.append(f"| {r['policy']} | {fmt_} | {k(r['context'])} | {'on (ratio %g)' % r['offload_ratio'] if r['kv_offload'] else 'off'} | "
-                  f"{r['max_seqs']} | {f(r['max_seqs'] / base[0] if base else None, '{:.1f}x')} | {r['step_ms']:.1f} | {r['device_gb_per_seq']:.2f} | {r['host_gb_per_seq']:.2f} | {r['by_device']} | {r['by_host']} |")
+                  f"{r['max_seqs']} | {f(r['max_seqs'] / base[r['context']] if r['context'] in base else None, '{:.1f}x')} | {r['step_ms']:.1f} | {r['device_gb_per_seq']:.2f} | {r['host_gb_per_seq']:.2f} | {r['by_device']} | {r['by_host']} |")
     md.append("")
 
 tpr = [r for r in rows if "tp" in r and r.get("bench") in ("ttft", "tpot", "tp_collectives")]

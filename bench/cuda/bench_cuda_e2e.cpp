@@ -537,7 +537,7 @@ int run(int argc, char** argv) {
   for (int64_t x : tpot_lens) max_len = std::max(max_len, x + steps + kTpotWarmup + 8);
   std::mt19937 rng(5);
 
-  std::map<std::tuple<std::string, int64_t, int64_t>, double> resident_ms;  // (policy, C, B)
+  std::map<std::tuple<std::string, std::string, int64_t, int64_t>, double> resident_ms;  // (format, policy, C, B)
   std::map<std::tuple<std::string, int64_t, int64_t>, double> bf16_ms;  // (policy, C, B), tier off
   for (const KvCacheDtype fmt : formats) {
   const std::string_view fmt_name = kv_cache_dtype_name(fmt);
@@ -592,9 +592,10 @@ int run(int argc, char** argv) {
             continue;
           }
           const auto key = std::make_tuple(name, C, B);
-          if (ratio <= 0) resident_ms[key] = r->median_ms;
+          const auto fkey = std::make_tuple(std::string(fmt_name), name, C, B);
+          if (ratio <= 0) resident_ms[fkey] = r->median_ms;
           if (ratio <= 0 && fmt == formats.front()) bf16_ms[key] = r->median_ms;
-          const auto base = resident_ms.find(key);
+          const auto base = resident_ms.find(fkey);
           const auto first = bf16_ms.find(key);
           // vs_first_format: against the first --kv-cache-dtype entry (all resident), same
           // policy, context and batch (speed-up = 1 / this).
