@@ -100,31 +100,8 @@ void BM_DecodeAttentionKvFormat(benchmark::State& state) {
   const int32_t group = 4, q_heads = kKvHeads * group;
   const int32_t pages = (context + kPageTokens - 1) / kPageTokens;
   const int64_t head_pages = int64_t{pages} * kKvHeads;
-  const int64_t page_bytes = quant == KvQuant::kNone
-                                 ? dtype_nbytes(DType::kBF16, int64_t{kPageTokens} * head_dim)
-                                 : kernels::kv_quant_page_bytes(quant, kPageTokens, head_dim);
-  std::vector<uint8_t> k(static_cast<size_t>(head_pages * page_bytes)), v(k.size());
-  {
-    std::vector<float> row(static_cast<size_t>(kPageTokens) * head_dim);
-    uint8_t* dst[2] = {k.data(), v.data()};
-    for (int a = 0; a < 2; ++a) {
-      for (int64_t hp = 0; hp < head_pages; ++hp) {
-        fill_random(row.data(), DType::kF32, static_cast<int64_t>(row.size()),
-                    static_cast<uint64_t>(hp * 2 + a + 1));
-        if (quant == KvQuant::kNone) {
-          convert_from_f32(row.data(), DType::kBF16, dst[a] + hp * page_bytes,
-                           static_cast<int64_t>(row.size()));
-          continue;
-        }
-        for (int32_t r = 0; r < kPageTokens; ++r) {
-          const kernels::KvQuantRow at =
-              kernels::kv_quant_row(quant, dst[a], hp, r, kPageTokens, head_dim);
-          kernels::kv_quantize_row(quant, row.data() + int64_t{r} * head_dim, head_dim, at.codes,
-                                   at.params);
-        }
-      }
-    }
-  }
+  std::vector<uint8_t> k, v;
+  const int64_t page_bytes = fill_kv_pages(quant, head_pages, kPageTokens, head_dim, k, v);
   std::vector<int32_t> blocks(static_cast<size_t>(pages));
   for (int32_t i = 0; i < pages; ++i) blocks[static_cast<size_t>(i)] = i;
   std::vector<float> q(static_cast<size_t>(int64_t{q_len} * q_heads * head_dim)), out(q.size());

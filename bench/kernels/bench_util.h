@@ -12,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/kv_quant.h"
 #include "kernels/paged_kv.h"
 
 namespace ls::bench {
@@ -111,5 +112,37 @@ struct PagedSequence {
                                   page_tokens / logical_tokens};
   }
 };
+
+// K and V head-pages of `quant` (kNone: bf16) filled from random f32 rows, quantized as kv_append
+// would: k, v are resized to [head_pages, page bytes]. Returns the bytes of one head-page.
+inline int64_t fill_kv_pages(kernels::KvQuant quant, int64_t head_pages, int32_t page_tokens,
+                             int32_t head_dim, std::vector<uint8_t>& k, std::vector<uint8_t>& v) {
+  const int64_t page_bytes =
+      quant == kernels::KvQuant::kNone
+          ? dtype_nbytes(DType::kBF16, int64_t{page_tokens} * head_dim)
+          : kernels::kv_quant_page_bytes(quant, page_tokens, head_dim);
+  k.assign(static_cast<size_t>(head_pages * page_bytes), 0);
+  v.assign(k.size(), 0);
+  std::vector<float> row(static_cast<size_t>(page_tokens) * head_dim);
+  uint8_t* dst[2] = {k.data(), v.data()};
+  for (int a = 0; a < 2; ++a) {
+    for (int64_t hp = 0; hp < head_pages; ++hp) {
+      fill_random(row.data(), DType::kF32, static_cast<int64_t>(row.size()),
+                  static_cast<uint64_t>(hp * 2 + a + 1));
+      if (quant == kernels::KvQuant::kNone) {
+        convert_from_f32(row.data(), DType::kBF16, dst[a] + hp * page_bytes,
+                         static_cast<int64_t>(row.size()));
+        continue;
+      }
+      for (int32_t r = 0; r < page_tokens; ++r) {
+        const kernels::KvQuantRow at =
+            kernels::kv_quant_row(quant, dst[a], hp, r, page_tokens, head_dim);
+        kernels::kv_quantize_row(quant, row.data() + int64_t{r} * head_dim, head_dim, at.codes,
+                                 at.params);
+      }
+    }
+  }
+  return page_bytes;
+}
 
 }  // namespace ls::bench

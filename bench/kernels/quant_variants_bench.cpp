@@ -155,28 +155,8 @@ void bench_decode(ThreadPool& pool, int reps, int32_t context) {
   for (int32_t h = 0; h < kv_heads; ++h) slot[static_cast<size_t>(h)] = h;
   double bf16_ms = 0;
   for (KvQuant quant : {KvQuant::kNone, KvQuant::kFp8, KvQuant::kInt8, KvQuant::kInt4}) {
-    const int64_t page_bytes =
-        quant == KvQuant::kNone ? dtype_nbytes(DType::kBF16, int64_t{pt} * head_dim)
-                                : kernels::kv_quant_page_bytes(quant, pt, head_dim);
-    std::vector<uint8_t> k(static_cast<size_t>(head_pages * page_bytes)), v(k.size());
-    std::vector<float> row(static_cast<size_t>(pt) * head_dim);
-    uint8_t* dst[2] = {k.data(), v.data()};
-    for (int a = 0; a < 2; ++a) {
-      for (int64_t hp = 0; hp < head_pages; ++hp) {
-        fill_random(row.data(), DType::kF32, static_cast<int64_t>(row.size()),
-                    static_cast<uint64_t>(hp * 2 + a + 1));
-        if (quant == KvQuant::kNone) {
-          convert_from_f32(row.data(), DType::kBF16, dst[a] + hp * page_bytes,
-                           static_cast<int64_t>(row.size()));
-          continue;
-        }
-        for (int32_t r = 0; r < pt; ++r) {
-          const kernels::KvQuantRow at = kernels::kv_quant_row(quant, dst[a], hp, r, pt, head_dim);
-          kernels::kv_quantize_row(quant, row.data() + int64_t{r} * head_dim, head_dim, at.codes,
-                                   at.params);
-        }
-      }
-    }
+    std::vector<uint8_t> k, v;
+    fill_kv_pages(quant, head_pages, pt, head_dim, k, v);
     AttentionParams p;
     p.q = q.data();
     p.out = out.data();
