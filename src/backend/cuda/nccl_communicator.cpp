@@ -4,10 +4,12 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -28,6 +30,8 @@ struct NcclGroup {
   std::atomic<bool> aborted{false};
   std::string why;
   std::vector<std::thread> aborters;  // abort()'s threads, joined by wait_abort()
+  std::condition_variable ranks_out_cv;
+  bool ranks_out = false;  // wait_abort() was called: no rank is inside an NCCL call any more
 
   ~NcclGroup() {
     if (aborted.load()) {
@@ -53,10 +57,48 @@ struct NcclGroup {
   // tears it down, and that teardown waits until every CUDA graph that captured one of the
   // communicator's collectives is destroyed. A rank's recorded decode steps hold such graphs,
   // and a rank drops them only once it is out of its step, which for a rank waiting in a
-  // collective needs the flag of ITS communicator set. So one thread per communicator calls
-  // ncclCommAbort concurrently (no teardown blocks another communicator's flag), and abort()
-  // returns without waiting; wait_abort() joins them once the ranks dropped their recordings
+  // collective needs the flag of ITS communicator set. So one thread per communicator ends it
+  // concurrently (no teardown blocks another communicator's flag), and abort() returns without
+  // waiting; wait_abort() joins them once the ranks dropped their recordings
   // (docs/tensor-parallel.md, "Failures").
+  //
+  // Where NCCL has ncclCommRevoke (2.28), the thread first revokes: the in-flight operations end
+  // and nothing is freed, so a rank thread that is still inside an NCCL host call (a collective
+  // it entered just before the abort) keeps a valid communicator. The teardown (ncclCommAbort)
+  // waits until wait_abort() says every rank is out of its step, or kRevokeGrace if the ranks do
+  // not get out (then it ends them as the abort flag does, the behaviour without revoke).
+  static constexpr std::chrono::seconds kRevokeGrace{20};
+
+  static bool can_revoke() {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    int version = 0;
+    return ncclGetVersion(&version) == ncclSuccess && version >= NCCL_VERSION(2, 28, 0);
+#else
+    return false;
+#endif
+  }
+
+  void end_communicator(ncclComm_t c, int device) {
+    cudaSetDevice(device);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    if (can_revoke()) {
+      const ncclResult_t r = ncclCommRevoke(c, NCCL_REVOKE_DEFAULT);
+      if (r == ncclSuccess) {
+        std::unique_lock<std::mutex> lock(mu);
+        if (!ranks_out_cv.wait_for(lock, kRevokeGrace, [&] { return ranks_out; })) {
+          LS_LOG_ERROR("NCCL abort: the ranks are still in their step {} s after the revoke of "
+                       "the device {} communicator; aborting it",
+                       kRevokeGrace.count(), device);
+        }
+      } else {
+        LS_LOG_ERROR("NCCL abort: ncclCommRevoke on device {} failed ({}); aborting", device,
+                     ncclGetErrorString(r));
+      }
+    }
+#endif
+    ncclCommAbort(c);
+  }
+
   void abort(const std::string& reason) {
     // Ranks without an abort thread are aborted here after `mu` is released: the in-place
     // ncclCommAbort may wait for that rank's recordings to be dropped, which needs the rank's
@@ -71,10 +113,7 @@ struct NcclGroup {
         if (c == nullptr) continue;
         const int device = devices[r];
         try {
-          aborters.emplace_back([c, device] {
-            cudaSetDevice(device);
-            ncclCommAbort(c);
-          });
+          aborters.emplace_back([this, c, device] { end_communicator(c, device); });
         } catch (const std::exception& e) {
           LS_LOG_ERROR("NCCL abort: no thread for rank {} ({}); aborting it in place", r,
                        e.what());
@@ -91,8 +130,10 @@ struct NcclGroup {
     std::vector<std::thread> threads;
     {
       std::lock_guard<std::mutex> lock(mu);
+      ranks_out = true;
       threads.swap(aborters);
     }
+    ranks_out_cv.notify_all();
     for (std::thread& t : threads) t.join();
   }
   std::string reason() {
