@@ -30,7 +30,7 @@
 //    rotate over enough weight copies to defeat the L2.
 //  - FP8 weights (section "fp8", bench_fp8_linear.cpp, not in the default sections): bf16 against
 //    e4m3 weights at the Llama-3-8B shapes for --fp8-m rows: copy fraction of the decode GEMV,
-//    TFLOP/s of the prefill GEMM.
+//    TFLOP/s of the prefill GEMM with precise and fast accumulation (alternated rounds).
 //  - page selection (section "select", bench_select.cpp, not in the default sections): one level
 //    against two levels (a coarse level per --summary-group-pages pages) at --batches and
 //    --select-contexts, on random keys and on keys with planted hot spans (--select-data), with
@@ -71,6 +71,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend_options.h"
 #include "bench_common.h"
 #include "bench_fp8_linear.h"
 #include "bench_select.h"
@@ -853,8 +854,16 @@ int run(int argc, char** argv) {
     bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")),
                   arg(argc, argv, "--prefill-kernels", "mma,wgmma"));
   }
-  if (has("fp8")) {  // bench_fp8_linear.cpp: bf16 against FP8 weights
-    bench_fp8_linear(*dev.b, out, parse_list(arg(argc, argv, "--fp8-m", "1,2,4,8,32,512,4096,16384")),
+  if (has("fp8")) {  // bench_fp8_linear.cpp: bf16 against FP8 weights, both accumulations
+    BackendOptions fast_options;
+    fast_options.fp8_fast_accum = true;
+    auto fast = CudaBackend::create(0, fast_options);
+    if (!fast.ok()) {
+      std::fprintf(stderr, "bench_cuda_kernels: %s\n", fast.status().to_string().c_str());
+      return 2;
+    }
+    bench_fp8_linear(*dev.b, **fast, out,
+                     parse_list(arg(argc, argv, "--fp8-m", "1,2,4,8,32,512,4096,16384")),
                      copy_bps, dev.l2_bytes);
   }
   if (has("select")) {  // bench_select.cpp: one level against two levels

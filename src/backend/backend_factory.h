@@ -6,13 +6,16 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/backend_options.h"
 #include "backend/communicator.h"
 
 namespace ls {
 
-// device_index: which GPU for "cuda" (a tensor-parallel rank's); ignored on the CPU.
+// device_index: which GPU for "cuda" (a tensor-parallel rank's); ignored on the CPU, as are
+// `options`.
 Result<std::unique_ptr<Backend>> make_backend(std::string_view device, int num_threads,
-                                              int device_index = 0);
+                                              int device_index = 0,
+                                              const BackendOptions& options = {});
 bool cuda_backend_built();
 
 // One device Communicator per backend (rank r bound to backends[r]): NCCL on CUDA backends in
