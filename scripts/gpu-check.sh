@@ -273,10 +273,6 @@ kernels_section() {
   local pp=wgmma-pp,wgmma-pp3,wgmma-persistent,wgmma-persistent3
   "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections prefill --prefill-kernels "$pp" \
     "${pargs[@]}" || echo "bench_cuda_kernels --prefill-kernels $pp failed (exit $?)"
-  # The warp-specialised and ping-pong kernels with key blocks of 128 (opt-in until compared).
-  local wide=wgmma-ws128,wgmma-pp128
-  "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections prefill --prefill-kernels "$wide" \
-    "${pargs[@]}" || echo "bench_cuda_kernels --prefill-kernels $wide failed (exit $?)"
   return $rc
 }
 export -f kernels_section
