@@ -46,7 +46,8 @@
 //    chunk. Each op is captured as a graph of many calls; "us" is the replay time per call, so
 //    it is what a captured decode step pays per launch of that op.
 // Usage: bench_cuda_kernels [--out FILE] [--sections copy,gemm,linear,prefill,decode,small]
-//        [--prefill-tokens 8192,32768,131072] [--prefill-kernels mma,wgmma(,wgmma-ws,wgmma-pp,...)]
+//        [--prefill-tokens 8192,32768,131072]
+//        [--prefill-kernels mma,wgmma(,wgmma-ws,wgmma-ws128,wgmma-pp,wgmma-pp128,...)]
 //        [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
@@ -309,8 +310,9 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
                  : causal_flops(T, kQHeads);
       // The mma.sync kernel with 4 and 8 warps, the wgmma kernel with key blocks of 128 (the
       // default; first, so ncu's first wgmma launch is it) and 64, and (only when asked for) the
-      // warp-specialised wgmma kernel, its ping-pong variant with 2 and 3 K/V stages and the
-      // persistent ping-pong kernel; --prefill-kernels picks among them.
+      // warp-specialised wgmma kernel and its ping-pong variant with key blocks of 64 and 128
+      // (wgmma-ws128, wgmma-pp128), the ping-pong variant with 3 K/V stages and the persistent
+      // ping-pong kernel; --prefill-kernels picks among them.
       using kernels::cuda::PrefillKernel;
       struct Variant {
         const char* kernel;
@@ -324,7 +326,9 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
             Variant{"wgmma", PrefillKernel::kWgmma, 8, 128},
             Variant{"wgmma", PrefillKernel::kWgmma, 8, 64},
             Variant{"wgmma-ws", PrefillKernel::kWgmmaWs, 12, 64},
+            Variant{"wgmma-ws128", PrefillKernel::kWgmmaWs, 12, 128},
             Variant{"wgmma-pp", PrefillKernel::kWgmmaPingPong, 12, 64},
+            Variant{"wgmma-pp128", PrefillKernel::kWgmmaPingPong, 12, 128},
             Variant{"wgmma-pp3", PrefillKernel::kWgmmaPingPong, 12, 64, 3},
             Variant{"wgmma-persistent", PrefillKernel::kWgmmaPersistent, 12, 64},
             Variant{"wgmma-persistent3", PrefillKernel::kWgmmaPersistent, 12, 64, 3}}) {
