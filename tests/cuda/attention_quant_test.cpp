@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <string>
@@ -178,6 +179,57 @@ TEST(CudaAttentionQuantized, LongContextSplitsAndLargeBatch) {
     cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming};
     AttentionScenario batch(rng, cfg, decode_batch(rng, 64, 2, 32, 4000));
     check_quantized(batch, q, std::string(kernels::kv_quant_name(q)) + " batch 32");
+  }
+}
+
+// The decode kernel over quantized pages takes 128 keys per iteration (attention_decode.cuh): key
+// counts just below, at and above multiples of 64 and 128, streaming windows ending there (ring
+// wrap included), selected pages, pages of 16, 32 and 64 tokens, one split and several of a
+// single 128-key block each (min_blocks_per_split 1), so that blocks end inside pages, splits end
+// inside the row and the last block of a split is partial.
+TEST(CudaAttentionQuantized, DecodeBlockEdgesAndSplits) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(96);
+  const int32_t lens[] = {1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 383, 385, 1023};
+  const int32_t windows[] = {1, 64, 127, 128, 129, 200};
+  for (KvQuant q : {KvQuant::kFp8, KvQuant::kInt8, KvQuant::kInt4}) {
+    for (int32_t d : {64, 128}) {
+      for (int32_t pt : {16, 32, 64}) {
+        ScenarioConfig cfg;
+        cfg.head_dim = d;
+        cfg.group = pt == 32 ? 8 : 4;
+        cfg.page_tokens = pt;
+        cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected};
+        cfg.sink_tokens = pt / 2 + 3;
+        cfg.dtype = pt == 32 ? DType::kF16 : DType::kBF16;
+        std::vector<SeqSpec> seqs;
+        for (size_t i = 0; i < std::size(lens); ++i) {
+          SeqSpec s;
+          s.kv_len = lens[i];
+          s.q_len = 1;
+          s.local_tokens = windows[i % std::size(windows)];
+          s.selected_row = static_cast<int32_t>(i);
+          const int32_t pages = (s.kv_len + pt - 1) / pt;
+          s.selected.resize(3);
+          for (auto& l : s.selected) {
+            for (int32_t j = 0; j < pages; ++j) {
+              if (std::bernoulli_distribution(0.5)(rng)) l.push_back(j);
+            }
+          }
+          seqs.push_back(std::move(s));
+        }
+        AttentionScenario sc(rng, cfg, seqs);
+        for (int32_t splits : {0, 3, 8}) {
+          kernels::cuda::AttentionOptions o;
+          o.max_splits = splits;
+          o.min_blocks_per_split = splits == 0 ? 0 : 1;
+          ScopedAttentionOptions scoped(o);
+          check_quantized(sc, q,
+                          std::string(kernels::kv_quant_name(q)) + " d " + std::to_string(d) +
+                              " page " + std::to_string(pt) + " splits " + std::to_string(splits));
+        }
+      }
+    }
   }
 }
 
