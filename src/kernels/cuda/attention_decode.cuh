@@ -302,9 +302,10 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
   constexpr int kBlockKeys = Shape::kBlockKeys;
   constexpr int kWarpKeys = Shape::kWarpKeys;
   constexpr int kNT = Shape::kNTiles;
-  static_assert(kQuantized ? kWarpKeys == 32 : kWarpKeys == 16,
-                "float pages: 16 keys per warp (a thread pair per row); quantized: 32 (a thread per "
-                "row, lane l of a warp owning its key l)");
+  static_assert(
+      kQuantized ? kWarpKeys == 32 : kWarpKeys == 16,
+      "float pages: 16 keys per warp (a thread pair per row); quantized: 32 (a thread per "
+      "row, lane l of a warp owning its key l)");
 
   const int32_t item = static_cast<int32_t>(blockIdx.x);
   const int32_t g = static_cast<int32_t>(blockIdx.y) / a.head_chunks;
@@ -381,7 +382,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
   unsigned char* sV = sK + kDecodeStages * kStageBytes;
   unsigned char* after_stages = sV + kDecodeStages * kStageBytes;
   // Quantized only: the stages' row parameters.
-  float* pK = reinterpret_cast<float*>(after_stages);      // [stages][128][params] f32
+  float* pK = reinterpret_cast<float*>(after_stages);            // [stages][128][params] f32
   float* pV = pK + kDecodeStages * kBlockKeys * Shape::kParams;  // [stages][128][params] f32
   int32_t* kpos = reinterpret_cast<int32_t*>(after_stages + Shape::template quant_bytes<T>());
   int32_t* listed = kpos + kDecodeStages * kBlockKeys;  // kpos: [stages][kBlockKeys]
@@ -402,8 +403,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
   __syncthreads();
   const Span sp = span_s;
   const int64_t num_rows = static_cast<int64_t>(sp.num_pages()) * hv.page_tokens;
-  const int32_t nb = static_cast<int32_t>(
-      min((num_rows + kBlockKeys - 1) / kBlockKeys, static_cast<int64_t>(INT32_MAX / kBlockKeys - 1)));
+  const int32_t nb = static_cast<int32_t>(min((num_rows + kBlockKeys - 1) / kBlockKeys,
+                                              static_cast<int64_t>(INT32_MAX / kBlockKeys - 1)));
   // Ticketed splits: split z first takes the kFixed blocks [z kFixed, (z + 1) kFixed) (known
   // before the wait, so their rows are fetched and prefetched early); the row's remaining blocks,
   // from splits * kFixed on, go out chunk_blocks at a time to whichever split of the row asks
@@ -470,9 +471,9 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
   constexpr int kRowChunks = kQuantized ? Shape::kCodeChunks : kChunks;  // 16 B chunks per row
   constexpr int kCopyRows = 32 / kRowChunks >= 1 ? 32 / kRowChunks : 1;  // rows per copy instr.
   static_assert(kRowChunks <= 32 && kRowChunks >= 1, "a row's chunks fit one warp instruction");
-  static_assert(!kQuantized || (32 % kRowChunks == 0 && kCopyRows <= kWarpKeys &&
-                                 kWarpKeys % kCopyRows == 0),
-                "quantized: whole code rows per copy instruction (no row past the warp's own)");
+  static_assert(
+      !kQuantized || (32 % kRowChunks == 0 && kCopyRows <= kWarpKeys && kWarpKeys % kCopyRows == 0),
+      "quantized: whole code rows per copy instruction (no row past the warp's own)");
   constexpr uint32_t kRowBytes = kQuantized ? Shape::kCodeBytes : kD * sizeof(T);
   // The same from the params (p.head_dim == kD): a run-time factor, so that each address below is
   // one IMAD.WIDE.U32 (ptxas splits a multiplication by the constant into shifts and adds).
@@ -579,7 +580,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
   PendingRow first[kDecodeStages + 1];
 #pragma unroll
   for (int s = 0; s <= kDecodeStages; ++s) {
-    if (s < n) first[s] = fetch_row(hv, sp, listed, (b_begin + s) * kBlockKeys + my_row, page_shift);
+    if (s < n)
+      first[s] = fetch_row(hv, sp, listed, (b_begin + s) * kBlockKeys + my_row, page_shift);
   }
   if (!waited && l2_prefetch) {  // still overlapping the previous kernel: warm L2 for the copies
 #pragma unroll
