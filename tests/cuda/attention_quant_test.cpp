@@ -182,11 +182,12 @@ TEST(CudaAttentionQuantized, LongContextSplitsAndLargeBatch) {
   }
 }
 
-// The decode kernel over quantized pages takes 128 keys per iteration (attention_decode.cuh): key
-// counts just below, at and above multiples of 64 and 128, streaming windows ending there (ring
-// wrap included), selected pages, pages of 16, 32 and 64 tokens, one split and several of a
-// single 128-key block each (min_blocks_per_split 1), so that blocks end inside pages, splits end
-// inside the row and the last block of a split is partial.
+// The decode kernel over quantized pages takes 128 keys per iteration by default, 64 on request
+// (AttentionOptions::decode_quant_block_keys; attention_decode.cuh): key counts just below, at and
+// above multiples of 64 and 128, streaming windows ending there (ring wrap included), selected
+// pages, pages of 16, 32 and 64 tokens, one split and several of a single block each
+// (min_blocks_per_split 1), so that blocks end inside pages, splits end inside the row and the
+// last block of a split is partial; both block sizes.
 TEST(CudaAttentionQuantized, DecodeBlockEdgesAndSplits) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(96);
@@ -219,14 +220,18 @@ TEST(CudaAttentionQuantized, DecodeBlockEdgesAndSplits) {
           seqs.push_back(std::move(s));
         }
         AttentionScenario sc(rng, cfg, seqs);
-        for (int32_t splits : {0, 3, 8}) {
-          kernels::cuda::AttentionOptions o;
-          o.max_splits = splits;
-          o.min_blocks_per_split = splits == 0 ? 0 : 1;
-          ScopedAttentionOptions scoped(o);
-          check_quantized(sc, q,
-                          std::string(kernels::kv_quant_name(q)) + " d " + std::to_string(d) +
-                              " page " + std::to_string(pt) + " splits " + std::to_string(splits));
+        for (int32_t keys : {128, 64}) {
+          for (int32_t splits : {0, 3, 8}) {
+            kernels::cuda::AttentionOptions o;
+            o.max_splits = splits;
+            o.min_blocks_per_split = splits == 0 ? 0 : 1;
+            o.decode_quant_block_keys = keys;
+            ScopedAttentionOptions scoped(o);
+            check_quantized(sc, q,
+                            std::string(kernels::kv_quant_name(q)) + " d " + std::to_string(d) +
+                                " page " + std::to_string(pt) + " splits " +
+                                std::to_string(splits) + " keys " + std::to_string(keys));
+          }
         }
       }
     }

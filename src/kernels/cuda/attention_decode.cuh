@@ -54,34 +54,37 @@ inline constexpr int kDecodeWarps = 4;
 inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
 inline constexpr int kDecodeStages = 3;
 inline constexpr int kDecodeRows = 16;  // query heads per block
-// Keys per loop iteration (one pipeline stage) of a decode block over pages of format q: 64 for
-// float pages (kKeyBlock); 128 for quantized pages, whose packed code rows take a half (8-bit) or
-// a quarter (int4) of a q-dtype row, so a 128-key stage is no larger than a float 64-key one. The
-// loop's per-iteration work that does not scale with the keys (table fetches, pipeline waits and
-// barrier, visibility votes, the softmax's row reductions and rescaling, the V-scale exponent) is
-// then paid once per 128 keys: static SASS per key at head_dim 128 (docs/kv-quantization.md).
-__host__ __device__ constexpr int decode_block_keys(KvQuant q) {
-  return q == KvQuant::kNone ? kKeyBlock : 128;
+// Keys per loop iteration (one pipeline stage) of a decode block over quantized pages:
+// kDecodeQuantKeys by default (AttentionOptions::decode_quant_block_keys), 64 on request (float
+// pages: always kKeyBlock = 64). The packed code rows take a half (8-bit) or a quarter (int4) of a
+// q-dtype row, so a 128-key stage is no larger than a float 64-key one, and the iteration's work
+// that does not grow with its keys (table fetches, pipeline wait and barrier, visibility votes,
+// the softmax's row reductions and rescaling, the V-scale exponent, loop control) is paid once per
+// 128 keys: static SASS per key at head_dim 128 in docs/kv-quantization.md.
+inline constexpr int kDecodeQuantKeys = 128;
+// Quantized pages: blocks per SM the registers are bounded for, per keys per iteration. 128 keys:
+// two, as for float pages (the 8-bit formats' three 128-key stages of K and V take 96 KB at
+// head_dim 128, so a third block does not fit, and int4 at the 168 registers of three blocks
+// spilled 52 instructions inside the loop, nvcc 13.0); each warp's 32 keys per iteration give it
+// twice the independent work of a 64-key iteration instead. 64 keys: three (the loop is bound by
+// instruction latency, and with two warps per scheduler its chain was not hidden).
+__host__ __device__ constexpr int decode_quant_blocks_per_sm(int block_keys) {
+  return block_keys == 64 ? 3 : 2;
 }
-// Quantized pages: blocks per SM the registers are bounded for. Two, as for float pages: with
-// 128-key iterations the 8-bit formats' three stages of K and V take 96 KB at head_dim 128, so a
-// third block does not fit, and int4 (48 KB) at the 168 registers of three blocks spilled ~52
-// instructions inside the loop (nvcc 13.0); each warp's 32 keys per iteration give it twice the
-// independent work of a 64-key iteration instead. (With 64-key iterations this was 3: the loop
-// is bound by instruction latency, and two warps per scheduler did not hide its chain.)
-inline constexpr int kDecodeQuantBlocksPerSm = 2;
 
 // The shared-memory plan of a decode block over pages of format kQ (kNone: q-dtype elements).
 // Float pages land in the stages as padded q-dtype rows that ldmatrix reads directly. Quantized
 // pages land as packed (chunk-swizzled) code rows plus each row's f32 parameters (only the
 // quantized bytes cross DRAM); each warp reads its 16 rows' codes straight into mma fragments
 // (kv_fragments.cuh).
-template <int kD, KvQuant kQ = KvQuant::kNone>
+// kQuantKeys: keys per iteration over quantized pages (64 or 128; float pages take 64).
+template <int kD, KvQuant kQ = KvQuant::kNone, int kQuantKeys = kDecodeQuantKeys>
 struct DecodeShape {
   static constexpr bool kQuantized = kQ != KvQuant::kNone;
+  static_assert(kQuantKeys == 64 || kQuantKeys == 128, "64 or 128 keys per iteration");
   // Keys per stage (loop iteration), per warp (each warp takes kWarpKeys of them), and the score
   // fragments' 8-key n-tiles of a warp.
-  static constexpr int kBlockKeys = decode_block_keys(kQ);
+  static constexpr int kBlockKeys = kQuantized ? kQuantKeys : kKeyBlock;
   static constexpr int kWarpKeys = kBlockKeys / kDecodeWarps;
   static constexpr int kNTiles = kWarpKeys / 8;
   static constexpr int kStride = kD + 8;  // elements per row of sQ and of the q-dtype K/V tiles
@@ -288,10 +291,12 @@ __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const Pending
 // page-format policy is DecodeShape plus the `if constexpr (kQuantized)` branches of the copy,
 // prefetch and compute steps); everything else (span, splits, pipeline, tickets, merge) is the
 // same code for every format.
-template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant::kNone>
-__global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDecodeQuantBlocksPerSm)
+template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant::kNone,
+          int kQuantKeys = kDecodeQuantKeys>
+__global__ void __launch_bounds__(kDecodeThreads,
+                                  kQ == KvQuant::kNone ? 2 : decode_quant_blocks_per_sm(kQuantKeys))
     decode_attention_kernel(const AttentionParams p, const DecodeArgs a) {
-  using Shape = DecodeShape<kD, kQ>;
+  using Shape = DecodeShape<kD, kQ, kQuantKeys>;
   constexpr bool kQuantized = Shape::kQuantized;
   constexpr int kStride = Shape::kStride;
   constexpr int kChunks = Shape::kChunks;
@@ -303,9 +308,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
   constexpr int kWarpKeys = Shape::kWarpKeys;
   constexpr int kNT = Shape::kNTiles;
   static_assert(
-      kQuantized ? kWarpKeys == 32 : kWarpKeys == 16,
-      "float pages: 16 keys per warp (a thread pair per row); quantized: 32 (a thread per "
-      "row, lane l of a warp owning its key l)");
+      kWarpKeys == 16 || (kQuantized && kWarpKeys == 32),
+      "16 keys per warp (a thread pair per key row) or, quantized, 32 (a thread per row)");
 
   const int32_t item = static_cast<int32_t>(blockIdx.x);
   const int32_t g = static_cast<int32_t>(blockIdx.y) / a.head_chunks;
@@ -493,17 +497,18 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
     const int sub = lane / kRowChunks, c = lane % kRowChunks;
     if constexpr (kQuantized) {
       constexpr int kCodeBytes = Shape::kCodeBytes;
-      // Lane l of warp w owns row kWarpKeys w + l (= my_row): its position, page and row in it.
+      // Lanes kThreadsPerRow r (and r + 1) of warp w own row kWarpKeys w + r (= my_row): its
+      // position, page and row in it.
       const PoolPage kp = resolve_page<kTiered>(hv, pr);
-      kpos[stage * kBlockKeys + my_row] = kp.position;
+      if (kThreadsPerRow == 1 || tid % 2 == 0) kpos[stage * kBlockKeys + my_row] = kp.position;
       const int32_t own_page = kp.position >= 0 ? kp.page : -1;  // -1: zero-fill
       unsigned char* dk0 = sK + stage * kStageBytes;
       unsigned char* dv0 = sV + stage * kStageBytes;
 #pragma unroll
       for (int r0 = 0; r0 < kWarpKeys; r0 += kCopyRows) {
         const int rr = r0 + sub;  // row of the warp's kWarpKeys that this lane copies (its owner)
-        const int32_t page = __shfl_sync(0xffffffffu, own_page, rr);
-        const int32_t in_page = __shfl_sync(0xffffffffu, kp.in_page, rr);
+        const int32_t page = __shfl_sync(0xffffffffu, own_page, kThreadsPerRow * rr);
+        const int32_t in_page = __shfl_sync(0xffffffffu, kp.in_page, kThreadsPerRow * rr);
         // Page -1 reads nothing (the 16 bytes are zero-filled); its address is page 0's.
         const uint32_t pg = static_cast<uint32_t>(max(page, 0));
         const uint32_t in_off = static_cast<uint32_t>(in_page) * kCodeBytes;
@@ -512,16 +517,24 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
         cp_async_16_or_zero(dv0 + dst, row_address(v_lane + in_off, pg, page_bytes), page);
       }
       // The row's parameters, K's and V's (the same offset in either pool; zeros for a missing
-      // row, so it dequantizes to zeros like its zero-filled codes).
+      // row, so it dequantizes to zeros like its zero-filled codes): the row's thread copies both,
+      // or, with a thread pair per row, the even thread K's and the odd one V's.
       constexpr int kParamBytes = 4 * Shape::kParams;
       const uint64_t param_off =
           static_cast<uint64_t>(static_cast<uint32_t>(max(own_page, 0))) * page_bytes +
           (params_offset + static_cast<uint32_t>(kp.in_page) * kParamBytes);
       const int pdst = (stage * kBlockKeys + my_row) * Shape::kParams;
-      cp_async_params_or_zero<kParamBytes>(
-          pK + pdst, reinterpret_cast<const char*>(k_pool) + param_off, own_page);
-      cp_async_params_or_zero<kParamBytes>(
-          pV + pdst, reinterpret_cast<const char*>(v_pool) + param_off, own_page);
+      if constexpr (kThreadsPerRow == 1) {
+        cp_async_params_or_zero<kParamBytes>(
+            pK + pdst, reinterpret_cast<const char*>(k_pool) + param_off, own_page);
+        cp_async_params_or_zero<kParamBytes>(
+            pV + pdst, reinterpret_cast<const char*>(v_pool) + param_off, own_page);
+      } else {
+        const bool even = tid % 2 == 0;
+        cp_async_params_or_zero<kParamBytes>(
+            (even ? pK : pV) + pdst,
+            reinterpret_cast<const char*>(even ? k_pool : v_pool) + param_off, own_page);
+      }
     } else {
       const PoolRow kr = resolve_row<kTiered>(hv, pr);
       if (tid % 2 == 0) kpos[stage * kBlockKeys + my_row] = kr.position;
@@ -760,8 +773,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
     const int stage = i % kDecodeStages;
     const int32_t* kp = kpos + stage * kBlockKeys + key0;
     const bool vis = key_visible(hv, it.position, kp[lane % kWarpKeys]);
-    // Quantized (32 keys per warp): lane l's vote is key l's visibility, so the ballot is the
-    // warp's key mask and the masking below needs no second look at the keys' positions.
+    // Quantized: lane l's vote is key l % kWarpKeys's visibility, so the ballot is the warp's
+    // key mask (16 keys: twice over) and the masking below needs no second look at the keys.
     [[maybe_unused]] uint32_t vmask = 0xffffffffu;
     if constexpr (kQuantized) {
       vmask = __ballot_sync(0xffffffffu, vis);
