@@ -319,8 +319,9 @@ std::vector<float> run_quantized(AttentionScenario& sc, KvQuant q, const QuantPo
 
 // The decode kernel's tiered instantiation over quantized pages (retrieval head-pages in shuffled
 // cache slots, poisoned homes; streaming heads in their own untiered pool) gives the untiered
-// run's outputs bit for bit, one split and many; and a call asking for ticketed splits (which
-// quantized pages serve with fixed splits) stays within the kernels' tolerance of the CPU.
+// run's outputs bit for bit, one split and many, with 128- and 64-key iterations; and a call
+// asking for ticketed splits (which quantized pages serve with fixed splits) stays within the
+// kernels' tolerance of the CPU.
 TEST(CudaAttentionQuantized, TieredSlotsAndTicketedCallsMatchThePlainRun) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(95);
@@ -353,6 +354,19 @@ TEST(CudaAttentionQuantized, TieredSlotsAndTicketedCallsMatchThePlainRun) {
       for (size_t i = 0; i < plain.size(); ++i) {
         ASSERT_TRUE(tiered[i] == plain[i] || (std::isnan(tiered[i]) && std::isnan(plain[i])))
             << label << ": element " << i << " " << tiered[i] << " vs " << plain[i];
+      }
+      {  // the same with 64-key iterations (AttentionOptions::decode_quant_block_keys)
+        kernels::cuda::AttentionOptions o64;
+        o64.decode_quant_block_keys = 64;
+        ScopedAttentionOptions scoped64(o64);
+        const std::vector<float> plain64 = run_quantized(sc, q, r, s, nullptr);
+        const std::vector<float> tiered64 = run_quantized(sc, q, r, s, &slots);
+        ASSERT_EQ(tiered64.size(), plain64.size());
+        for (size_t i = 0; i < plain64.size(); ++i) {
+          ASSERT_TRUE(tiered64[i] == plain64[i] ||
+                      (std::isnan(tiered64[i]) && std::isnan(plain64[i])))
+              << label << " 64 keys: element " << i << " " << tiered64[i] << " vs " << plain64[i];
+        }
       }
       kernels::cuda::AttentionOptions o;
       o.decode_ticketed_splits = 1;
