@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <string>
@@ -181,6 +182,62 @@ TEST(CudaAttentionQuantized, LongContextSplitsAndLargeBatch) {
   }
 }
 
+// The decode kernel over quantized pages takes 128 keys per iteration by default, 64 on request
+// (AttentionOptions::decode_quant_block_keys; attention_decode.cuh): key counts just below, at and
+// above multiples of 64 and 128, streaming windows ending there (ring wrap included), selected
+// pages, pages of 16, 32 and 64 tokens, one split and several of a single block each
+// (min_blocks_per_split 1), so that blocks end inside pages, splits end inside the row and the
+// last block of a split is partial; both block sizes.
+TEST(CudaAttentionQuantized, DecodeBlockEdgesAndSplits) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(96);
+  const int32_t lens[] = {1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 383, 385, 1023};
+  const int32_t windows[] = {1, 64, 127, 128, 129, 200};
+  for (KvQuant q : {KvQuant::kFp8, KvQuant::kInt8, KvQuant::kInt4}) {
+    for (int32_t d : {64, 128}) {
+      for (int32_t pt : {16, 32, 64}) {
+        ScenarioConfig cfg;
+        cfg.head_dim = d;
+        cfg.group = pt == 32 ? 8 : 4;
+        cfg.page_tokens = pt;
+        cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected};
+        cfg.sink_tokens = pt / 2 + 3;
+        cfg.dtype = pt == 32 ? DType::kF16 : DType::kBF16;
+        std::vector<SeqSpec> seqs;
+        for (size_t i = 0; i < std::size(lens); ++i) {
+          SeqSpec s;
+          s.kv_len = lens[i];
+          s.q_len = 1;
+          s.local_tokens = windows[i % std::size(windows)];
+          s.selected_row = static_cast<int32_t>(i);
+          const int32_t pages = (s.kv_len + pt - 1) / pt;
+          s.selected.resize(3);
+          for (auto& l : s.selected) {
+            for (int32_t j = 0; j < pages; ++j) {
+              if (std::bernoulli_distribution(0.5)(rng)) l.push_back(j);
+            }
+          }
+          seqs.push_back(std::move(s));
+        }
+        AttentionScenario sc(rng, cfg, seqs);
+        for (int32_t keys : {128, 64}) {
+          for (int32_t splits : {0, 3, 8}) {
+            kernels::cuda::AttentionOptions o;
+            o.max_splits = splits;
+            o.min_blocks_per_split = splits == 0 ? 0 : 1;
+            o.decode_quant_block_keys = keys;
+            ScopedAttentionOptions scoped(o);
+            check_quantized(sc, q,
+                            std::string(kernels::kv_quant_name(q)) + " d " + std::to_string(d) +
+                                " page " + std::to_string(pt) + " splits " +
+                                std::to_string(splits) + " keys " + std::to_string(keys));
+          }
+        }
+      }
+    }
+  }
+}
+
 // Prefill chunks, whole prompts and decode tokens in one batch over quantized pages: the
 // mma.sync prefill kernel with 4 warps and with 8 (the tile shape the wgmma options plan).
 TEST(CudaAttentionQuantized, MixedPrefillBatchesMatchCpuOnDequantizedPages) {
@@ -262,8 +319,9 @@ std::vector<float> run_quantized(AttentionScenario& sc, KvQuant q, const QuantPo
 
 // The decode kernel's tiered instantiation over quantized pages (retrieval head-pages in shuffled
 // cache slots, poisoned homes; streaming heads in their own untiered pool) gives the untiered
-// run's outputs bit for bit, one split and many; and a call asking for ticketed splits (which
-// quantized pages serve with fixed splits) stays within the kernels' tolerance of the CPU.
+// run's outputs bit for bit, one split and many, with 128- and 64-key iterations; and a call
+// asking for ticketed splits (which quantized pages serve with fixed splits) stays within the
+// kernels' tolerance of the CPU.
 TEST(CudaAttentionQuantized, TieredSlotsAndTicketedCallsMatchThePlainRun) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(95);
@@ -296,6 +354,19 @@ TEST(CudaAttentionQuantized, TieredSlotsAndTicketedCallsMatchThePlainRun) {
       for (size_t i = 0; i < plain.size(); ++i) {
         ASSERT_TRUE(tiered[i] == plain[i] || (std::isnan(tiered[i]) && std::isnan(plain[i])))
             << label << ": element " << i << " " << tiered[i] << " vs " << plain[i];
+      }
+      {  // the same with 64-key iterations (AttentionOptions::decode_quant_block_keys)
+        kernels::cuda::AttentionOptions o64;
+        o64.decode_quant_block_keys = 64;
+        ScopedAttentionOptions scoped64(o64);
+        const std::vector<float> plain64 = run_quantized(sc, q, r, s, nullptr);
+        const std::vector<float> tiered64 = run_quantized(sc, q, r, s, &slots);
+        ASSERT_EQ(tiered64.size(), plain64.size());
+        for (size_t i = 0; i < plain64.size(); ++i) {
+          ASSERT_TRUE(tiered64[i] == plain64[i] ||
+                      (std::isnan(tiered64[i]) && std::isnan(plain64[i])))
+              << label << " 64 keys: element " << i << " " << tiered64[i] << " vs " << plain64[i];
+        }
       }
       kernels::cuda::AttentionOptions o;
       o.decode_ticketed_splits = 1;

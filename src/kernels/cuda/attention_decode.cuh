@@ -54,18 +54,39 @@ inline constexpr int kDecodeWarps = 4;
 inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
 inline constexpr int kDecodeStages = 3;
 inline constexpr int kDecodeRows = 16;  // query heads per block
-// Quantized pages: blocks per SM the registers are bounded for (their shared memory is half the
-// float kernel's, and the loop is bound by instruction latency: more warps hide more of it).
-inline constexpr int kDecodeQuantBlocksPerSm = 3;
+// Keys per loop iteration (one pipeline stage) of a decode block over quantized pages:
+// kDecodeQuantKeys by default (AttentionOptions::decode_quant_block_keys), 64 on request (float
+// pages: always kKeyBlock = 64). The packed code rows take a half (8-bit) or a quarter (int4) of a
+// q-dtype row, so a 128-key stage is no larger than a float 64-key one, and the iteration's work
+// that does not grow with its keys (table fetches, pipeline wait and barrier, visibility votes,
+// the softmax's row reductions and rescaling, the V-scale exponent, loop control) is paid once per
+// 128 keys: static SASS per key at head_dim 128 in docs/kv-quantization.md.
+inline constexpr int kDecodeQuantKeys = 128;
+// Quantized pages: blocks per SM the registers are bounded for, per keys per iteration. 128 keys:
+// two, as for float pages (the 8-bit formats' three 128-key stages of K and V take 96 KB at
+// head_dim 128, so a third block does not fit, and int4 at the 168 registers of three blocks
+// spilled 52 instructions inside the loop, nvcc 13.0); each warp's 32 keys per iteration give it
+// twice the independent work of a 64-key iteration instead. 64 keys: three (the loop is bound by
+// instruction latency, and with two warps per scheduler its chain was not hidden).
+__host__ __device__ constexpr int decode_quant_blocks_per_sm(int block_keys) {
+  return block_keys == 64 ? 3 : 2;
+}
 
 // The shared-memory plan of a decode block over pages of format kQ (kNone: q-dtype elements).
 // Float pages land in the stages as padded q-dtype rows that ldmatrix reads directly. Quantized
 // pages land as packed (chunk-swizzled) code rows plus each row's f32 parameters (only the
 // quantized bytes cross DRAM); each warp reads its 16 rows' codes straight into mma fragments
 // (kv_fragments.cuh).
-template <int kD, KvQuant kQ = KvQuant::kNone>
+// kQuantKeys: keys per iteration over quantized pages (64 or 128; float pages take 64).
+template <int kD, KvQuant kQ = KvQuant::kNone, int kQuantKeys = kDecodeQuantKeys>
 struct DecodeShape {
   static constexpr bool kQuantized = kQ != KvQuant::kNone;
+  static_assert(kQuantKeys == 64 || kQuantKeys == 128, "64 or 128 keys per iteration");
+  // Keys per stage (loop iteration), per warp (each warp takes kWarpKeys of them), and the score
+  // fragments' 8-key n-tiles of a warp.
+  static constexpr int kBlockKeys = kQuantized ? kQuantKeys : kKeyBlock;
+  static constexpr int kWarpKeys = kBlockKeys / kDecodeWarps;
+  static constexpr int kNTiles = kWarpKeys / 8;
   static constexpr int kStride = kD + 8;  // elements per row of sQ and of the q-dtype K/V tiles
   static constexpr int kChunks = kD / 8;  // 16-byte chunks of a q-dtype row
   static constexpr int kSmemQ = kDecodeRows * kStride;
@@ -78,7 +99,7 @@ struct DecodeShape {
   // Bytes of one K (or V) stage.
   template <typename T>
   static constexpr int stage_bytes() {
-    return kQuantized ? kKeyBlock * kCodeBytes : kSmemKV * static_cast<int>(sizeof(T));
+    return kQuantized ? kBlockKeys * kCodeBytes : kSmemKV * static_cast<int>(sizeof(T));
   }
   // The warps' partial outputs of the final merge ([warps][16][kD + 8] f32), laid over the
   // stages (and, quantized, the parameters and a pad after them where those are smaller).
@@ -89,7 +110,7 @@ struct DecodeShape {
     if constexpr (!kQuantized) {
       return 0;
     } else {
-      constexpr int params = 2 * kDecodeStages * kKeyBlock * kParams * 4;
+      constexpr int params = 2 * kDecodeStages * kBlockKeys * kParams * 4;
       constexpr int below = 2 * kDecodeStages * stage_bytes<T>() + params;
       return params + (kMergeBytes > below ? (kMergeBytes - below + 15) / 16 * 16 : 0);
     }
@@ -97,7 +118,7 @@ struct DecodeShape {
   template <typename T>
   static constexpr int smem_bytes(int listed_cap) {
     return static_cast<int>(sizeof(T)) * kSmemQ + 2 * kDecodeStages * stage_bytes<T>() +
-           quant_bytes<T>() + 4 * kDecodeStages * kKeyBlock + 4 * listed_cap;
+           quant_bytes<T>() + 4 * kDecodeStages * kBlockKeys + 4 * listed_cap;
   }
 };
 
@@ -270,16 +291,25 @@ __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const Pending
 // page-format policy is DecodeShape plus the `if constexpr (kQuantized)` branches of the copy,
 // prefetch and compute steps); everything else (span, splits, pipeline, tickets, merge) is the
 // same code for every format.
-template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant::kNone>
-__global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDecodeQuantBlocksPerSm)
+template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant::kNone,
+          int kQuantKeys = kDecodeQuantKeys>
+__global__ void __launch_bounds__(kDecodeThreads,
+                                  kQ == KvQuant::kNone ? 2 : decode_quant_blocks_per_sm(kQuantKeys))
     decode_attention_kernel(const AttentionParams p, const DecodeArgs a) {
-  using Shape = DecodeShape<kD, kQ>;
+  using Shape = DecodeShape<kD, kQ, kQuantKeys>;
   constexpr bool kQuantized = Shape::kQuantized;
   constexpr int kStride = Shape::kStride;
   constexpr int kChunks = Shape::kChunks;
   constexpr int kStageBytes = Shape::template stage_bytes<T>();
   constexpr int kKSteps = kD / 16;
   constexpr int kDTiles = kD / 8;
+  // Keys per iteration (64 float, 128 quantized), per warp, and the warp's 8-key n-tiles.
+  constexpr int kBlockKeys = Shape::kBlockKeys;
+  constexpr int kWarpKeys = Shape::kWarpKeys;
+  constexpr int kNT = Shape::kNTiles;
+  static_assert(
+      kWarpKeys == 16 || (kQuantized && kWarpKeys == 32),
+      "16 keys per warp (a thread pair per key row) or, quantized, 32 (a thread per row)");
 
   const int32_t item = static_cast<int32_t>(blockIdx.x);
   const int32_t g = static_cast<int32_t>(blockIdx.y) / a.head_chunks;
@@ -356,10 +386,10 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
   unsigned char* sV = sK + kDecodeStages * kStageBytes;
   unsigned char* after_stages = sV + kDecodeStages * kStageBytes;
   // Quantized only: the stages' row parameters.
-  float* pK = reinterpret_cast<float*>(after_stages);      // [stages][64][params] f32
-  float* pV = pK + kDecodeStages * kKeyBlock * Shape::kParams;  // [stages][64][params] f32
+  float* pK = reinterpret_cast<float*>(after_stages);            // [stages][128][params] f32
+  float* pV = pK + kDecodeStages * kBlockKeys * Shape::kParams;  // [stages][128][params] f32
   int32_t* kpos = reinterpret_cast<int32_t*>(after_stages + Shape::template quant_bytes<T>());
-  int32_t* listed = kpos + kDecodeStages * kKeyBlock;  // kpos: [stages][64]
+  int32_t* listed = kpos + kDecodeStages * kBlockKeys;  // kpos: [stages][kBlockKeys]
   __shared__ Span span_s;
   __shared__ float ml_s[kDecodeWarps][kDecodeRows][2];
   constexpr int kTicketRing = 8;
@@ -377,8 +407,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
   __syncthreads();
   const Span sp = span_s;
   const int64_t num_rows = static_cast<int64_t>(sp.num_pages()) * hv.page_tokens;
-  const int32_t nb = static_cast<int32_t>(
-      min((num_rows + kKeyBlock - 1) / kKeyBlock, static_cast<int64_t>(INT32_MAX / kKeyBlock - 1)));
+  const int32_t nb = static_cast<int32_t>(min((num_rows + kBlockKeys - 1) / kBlockKeys,
+                                              static_cast<int64_t>(INT32_MAX / kBlockKeys - 1)));
   // Ticketed splits: split z first takes the kFixed blocks [z kFixed, (z + 1) kFixed) (known
   // before the wait, so their rows are fetched and prefetched early); the row's remaining blocks,
   // from splits * kFixed on, go out chunk_blocks at a time to whichever split of the row asks
@@ -427,11 +457,14 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
         tickets_begin + static_cast<int64_t>(tickets_s[k % kTicketRing]) * cb + (v - kFixed) % cb;
     return b < nb ? static_cast<int32_t>(b) : -1;
   };
-  // Each thread pair resolves one row of K and V per block. The row's block-table entry is
-  // fetched two iterations before its copies are issued (fetch_row's load is first used by
-  // resolve_row in a later iteration), so the table lookup's latency overlaps blocks of compute
-  // instead of stalling the issue of the next stage.
-  const int my_row = tid / 2;
+  // Each thread pair (float pages: 64 keys per block) or each thread (quantized: 128) resolves one
+  // row of K and V per block, the rows of warp w being its own keys [kWarpKeys w, kWarpKeys (w +
+  // 1)). The row's block-table entry is fetched two iterations before its copies are issued
+  // (fetch_row's load is first used by resolve_row in a later iteration), so the table lookup's
+  // latency overlaps blocks of compute instead of stalling the issue of the next stage.
+  constexpr int kThreadsPerRow = kDecodeThreads / kBlockKeys;  // 2 (float) or 1 (quantized)
+  static_assert(kThreadsPerRow * kBlockKeys == kDecodeThreads, "one or two threads per key row");
+  const int my_row = tid / kThreadsPerRow;
   const T* k_pool = static_cast<const T*>(hv.k);
   const T* v_pool = static_cast<const T*>(hv.v);
   // The copies of a warp's 16 rows (lanes 2q and 2q + 1 of warp w own row 16 w + q: its table
@@ -442,8 +475,9 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
   constexpr int kRowChunks = kQuantized ? Shape::kCodeChunks : kChunks;  // 16 B chunks per row
   constexpr int kCopyRows = 32 / kRowChunks >= 1 ? 32 / kRowChunks : 1;  // rows per copy instr.
   static_assert(kRowChunks <= 32 && kRowChunks >= 1, "a row's chunks fit one warp instruction");
-  static_assert(!kQuantized || (32 % kRowChunks == 0 && kCopyRows <= 16),
-                "quantized: whole code rows per copy instruction (no row past the warp's 16)");
+  static_assert(
+      !kQuantized || (32 % kRowChunks == 0 && kCopyRows <= kWarpKeys && kWarpKeys % kCopyRows == 0),
+      "quantized: whole code rows per copy instruction (no row past the warp's own)");
   constexpr uint32_t kRowBytes = kQuantized ? Shape::kCodeBytes : kD * sizeof(T);
   // The same from the params (p.head_dim == kD): a run-time factor, so that each address below is
   // one IMAD.WIDE.U32 (ptxas splits a multiplication by the constant into shifts and adds).
@@ -463,35 +497,47 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
     const int sub = lane / kRowChunks, c = lane % kRowChunks;
     if constexpr (kQuantized) {
       constexpr int kCodeBytes = Shape::kCodeBytes;
+      // Lanes kThreadsPerRow r (and r + 1) of warp w own row kWarpKeys w + r (= my_row): its
+      // position, page and row in it.
       const PoolPage kp = resolve_page<kTiered>(hv, pr);
-      if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kp.position;
+      if (kThreadsPerRow == 1 || tid % 2 == 0) kpos[stage * kBlockKeys + my_row] = kp.position;
       const int32_t own_page = kp.position >= 0 ? kp.page : -1;  // -1: zero-fill
       unsigned char* dk0 = sK + stage * kStageBytes;
       unsigned char* dv0 = sV + stage * kStageBytes;
 #pragma unroll
-      for (int r0 = 0; r0 < 16; r0 += kCopyRows) {
-        const int rr = r0 + sub;  // row of the warp's 16 that this lane copies (< 16)
-        const int32_t page = __shfl_sync(0xffffffffu, own_page, 2 * rr);
-        const int32_t in_page = __shfl_sync(0xffffffffu, kp.in_page, 2 * rr);
+      for (int r0 = 0; r0 < kWarpKeys; r0 += kCopyRows) {
+        const int rr = r0 + sub;  // row of the warp's kWarpKeys that this lane copies (its owner)
+        const int32_t page = __shfl_sync(0xffffffffu, own_page, kThreadsPerRow * rr);
+        const int32_t in_page = __shfl_sync(0xffffffffu, kp.in_page, kThreadsPerRow * rr);
         // Page -1 reads nothing (the 16 bytes are zero-filled); its address is page 0's.
         const uint32_t pg = static_cast<uint32_t>(max(page, 0));
         const uint32_t in_off = static_cast<uint32_t>(in_page) * kCodeBytes;
-        const int dst = code_offset<kCodeBytes>(warp * 16 + rr, c);  // swizzled chunk
+        const int dst = code_offset<kCodeBytes>(warp * kWarpKeys + rr, c);  // swizzled chunk
         cp_async_16_or_zero(dk0 + dst, row_address(k_lane + in_off, pg, page_bytes), page);
         cp_async_16_or_zero(dv0 + dst, row_address(v_lane + in_off, pg, page_bytes), page);
       }
-      // The row's parameters: the pair's even thread copies K's, the odd one V's (zeros for a
-      // missing row, so it dequantizes to zeros like its zero-filled codes).
+      // The row's parameters, K's and V's (the same offset in either pool; zeros for a missing
+      // row, so it dequantizes to zeros like its zero-filled codes): the row's thread copies both,
+      // or, with a thread pair per row, the even thread K's and the odd one V's.
       constexpr int kParamBytes = 4 * Shape::kParams;
-      const char* pool_base = reinterpret_cast<const char*>(tid % 2 == 0 ? k_pool : v_pool);
-      const char* src = row_address(pool_base + params_offset +
-                                        static_cast<uint32_t>(kp.in_page) * kParamBytes,
-                                    static_cast<uint32_t>(max(own_page, 0)), page_bytes);
-      float* dst = (tid % 2 == 0 ? pK : pV) + (stage * kKeyBlock + my_row) * Shape::kParams;
-      cp_async_params_or_zero<kParamBytes>(dst, src, own_page);
+      const uint64_t param_off =
+          static_cast<uint64_t>(static_cast<uint32_t>(max(own_page, 0))) * page_bytes +
+          (params_offset + static_cast<uint32_t>(kp.in_page) * kParamBytes);
+      const int pdst = (stage * kBlockKeys + my_row) * Shape::kParams;
+      if constexpr (kThreadsPerRow == 1) {
+        cp_async_params_or_zero<kParamBytes>(
+            pK + pdst, reinterpret_cast<const char*>(k_pool) + param_off, own_page);
+        cp_async_params_or_zero<kParamBytes>(
+            pV + pdst, reinterpret_cast<const char*>(v_pool) + param_off, own_page);
+      } else {
+        const bool even = tid % 2 == 0;
+        cp_async_params_or_zero<kParamBytes>(
+            (even ? pK : pV) + pdst,
+            reinterpret_cast<const char*>(even ? k_pool : v_pool) + param_off, own_page);
+      }
     } else {
       const PoolRow kr = resolve_row<kTiered>(hv, pr);
-      if (tid % 2 == 0) kpos[stage * kKeyBlock + my_row] = kr.position;
+      if (tid % 2 == 0) kpos[stage * kBlockKeys + my_row] = kr.position;
       const int32_t own_row = kr.position >= 0 ? kr.row : -1;  // -1: zero-fill
       T* dk0 = reinterpret_cast<T*>(sK + stage * kStageBytes) + (warp * 16) * kStride;
       T* dv0 = reinterpret_cast<T*>(sV + stage * kStageBytes) + (warp * 16) * kStride;
@@ -514,22 +560,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
   // ahead measured 5-45% slower on an H100: 264 blocks' prefetched rows overflow the L2.)
   auto prefetch_rows = [&](const PendingRow& pr) {
     if constexpr (kQuantized) {
-      // The even thread: the line(s) of the K codes and K's parameters; the odd thread the same
-      // of V (a row of codes may straddle two lines; repeats within one warp
-      // instruction merge into one request).
-      const PoolPage kp = resolve_page<kTiered>(hv, pr);
-      if (kp.position < 0) return;
-      const char* base = row_address(
-          reinterpret_cast<const char*>(tid % 2 == 0 ? k_pool : v_pool), kp.page, page_bytes);
-      const char* codes = base + static_cast<uint32_t>(kp.in_page) * Shape::kCodeBytes;
-      prefetch_l2(codes);
-      // A second line only where the row crosses one (128-byte rows in pages whose bytes are a
-      // multiple of 128, the common case, do not): each request occupies the L2 pipeline.
-      if ((reinterpret_cast<uintptr_t>(codes) & 127u) + Shape::kCodeBytes > 128u) {
-        prefetch_l2(codes + (Shape::kCodeBytes - 1));
-      }
-      prefetch_l2(base + params_offset +
-                  static_cast<uint32_t>(kp.in_page) * (4 * Shape::kParams));
+      // Quantized pages never prefetch into L2 (l2_prefetch below is false for them).
+      (void)pr;
     } else {
       const PoolRow kr = resolve_row<kTiered>(hv, pr);
       if (kr.position < 0) return;
@@ -561,7 +593,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
   PendingRow first[kDecodeStages + 1];
 #pragma unroll
   for (int s = 0; s <= kDecodeStages; ++s) {
-    if (s < n) first[s] = fetch_row(hv, sp, listed, (b_begin + s) * kKeyBlock + my_row, page_shift);
+    if (s < n)
+      first[s] = fetch_row(hv, sp, listed, (b_begin + s) * kBlockKeys + my_row, page_shift);
   }
   if (!waited && l2_prefetch) {  // still overlapping the previous kernel: warm L2 for the copies
 #pragma unroll
@@ -605,7 +638,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
 #pragma unroll
   for (int i = 0; i < kDTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  const int key0 = warp * 16;  // this warp's 16 keys of each block
+  const int key0 = warp * kWarpKeys;  // this warp's 16 (quantized: 32) keys of each block
   // Quantized pages (kv_fragments.cuh): the MMAs run on the codes in f16, so the queries are
   // converted to f16 once, row h scaled by 2^eq_h (max |q'| in [2^14, 2^15): bf16 -> f16 is then
   // exact down to 2^-28 of the row's max, and f16 queries stay exact); scores are kept in the
@@ -735,21 +768,32 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
     cp_async_commit();
     if (l2_prefetch && block_of(nxt + 1) >= 0) prefetch_rows(qb);
     const int32_t bf = block_of(nxt + 2);
-    qa = bf >= 0 ? fetch_row(hv, sp, listed, bf * kKeyBlock + my_row, page_shift) : PendingRow{};
+    qa = bf >= 0 ? fetch_row(hv, sp, listed, bf * kBlockKeys + my_row, page_shift) : PendingRow{};
 
     const int stage = i % kDecodeStages;
-    const int32_t* kp = kpos + stage * kKeyBlock + key0;
-    const bool vis = key_visible(hv, it.position, kp[lane % 16]);
-    if (!__any_sync(0xffffffffu, vis)) return true;
-    const bool all = __all_sync(0xffffffffu, vis);
-    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    // Quantized: this thread's keys' parameters (keys key0 + 8 nt + 2 ft + e, the columns of its
-    // score fragments): K's scale / zero, V's scale / zero.
-    [[maybe_unused]] float ksc[2][2], kzr[2][2], vsc[2][2], vzr[2][2];
+    const int32_t* kp = kpos + stage * kBlockKeys + key0;
+    const bool vis = key_visible(hv, it.position, kp[lane % kWarpKeys]);
+    // Quantized: lane l's vote is key l % kWarpKeys's visibility, so the ballot is the warp's
+    // key mask (16 keys: twice over) and the masking below needs no second look at the keys.
+    [[maybe_unused]] uint32_t vmask = 0xffffffffu;
+    if constexpr (kQuantized) {
+      vmask = __ballot_sync(0xffffffffu, vis);
+      if (vmask == 0u) return true;
+    } else {
+      if (!__any_sync(0xffffffffu, vis)) return true;
+    }
+    const bool all = kQuantized ? vmask == 0xffffffffu : __all_sync(0xffffffffu, vis);
+    // Score fragments: s[nt] holds keys key0 + 8 nt + 2 ft + e of rows fg (e) and fg + 8 (2 + e).
+    float s[kNT][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    // Quantized: this thread's keys' V parameters (the columns of its score fragments), read
+    // from the stage after the softmax.
+    [[maybe_unused]] float vsc[kNT][2], vzr[kNT][2];
     if constexpr (kQuantized) {
       const unsigned char* kst = sK + stage * kStageBytes;
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < kNT; ++nt) {
         uint32_t kw[kKWords<kD, kQ>];
         load_k_words<kD, kQ>(kst, key0 + nt * 8 + fg, ft, kw);
 #pragma unroll
@@ -759,41 +803,23 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
           mma_16816<__half>(s[nt], qf[kk], b0, b1);
         }
       }
-      const float* kq = pK + (stage * kKeyBlock + key0) * Shape::kParams;
-      const float* vq = pV + (stage * kKeyBlock + key0) * Shape::kParams;
+      const float* kq = pK + (stage * kBlockKeys + key0) * Shape::kParams;
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < kNT; ++nt) {
         const int key = nt * 8 + 2 * ft;
+        // Scores in the rows' units: s_t (acc - offsets) + z_t qsum'.
         if constexpr (Shape::kParams == 2) {
           const float4 kp4 = *reinterpret_cast<const float4*>(kq + 2 * key);
-          const float4 vp4 = *reinterpret_cast<const float4*>(vq + 2 * key);
-          ksc[nt][0] = kp4.x;
-          kzr[nt][0] = kp4.y;
-          ksc[nt][1] = kp4.z;
-          kzr[nt][1] = kp4.w;
-          vsc[nt][0] = vp4.x;
-          vzr[nt][0] = vp4.y;
-          vsc[nt][1] = vp4.z;
-          vzr[nt][1] = vp4.w;
+          s[nt][0] = fmaf(s[nt][0] - qoff0, kp4.x, kp4.y * qsum0);
+          s[nt][2] = fmaf(s[nt][2] - qoff1, kp4.x, kp4.y * qsum1);
+          s[nt][1] = fmaf(s[nt][1] - qoff0, kp4.z, kp4.w * qsum0);
+          s[nt][3] = fmaf(s[nt][3] - qoff1, kp4.z, kp4.w * qsum1);
         } else {
           const float2 kp2 = *reinterpret_cast<const float2*>(kq + key);
-          const float2 vp2 = *reinterpret_cast<const float2*>(vq + key);
-          ksc[nt][0] = kp2.x;
-          ksc[nt][1] = kp2.y;
-          vsc[nt][0] = vp2.x;
-          vsc[nt][1] = vp2.y;
-          kzr[nt][0] = kzr[nt][1] = vzr[nt][0] = vzr[nt][1] = 0.0f;
-        }
-        // Scores in the rows' units: s_t (acc - offsets) + z_t qsum'.
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if constexpr (Shape::kParams == 2) {
-            s[nt][e] = fmaf(s[nt][e] - qoff0, ksc[nt][e], kzr[nt][e] * qsum0);
-            s[nt][2 + e] = fmaf(s[nt][2 + e] - qoff1, ksc[nt][e], kzr[nt][e] * qsum1);
-          } else {
-            s[nt][e] *= ksc[nt][e];
-            s[nt][2 + e] *= ksc[nt][e];
-          }
+          s[nt][0] *= kp2.x;
+          s[nt][2] *= kp2.x;
+          s[nt][1] *= kp2.y;
+          s[nt][3] *= kp2.y;
         }
       }
     } else {
@@ -807,20 +833,28 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
         mma_16816<T>(s[1], qf[kk], kf[2], kf[3]);
       }
     }
-    if (!all) {
+    if (!all) {  // only blocks with a masked key (row or window edges, missing rows)
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          if (!key_visible(hv, it.position, kp[nt * 8 + 2 * (lane % 4) + e])) {
+          const int key = nt * 8 + 2 * (lane % 4) + e;
+          if (kQuantized ? ((vmask >> key) & 1u) == 0u : !key_visible(hv, it.position, kp[key])) {
             s[nt][e] = -INFINITY;
             s[nt][2 + e] = -INFINITY;
           }
         }
       }
     }
-    float mx0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
-    float mx1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+    // (Float pages, kNT = 2: the same expressions, in the same order, as before the quantized
+    // pages' 128-key blocks.)
+    float mx0 = fmaxf(s[0][0], s[0][1]);
+    float mx1 = fmaxf(s[0][2], s[0][3]);
+#pragma unroll
+    for (int nt = 1; nt < kNT; ++nt) {
+      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+    }
 #pragma unroll
     for (int o2 = 1; o2 <= 2; o2 <<= 1) {
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
@@ -834,41 +868,77 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
     m0 = mn0;
     m1 = mn1;
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
+    for (int nt = 0; nt < kNT; ++nt) {
       s[nt][0] = fast_exp2(fmaf(s[nt][0], sl0, -base0));
       s[nt][1] = fast_exp2(fmaf(s[nt][1], sl0, -base0));
       s[nt][2] = fast_exp2(fmaf(s[nt][2], sl1, -base1));
       s[nt][3] = fast_exp2(fmaf(s[nt][3], sl1, -base1));
     }
-    l0 = l0 * alpha0 + (s[0][0] + s[0][1] + s[1][0] + s[1][1]);
-    l1 = l1 * alpha1 + (s[0][2] + s[0][3] + s[1][2] + s[1][3]);
-    uint32_t pf[4];
+    float ls0 = s[0][0] + s[0][1];
+    float ls1 = s[0][2] + s[0][3];
+#pragma unroll
+    for (int nt = 1; nt < kNT; ++nt) {
+      ls0 = ls0 + s[nt][0];
+      ls0 = ls0 + s[nt][1];
+      ls1 = ls1 + s[nt][2];
+      ls1 = ls1 + s[nt][3];
+    }
+    l0 = l0 * alpha0 + ls0;
+    l1 = l1 * alpha1 + ls1;
+    // P fragments: one per 16 keys (pf[ks] from n-tiles 2 ks and 2 ks + 1).
+    uint32_t pf[kNT / 2][4];
     if constexpr (kQuantized) {
       // P' = p_t s_t F in f16 (F from the largest V scale so far; a larger one rescales o by the
       // exact power of two F_new / F_old together with alpha), and z's term in f32.
-      if constexpr (Shape::kParams == 2) {
-        zacc0 = zacc0 * alpha0 + (s[0][0] * vzr[0][0] + s[0][1] * vzr[0][1] +
-                                  s[1][0] * vzr[1][0] + s[1][1] * vzr[1][1]);
-        zacc1 = zacc1 * alpha1 + (s[0][2] * vzr[0][0] + s[0][3] * vzr[0][1] +
-                                  s[1][2] * vzr[1][0] + s[1][3] * vzr[1][1]);
+      const float* vq = pV + (stage * kBlockKeys + key0) * Shape::kParams;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const int key = nt * 8 + 2 * ft;
+        if constexpr (Shape::kParams == 2) {
+          const float4 vp4 = *reinterpret_cast<const float4*>(vq + 2 * key);
+          vsc[nt][0] = vp4.x;
+          vzr[nt][0] = vp4.y;
+          vsc[nt][1] = vp4.z;
+          vzr[nt][1] = vp4.w;
+        } else {
+          const float2 vp2 = *reinterpret_cast<const float2*>(vq + key);
+          vsc[nt][0] = vp2.x;
+          vsc[nt][1] = vp2.y;
+        }
       }
-      float mxs = fmaxf(fmaxf(vsc[0][0], vsc[0][1]), fmaxf(vsc[1][0], vsc[1][1]));
+      if constexpr (Shape::kParams == 2) {
+        float z0 = s[0][0] * vzr[0][0] + s[0][1] * vzr[0][1];
+        float z1 = s[0][2] * vzr[0][0] + s[0][3] * vzr[0][1];
+#pragma unroll
+        for (int nt = 1; nt < kNT; ++nt) {
+          z0 += s[nt][0] * vzr[nt][0] + s[nt][1] * vzr[nt][1];
+          z1 += s[nt][2] * vzr[nt][0] + s[nt][3] * vzr[nt][1];
+        }
+        zacc0 = zacc0 * alpha0 + z0;
+        zacc1 = zacc1 * alpha1 + z1;
+      }
+      float mxs = fmaxf(vsc[0][0], vsc[0][1]);
+#pragma unroll
+      for (int nt = 1; nt < kNT; ++nt) mxs = fmaxf(mxs, fmaxf(vsc[nt][0], vsc[nt][1]));
       mxs = fmaxf(mxs, __shfl_xor_sync(0xffffffffu, mxs, 1));
       mxs = fmaxf(mxs, __shfl_xor_sync(0xffffffffu, mxs, 2));
       const int eb = min(254, max(veb, static_cast<int>((__float_as_uint(mxs) >> 23) & 0xffu)));
-      if (eb != veb) {  // the same in every lane (the quad's max covers the warp's 16 keys)
+      if (eb != veb) {  // the same in every lane (the quad's max covers the warp's keys)
         const float ratio = exp2_int(max(-126, veb - eb));
         alpha0 *= ratio;
         alpha1 *= ratio;
         veb = eb;
       }
       const float big_f = exp2_int(141 - veb);
-      const float f00 = vsc[0][0] * big_f, f01 = vsc[0][1] * big_f;
-      const float f10 = vsc[1][0] * big_f, f11 = vsc[1][1] * big_f;
-      pf[0] = pack2<__half>(s[0][0] * f00, s[0][1] * f01);
-      pf[1] = pack2<__half>(s[0][2] * f00, s[0][3] * f01);
-      pf[2] = pack2<__half>(s[1][0] * f10, s[1][1] * f11);
-      pf[3] = pack2<__half>(s[1][2] * f10, s[1][3] * f11);
+#pragma unroll
+      for (int ks = 0; ks < kNT / 2; ++ks) {
+        const float f00 = vsc[2 * ks][0] * big_f, f01 = vsc[2 * ks][1] * big_f;
+        const float f10 = vsc[2 * ks + 1][0] * big_f, f11 = vsc[2 * ks + 1][1] * big_f;
+        pf[ks][0] = pack2<__half>(s[2 * ks][0] * f00, s[2 * ks][1] * f01);
+        pf[ks][1] = pack2<__half>(s[2 * ks][2] * f00, s[2 * ks][3] * f01);
+        pf[ks][2] = pack2<__half>(s[2 * ks + 1][0] * f10, s[2 * ks + 1][1] * f11);
+        pf[ks][3] = pack2<__half>(s[2 * ks + 1][2] * f10, s[2 * ks + 1][3] * f11);
+      }
     }
     // Once the row maxima settle, alpha is exactly 1 (exp2 of 0) for the whole warp, and the 64
     // multiplications would leave o as it is: skip them (bit-identical either way).
@@ -882,31 +952,35 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
       }
     }
     if constexpr (!kQuantized) {
-      pf[0] = pack2<T>(s[0][0], s[0][1]);
-      pf[1] = pack2<T>(s[0][2], s[0][3]);
-      pf[2] = pack2<T>(s[1][0], s[1][1]);
-      pf[3] = pack2<T>(s[1][2], s[1][3]);
+      pf[0][0] = pack2<T>(s[0][0], s[0][1]);
+      pf[0][1] = pack2<T>(s[0][2], s[0][3]);
+      pf[0][2] = pack2<T>(s[1][0], s[1][1]);
+      pf[0][3] = pack2<T>(s[1][2], s[1][3]);
     }
     if constexpr (kQuantized) {
-      // Rows 2 ft, 2 ft + 1 (b0) and 2 ft + 8, 2 ft + 9 (b1) of the warp's keys; thread fg holds
-      // head_dim elements v_phys(j, fg) of n-tile j.
+      // Per 16 keys ks: rows 2 ft, 2 ft + 1 (b0) and 2 ft + 8, 2 ft + 9 (b1) of them; thread fg
+      // holds head_dim elements v_phys(j, fg) of n-tile j.
       constexpr int kW = kVWords<kD, kQ>;
       constexpr int kTilesPerWord = kQ == KvQuant::kInt4 ? 8 : 4;
       const unsigned char* vst = sV + stage * kStageBytes;
-      uint32_t va[kW], vb[kW], vc[kW], vd[kW];
-      load_v_words<kD, kQ>(vst, key0 + 2 * ft, fg, va);
-      load_v_words<kD, kQ>(vst, key0 + 2 * ft + 1, fg, vb);
-      load_v_words<kD, kQ>(vst, key0 + 2 * ft + 8, fg, vc);
-      load_v_words<kD, kQ>(vst, key0 + 2 * ft + 9, fg, vd);
 #pragma unroll
-      for (int m = 0; m < kW; ++m) {
-        uint32_t f0[kTilesPerWord], f1[kTilesPerWord];
-        v_fragments<kQ>(va[m], vb[m], f0);
-        v_fragments<kQ>(vc[m], vd[m], f1);
+      for (int ks = 0; ks < kNT / 2; ++ks) {
+        const int kr = key0 + 16 * ks + 2 * ft;
+        uint32_t va[kW], vb[kW], vc[kW], vd[kW];
+        load_v_words<kD, kQ>(vst, kr, fg, va);
+        load_v_words<kD, kQ>(vst, kr + 1, fg, vb);
+        load_v_words<kD, kQ>(vst, kr + 8, fg, vc);
+        load_v_words<kD, kQ>(vst, kr + 9, fg, vd);
 #pragma unroll
-        for (int jj = 0; jj < kTilesPerWord; ++jj) {
-          if (m * kTilesPerWord + jj < kDTiles) {
-            mma_16816<__half>(o[m * kTilesPerWord + jj], pf, f0[jj], f1[jj]);
+        for (int m = 0; m < kW; ++m) {
+          uint32_t f0[kTilesPerWord], f1[kTilesPerWord];
+          v_fragments<kQ>(va[m], vb[m], f0);
+          v_fragments<kQ>(vc[m], vd[m], f1);
+#pragma unroll
+          for (int jj = 0; jj < kTilesPerWord; ++jj) {
+            if (m * kTilesPerWord + jj < kDTiles) {
+              mma_16816<__half>(o[m * kTilesPerWord + jj], pf[ks], f0[jj], f1[jj]);
+            }
           }
         }
       }
@@ -917,8 +991,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kQ == KvQuant::kNone ? 2 : kDe
         uint32_t vf[4];
         ldmatrix_x4_trans(vf, v_st + (key0 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride +
                                   dn * 16 + (lane / 16) * 8);
-        mma_16816<T>(o[2 * dn], pf, vf[0], vf[1]);
-        mma_16816<T>(o[2 * dn + 1], pf, vf[2], vf[3]);
+        mma_16816<T>(o[2 * dn], pf[0], vf[0], vf[1]);
+        mma_16816<T>(o[2 * dn + 1], pf[0], vf[2], vf[3]);
       }
     }
     return true;
