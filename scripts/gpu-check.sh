@@ -13,7 +13,7 @@
 #
 # Sections, in order (names for --only / --skip): env, build, tests, kernels, transfers, torch,
 # e2e, hf, serve; only when named in --only: prefix (prefix caching; prefix-multiturn: its
-# multi-turn conversation mode), profile, tierk, tier32k, tier128k, tiercap (the host KV tier), kvformats (TPOT per KV format), cpuquant (CPU ISA variants),
+# multi-turn conversation mode), variants (kernel A/B comparisons), profile, tierk, tier32k, tier128k, tiercap (the host KV tier), kvformats (TPOT per KV format), cpuquant (CPU ISA variants),
 # tp, tpserve (tensor parallelism on 2 or 4 GPUs), tp70b (a 70B-shaped model on 4 GPUs). Each section has its own time limit and a
 # failing section never stops the others; the
 # whole run keeps within GPU_CHECK_BUDGET_S seconds (default 540). Logs and results go to $OUT
@@ -278,6 +278,25 @@ kernels_section() {
 export -f kernels_section
 if wanted kernels || wanted e2e || wanted hf; then wait_model; fi
 section kernels 150 kernels_section
+
+# ---- kernel variants side by side (only with --only variants): each A/B in its own process,
+# the variants alternated inside it. VARIANT_PREFILL_TOKENS / VARIANT_CONTEXTS narrow the sweep.
+variants_section() {
+  local toks=${VARIANT_PREFILL_TOKENS:-8192,32768,131072} ctx=${VARIANT_CONTEXTS:-65536,131072} rc=0
+  # Prefill: key blocks of 64 against 128 in the warp-specialised and ping-pong kernels.
+  "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections prefill --prefill-tokens "$toks" \
+    --prefill-kernels wgmma-ws,wgmma-ws128,wgmma-pp,wgmma-pp128 || { echo "prefill variants failed (exit $?)"; rc=1; }
+  # Decode over quantized pages: 128-key iterations (two blocks per SM) against 64 (three).
+  "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections decode --kv-formats bf16,fp8,int8,int4 \
+    --decode-l2-prefetch 0 --decode-quant-keys 128,64 --batches 1,8,32 --contexts "$ctx" \
+    --policies dense,lserve --decode-rounds 2 || { echo "decode variants failed (exit $?)"; rc=1; }
+  # FP8 weights: bf16, FP8 with f32 promotion and FP8 with fast accumulation.
+  "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections fp8 \
+    --fp8-m 1,8,16,512,4096,16384 || { echo "fp8 variants failed (exit $?)"; rc=1; }
+  return $rc
+}
+export -f variants_section
+if [[ "$ONLY" == *",variants,"* ]]; then wait_model; section variants 420 variants_section; fi
 
 # ---- host <-> device page transfers (the host KV tier's data plane) ----
 transfers_section() {
