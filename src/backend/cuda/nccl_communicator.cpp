@@ -70,7 +70,7 @@ struct NcclGroup {
   static constexpr std::chrono::seconds kRevokeGrace{20};
 
   static bool can_revoke() {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#ifdef NCCL_REVOKE_DEFAULT  // ncclCommRevoke: NCCL 2.28 builds that have it
     int version = 0;
     return ncclGetVersion(&version) == ncclSuccess && version >= NCCL_VERSION(2, 28, 0);
 #else
@@ -80,7 +80,7 @@ struct NcclGroup {
 
   void end_communicator(ncclComm_t c, int device) {
     cudaSetDevice(device);
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#ifdef NCCL_REVOKE_DEFAULT  // ncclCommRevoke: NCCL 2.28 builds that have it
     if (can_revoke()) {
       const ncclResult_t r = ncclCommRevoke(c, NCCL_REVOKE_DEFAULT);
       if (r == ncclSuccess) {
