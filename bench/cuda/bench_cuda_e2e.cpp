@@ -12,11 +12,8 @@
 // Usage: bench_cuda_e2e --model DIR [--out FILE] [--policies dense,streaming,lserve]
 //        [--ttft 8192,32768,131072] [--tpot 32768,131072] [--chunk 16384] [--steps 16]
 //        [--profile-step 1] [--record 0|1] [--gemv 0|1] [--quantization auto|none|fp8]
-//        [--fp8-fast-accum 0|1]
 // --quantization fp8 quantizes the linear weights to e4m3 at load (docs/fp8-weights.md): TTFT
-// on FP8 tensor cores, TPOT against the halved weight-read floor; --fp8-fast-accum 1 runs its
-// GEMM with fast accumulation (--fp8-fast-accum on), "fp8_fast_accum" in the e2e_model line and,
-// with --tp, in every line.
+// on FP8 tensor cores, TPOT against the halved weight-read floor.
 // --record 0 runs decode steps op by op (no CUDA graphs); --gemv 0 sends decode-sized linear
 // layers to cuBLASLt instead of the gemv kernel.
 // The host KV tier (docs/hierarchical-kv.md): --offload-ratios 0,2,4 runs every case once per
@@ -61,7 +58,6 @@
 #include <vector>
 
 #include "attention/policy_registry.h"
-#include "backend/backend_options.h"
 #include "bench_common.h"
 #include "bench_tp_collectives.h"
 #include "kernels/kv_quant.h"
@@ -375,7 +371,6 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
   const auto steps = static_cast<int32_t>(std::atoi(arg(argc, argv, "--steps", "16").c_str()));
   const bool record = arg(argc, argv, "--record", "1") == "1";
   const std::string quantization = arg(argc, argv, "--quantization", "auto");
-  const bool fp8_fast_accum = arg(argc, argv, "--fp8-fast-accum", "0") == "1";
   const std::string all_reduce = arg(argc, argv, "--tp-all-reduce", "auto");
   const std::string load_format = arg(argc, argv, "--load-format", "auto");
   const auto dummy_seed = std::strtoull(arg(argc, argv, "--dummy-seed", "0").c_str(), nullptr, 10);
@@ -387,9 +382,8 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
     for (const std::string& name :
          {std::string("dense"), std::string("streaming"), std::string("lserve")}) {
       if (policies.find(name) == std::string::npos) continue;
-      const std::string tag = fmt::format(R"("policy": "{}", "tp": {}, "quantization": "{}", "fp8_fast_accum": {}, "all_reduce": "{}", "load_format": "{}")",
-                                          name, tp, json_safe(quantization),
-                                          fp8_fast_accum ? "true" : "false", json_safe(all_reduce),
+      const std::string tag = fmt::format(R"("policy": "{}", "tp": {}, "quantization": "{}", "all_reduce": "{}", "load_format": "{}")",
+                                          name, tp, json_safe(quantization), json_safe(all_reduce),
                                           json_safe(load_format));
       ModelStackOptions o;
       o.model_dir = model_dir;
@@ -402,7 +396,6 @@ int run_tensor_parallel(int argc, char** argv, const std::string& model_dir) {
       o.record_decode_steps = record;
       o.tensor_parallel_size = static_cast<int32_t>(tp);
       o.quantization = quantization;
-      o.fp8_fast_accum = fp8_fast_accum;
       o.tp_all_reduce = all_reduce;
       o.load_format = load_format;
       o.dummy_seed = dummy_seed;
@@ -509,9 +502,7 @@ int run(int argc, char** argv) {
     formats.push_back(*d);
   }
 
-  BackendOptions backend_options;
-  backend_options.fp8_fast_accum = arg(argc, argv, "--fp8-fast-accum", "0") == "1";
-  auto backend = CudaBackend::create(0, backend_options);
+  auto backend = CudaBackend::create(0);
   if (!backend.ok()) {
     std::fprintf(stderr, "bench_cuda_e2e: %s\n", backend.status().to_string().c_str());
     return 2;
@@ -537,8 +528,8 @@ int run(int argc, char** argv) {
   const ModelWeights& w = (*model)->weights();
   const double floor_ms = static_cast<double>(w.bytes_per_token) / copy_bps * 1e3;
   out.write(fmt::format(
-      R"({{"bench": "e2e_model", "quantization": "{}", "fp8_fast_accum": {}, "weights_gb": {:.2f}, "bytes_per_token_gb": {:.2f}, "load_s": {:.1f}, "copy_gbps": {:.1f}, "floor_ms": {:.3f}}})",
-      json_safe(quantization), backend_options.fp8_fast_accum ? "true" : "false", static_cast<double>(w.bytes) / 1e9, static_cast<double>(w.bytes_per_token) / 1e9, load_s,
+      R"({{"bench": "e2e_model", "quantization": "{}", "weights_gb": {:.2f}, "bytes_per_token_gb": {:.2f}, "load_s": {:.1f}, "copy_gbps": {:.1f}, "floor_ms": {:.3f}}})",
+      json_safe(quantization), static_cast<double>(w.bytes) / 1e9, static_cast<double>(w.bytes_per_token) / 1e9, load_s,
       copy_bps / 1e9, floor_ms));
   const int32_t vocab = static_cast<int32_t>((*model)->config().vocab_size());
   int64_t max_len = 0;

@@ -31,7 +31,7 @@
 //    rotate over enough weight copies to defeat the L2.
 //  - FP8 weights (section "fp8", bench_fp8_linear.cpp, not in the default sections): bf16 against
 //    e4m3 weights at the Llama-3-8B shapes for --fp8-m rows: copy fraction of the decode GEMV,
-//    TFLOP/s of the prefill GEMM with precise and fast accumulation (alternated rounds).
+//    TFLOP/s of the prefill GEMM.
 //  - page selection (section "select", bench_select.cpp, not in the default sections): one level
 //    against two levels (a coarse level per --summary-group-pages pages) at --batches and
 //    --select-contexts, on random keys and on keys with planted hot spans (--select-data), with
@@ -47,8 +47,7 @@
 //    chunk. Each op is captured as a graph of many calls; "us" is the replay time per call, so
 //    it is what a captured decode step pays per launch of that op.
 // Usage: bench_cuda_kernels [--out FILE] [--sections copy,gemm,linear,prefill,decode,small]
-//        [--prefill-tokens 8192,32768,131072]
-//        [--prefill-kernels mma,wgmma(,wgmma-ws,wgmma-ws128,wgmma-pp,wgmma-pp128,...)]
+//        [--prefill-tokens 8192,32768,131072] [--prefill-kernels mma,wgmma(,wgmma-ws,wgmma-pp,...)]
 //        [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
@@ -74,7 +73,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend_options.h"
 #include "bench_common.h"
 #include "bench_fp8_linear.h"
 #include "bench_select.h"
@@ -312,9 +310,8 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
                  : causal_flops(T, kQHeads);
       // The mma.sync kernel with 4 and 8 warps, the wgmma kernel with key blocks of 128 (the
       // default; first, so ncu's first wgmma launch is it) and 64, and (only when asked for) the
-      // warp-specialised wgmma kernel and its ping-pong variant with key blocks of 64 and 128
-      // (wgmma-ws128, wgmma-pp128), the ping-pong variant with 3 K/V stages and the persistent
-      // ping-pong kernel; --prefill-kernels picks among them.
+      // warp-specialised wgmma kernel, its ping-pong variant with 2 and 3 K/V stages and the
+      // persistent ping-pong kernel; --prefill-kernels picks among them.
       using kernels::cuda::PrefillKernel;
       struct Variant {
         const char* kernel;
@@ -328,9 +325,7 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
             Variant{"wgmma", PrefillKernel::kWgmma, 8, 128},
             Variant{"wgmma", PrefillKernel::kWgmma, 8, 64},
             Variant{"wgmma-ws", PrefillKernel::kWgmmaWs, 12, 64},
-            Variant{"wgmma-ws128", PrefillKernel::kWgmmaWs, 12, 128},
             Variant{"wgmma-pp", PrefillKernel::kWgmmaPingPong, 12, 64},
-            Variant{"wgmma-pp128", PrefillKernel::kWgmmaPingPong, 12, 128},
             Variant{"wgmma-pp3", PrefillKernel::kWgmmaPingPong, 12, 64, 3},
             Variant{"wgmma-persistent", PrefillKernel::kWgmmaPersistent, 12, 64},
             Variant{"wgmma-persistent3", PrefillKernel::kWgmmaPersistent, 12, 64, 3}}) {
@@ -862,16 +857,8 @@ int run(int argc, char** argv) {
     bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")),
                   arg(argc, argv, "--prefill-kernels", "mma,wgmma"));
   }
-  if (has("fp8")) {  // bench_fp8_linear.cpp: bf16 against FP8 weights, both accumulations
-    BackendOptions fast_options;
-    fast_options.fp8_fast_accum = true;
-    auto fast = CudaBackend::create(0, fast_options);
-    if (!fast.ok()) {
-      std::fprintf(stderr, "bench_cuda_kernels: %s\n", fast.status().to_string().c_str());
-      return 2;
-    }
-    bench_fp8_linear(*dev.b, **fast, out,
-                     parse_list(arg(argc, argv, "--fp8-m", "1,2,4,8,32,512,4096,16384")),
+  if (has("fp8")) {  // bench_fp8_linear.cpp: bf16 against FP8 weights
+    bench_fp8_linear(*dev.b, out, parse_list(arg(argc, argv, "--fp8-m", "1,2,4,8,32,512,4096,16384")),
                      copy_bps, dev.l2_bytes);
   }
   if (has("select")) {  // bench_select.cpp: one level against two levels

@@ -3,10 +3,8 @@
 // shapes with bf16 weights against FP8 weights (e4m3, per-row scales), for M rows of
 // activations. Small M (decode) reports the bytes moved per call against the copy bandwidth
 // (the FP8 GEMV reads half the weight bytes); large M (prefill) reports TFLOP/s of the FP8 GEMM
-// (per-token activation quantization included) against bf16 cuBLASLt, with the FP8 GEMM's
-// precise (f32-promoted) and fast accumulation (`fast_accum`, docs/fp8-weights.md) timed in
-// alternation in the same rounds, and whether cuBLASLt ran the outer-vector scale modes. One
-// "fp8_linear_ratio" line per shape and m gives the speed-ups of that run.
+// (per-token activation quantization included) against bf16 cuBLASLt, and whether cuBLASLt ran
+// the outer-vector scale modes.
 
 #include <cstdint>
 #include <vector>
@@ -16,9 +14,7 @@
 
 namespace ls::bench {
 
-// `b`: a backend with precise FP8 accumulation; `fast`: one on the same device created with
-// BackendOptions::fp8_fast_accum (it reads the weights `b` allocates).
-void bench_fp8_linear(CudaBackend& b, CudaBackend& fast, JsonLines& out,
-                      const std::vector<int64_t>& ms_list, double copy_bps, int64_t l2_bytes);
+void bench_fp8_linear(CudaBackend& b, JsonLines& out, const std::vector<int64_t>& ms_list,
+                      double copy_bps, int64_t l2_bytes);
 
 }  // namespace ls::bench

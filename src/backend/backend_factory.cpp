@@ -20,15 +20,13 @@ bool cuda_backend_built() {
 #endif
 }
 
-Result<std::unique_ptr<Backend>> make_backend(std::string_view device, int num_threads,
-                                              int device_index, const BackendOptions& options) {
+Result<std::unique_ptr<Backend>> make_backend(std::string_view device, int num_threads, int device_index) {
   if (device == "cpu") return make_cpu_backend(num_threads);
   if (device == "cuda") {
 #if defined(LONGSERVE_HAVE_CUDA)
-    return make_cuda_backend(device_index, options);
+    return make_cuda_backend(device_index);
 #else
     (void)device_index;
-    (void)options;
     return unimplemented("--device cuda: this build has no CUDA backend (nvcc was not found)");
 #endif
   }

@@ -6,16 +6,13 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/backend_options.h"
 #include "backend/communicator.h"
 
 namespace ls {
 
-// device_index: which GPU for "cuda" (a tensor-parallel rank's); ignored on the CPU, as are
-// `options`.
+// device_index: which GPU for "cuda" (a tensor-parallel rank's); ignored on the CPU.
 Result<std::unique_ptr<Backend>> make_backend(std::string_view device, int num_threads,
-                                              int device_index = 0,
-                                              const BackendOptions& options = {});
+                                              int device_index = 0);
 bool cuda_backend_built();
 
 // One device Communicator per backend (rank r bound to backends[r]): NCCL on CUDA backends in

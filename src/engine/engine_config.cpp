@@ -81,10 +81,6 @@ Status EngineConfig::validate() const {
     return invalid_argument("--quantization must be auto, none, fp8, q8_0, q4_0, q4_1, q4_k or q6_k "
                             "(got '{}')", quantization);
   }
-  if (fp8_fast_accum && device != "cuda") {
-    return invalid_argument(
-        "--fp8-fast-accum on needs --device cuda (the CPU has no FP8 GEMM to accumulate in)");
-  }
   if (load_format != "auto" && load_format != "dummy") {
     return invalid_argument("--load-format must be auto or dummy (got '{}')", load_format);
   }

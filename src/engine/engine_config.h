@@ -57,11 +57,6 @@ struct EngineConfig {
   // checkpoint at load; CPU), or fp8 (docs/fp8-weights.md: e4m3 weights quantized at load,
   // W8A8 on FP8 tensor cores; CUDA). FP8 checkpoints load as published under auto.
   std::string quantization = "auto";
-  // FP8 weights on CUDA (docs/fp8-weights.md): the FP8 GEMM (prefill, batches of more than 8
-  // rows) accumulates in the tensor cores' own accumulator (about 14 significant bits on Hopper)
-  // instead of promoting partial sums into f32: faster, with an error bound that grows with k.
-  // Off by default. Refused on --device cpu (it has no FP8 GEMM).
-  bool fp8_fast_accum = false;
   // Weights (vLLM's --load-format): auto reads the checkpoint; dummy generates every weight from
   // dummy_seed (docs/dummy-weights.md), so the directory needs only config.json and tokenizer.
   std::string load_format = "auto";

@@ -69,8 +69,7 @@ PrefixKey prefix_cache_seed(const EngineConfig& c, const KvGeometry& g) {
   return prefix_seed(fmt::format(
       "model={}|load={}|quant={}|policy={}|pattern={}|ratio={}|page={}/{}|sink={}|local={}/{}|"
       "kv={}|roles={}",
-      std::filesystem::absolute(c.model_dir).string(), weights,
-      c.fp8_fast_accum ? c.quantization + "+fp8-fast-accum" : c.quantization, a.policy,
+      std::filesystem::absolute(c.model_dir).string(), weights, c.quantization, a.policy,
       a.head_pattern_path, a.streaming_ratio, g.page_tokens, g.logical_page_tokens, g.sink_tokens,
       g.prefill_local_tokens, g.decode_local_tokens, g.page_format_name(), g.roles.describe()));
 }
@@ -99,7 +98,6 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(const EngineConfig& confi
   o.layer_segmented_prefill = config.layer_segmented_prefill();
   LS_ASSIGN_OR_RETURN(o.kv_cache_dtype, parse_kv_cache_dtype(config.kv_cache_dtype));
   o.quantization = config.quantization;
-  o.fp8_fast_accum = config.fp8_fast_accum;
   o.load_format = config.load_format;
   o.dummy_seed = config.dummy_seed;
   o.tensor_parallel_size = config.tensor_parallel_size;

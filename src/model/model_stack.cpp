@@ -8,7 +8,6 @@
 
 #include "attention/policy_registry.h"
 #include "backend/backend_factory.h"
-#include "backend/backend_options.h"
 #include "core/log.h"
 #include "io/model_config.h"
 #include "model/dummy_weights.h"
@@ -193,10 +192,7 @@ ModelStack::~ModelStack() {
 Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& o) {
   if (o.tensor_parallel_size > 1) return build_tensor_parallel_stack(o);
   auto stack = std::make_unique<ModelStack>();
-  BackendOptions backend_options;
-  backend_options.fp8_fast_accum = o.fp8_fast_accum;
-  LS_ASSIGN_OR_RETURN(stack->backend,
-                      make_backend(o.device, o.num_threads, o.tp_rank, backend_options));
+  LS_ASSIGN_OR_RETURN(stack->backend, make_backend(o.device, o.num_threads, o.tp_rank));
   Backend& backend = *stack->backend;
   const TpShard shard{o.tp_rank, o.tp_ranks, o.tp_kv_order};
   LS_ASSIGN_OR_RETURN(const LoadFormat load_format, parse_load_format(o.load_format));

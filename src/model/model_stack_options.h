@@ -38,7 +38,6 @@ struct ModelStackOptions {
   bool layer_segmented_prefill = false;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;  // K/V page format (docs/kv-quantization.md)
   std::string quantization = "auto";  // EngineConfig::quantization
-  bool fp8_fast_accum = false;        // EngineConfig::fp8_fast_accum (BackendOptions)
   // --load-format dummy: weights generated from dummy_seed instead of read (model/dummy_weights.h).
   std::string load_format = "auto";
   uint64_t dummy_seed = 0;

@@ -71,11 +71,6 @@ void add_engine_flags(CLI::App& app, EngineConfig& c) {
                  "per-channel scales and per-token activations on FP8 tensor cores, CUDA; "
                  "docs/fp8-weights.md). FP8 checkpoints load as published with auto")
       ->capture_default_str();
-  app.add_option("--fp8-fast-accum", c.fp8_fast_accum,
-                 "on|off: FP8 weights on CUDA: the FP8 GEMM (prefill, batches above 8 rows) "
-                 "accumulates in the tensor cores' narrower accumulator instead of promoting "
-                 "partial sums into f32; faster, a larger error bound (docs/fp8-weights.md)")
-      ->capture_default_str();
   app.add_option("--load-format", c.load_format,
                  "Weights: auto (read the checkpoint) or dummy (every weight generated from "
                  "--dummy-seed, no tensor read: config.json and the tokenizer suffice; for "

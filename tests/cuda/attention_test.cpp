@@ -502,16 +502,11 @@ TEST(CudaAttention, DecodeRefusesPoolsOfMoreThan2To31Rows) {
   EXPECT_EQ(prefill.message().find("2^31"), std::string::npos) << prefill.message();
 }
 
-// The warp-specialised wgmma kernel (PrefillKernel::kWgmmaWs) with key blocks of 64 and of 128
-// rows, in its own suite so that a fault there (its waits fail the launch rather than hang)
-// leaves the other suites' processes alone.
+// The experimental warp-specialised wgmma kernel (PrefillKernel::kWgmmaWs), in its own suite so
+// that a fault there (its waits trap rather than hang) leaves the other suites' processes alone.
 std::vector<PrefillVariant> warp_specialized(kernels::cuda::AttentionOptions o = {}) {
   o.prefill_kernel = kernels::cuda::PrefillKernel::kWgmmaWs;
-  o.wgmma_key_block = 64;
-  std::vector<PrefillVariant> v = {{"wgmma-ws", o}};
-  o.wgmma_key_block = 128;
-  v.push_back({"wgmma-ws/128", o});
-  return v;
+  return {{"wgmma-ws", o}};
 }
 
 TEST(CudaAttentionWarpSpecialized, PrefillAtTileAndBlockEdges) {
@@ -562,23 +557,16 @@ TEST(CudaAttentionWarpSpecialized, LongPrefillAndMixedBatches) {
 // persistent form (kWgmmaPersistent), head_dim 128 and 64, in their own suite for the same
 // reason. 3 K/V stages exist at head_dim 128 only; the persistent kernel runs with one block per
 // SM and with 3 blocks (each block then walks many tiles: the cross-tile protocol), and with 1.
-// Key blocks of 64, and of 128 for the 2-stage ping-pong kernel ("wgmma-pp/128").
 std::vector<PrefillVariant> ping_pong(kernels::cuda::AttentionOptions o = {},
                                       int32_t head_dim = 128) {
   using kernels::cuda::PrefillKernel;
   std::vector<PrefillVariant> v;
-  o.wgmma_key_block = 64;
   for (int stages : {2, 3}) {
     if (stages == 3 && head_dim != 128) continue;
     o.wgmma_ws_stages = stages;
     o.prefill_kernel = PrefillKernel::kWgmmaPingPong;
     o.persistent_blocks = 0;
     v.push_back({stages == 2 ? "wgmma-pp" : "wgmma-pp/3 stages", o});
-    if (stages == 2) {
-      o.wgmma_key_block = 128;
-      v.push_back({"wgmma-pp/128", o});
-      o.wgmma_key_block = 64;
-    }
     o.prefill_kernel = PrefillKernel::kWgmmaPersistent;
     v.push_back({stages == 2 ? "wgmma-persistent" : "wgmma-persistent/3 stages", o});
     o.persistent_blocks = 3;
@@ -631,8 +619,8 @@ TEST(CudaAttentionPingPong, RowsWithNoVisibleKeyAreZero) {
   }
 }
 
-// Forcing the ping-pong kernels on a head_dim they do not cover, 3 stages at head_dim 64, or key
-// blocks of 128 with 3 stages or on the persistent kernel, is an error.
+// Forcing the ping-pong kernels on a head_dim they do not cover, or 3 stages at head_dim 64, is
+// an error.
 TEST(CudaAttentionPingPong, RejectsOtherHeadDimsAndStages) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(47);
@@ -647,20 +635,6 @@ TEST(CudaAttentionPingPong, RejectsOtherHeadDimsAndStages) {
       (void)sc.run_gpu();
       EXPECT_FALSE(gpu()->take_error().ok()) << v.name << " d" << head_dim;
     }
-  }
-  for (const PrefillVariant& v : ping_pong()) {
-    if (v.options.prefill_kernel == kernels::cuda::PrefillKernel::kWgmmaPingPong &&
-        v.options.wgmma_ws_stages == 2) {
-      continue;  // the 128-key-block kernel exists
-    }
-    kernels::cuda::AttentionOptions o = v.options;
-    o.wgmma_key_block = 128;
-    ScopedAttentionOptions scoped(o);
-    ScenarioConfig cfg;
-    std::vector<SeqSpec> seqs = {{.kv_len = 40, .q_len = 40}};
-    AttentionScenario sc(rng, cfg, seqs);
-    (void)sc.run_gpu();
-    EXPECT_FALSE(gpu()->take_error().ok()) << v.name << " with key blocks of 128";
   }
 }
 

@@ -7,8 +7,7 @@
 // - the per-row e4m3 form the CUDA kernels read (block scales requantized per row) and the
 //   per-row quantization of --quantization fp8 equal the script's, bit for bit;
 // - a checkpoint whose scales do not match its config, and --quantization fp8 on the CPU, are
-//   refused with messages that name the problem, as is --fp8-fast-accum on the CPU; fast
-//   accumulation gives the prefix cache another seed (its K/V differ).
+//   refused with messages that name the problem.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -25,7 +24,6 @@
 #include "io/checkpoint.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
-#include "kv/kv_geometry.h"
 #include "model/fp8_weights.h"
 #include "model/model.h"
 
@@ -264,27 +262,6 @@ TEST(Fp8Refusals, QuantizeToFp8NeedsCuda) {
     auto fp8 = Model::load(fp8_dir() / "mistral-channel", **backend, q);
     EXPECT_TRUE(fp8.ok()) << q << ": " << fp8.status().to_string();
   }
-}
-
-// --fp8-fast-accum (docs/fp8-weights.md) chooses how the CUDA FP8 GEMM accumulates: refused on
-// the CPU, accepted on CUDA; pages cached with one mode are never reused by the other.
-TEST(Fp8Refusals, FastAccumulationNeedsCudaAndSeedsThePrefixCache) {
-  EngineConfig c;
-  c.model_dir = fp8_dir() / "mistral-channel";
-  c.device = "cpu";
-  EXPECT_TRUE(c.validate().ok());
-  const PrefixKey precise = prefix_cache_seed(c, KvGeometry{});
-  c.fp8_fast_accum = true;
-  const Status v = c.validate();
-  ASSERT_FALSE(v.ok());
-  EXPECT_NE(v.message().find("--fp8-fast-accum on needs --device cuda"), std::string::npos)
-      << v.message();
-  c.device = "cuda";
-  EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
-  c.device = "cpu";
-  EXPECT_FALSE(prefix_cache_seed(c, KvGeometry{}) == precise);
-  c.fp8_fast_accum = false;
-  EXPECT_EQ(prefix_cache_seed(c, KvGeometry{}), precise);
 }
 
 }  // namespace

@@ -57,15 +57,13 @@ int cuda_device_count() {
   return n;
 }
 
-Result<std::unique_ptr<Backend>> make_cuda_backend(int device, const BackendOptions& options) {
-  LS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b, CudaBackend::create(device, options));
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+  LS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b, CudaBackend::create(device));
   return std::unique_ptr<Backend>(std::move(b));
 }
 
-Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
-                                                         const BackendOptions& options) {
+Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
   std::unique_ptr<CudaBackend> b(new CudaBackend());
-  b->options_ = options;
   LS_RETURN_IF_ERROR(b->init(device));
   return b;
 }

@@ -42,7 +42,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/backend_options.h"
 #include "backend/copy_fault.h"
 #include "backend/cuda/page_saver.h"
 #include "core/status.h"
@@ -53,7 +52,7 @@ namespace ls {
 
 // Creates the CUDA backend on `device` (0-based). Fails with a clear message when there is no
 // driver, no such device, or it is not a compute-capability 9.0 part the kernels were built for.
-Result<std::unique_ptr<Backend>> make_cuda_backend(int device, const BackendOptions& options = {});
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device);
 
 // Number of CUDA devices usable by this process (0 without a driver or device).
 int cuda_device_count();
@@ -63,8 +62,7 @@ inline constexpr int64_t kHostChunkBytes = int64_t{1} << 30;
 
 class CudaBackend final : public Backend {
  public:
-  static Result<std::unique_ptr<CudaBackend>> create(int device,
-                                                     const BackendOptions& options = {});
+  static Result<std::unique_ptr<CudaBackend>> create(int device);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -165,10 +163,8 @@ class CudaBackend final : public Backend {
   // Whether the last FP8 GEMM of this shape ran with cuBLASLt's outer-vector scales (else an
   // unscaled product and an epilogue kernel); for benchmarks.
   bool fp8_outer_vec_scales(int64_t m, int64_t n, int64_t k) const {
-    return linear_->fp8_outer_vec_scales(m, n, k, DType::kBF16, fp8_accum());
+    return linear_->fp8_outer_vec_scales(m, n, k, DType::kBF16);
   }
-  // The options this backend was created with (fixed for its lifetime).
-  const BackendOptions& options() const { return options_; }
   void set_attention_options(const kernels::cuda::AttentionOptions& options) {
     attention_options_ = options;
   }
@@ -208,12 +204,6 @@ class CudaBackend final : public Backend {
     HostKind kind = HostKind::kAllocated;
   };
 
-  kernels::cuda::Fp8Accum fp8_accum() const {
-    return options_.fp8_fast_accum ? kernels::cuda::Fp8Accum::kFast
-                                   : kernels::cuda::Fp8Accum::kPrecise;
-  }
-
-  BackendOptions options_;
   int device_ = 0;
   int num_sms_ = 0;
   std::string name_;

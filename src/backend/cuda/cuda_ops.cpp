@@ -160,8 +160,7 @@ void CudaBackend::linear_fp8(const TensorView& x, const LinearWeight& w, const T
   auto* x_scale = reinterpret_cast<float*>(static_cast<char*>(*ws) + codes_bytes);
   Status s = kc::quantize_rows_e4m3(x.data, m, k, x.dtype, xq, x_scale, stream_);
   if (s.ok()) {
-    s = linear_->run_fp8(xq, x_scale, w.w.data, w_scale, bias, out.data, m, n, k, x.dtype,
-                         fp8_accum(), stream_);
+    s = linear_->run_fp8(xq, x_scale, w.w.data, w_scale, bias, out.data, m, n, k, x.dtype, stream_);
     if (s.code() == StatusCode::kUnimplemented) {  // no FP8 algorithm for the shape
       gemv();
       return;

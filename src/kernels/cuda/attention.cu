@@ -305,22 +305,10 @@ Status run_prefill_wgmma(const AttentionParams& p, const Layout& L, const Prefil
     const int32_t blocks = static_cast<int32_t>(std::clamp<int64_t>(
         o.persistent_blocks > 0 ? o.persistent_blocks : L.num_sms, 1,
         std::max<int64_t>(1, int64_t{L.max_tiles} * p.num_q_heads)));
-    // Key blocks of 64 unless asked for 128 (kWgmmaPingPong with 2 stages only).
-    const bool wide = key_block == 128;
-    if (wide && (persistent || stages != 2)) {
-      return invalid_argument(
-          "attention: wgmma_key_block 128 needs kWgmmaPingPong with 2 stages (kWgmmaWs too)");
-    }
     const auto typed = [&]<int kD, int kStages>() -> Status {
       if (persistent) {
         return launch_prefill_wgmma_persistent<kD, T, 64, kStages>(p, tiles, num_tiles, blocks,
                                                                    L.listed_cap, stream);
-      }
-      if constexpr (kStages == 2) {
-        if (wide) {
-          return launch_prefill_wgmma_ws<kD, T, 128, true, 2>(p, tiles, num_tiles, L.max_tiles,
-                                                              L.listed_cap, stream);
-        }
       }
       return launch_prefill_wgmma_ws<kD, T, 64, true, kStages>(p, tiles, num_tiles, L.max_tiles,
                                                                L.listed_cap, stream);
@@ -340,10 +328,6 @@ Status run_prefill_wgmma(const AttentionParams& p, const Layout& L, const Prefil
     if (p.head_dim != 128) {
       return invalid_argument("attention: the warp-specialised wgmma kernel has no head_dim {}",
                               p.head_dim);
-    }
-    if (key_block == 128) {
-      return launch_prefill_wgmma_ws<128, T, 128, false, 2>(p, tiles, num_tiles, L.max_tiles,
-                                                            L.listed_cap, stream);
     }
     return launch_prefill_wgmma_ws<128, T, 64, false, 2>(p, tiles, num_tiles, L.max_tiles,
                                                          L.listed_cap, stream);
@@ -582,10 +566,8 @@ Status paged_attention(const AttentionParams& p, void* workspace, int64_t worksp
   if (quant == KvQuant::kNone && L.wgmma && L.run_prefill && !wgmma_covers(p)) {
     return invalid_argument("attention: the wgmma prefill kernel has no head_dim {}", p.head_dim);
   }
-  if (options.wgmma_key_block != 0 && options.wgmma_key_block != 64 &&
-      options.wgmma_key_block != 128) {
-    return invalid_argument("attention: wgmma_key_block {} (0, 64 or 128)",
-                            options.wgmma_key_block);
+  if (options.wgmma_key_block != 64 && options.wgmma_key_block != 128) {
+    return invalid_argument("attention: wgmma_key_block {} (64 or 128)", options.wgmma_key_block);
   }
   if (L.max_tiles > 65535) {
     return invalid_argument("attention: {} query tiles in one call (at most 65535)", L.max_tiles);

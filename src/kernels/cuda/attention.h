@@ -31,14 +31,14 @@ enum class PrefillKernel : int32_t {
   kMma = 1,    // the mma.sync kernel (prefill_warps applies)
   kWgmma = 2,  // the wgmma kernel; paged_attention rejects head dims it does not cover
   // The warp-specialised wgmma kernel (producer warpgroup + mbarriers; head_dim 128, key blocks
-  // of 64 unless wgmma_key_block is 128): kAuto's choice for head_dim 128, where it is the
-  // fastest of the three (H100: 392-401 TFLOP/s against 347-377 for kWgmma at 8K-128K tokens).
+  // of 64, wgmma_key_block ignored): kAuto's choice for head_dim 128, where it is the fastest of
+  // the three (H100: 392-401 TFLOP/s against 347-377 for kWgmma at 8K-128K tokens).
   kWgmmaWs = 3,
   // kWgmmaWs with FlashAttention-3's ping-pong scheduling: the two consumer warpgroups issue
   // their wgmmas in turns (named barriers), so one's softmax overlaps the other's GEMMs. Head_dim
-  // 64 and 128, key blocks of 64 unless wgmma_key_block is 128 (2 stages only). Opt-in: about
-  // 4% slower than kWgmmaWs (key blocks of 64) on an H200 at 8K-32K tokens, where shared-memory
-  // bandwidth, not the softmax, bounds both (docs/cuda-prefill-wgmma.md).
+  // 64 and 128, key blocks of 64 (wgmma_key_block ignored). Opt-in: about 4% slower than
+  // kWgmmaWs on an H200 at 8K-32K tokens, where shared-memory bandwidth, not the softmax, bounds
+  // both (docs/cuda-prefill-wgmma.md).
   kWgmmaPingPong = 4,
   // kWgmmaPingPong as a persistent kernel: persistent_blocks blocks (one per SM) walk the
   // (query tile, head) items in the plan's order (most keys first), and each block's producer
@@ -49,10 +49,8 @@ enum class PrefillKernel : int32_t {
 
 struct AttentionOptions {
   PrefillKernel prefill_kernel = PrefillKernel::kAuto;
-  // Key rows per block of the wgmma prefill kernels: 64, 128, or 0 for each kernel's default
-  // (kWgmma 128; kWgmmaWs and kWgmmaPingPong 64 until a GPU run compares their 128-key blocks;
-  // kWgmmaPersistent has 64 only).
-  int wgmma_key_block = 0;
+  // Key rows per block of the wgmma prefill kernel: 64 or 128.
+  int wgmma_key_block = 128;
   // K/V stages of kWgmmaPingPong and kWgmmaPersistent: 2, or 3 at head_dim 128 (a third stage
   // lets the producer run one more key block ahead of the lagging consumer warpgroup).
   int wgmma_ws_stages = 2;

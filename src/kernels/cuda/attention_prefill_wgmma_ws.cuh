@@ -7,8 +7,8 @@
 //
 // Block: 384 threads. Warpgroup 0 = producer (setmaxnreg 56), warpgroups 1 and 2 = consumers
 // (setmaxnreg 224; 2 * 128 * 224 + 128 * 56 = 64512 registers) owning query rows 0..63 and
-// 64..127 of the 128-row tile. Key blocks of 64 or 128 rows (kBN; at 128 the consumers' main
-// loop needs ~190 registers: S 64, O 64, P 32 at head_dim 128).
+// 64..127 of the 128-row tile. Key blocks of 64 rows only: with 128 the consumers need more than
+// 240 registers (ptxas spills and serializes the wgmmas, C7512).
 // kStages K/V stages (2 for kWgmmaWs; 2 or 3 for kWgmmaPingPong). Per key block j (stage
 // s = j % kStages, use u = j / kStages of that stage):
 //   producer: waits empty_k[s] (use u - 1 released), copies the 128-byte-swizzled K rows of block
@@ -19,8 +19,8 @@
 //     arrive on empty_k[s] once S_j is complete and the softmax has read the positions; arrive
 //     on empty_v[s] once P_j V_j is complete.
 // Barrier counts: full_k 256 (128 async + 128 plain arrivals), full_v 128, empty_k / empty_v 256
-// (every consumer thread). Waits are bounded: a wait that never completes fails the launch (a
-// protocol bug must fail the launch, not hang the process; see mbar_wait for why not __trap).
+// (every consumer thread). Waits are bounded: a wait that never completes traps (a protocol bug
+// must fail the launch, not hang the process).
 //
 // kPingPong (PrefillKernel::kWgmmaPingPong): FlashAttention-3's ping-pong scheduling of the two
 // consumer warpgroups. Each iteration's wgmmas (S_j and P_{j-1} V_{j-1}) are issued in turns:
@@ -48,7 +48,7 @@ namespace ls::kernels::cuda {
 // span, 4 kStages mbarriers (full_k, full_v, empty_k, empty_v per stage) and the listed pages.
 template <int kD, int kBN, int kStages = 2>
 struct WgmmaWsShape {
-  static_assert(kBN == 64 || kBN == 128, "key blocks of 64 or 128 rows");
+  static_assert(kBN == 64, "the warp-specialised kernel has key blocks of 64 rows");
   static_assert(kStages >= 2 && kStages <= 4, "2 to 4 K/V stages");
   using Base = WgmmaPrefillShape<kD, kBN>;
   static constexpr int kThreads = 384;
@@ -75,20 +75,10 @@ __device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
-// Ends the launch with an error (cudaErrorIllegalAddress: a store to the unmapped null page).
-// Not __trap(): a trap anywhere in the consumers' code caps their register allocation (measured
-// with ptxas 13.0 on the 128-key-block kernels: the main loop stays at 176 registers whatever
-// setmaxnreg grants, spills the P fragments and serialises the wgmmas, C7512; the same kernel
-// with this store instead needs ~190 and neither spills nor serialises).
-__device__ __forceinline__ void fail_launch() {
-  asm volatile("st.volatile.global.u32 [%0], %1;\n" ::"l"(uint64_t{0}), "r"(0u) : "memory");
-}
-
-// Waits until the phase of `bar` with this parity has completed; fails the launch after about
-// 4e9 clocks (seconds: no correct wait takes that long) and keeps polling (never returns early).
+// Waits until the phase of `bar` with this parity has completed; traps after about 4e9 clocks
+// (seconds: no correct wait takes that long).
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   const long long start = clock64();
-  bool failed = false;
   for (;;) {
     uint32_t done;
     asm volatile(
@@ -98,10 +88,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
     if (done) return;
-    if (!failed && clock64() - start > (1ll << 32)) {
-      fail_launch();
-      failed = true;
-    }
+    if (clock64() - start > (1ll << 32)) __trap();
   }
 }
 

@@ -60,13 +60,13 @@ struct Plan {
 using Key = std::tuple<int64_t, int64_t, int64_t, int, bool, int, int, int>;
 
 // One planned FP8 shape; `outer_vec` says whether the scales are cuBLASLt's (else
-// scale_rows_cols runs after the product). (m, n, k, out dtype, Fp8Accum) key it: FP8 pointers
-// are always 16-byte aligned.
+// scale_rows_cols runs after the product). (m, n, k, out dtype) key it: FP8 pointers are always
+// 16-byte aligned.
 struct Fp8Plan {
   Plan plan;
   bool outer_vec = false;
 };
-using Fp8Key = std::tuple<int64_t, int64_t, int64_t, int, Fp8Accum>;
+using Fp8Key = std::tuple<int64_t, int64_t, int64_t, int>;
 
 }  // namespace
 
@@ -146,7 +146,7 @@ struct CublasLtLinear::Impl {
   // The FP8 problem in the same column-major view as make_plan: A = w (e4m3, k x n, op T),
   // B = xq (e4m3, k x m, op N), C = D = out (n x m): the TN layout Hopper's FP8 kernels need.
   Status make_fp8_plan(const Fp8Key& key, bool outer_vec, Plan& plan) {
-    const auto [m, n, k, dt_int, accum] = key;
+    const auto [m, n, k, dt_int] = key;
     const cudaDataType_t out_type = cuda_type(static_cast<DType>(dt_int));
     LS_LT_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
@@ -154,9 +154,7 @@ struct CublasLtLinear::Impl {
                                                          &op_t, sizeof(op_t)));
     LS_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB,
                                                          &op_n, sizeof(op_n)));
-    // 0: partial sums promoted into f32 every few k-steps (no drift over long k); 1: the MMA's
-    // own, narrower accumulator over the whole k.
-    const int8_t fast_accum = accum == Fp8Accum::kFast ? 1 : 0;
+    const int8_t fast_accum = 0;  // f32 accumulation throughout (long k: no drift)
     LS_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof(fast_accum)));
     if (outer_vec) {
@@ -185,8 +183,7 @@ struct CublasLtLinear::Impl {
         handle, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &returned);
     cublasLtMatmulPreferenceDestroy(pref);
     if (hs != CUBLAS_STATUS_SUCCESS || returned == 0) {
-      return unimplemented("cuBLASLt has no FP8 algorithm for m={} n={} k={}{}{}", m, n, k,
-                           accum == Fp8Accum::kFast ? " (fast accumulation)" : "",
+      return unimplemented("cuBLASLt has no FP8 algorithm for m={} n={} k={}{}", m, n, k,
                            outer_vec ? " with outer-vector scales" : "");
     }
     plan.algo = result.algo;
@@ -283,23 +280,21 @@ bool CublasLtLinear::fp8_supported(const void* xq, const void* w, const void* ou
          alignment_of(w) == 16 && alignment_of(out) == 16;
 }
 
-bool CublasLtLinear::fp8_outer_vec_scales(int64_t m, int64_t n, int64_t k, DType dtype,
-                                          Fp8Accum accum) const {
-  auto it = impl_->fp8_plans.find(Fp8Key{m, n, k, static_cast<int>(dtype), accum});
+bool CublasLtLinear::fp8_outer_vec_scales(int64_t m, int64_t n, int64_t k, DType dtype) const {
+  auto it = impl_->fp8_plans.find(Fp8Key{m, n, k, static_cast<int>(dtype)});
   return it != impl_->fp8_plans.end() && it->second.outer_vec;
 }
 
 Status CublasLtLinear::run_fp8(const void* xq, const float* x_scale, const void* w,
                                const float* w_scale, const float* bias, void* out, int64_t m,
-                               int64_t n, int64_t k, DType dtype, Fp8Accum accum,
-                               cudaStream_t stream) {
+                               int64_t n, int64_t k, DType dtype, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return {};
   if (!x_scale || !w_scale) return invalid_argument("linear fp8: null scales");
   if (!fp8_supported(xq, w, out, n, k, dtype)) {
     return unimplemented("linear fp8: shape n={} k={} {} is outside cuBLASLt's FP8 layouts", n, k,
                          dtype_name(dtype));
   }
-  const Fp8Key key{m, n, k, static_cast<int>(dtype), accum};
+  const Fp8Key key{m, n, k, static_cast<int>(dtype)};
   LS_ASSIGN_OR_RETURN(const Fp8Plan* p, impl_->fp8_plan_for(key));
   // Unscaled products are taken times 2^-16: sums of up to k products of e4m3 codes (448^2 each)
   // then fit f16 (65504) for k up to 14336 with room; scale_rows_cols multiplies it back.

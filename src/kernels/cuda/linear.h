@@ -15,12 +15,6 @@
 
 namespace ls::kernels::cuda {
 
-// How the FP8 GEMM accumulates (docs/fp8-weights.md). kPrecise: cuBLASLt promotes the FP8 MMA's
-// partial sums into f32 every few k-steps (CUBLASLT_MATMUL_DESC_FAST_ACCUM 0). kFast: the whole k
-// accumulates in the tensor cores' own accumulator, narrower than f32 (about 14 significant bits
-// on Hopper): faster, with an error that grows with k (the bound in fp8-weights.md).
-enum class Fp8Accum : uint8_t { kPrecise, kFast };
-
 class CublasLtLinear {
  public:
   // workspace: device memory of workspace_bytes owned by the caller, outliving this object.
@@ -36,22 +30,21 @@ class CublasLtLinear {
 
   // FP8 W8A8 on FP8 tensor cores (kernels/cuda/fp8_linear.h): out[m, n] = (xq * x_scale) ·
   // (w * w_scale)^T + bias, with xq: [m, k] e4m3 and x_scale: [m] f32 (quantize_rows_e4m3), w:
-  // [n, k] e4m3 and w_scale: [n] f32, bias: [n] f32 or null, out: [m, n] bf16 or f16;
-  // accumulation as `accum` says (plans are kept per mode). The scales go to cuBLASLt as outer vectors
+  // [n, k] e4m3 and w_scale: [n] f32, bias: [n] f32 or null, out: [m, n] bf16 or f16; f32
+  // accumulation (no fast accumulation). The scales go to cuBLASLt as outer vectors
   // (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: per row of A = w, per column of B = x^T) when it
   // has an algorithm for that; otherwise the product runs unscaled and scale_rows_cols applies
   // them. kUnimplemented when fp8_supported() is false or cuBLASLt has no FP8 algorithm at all:
   // the caller then uses fp8_gemv.
   Status run_fp8(const void* xq, const float* x_scale, const void* w, const float* w_scale,
                  const float* bias, void* out, int64_t m, int64_t n, int64_t k, DType dtype,
-                 Fp8Accum accum, cudaStream_t stream);
+                 cudaStream_t stream);
   // cuBLASLt's FP8 layout rules: k % 16 == 0, n % 8 == 0 (16-byte rows of out), 16-byte aligned
   // pointers, bf16/f16 out.
   static bool fp8_supported(const void* xq, const void* w, const void* out, int64_t n, int64_t k,
                             DType dtype);
-  // Whether the last run_fp8 of this shape and mode used the outer-vector scale modes (benchmarks
-  // say).
-  bool fp8_outer_vec_scales(int64_t m, int64_t n, int64_t k, DType dtype, Fp8Accum accum) const;
+  // Whether the last run_fp8 of this shape used the outer-vector scale modes (benchmarks say).
+  bool fp8_outer_vec_scales(int64_t m, int64_t n, int64_t k, DType dtype) const;
 
  private:
   struct Impl;
