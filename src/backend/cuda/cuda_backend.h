@@ -34,6 +34,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -46,6 +47,7 @@
 #include "backend/cuda/page_saver.h"
 #include "core/status.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/linear.h"
 
 namespace ls {
@@ -160,6 +162,11 @@ class CudaBackend final : public Backend {
   // Linear layers of up to kernels::cuda::kGemvMaxRows rows go to the gemv kernel (default) or,
   // when off, to cuBLASLt like the others (benchmarks compare the two).
   void set_gemv(bool on) { use_gemv_ = on; }
+  // FP8 weights: calls of at most this many rows take the e4m3 GEMV, larger ones the
+  // per-token-quantized cuBLASLt GEMM (0..kFp8GemvMaxRows; benchmarks compare the two paths).
+  void set_fp8_gemv_max_rows(int64_t rows) {
+    fp8_gemv_max_rows_ = std::clamp<int64_t>(rows, 0, kernels::cuda::kFp8GemvMaxRows);
+  }
   // Whether the last FP8 GEMM of this shape ran with cuBLASLt's outer-vector scales (else an
   // unscaled product and an epilogue kernel); for benchmarks.
   bool fp8_outer_vec_scales(int64_t m, int64_t n, int64_t k) const {
@@ -220,6 +227,7 @@ class CudaBackend final : public Backend {
   int staging_next_ = 0;
   kernels::cuda::AttentionOptions attention_options_;
   bool use_gemv_ = true;
+  int64_t fp8_gemv_max_rows_ = kernels::cuda::kFp8GemvMaxRows;
   // Fault injection for the GPU error tests: an attention call over exactly this many query
   // tokens (LONGSERVE_CUDA_FAULT_ATTENTION_TOKENS) is replaced by a real, non-sticky CUDA error
   // from the runtime, as a failed launch would give. 0: off.

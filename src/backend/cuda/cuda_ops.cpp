@@ -144,7 +144,7 @@ void CudaBackend::linear_fp8(const TensorView& x, const LinearWeight& w, const T
   const auto gemv = [&] {
     report(kc::fp8_gemv(x.data, w.w.data, w_scale, bias, out.data, m, n, k, x.dtype, stream_), op);
   };
-  if ((use_gemv_ && m <= kc::kFp8GemvMaxRows) ||
+  if ((use_gemv_ && m <= fp8_gemv_max_rows_) ||
       !kc::CublasLtLinear::fp8_supported(w.w.data, w.w.data, out.data, n, k, x.dtype)) {
     gemv();
     return;
