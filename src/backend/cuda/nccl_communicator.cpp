@@ -28,6 +28,9 @@ struct NcclGroup {
   std::vector<int> devices;  // [ranks] comms[r]'s device
   std::mutex mu;
   std::atomic<bool> aborted{false};
+  // Rank threads inside an NCCL host call on one of `comms` (NcclCommunicator::call): counted
+  // before they test `aborted`, so the teardown never frees a communicator under one of them.
+  std::atomic<int> host_calls{0};
   std::string why;
   std::vector<std::thread> aborters;  // abort()'s threads, joined by wait_abort()
   std::condition_variable ranks_out_cv;
@@ -68,6 +71,7 @@ struct NcclGroup {
   // waits until wait_abort() says every rank is out of its step, or kRevokeGrace if the ranks do
   // not get out (then it ends them as the abort flag does, the behaviour without revoke).
   static constexpr std::chrono::seconds kRevokeGrace{20};
+  static constexpr std::chrono::seconds kHostCallGrace{5};
 
   static bool can_revoke() {
 #ifdef NCCL_REVOKE_DEFAULT  // ncclCommRevoke: NCCL 2.28 builds that have it
@@ -96,7 +100,26 @@ struct NcclGroup {
       }
     }
 #endif
+    wait_host_calls(device);
     ncclCommAbort(c);
+  }
+
+  // Before ncclCommAbort frees a communicator: wait until no rank thread is inside an NCCL host
+  // call. A thread counts itself in before it tests `aborted` (both sequentially consistent), so
+  // once the count reads zero after `aborted` was set, no call can start any more. An enqueue
+  // does not wait for other ranks, so this is short; the bound only keeps a host call that hangs
+  // inside NCCL from hanging the abort too (logged).
+  void wait_host_calls(int device) {
+    const auto until = std::chrono::steady_clock::now() + kHostCallGrace;
+    while (host_calls.load() > 0) {
+      if (std::chrono::steady_clock::now() > until) {
+        LS_LOG_ERROR("NCCL abort: a rank thread is still inside an NCCL call on device {} after "
+                     "{} s; aborting anyway",
+                     device, kHostCallGrace.count());
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
 
   void abort(const std::string& reason) {
@@ -123,6 +146,7 @@ struct NcclGroup {
     }
     for (const auto& [c, device] : in_place) {
       cudaSetDevice(device);
+      wait_host_calls(device);
       ncclCommAbort(c);
     }
   }
@@ -170,9 +194,10 @@ class NcclCommunicator final : public Communicator {
     LS_RETURN_IF_ERROR(check_alive());
     LS_ASSIGN_OR_RETURN(ncclDataType_t type, nccl_type(buf.dtype));
     if (!buf.is_contiguous()) return invalid_argument("all_reduce_sum: the buffer is not contiguous");
-    return check(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), type, ncclSum,
-                               comm(), stream()),
-                 "ncclAllReduce");
+    return call("ncclAllReduce", [&] {
+      return ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), type, ncclSum,
+                           comm(), stream());
+    });
   }
 
   Status all_gather(const TensorView& in, const TensorView& out) override {
@@ -183,16 +208,18 @@ class NcclCommunicator final : public Communicator {
       return invalid_argument("all_gather: out must be [{} x {}] {} contiguous elements", size(),
                               in.numel(), dtype_name(in.dtype));
     }
-    return check(ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), type, comm(),
-                               stream()),
-                 "ncclAllGather");
+    return call("ncclAllGather", [&] {
+      return ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), type, comm(),
+                           stream());
+    });
   }
 
   Status barrier() override {
     LS_RETURN_IF_ERROR(check_alive());
-    LS_RETURN_IF_ERROR(check(ncclAllReduce(scratch_.data(), scratch_.data(), 1, ncclFloat32,
-                                           ncclSum, comm(), stream()),
-                             "ncclAllReduce (barrier)"));
+    LS_RETURN_IF_ERROR(call("ncclAllReduce (barrier)", [&] {
+      return ncclAllReduce(scratch_.data(), scratch_.data(), 1, ncclFloat32, ncclSum, comm(),
+                           stream());
+    }));
     backend_->synchronize();
     LS_RETURN_IF_ERROR(backend_->take_error());
     return check_alive();
@@ -203,6 +230,21 @@ class NcclCommunicator final : public Communicator {
   bool reset() override { return !group_->aborted.load(); }
 
  private:
+  // One NCCL host call on this rank's communicator, counted in the group's host_calls so that an
+  // abort on another thread does not free the communicator under it; refused once aborted.
+  template <typename F>
+  Status call(const char* what, F&& enqueue) {
+    struct Count {
+      std::atomic<int>& n;
+      explicit Count(std::atomic<int>& c) : n(c) { n.fetch_add(1); }
+      ~Count() { n.fetch_sub(1); }
+      Count(const Count&) = delete;
+      Count& operator=(const Count&) = delete;
+    } count(group_->host_calls);
+    LS_RETURN_IF_ERROR(check_alive());
+    return check(enqueue(), what);
+  }
+
   ncclComm_t comm() const { return group_->comms[static_cast<size_t>(rank_)]; }
   cudaStream_t stream() const { return static_cast<cudaStream_t>(backend_->stream_handle()); }
   Status check_alive() const {
