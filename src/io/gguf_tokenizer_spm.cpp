@@ -82,12 +82,16 @@ Result<GgufTokenizerJson> gguf_spm_tokenizer_json(const GgufFile& f) {
   if (tokens->empty()) return data_loss("{}: tokenizer.ggml.tokens is empty", file);
   LS_ASSIGN_OR_RETURN(const std::vector<double>* scores,
                       f.opt_float_array("tokenizer.ggml.scores"));
-  if (scores == nullptr) {
+  // Merges, when the file has them, are used as they are (as transformers does); otherwise they
+  // are derived from the scores.
+  LS_ASSIGN_OR_RETURN(const std::vector<std::string>* given_merges,
+                      f.opt_string_array("tokenizer.ggml.merges"));
+  if (scores == nullptr && given_merges == nullptr) {
     return not_found("{}: metadata key tokenizer.ggml.scores is missing (a SentencePiece "
                      "vocabulary's merges are derived from its scores)",
                      file);
   }
-  if (scores->size() != tokens->size()) {
+  if (scores != nullptr && scores->size() != tokens->size()) {
     return data_loss("{}: tokenizer.ggml.scores has {} entries for {} tokens", file,
                      scores->size(), tokens->size());
   }
@@ -98,7 +102,7 @@ Result<GgufTokenizerJson> gguf_spm_tokenizer_json(const GgufFile& f) {
                      types->size(), tokens->size());
   }
   for (size_t id = 0; id < tokens->size(); ++id) {
-    if (std::isnan((*scores)[id])) {
+    if (scores != nullptr && std::isnan((*scores)[id])) {
       return data_loss("{}: tokenizer.ggml.scores[{}] is NaN", file, id);
     }
     if (types == nullptr) continue;
@@ -159,8 +163,22 @@ Result<GgufTokenizerJson> gguf_spm_tokenizer_json(const GgufFile& f) {
       }
     }
     Json merges = Json::array();
-    for (const Merge& m : derive_merges(*tokens, *scores)) {
-      merges.push_back(Json::array({std::string(m.left), std::string(m.right)}));
+    if (given_merges != nullptr) {
+      for (size_t i = 0; i < given_merges->size(); ++i) {
+        const std::string& m = (*given_merges)[i];
+        const size_t space = m.find(' ');
+        if (space == std::string::npos || space == 0 || space + 1 == m.size() ||
+            m.find(' ', space + 1) != std::string::npos) {
+          return data_loss("{}: tokenizer.ggml.merges[{}] \"{}\" is not two tokens separated "
+                           "by one space",
+                           file, i, m);
+        }
+        merges.push_back(Json::array({m.substr(0, space), m.substr(space + 1)}));
+      }
+    } else {
+      for (const Merge& m : derive_merges(*tokens, *scores)) {
+        merges.push_back(Json::array({std::string(m.left), std::string(m.right)}));
+      }
     }
 
     // "<bos> $A <eos>" and "<bos> $A <eos> <bos> $B <eos>" with the parts the metadata asks for

@@ -7,7 +7,8 @@
 //                  vocab = tokenizer.ggml.tokens in id order; merges derived from the
 //                  vocabulary and tokenizer.ggml.scores: every split of a piece into two pieces,
 //                  ordered by the merged piece's score (descending; ties: vocabulary order, then
-//                  the halves' scores descending, then the split point)
+//                  the halves' scores descending, then the split point); a file's own
+//                  tokenizer.ggml.merges ("a b" strings), when it has them, instead
 //   normalizer     Prepend("▁") (when tokenizer.ggml.add_space_prefix, default true) then
 //                  Replace(" " -> "▁")
 //   decoder        ByteFallback, Fuse, Replace("▁" -> " "), Strip(1 leading space) when
@@ -19,7 +20,7 @@
 //                  llama.cpp and sentencepiece match them whole in text, as the byte-level reader
 //                  does)
 //
-// Validated: scores present, tokens/scores/token_type of one length, types 1..6, byte tokens
+// Validated: scores present (unless merges are), tokens/scores/token_type of one length, types 1..6, byte tokens
 // (type 6) spelled <0xNN>, no repeated token, the special token ids in range. Every error names
 // the file and the key.
 

@@ -137,6 +137,7 @@ struct SpmMetadata {
   std::vector<std::string> tokens;
   std::optional<std::vector<float>> scores;
   std::optional<std::vector<int32_t>> types;
+  std::optional<std::vector<std::string>> merges;
   std::optional<int32_t> bos, eos, unk;
   std::optional<bool> add_bos, add_eos, add_space_prefix;
 };
@@ -171,6 +172,7 @@ std::filesystem::path write_spm(const SpmMetadata& m, const std::string& name) {
   w.add_strings("tokenizer.ggml.tokens", m.tokens);
   if (m.scores) w.add_f32s("tokenizer.ggml.scores", *m.scores);
   if (m.types) w.add_i32s("tokenizer.ggml.token_type", *m.types);
+  if (m.merges) w.add_strings("tokenizer.ggml.merges", *m.merges);
   if (m.bos) w.add_i32("tokenizer.ggml.bos_token_id", *m.bos);
   if (m.eos) w.add_i32("tokenizer.ggml.eos_token_id", *m.eos);
   if (m.unk) w.add_i32("tokenizer.ggml.unknown_token_id", *m.unk);
@@ -199,6 +201,32 @@ TEST(GgufTokenizerSpm, RewrittenFixtureEncodesTheSame) {
     const std::string input = case_input(c);
     EXPECT_EQ((*b)->encode(input), (*a)->encode(input)) << show(input);
   }
+}
+
+TEST(GgufTokenizerSpm, MergesInTheFileReplaceTheScores) {
+  // The merges derived from the fixture's scores, written as tokenizer.ggml.merges of a file
+  // without scores, give the same tokenizer.
+  auto derived = Tokenizer::load(kSpmGguf);
+  ASSERT_TRUE(derived.ok());
+  const auto json = nlohmann::json::parse((*derived)->source_json());
+  SpmMetadata m = fixture_metadata();
+  m.scores.reset();
+  m.merges.emplace();
+  for (const auto& pair : json["model"]["merges"]) {
+    m.merges->push_back(pair[0].get<std::string>() + " " + pair[1].get<std::string>());
+  }
+  ASSERT_GT(m.merges->size(), 100u);
+  auto given = Tokenizer::load(write_spm(m, "merges"));
+  ASSERT_TRUE(given.ok()) << given.status().to_string();
+  for (const auto& c : spm_expected()["cases"]) {
+    EXPECT_EQ((*given)->encode(case_input(c)), test::ids_of(c["ids"])) << show(case_input(c));
+  }
+  // Without them (or with only the first few), the text is spelled in shorter pieces.
+  m.merges->resize(10);
+  auto few = Tokenizer::load(write_spm(m, "few-merges"));
+  ASSERT_TRUE(few.ok()) << few.status().to_string();
+  EXPECT_GT((*few)->encode("The quick brown fox").size(),
+            (*given)->encode("The quick brown fox").size());
 }
 
 TEST(GgufTokenizerSpm, BosEosFollowTheMetadata) {
@@ -321,6 +349,8 @@ TEST(GgufTokenizerSpm, MalformedMetadataIsRefused) {
        },
        "tokenizer.ggml.bos_token_id"},
       {"no-tokens", [](SpmMetadata& m) { m.tokens.clear(); }, "tokenizer.ggml.tokens"},
+      {"bad-merge", [](SpmMetadata& m) { m.merges = std::vector<std::string>{"a b", "ab"}; },
+       "tokenizer.ggml.merges[1]"},
   };
   for (const Case& c : cases) {
     SpmMetadata m = fixture_metadata();
