@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/gguf_tokenizer_spm.h"
 #include "io/gguf_writer.h"
 #include "io/json_util.h"
 
@@ -61,9 +62,10 @@ Result<GgufTokenizerJson> gguf_tokenizer_json(const GgufFile& f) {
   const std::string& file = f.name();
   LS_ASSIGN_OR_RETURN(std::optional<std::string> model, f.opt_string("tokenizer.ggml.model"));
   if (!model) return not_found("{}: no tokenizer (metadata key tokenizer.ggml.model)", file);
+  if (*model == "llama") return gguf_spm_tokenizer_json(f);
   if (*model != "gpt2") {
     return unimplemented("{}: tokenizer.ggml.model \"{}\" is not supported (only \"gpt2\", "
-                         "byte-level BPE, is)",
+                         "byte-level BPE, and \"llama\", SentencePiece BPE, are)",
                          file, *model);
   }
   LS_ASSIGN_OR_RETURN(const std::vector<std::string>* tokens,

@@ -3,8 +3,9 @@
 // tokenizer_config.json texts Tokenizer::from_json reads (the way transformers converts a GGUF
 // tokenizer, but keeping llama.cpp's pre-tokenizer where transformers drops it).
 //
-//   tokenizer.ggml.model        "gpt2" (byte-level BPE) is supported; "llama" (SentencePiece
-//                               vocabularies with scores instead of merges) is kUnimplemented
+//   tokenizer.ggml.model        "gpt2" (byte-level BPE, below) or "llama" (SentencePiece
+//                               vocabularies with scores instead of merges: io/gguf_tokenizer_spm.h);
+//                               another is kUnimplemented
 //   tokenizer.ggml.tokens       the vocabulary, in id order
 //   tokenizer.ggml.merges       "a b" pairs in rank order
 //   tokenizer.ggml.token_type   3 (control) -> special added token, 4 (user-defined) -> added

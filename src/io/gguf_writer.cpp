@@ -82,6 +82,14 @@ void GgufWriter::add_i32s(const std::string& key, const std::vector<int32_t>& va
   ++kv_count_;
 }
 
+void GgufWriter::add_f32s(const std::string& key, const std::vector<float>& values) {
+  put_key(kv_, key, GgufValueType::kArray);
+  put<uint32_t>(kv_, static_cast<uint32_t>(GgufValueType::kF32));
+  put<uint64_t>(kv_, values.size());
+  for (float v : values) put<float>(kv_, v);
+  ++kv_count_;
+}
+
 Status GgufWriter::add_tensor(const std::string& name, GgmlType type,
                               const std::vector<int64_t>& shape, std::vector<uint8_t> data) {
   const std::optional<int64_t> be = ggml_block_elems(type), bb = ggml_block_bytes(type);

@@ -22,6 +22,7 @@ class GgufWriter {
   void add_bool(const std::string& key, bool value);
   void add_strings(const std::string& key, const std::vector<std::string>& values);
   void add_i32s(const std::string& key, const std::vector<int32_t>& values);
+  void add_f32s(const std::string& key, const std::vector<float>& values);
 
   // `shape` row-major ([out, in] for a linear weight; written as ggml's reversed ne); `data`
   // holds the tensor's bytes in `type` (rows of whole blocks).

@@ -1,7 +1,8 @@
 // libFuzzer target: arbitrary bytes as a GGUF file. Parsing must never crash, hang or leak; on
 // success every tensor's bytes are read (so ASan checks that each one lies inside the buffer),
 // the invariants the reader promises are re-checked, and the file is also taken through the
-// model-config mapping and dequantization, which must fail cleanly or succeed.
+// model-config mapping and dequantization, and through the tokenizer metadata reader (byte-level
+// and SentencePiece vocabularies), which must fail cleanly or succeed.
 
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "io/gguf.h"
 #include "io/gguf_model.h"
+#include "io/gguf_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> bytes(data, data + size);
@@ -34,6 +36,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto ckpt = ls::gguf_checkpoint(**file, *config, ls::DType::kF32);
     if (!ckpt.ok() && ckpt.status().message().empty()) std::abort();
   }
+  auto tokenizer = ls::gguf_tokenizer_json(**file);
+  if (!tokenizer.ok() && tokenizer.status().message().empty()) std::abort();
+  if (tokenizer.ok()) checksum += tokenizer->tokenizer_json.size();
   volatile uint64_t sink = checksum;
   (void)sink;
   return 0;
