@@ -286,9 +286,9 @@ variants_section() {
   # Prefill: the warp-specialised kernel against its ping-pong form.
   "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections prefill --prefill-tokens "$toks" \
     --prefill-kernels wgmma-ws,wgmma-pp || { echo "prefill variants failed (exit $?)"; rc=1; }
-  # Decode over quantized pages: 128-key iterations (two blocks per SM) against 64 (three).
+  # Decode over bf16 and quantized pages (prefetch off: the quantized kernel never prefetches).
   "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections decode --kv-formats bf16,fp8,int8,int4 \
-    --decode-l2-prefetch 0 --decode-quant-keys 128,64 --batches 1,8,32 --contexts "$ctx" \
+    --decode-l2-prefetch 0 --batches 1,8,32 --contexts "$ctx" \
     --policies dense,lserve --decode-rounds 2 || { echo "decode variants failed (exit $?)"; rc=1; }
   # FP8 weights against bf16; up to 8 rows both FP8 paths (the e4m3 GEMV and cuBLASLt's GEMM).
   "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections fp8 \

@@ -16,9 +16,8 @@
 //    cache (more bytes than the L2 holds), and timed by replaying it. The page selection is timed
 //    eagerly (select_us, one call, host gaps included) and as a graph of 20 calls
 //    (select_graph_us). --decode-max-splits,
-//    --decode-min-blocks, --decode-l2-prefetch, --decode-prewait-prefetch, --decode-ticketed,
-//    --decode-chunk-blocks and --decode-quant-keys (keys per iteration over quantized pages, 128
-//    or 64; "quant_keys" in each row) time each case under every combination of those
+//    --decode-min-blocks, --decode-l2-prefetch, --decode-prewait-prefetch, --decode-ticketed and
+//    --decode-chunk-blocks time each case under every combination of those
 //    AttentionOptions (max_splits and min_blocks 0 and prewait_prefetch -1: the heuristics and
 //    defaults; the switches default to AttentionOptions', so ticketed splits are off unless asked
 //    for, as in the engine); --decode-rounds R times the combinations R times in turn (one row
@@ -53,7 +52,6 @@
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
 //        [--decode-l2-prefetch 1,0] [--decode-prewait-prefetch 0,2,4]
 //        [--decode-min-blocks 0,2,8] [--decode-ticketed -1,0,1] [--decode-chunk-blocks 1,2]
-//        [--decode-quant-keys 128,64]
 //        [--sections select --select-contexts 32768,131072,262144 --select-data random,planted
 //         --select-fine device,host --summary-group-pages 16]
 //        [--sections shared-prefix --shared-prefix-batches 8,32 --shared-prefix-tokens 32768
@@ -400,7 +398,6 @@ struct DecodeVariant {
   int prewait_prefetch = -1;  // -1: AttentionOptions' default
   int ticketed = kernels::cuda::AttentionOptions{}.decode_ticketed_splits;
   int chunk_blocks = 1;
-  int quant_keys = kernels::cuda::AttentionOptions{}.decode_quant_block_keys;
 };
 
 // Runs `on_graph(graph)` on a CUDA graph of `calls` decode calls rotating over `params`, under
@@ -662,7 +659,6 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
               opt.max_splits = variant.max_splits;
               opt.min_blocks_per_split = variant.min_blocks;
               opt.decode_l2_prefetch = variant.l2_prefetch;
-              opt.decode_quant_block_keys = variant.quant_keys;
               if (variant.prewait_prefetch >= 0)
                 opt.decode_prewait_prefetch = variant.prewait_prefetch;
               // One graph of many calls rotating over the replicas.
@@ -684,12 +680,12 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
               const double gbps =
                   ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
               out.write(fmt::format(
-                  R"({{"bench": "decode", "policy": "{}", "kv_format": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "prewait_prefetch": {}, "ticketed": {}, "chunk_blocks": {}, "quant_keys": {}, "round": {}, "ok": {}}})",
+                  R"({{"bench": "decode", "policy": "{}", "kv_format": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "prewait_prefetch": {}, "ticketed": {}, "chunk_blocks": {}, "round": {}, "ok": {}}})",
                   lserve ? "lserve" : "dense", fmt_name, B, C, ms * 1e3, bytes_per_call, gbps,
                   copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
                   replicas, variant.max_splits, variant.min_blocks,
                   variant.l2_prefetch ? "true" : "false", opt.decode_prewait_prefetch,
-                  variant.ticketed, variant.chunk_blocks, variant.quant_keys, round,
+                  variant.ticketed, variant.chunk_blocks, round,
                   err.ok() && ms > 0 ? "true" : "false"));
             }
           }
@@ -886,11 +882,9 @@ int run(int argc, char** argv) {
             for (const int64_t tk : parse_list(
                      arg(argc, argv, "--decode-ticketed", std::to_string(default_ticketed)))) {
               for (const int64_t cb : parse_list(arg(argc, argv, "--decode-chunk-blocks", "1"))) {
-                for (const int64_t qk : parse_list(arg(argc, argv, "--decode-quant-keys", "128"))) {
-                  variants.push_back({static_cast<int>(splits), static_cast<int>(mb), pf != 0,
-                                      static_cast<int>(pw), static_cast<int>(tk),
-                                      static_cast<int>(cb), static_cast<int>(qk)});
-                }
+                variants.push_back({static_cast<int>(splits), static_cast<int>(mb), pf != 0,
+                                    static_cast<int>(pw), static_cast<int>(tk),
+                                    static_cast<int>(cb)});
               }
             }
           }

@@ -182,12 +182,12 @@ TEST(CudaAttentionQuantized, LongContextSplitsAndLargeBatch) {
   }
 }
 
-// The decode kernel over quantized pages takes 128 keys per iteration by default, 64 on request
-// (AttentionOptions::decode_quant_block_keys; attention_decode.cuh): key counts just below, at and
+// The decode kernel over quantized pages takes 128 keys per iteration (kDecodeQuantKeys,
+// attention_decode.cuh): key counts just below, at and
 // above multiples of 64 and 128, streaming windows ending there (ring wrap included), selected
 // pages, pages of 16, 32 and 64 tokens, one split and several of a single block each
 // (min_blocks_per_split 1), so that blocks end inside pages, splits end inside the row and the
-// last block of a split is partial; both block sizes.
+// last block of a split is partial.
 TEST(CudaAttentionQuantized, DecodeBlockEdgesAndSplits) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(96);
@@ -220,18 +220,14 @@ TEST(CudaAttentionQuantized, DecodeBlockEdgesAndSplits) {
           seqs.push_back(std::move(s));
         }
         AttentionScenario sc(rng, cfg, seqs);
-        for (int32_t keys : {128, 64}) {
-          for (int32_t splits : {0, 3, 8}) {
-            kernels::cuda::AttentionOptions o;
-            o.max_splits = splits;
-            o.min_blocks_per_split = splits == 0 ? 0 : 1;
-            o.decode_quant_block_keys = keys;
-            ScopedAttentionOptions scoped(o);
-            check_quantized(sc, q,
-                            std::string(kernels::kv_quant_name(q)) + " d " + std::to_string(d) +
-                                " page " + std::to_string(pt) + " splits " +
-                                std::to_string(splits) + " keys " + std::to_string(keys));
-          }
+        for (int32_t splits : {0, 3, 8}) {
+          kernels::cuda::AttentionOptions o;
+          o.max_splits = splits;
+          o.min_blocks_per_split = splits == 0 ? 0 : 1;
+          ScopedAttentionOptions scoped(o);
+          check_quantized(sc, q,
+                          std::string(kernels::kv_quant_name(q)) + " d " + std::to_string(d) +
+                              " page " + std::to_string(pt) + " splits " + std::to_string(splits));
         }
       }
     }
@@ -354,19 +350,6 @@ TEST(CudaAttentionQuantized, TieredSlotsAndTicketedCallsMatchThePlainRun) {
       for (size_t i = 0; i < plain.size(); ++i) {
         ASSERT_TRUE(tiered[i] == plain[i] || (std::isnan(tiered[i]) && std::isnan(plain[i])))
             << label << ": element " << i << " " << tiered[i] << " vs " << plain[i];
-      }
-      {  // the same with 64-key iterations (AttentionOptions::decode_quant_block_keys)
-        kernels::cuda::AttentionOptions o64;
-        o64.decode_quant_block_keys = 64;
-        ScopedAttentionOptions scoped64(o64);
-        const std::vector<float> plain64 = run_quantized(sc, q, r, s, nullptr);
-        const std::vector<float> tiered64 = run_quantized(sc, q, r, s, &slots);
-        ASSERT_EQ(tiered64.size(), plain64.size());
-        for (size_t i = 0; i < plain64.size(); ++i) {
-          ASSERT_TRUE(tiered64[i] == plain64[i] ||
-                      (std::isnan(tiered64[i]) && std::isnan(plain64[i])))
-              << label << " 64 keys: element " << i << " " << tiered64[i] << " vs " << plain64[i];
-        }
       }
       kernels::cuda::AttentionOptions o;
       o.decode_ticketed_splits = 1;

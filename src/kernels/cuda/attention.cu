@@ -36,7 +36,6 @@ struct Layout {
   int32_t listed_cap = 32;
   int32_t num_sms = 1;  // blocks of the persistent prefill kernel (one per SM)
   bool ticketed = false;  // the decode splits draw their rows' later blocks by ticket
-  int quant_block_keys = kDecodeQuantKeys;  // quantized pages: keys per decode iteration
   int64_t tiles = 0, num_tiles = 0, num_splits = 0, row_tickets = 0, partial_ml = 0, partial_o = 0,
           bytes = 0;
 };
@@ -50,14 +49,8 @@ KvQuant pools_quant(const AttentionParams& p) {
   return p.retrieval.k ? p.retrieval.quant : (p.streaming.k ? p.streaming.quant : KvQuant::kNone);
 }
 
-// Keys per decode iteration over quantized pages: 64 when asked for, else the default (128).
-int quant_block_keys(const AttentionOptions& o) {
-  return o.decode_quant_block_keys == 64 ? 64 : kDecodeQuantKeys;
-}
-
 Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions& o) {
   Layout L;
-  L.quant_block_keys = quant_block_keys(o);
   L.num_sms = std::max(1, num_sms);
   const int32_t group = p.num_q_heads / std::max(1, p.num_kv_heads);
   L.decode_all = !o.prefill_only && p.num_tokens == p.num_seqs;
@@ -93,7 +86,7 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
     // (attention_decode.cuh).
     const int per_sm = pools_quant(p) == KvQuant::kNone
                            ? kDecodeBlocksPerSm
-                           : decode_quant_blocks_per_sm(quant_block_keys(o));
+                           : decode_quant_blocks_per_sm(kDecodeQuantKeys);
     const int64_t wave = int64_t{per_sm} * std::max(1, num_sms);
     const int64_t splits = 4 * base > wave ? 2 * wave / base : (selecting ? 4 : 1) * wave / base;
     L.max_splits = static_cast<int32_t>(std::clamp<int64_t>(splits, 1, kMaxSplits));
@@ -405,11 +398,9 @@ Status run_decode(const AttentionParams& p, const Layout& L, const DecodeArgs& a
   if (quant != KvQuant::kNone) {
     switch (p.head_dim) {
       case 64:
-        return launch_decode_quant<64, T>(p, a, L.items, L.max_splits, quant, L.quant_block_keys,
-                                          stream);
+        return launch_decode_quant<64, T>(p, a, L.items, L.max_splits, quant, stream);
       case 128:
-        return launch_decode_quant<128, T>(p, a, L.items, L.max_splits, quant, L.quant_block_keys,
-                                           stream);
+        return launch_decode_quant<128, T>(p, a, L.items, L.max_splits, quant, stream);
       default:
         return invalid_argument("attention: no decode kernel reads {} pages of head_dim {}",
                                 kv_quant_name(quant), p.head_dim);

@@ -65,7 +65,7 @@ struct AttentionOptions {
   // attention.cu's layout_for).
   int max_splits = 0;
   // A decode split covers at least this many 64-key blocks (quantized pages: blocks of
-  // decode_quant_block_keys keys). 0: max(2, 16 / splits), so with few
+  // 128 keys, attention_decode.cuh's kDecodeQuantKeys). 0: max(2, 16 / splits), so with few
   // splits (large batches) short rows such as streaming heads' are not cut into blocks far
   // smaller than the long rows' (H100, lserve batch 32: 117 us per call against 126 with 2).
   int min_blocks_per_split = 0;
@@ -91,11 +91,6 @@ struct AttentionOptions {
   // 37.8 fixed, batch 32 117.5 against 115.6); the measurements: docs/history/cuda-decode.md.
   int decode_ticketed_splits = 0;
   int decode_chunk_blocks = 1;
-  // Keys per iteration of the decode kernel over quantized pages: 128 (each warp 32 keys, two
-  // blocks per SM; the default) or 64 (each warp 16, three blocks per SM: the kernel before the
-  // 128-key iterations, kept to compare; any other value means 128). Float pages always take 64.
-  // Split counts and min_blocks_per_split count these blocks.
-  int decode_quant_block_keys = 128;
   // Run every sequence (q_len 1 included) through the prefill kernel; for tests and benchmarks.
   bool prefill_only = false;
   // Profiling: per-block timestamps of the decode kernels (decode_trace_records entries, see

@@ -55,8 +55,8 @@ inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
 inline constexpr int kDecodeStages = 3;
 inline constexpr int kDecodeRows = 16;  // query heads per block
 // Keys per loop iteration (one pipeline stage) of a decode block over quantized pages:
-// kDecodeQuantKeys by default (AttentionOptions::decode_quant_block_keys), 64 on request (float
-// pages: always kKeyBlock = 64). The packed code rows take a half (8-bit) or a quarter (int4) of a
+// kDecodeQuantKeys (float pages: always kKeyBlock = 64; the template still takes 64 for
+// quantized pages, the earlier shape, which measured slower on every case: docs/kv-quantization.md). The packed code rows take a half (8-bit) or a quarter (int4) of a
 // q-dtype row, so a 128-key stage is no larger than a float 64-key one, and the iteration's work
 // that does not grow with its keys (table fetches, pipeline wait and barrier, visibility votes,
 // the softmax's row reductions and rescaling, the V-scale exponent, loop control) is paid once per

@@ -54,11 +54,11 @@ Status launch_prefill_quant(const AttentionParams& p, const PrefillTile* tiles,
                             KvQuant quant, cudaStream_t stream);
 
 // The decode kernel's quantized instantiations (attention_decode.cuh, the same pipeline as
-// launch_decode's over fp8 / int8 / int4 pages): head_dim 64 and 128; block_keys 128 (the
-// default) or 64 keys per iteration (AttentionOptions::decode_quant_block_keys).
+// launch_decode's over fp8 / int8 / int4 pages): head_dim 64 and 128, kDecodeQuantKeys keys
+// per iteration.
 template <int kD, typename T>
 Status launch_decode_quant(const AttentionParams& p, const DecodeArgs& args, int32_t items,
-                           int32_t max_splits, KvQuant quant, int block_keys, cudaStream_t stream);
+                           int32_t max_splits, KvQuant quant, cudaStream_t stream);
 
 #ifdef LS_ATTENTION_INSTANTIATE
 
@@ -222,49 +222,35 @@ Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t i
 // Quantized pages always take fixed splits (kTicketed false): ticketed splits are an opt-in
 // benchmark variant (AttentionOptions::decode_ticketed_splits), not worth three more
 // instantiations per format; a call with ticket counters just leaves them unused.
-template <int kD, typename T, KvQuant kQ, int kQuantKeys>
+template <int kD, typename T, KvQuant kQ>
 Status launch_decode_quant_kernel(const AttentionParams& p, const DecodeArgs& args, int32_t items,
                                   int32_t max_splits, cudaStream_t stream) {
   return p.retrieval.page_slot != nullptr
-             ? launch_decode_kernel<kD, T, false, true, kQ, kQuantKeys>(p, args, items, max_splits,
-                                                                        stream)
-             : launch_decode_kernel<kD, T, false, false, kQ, kQuantKeys>(p, args, items, max_splits,
-                                                                         stream);
-}
-
-template <int kD, typename T, KvQuant kQ>
-Status launch_decode_quant_keys(const AttentionParams& p, const DecodeArgs& args, int32_t items,
-                                int32_t max_splits, int block_keys, cudaStream_t stream) {
-  return block_keys == 64
-             ? launch_decode_quant_kernel<kD, T, kQ, 64>(p, args, items, max_splits, stream)
-             : launch_decode_quant_kernel<kD, T, kQ, kDecodeQuantKeys>(p, args, items, max_splits,
-                                                                       stream);
+             ? launch_decode_kernel<kD, T, false, true, kQ>(p, args, items, max_splits, stream)
+             : launch_decode_kernel<kD, T, false, false, kQ>(p, args, items, max_splits, stream);
 }
 
 template <int kD, typename T>
 Status launch_decode_quant(const AttentionParams& p, const DecodeArgs& args, int32_t items,
-                           int32_t max_splits, KvQuant quant, int block_keys, cudaStream_t stream) {
+                           int32_t max_splits, KvQuant quant, cudaStream_t stream) {
   switch (quant) {
     case KvQuant::kFp8:
-      return launch_decode_quant_keys<kD, T, KvQuant::kFp8>(p, args, items, max_splits, block_keys,
-                                                            stream);
+      return launch_decode_quant_kernel<kD, T, KvQuant::kFp8>(p, args, items, max_splits, stream);
     case KvQuant::kInt8:
-      return launch_decode_quant_keys<kD, T, KvQuant::kInt8>(p, args, items, max_splits, block_keys,
-                                                             stream);
+      return launch_decode_quant_kernel<kD, T, KvQuant::kInt8>(p, args, items, max_splits, stream);
     case KvQuant::kInt4:
-      return launch_decode_quant_keys<kD, T, KvQuant::kInt4>(p, args, items, max_splits, block_keys,
-                                                             stream);
+      return launch_decode_quant_kernel<kD, T, KvQuant::kInt4>(p, args, items, max_splits, stream);
     default:
       return invalid_argument("attention: no quantized decode kernel for format {}",
                               static_cast<int>(quant));
   }
 }
 
-#define LS_INSTANTIATE_DECODE_QUANT(D)                                                          \
-  template Status launch_decode_quant<D, __nv_bfloat16>(                                        \
-      const AttentionParams&, const DecodeArgs&, int32_t, int32_t, KvQuant, int, cudaStream_t); \
-  template Status launch_decode_quant<D, __half>(const AttentionParams&, const DecodeArgs&,     \
-                                                 int32_t, int32_t, KvQuant, int, cudaStream_t);
+#define LS_INSTANTIATE_DECODE_QUANT(D)                                                     \
+  template Status launch_decode_quant<D, __nv_bfloat16>(                                   \
+      const AttentionParams&, const DecodeArgs&, int32_t, int32_t, KvQuant, cudaStream_t); \
+  template Status launch_decode_quant<D, __half>(const AttentionParams&, const DecodeArgs&, \
+                                                 int32_t, int32_t, KvQuant, cudaStream_t);
 
 #define LS_INSTANTIATE_PREFILL(D, W)                                                               \
   template Status launch_prefill<D, __nv_bfloat16, W>(                                             \
