@@ -111,7 +111,7 @@ void bench_fp8_linear(CudaBackend& b, JsonLines& out, const std::vector<int64_t>
             s.n, s.k, us, gbps, copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, tflops,
             err.ok() && us > 0 ? "true" : "false"));
       }
-      b.set_fp8_gemv_max_rows(kernels::cuda::kFp8GemvMaxRows);
+      b.set_fp8_gemv_max_rows(-1);
     }
   }
 }

@@ -85,14 +85,15 @@ TEST(CudaFp8, LinearWithinTheFp8Bound) {
   struct Shape {
     int64_t m, n, k;
   };
-  // m 1..8: the GEMV; larger m: per-token quantization + cuBLASLt's FP8 GEMM (n % 8 != 0: the
-  // GEMV in chunks of eight rows). The f16 cases check that unscaled products stay in range. n odd and k not a multiple of a warp's 512
+  // The GEMV where kernels::cuda::fp8_prefers_gemv says so (m <= 4; m <= 8 with n < 2048), else
+  // per-token quantization + cuBLASLt's FP8 GEMM (n % 8 != 0: the GEMV in chunks of eight rows). The f16 cases check that unscaled products stay in range. n odd and k not a multiple of a warp's 512
   // weights per pass; m not a multiple of any tile.
   const std::vector<Shape> shapes = {{1, 64, 64},    {2, 7, 208},     {3, 1000, 4096},
                                      {4, 33, 1040},  {1, 4097, 1296}, {5, 96, 128},
                                      {17, 200, 272}, {37, 256, 320},  {128, 512, 512},
                                      {300, 200, 112}, {255, 264, 1024}, {9, 130, 16},
-                                     {6, 13, 64},    {2, 130, 14336}, {64, 1536, 512}};
+                                     {6, 13, 64},    {2, 130, 14336}, {64, 1536, 512},
+                                     {7, 2056, 272},  {8, 2048, 1024}};
   for (DType dt : {DType::kBF16, DType::kF16}) {
     const double out_round = dt == DType::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
     for (const Shape& s : shapes) {
@@ -114,7 +115,7 @@ TEST(CudaFp8, LinearWithinTheFp8Bound) {
         if (bias) lw.bias = dev(db, DType::kF32, {s.n});
         gpu()->linear(dev(dx, dt, {s.m, s.k}), lw, dev(dout, dt, {s.m, s.n}));
         const std::vector<float> got = dout.download_floats(dt, s.m * s.n);
-        const bool quantized_x = s.m > kernels::cuda::kFp8GemvMaxRows && s.n % 8 == 0;
+        const bool quantized_x = !kernels::cuda::fp8_prefers_gemv(s.m, s.n) && s.n % 8 == 0;
         int64_t bad = 0;
         double worst_ratio = 0;
         for (int64_t i = 0; i < s.m; ++i) {

@@ -162,10 +162,11 @@ class CudaBackend final : public Backend {
   // Linear layers of up to kernels::cuda::kGemvMaxRows rows go to the gemv kernel (default) or,
   // when off, to cuBLASLt like the others (benchmarks compare the two).
   void set_gemv(bool on) { use_gemv_ = on; }
-  // FP8 weights: calls of at most this many rows take the e4m3 GEMV, larger ones the
-  // per-token-quantized cuBLASLt GEMM (0..kFp8GemvMaxRows; benchmarks compare the two paths).
+  // FP8 weights: by default (-1) kernels::cuda::fp8_prefers_gemv picks the e4m3 GEMV or the
+  // per-token-quantized cuBLASLt GEMM per call; 0..kFp8GemvMaxRows forces the GEMV for calls of
+  // at most that many rows and the GEMM above (benchmarks compare the two paths).
   void set_fp8_gemv_max_rows(int64_t rows) {
-    fp8_gemv_max_rows_ = std::clamp<int64_t>(rows, 0, kernels::cuda::kFp8GemvMaxRows);
+    fp8_gemv_max_rows_ = std::clamp<int64_t>(rows, -1, kernels::cuda::kFp8GemvMaxRows);
   }
   // Whether the last FP8 GEMM of this shape ran with cuBLASLt's outer-vector scales (else an
   // unscaled product and an epilogue kernel); for benchmarks.
@@ -227,7 +228,7 @@ class CudaBackend final : public Backend {
   int staging_next_ = 0;
   kernels::cuda::AttentionOptions attention_options_;
   bool use_gemv_ = true;
-  int64_t fp8_gemv_max_rows_ = kernels::cuda::kFp8GemvMaxRows;
+  int64_t fp8_gemv_max_rows_ = -1;
   // Fault injection for the GPU error tests: an attention call over exactly this many query
   // tokens (LONGSERVE_CUDA_FAULT_ATTENTION_TOKENS) is replaced by a real, non-sticky CUDA error
   // from the runtime, as a failed launch would give. 0: off.

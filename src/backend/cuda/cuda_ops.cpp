@@ -144,7 +144,9 @@ void CudaBackend::linear_fp8(const TensorView& x, const LinearWeight& w, const T
   const auto gemv = [&] {
     report(kc::fp8_gemv(x.data, w.w.data, w_scale, bias, out.data, m, n, k, x.dtype, stream_), op);
   };
-  if ((use_gemv_ && m <= fp8_gemv_max_rows_) ||
+  const bool gemv_rows = fp8_gemv_max_rows_ < 0 ? kc::fp8_prefers_gemv(m, n)
+                                                : m <= fp8_gemv_max_rows_;
+  if ((use_gemv_ && gemv_rows) ||
       !kc::CublasLtLinear::fp8_supported(w.w.data, w.w.data, out.data, n, k, x.dtype)) {
     gemv();
     return;

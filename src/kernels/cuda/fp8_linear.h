@@ -23,9 +23,18 @@
 namespace ls::kernels::cuda {
 
 // The gemv kernel takes calls of up to this many rows in one pass over the weights (more rows go
-// to the FP8 GEMM): decode batches up to 8 read the e4m3 weights once. Measured on an H200 at
-// m = 8, the per-token quantization + FP8 GEMM ran at 0.78-1.6x of bf16 cuBLASLt.
+// to the FP8 GEMM).
 inline constexpr int64_t kFp8GemvMaxRows = 8;
+
+// Which path an FP8 linear layer of m rows and n outputs takes: the e4m3 GEMV up to 4 rows, and
+// up to kFp8GemvMaxRows for narrow layers (n < 2048: k/v of the Llama-3-8B shape); else the
+// per-token quantization + cuBLASLt's FP8 GEMM. Measured on an H200 (bf16 time / FP8 time,
+// Llama-3-8B shapes): at m = 5-8 the GEMV ran 0.55-1.05x on the 4096-28672-wide layers where the
+// GEMM ran 1.18-1.63x, and 0.92-1.25x on k/v where the GEMM ran 0.43-0.77x; at m <= 4 the GEMV
+// won everywhere (1.04-1.82x against 0.36-1.69x). bench_cuda_kernels --sections fp8 times both.
+constexpr bool fp8_prefers_gemv(int64_t m, int64_t n) {
+  return m <= 4 || (m <= kFp8GemvMaxRows && n < 2048);
+}
 
 // Whether fp8_gemv() takes this call: m >= 1 (rows past kFp8GemvMaxRows run as several
 // launches), bf16/f16 activations, k % 16 == 0, x and w 16-byte aligned.
