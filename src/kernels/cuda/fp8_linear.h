@@ -26,14 +26,16 @@ namespace ls::kernels::cuda {
 // to the FP8 GEMM).
 inline constexpr int64_t kFp8GemvMaxRows = 8;
 
-// Which path an FP8 linear layer of m rows and n outputs takes: the e4m3 GEMV up to 4 rows, and
-// up to kFp8GemvMaxRows for narrow layers (n < 2048: k/v of the Llama-3-8B shape); else the
-// per-token quantization + cuBLASLt's FP8 GEMM. Measured on an H200 (bf16 time / FP8 time,
-// Llama-3-8B shapes): at m = 5-8 the GEMV ran 0.55-1.05x on the 4096-28672-wide layers where the
-// GEMM ran 1.18-1.63x, and 0.92-1.25x on k/v where the GEMM ran 0.43-0.77x; at m <= 4 the GEMV
-// won everywhere (1.04-1.82x against 0.36-1.69x). bench_cuda_kernels --sections fp8 times both.
+// Which path an FP8 linear layer of m rows and n outputs takes: the e4m3 GEMV for 1-2 rows, up to
+// 4 rows for layers up to 4096 wide and up to kFp8GemvMaxRows for narrow ones (n < 2048: k/v of
+// the Llama-3-8B shape); else the per-token quantization + cuBLASLt's FP8 GEMM. Measured on an
+// H200, two runs (bf16 time / FP8 time, Llama-3-8B shapes): at m = 5-8 the GEMV ran 0.55-1.05x on
+// the 4096-28672-wide layers where the GEMM ran 1.16-1.64x, and 0.92-1.25x on k/v where the GEMM
+// ran 0.42-0.77x; at m = 4 the GEMM already won on qkv and gate_up (1.24 / 1.62x against 1.05 /
+// 1.04x) but not on q/o (1.21 against 1.30x); at m <= 2 the GEMV won everywhere but gate_up at
+// m = 2 (1.59 against 1.69x). bench_cuda_kernels --sections fp8 times both paths.
 constexpr bool fp8_prefers_gemv(int64_t m, int64_t n) {
-  return m <= 4 || (m <= kFp8GemvMaxRows && n < 2048);
+  return m <= 2 || (m <= 4 && n <= 4096) || (m <= kFp8GemvMaxRows && n < 2048);
 }
 
 // Whether fp8_gemv() takes this call: m >= 1 (rows past kFp8GemvMaxRows run as several
