@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/gguf_tokenizer_common.h"
 #include "io/gguf_tokenizer_spm.h"
 #include "io/gguf_writer.h"
 #include "io/json_util.h"
@@ -108,34 +109,13 @@ Result<GgufTokenizerJson> gguf_tokenizer_json(const GgufFile& f) {
                          {"special", type == 3}});
       }
     }
-    Json merge_list = Json::array();
-    for (size_t i = 0; i < merges->size(); ++i) {
-      const std::string& m = (*merges)[i];
-      const size_t space = m.find(' ');
-      if (space == std::string::npos || space == 0 || space + 1 == m.size() ||
-          m.find(' ', space + 1) != std::string::npos) {
-        return data_loss("{}: tokenizer.ggml.merges[{}] \"{}\" is not two tokens separated by "
-                         "one space",
-                         file, i, m);
-      }
-      merge_list.push_back(Json::array({m.substr(0, space), m.substr(space + 1)}));
-    }
-
-    auto token_of = [&](std::string_view key) -> Result<std::optional<std::string>> {
-      LS_ASSIGN_OR_RETURN(std::optional<int64_t> id, f.opt_int(key));
-      if (!id) return std::optional<std::string>();
-      if (*id < 0 || static_cast<size_t>(*id) >= tokens->size()) {
-        return data_loss("{}: {} = {} is not a token id (vocabulary of {})", file, key, *id,
-                         tokens->size());
-      }
-      return std::optional<std::string>((*tokens)[static_cast<size_t>(*id)]);
-    };
-    LS_ASSIGN_OR_RETURN(std::optional<std::string> bos, token_of("tokenizer.ggml.bos_token_id"));
-    LS_ASSIGN_OR_RETURN(std::optional<std::string> eos, token_of("tokenizer.ggml.eos_token_id"));
-    LS_ASSIGN_OR_RETURN(std::optional<std::string> unk,
-                        token_of("tokenizer.ggml.unknown_token_id"));
-    LS_ASSIGN_OR_RETURN(std::optional<std::string> pad,
-                        token_of("tokenizer.ggml.padding_token_id"));
+    LS_ASSIGN_OR_RETURN(Json merge_list, gguf_tokenizer::merge_pairs(file, *merges));
+    LS_ASSIGN_OR_RETURN(gguf_tokenizer::SpecialTokens st,
+                        gguf_tokenizer::special_tokens(f, *tokens));
+    const std::optional<std::string>& bos = st.bos;
+    const std::optional<std::string>& eos = st.eos;
+    const std::optional<std::string>& unk = st.unk;
+    const std::optional<std::string>& pad = st.pad;
     LS_ASSIGN_OR_RETURN(std::optional<bool> add_bos, f.opt_bool("tokenizer.ggml.add_bos_token"));
     LS_ASSIGN_OR_RETURN(std::optional<bool> add_eos, f.opt_bool("tokenizer.ggml.add_eos_token"));
     LS_ASSIGN_OR_RETURN(std::optional<std::string> chat_template,

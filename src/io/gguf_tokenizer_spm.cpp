@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "io/gguf_tokenizer_common.h"
 #include "io/json_util.h"
 
 namespace ls {
@@ -117,19 +118,12 @@ Result<GgufTokenizerJson> gguf_spm_tokenizer_json(const GgufFile& f) {
                        file, id, (*tokens)[id]);
     }
   }
-  auto token_of = [&](std::string_view key) -> Result<std::optional<std::string>> {
-    LS_ASSIGN_OR_RETURN(std::optional<int64_t> id, f.opt_int(key));
-    if (!id) return std::optional<std::string>();
-    if (*id < 0 || static_cast<size_t>(*id) >= tokens->size()) {
-      return data_loss("{}: {} = {} is not a token id (vocabulary of {})", file, key, *id,
-                       tokens->size());
-    }
-    return std::optional<std::string>((*tokens)[static_cast<size_t>(*id)]);
-  };
-  LS_ASSIGN_OR_RETURN(std::optional<std::string> bos, token_of("tokenizer.ggml.bos_token_id"));
-  LS_ASSIGN_OR_RETURN(std::optional<std::string> eos, token_of("tokenizer.ggml.eos_token_id"));
-  LS_ASSIGN_OR_RETURN(std::optional<std::string> unk, token_of("tokenizer.ggml.unknown_token_id"));
-  LS_ASSIGN_OR_RETURN(std::optional<std::string> pad, token_of("tokenizer.ggml.padding_token_id"));
+  LS_ASSIGN_OR_RETURN(gguf_tokenizer::SpecialTokens st,
+                      gguf_tokenizer::special_tokens(f, *tokens));
+  const std::optional<std::string>& bos = st.bos;
+  const std::optional<std::string>& eos = st.eos;
+  const std::optional<std::string>& unk = st.unk;
+  const std::optional<std::string>& pad = st.pad;
   // llama.cpp's defaults for SentencePiece vocabularies: bos added, eos not, a space prefixed.
   LS_ASSIGN_OR_RETURN(std::optional<bool> add_bos, f.opt_bool("tokenizer.ggml.add_bos_token"));
   LS_ASSIGN_OR_RETURN(std::optional<bool> add_eos, f.opt_bool("tokenizer.ggml.add_eos_token"));
@@ -164,17 +158,7 @@ Result<GgufTokenizerJson> gguf_spm_tokenizer_json(const GgufFile& f) {
     }
     Json merges = Json::array();
     if (given_merges != nullptr) {
-      for (size_t i = 0; i < given_merges->size(); ++i) {
-        const std::string& m = (*given_merges)[i];
-        const size_t space = m.find(' ');
-        if (space == std::string::npos || space == 0 || space + 1 == m.size() ||
-            m.find(' ', space + 1) != std::string::npos) {
-          return data_loss("{}: tokenizer.ggml.merges[{}] \"{}\" is not two tokens separated "
-                           "by one space",
-                           file, i, m);
-        }
-        merges.push_back(Json::array({m.substr(0, space), m.substr(space + 1)}));
-      }
+      LS_ASSIGN_OR_RETURN(merges, gguf_tokenizer::merge_pairs(file, *given_merges));
     } else {
       for (const Merge& m : derive_merges(*tokens, *scores)) {
         merges.push_back(Json::array({std::string(m.left), std::string(m.right)}));

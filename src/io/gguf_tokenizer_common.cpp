@@ -1,0 +1,42 @@
+#include "io/gguf_tokenizer_common.h"
+
+#include <cstdint>
+
+namespace ls::gguf_tokenizer {
+
+Result<io_json::Json> merge_pairs(const std::string& file, const std::vector<std::string>& merges) {
+  io_json::Json pairs = io_json::Json::array();
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const std::string& m = merges[i];
+    const size_t space = m.find(' ');
+    if (space == std::string::npos || space == 0 || space + 1 == m.size() ||
+        m.find(' ', space + 1) != std::string::npos) {
+      return data_loss(
+          "{}: tokenizer.ggml.merges[{}] \"{}\" is not two tokens separated by one "
+          "space",
+          file, i, m);
+    }
+    pairs.push_back(io_json::Json::array({m.substr(0, space), m.substr(space + 1)}));
+  }
+  return pairs;
+}
+
+Result<SpecialTokens> special_tokens(const GgufFile& f, const std::vector<std::string>& tokens) {
+  auto token_of = [&](std::string_view key) -> Result<std::optional<std::string>> {
+    LS_ASSIGN_OR_RETURN(std::optional<int64_t> id, f.opt_int(key));
+    if (!id) return std::optional<std::string>();
+    if (*id < 0 || static_cast<size_t>(*id) >= tokens.size()) {
+      return data_loss("{}: {} = {} is not a token id (vocabulary of {})", f.name(), key, *id,
+                       tokens.size());
+    }
+    return std::optional<std::string>(tokens[static_cast<size_t>(*id)]);
+  };
+  SpecialTokens s;
+  LS_ASSIGN_OR_RETURN(s.bos, token_of("tokenizer.ggml.bos_token_id"));
+  LS_ASSIGN_OR_RETURN(s.eos, token_of("tokenizer.ggml.eos_token_id"));
+  LS_ASSIGN_OR_RETURN(s.unk, token_of("tokenizer.ggml.unknown_token_id"));
+  LS_ASSIGN_OR_RETURN(s.pad, token_of("tokenizer.ggml.padding_token_id"));
+  return s;
+}
+
+}  // namespace ls::gguf_tokenizer

@@ -1,0 +1,28 @@
+#pragma once
+// What the two GGUF tokenizer readers (byte-level BPE, gguf_tokenizer.cpp; SentencePiece,
+// gguf_tokenizer_spm.cpp) read the same way from a file's tokenizer.ggml.* metadata. Every error
+// names the file and the key.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "io/gguf.h"
+#include "io/json_util.h"
+
+namespace ls::gguf_tokenizer {
+
+// tokenizer.ggml.merges ("left right" strings, one space) as tokenizer.json merge pairs
+// [[left, right], ...].
+Result<io_json::Json> merge_pairs(const std::string& file, const std::vector<std::string>& merges);
+
+// The special tokens the metadata names by id (bos_token_id, eos_token_id, unknown_token_id,
+// padding_token_id), each absent when its key is; an id outside `tokens` is an error.
+struct SpecialTokens {
+  std::optional<std::string> bos, eos, unk, pad;
+};
+Result<SpecialTokens> special_tokens(const GgufFile& f, const std::vector<std::string>& tokens);
+
+}  // namespace ls::gguf_tokenizer
