@@ -89,26 +89,10 @@ Result<GgufTokenizerJson> gguf_tokenizer_json(const GgufFile& f) {
                          file, *pre);
   }
   try {
-    Json vocab = Json::object();
-    Json added = Json::array();
-    for (size_t id = 0; id < tokens->size(); ++id) {
-      const std::string& tok = (*tokens)[id];
-      if (vocab.contains(tok)) {
-        return data_loss("{}: tokenizer.ggml.tokens: token {} (\"{}\") repeats an earlier token",
-                         file, id, tok);
-      }
-      vocab[tok] = id;
-      const int64_t type = types != nullptr ? (*types)[id] : 1;
-      if (type == 3 || type == 4) {
-        added.push_back({{"id", id},
-                         {"content", tok},
-                         {"single_word", false},
-                         {"lstrip", false},
-                         {"rstrip", false},
-                         {"normalized", false},
-                         {"special", type == 3}});
-      }
-    }
+    LS_ASSIGN_OR_RETURN(gguf_tokenizer::Vocabulary v,
+                        gguf_tokenizer::vocabulary(file, *tokens, types, false));
+    Json& vocab = v.vocab;
+    const Json& added = v.added;
     LS_ASSIGN_OR_RETURN(Json merge_list, gguf_tokenizer::merge_pairs(file, *merges));
     LS_ASSIGN_OR_RETURN(gguf_tokenizer::SpecialTokens st,
                         gguf_tokenizer::special_tokens(f, *tokens));

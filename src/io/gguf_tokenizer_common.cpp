@@ -21,6 +21,30 @@ Result<io_json::Json> merge_pairs(const std::string& file, const std::vector<std
   return pairs;
 }
 
+Result<Vocabulary> vocabulary(const std::string& file, const std::vector<std::string>& tokens,
+                              const std::vector<int64_t>* types, bool unknown_is_added) {
+  Vocabulary v{io_json::Json::object(), io_json::Json::array()};
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const std::string& tok = tokens[id];
+    if (v.vocab.contains(tok)) {
+      return data_loss("{}: tokenizer.ggml.tokens: token {} (\"{}\") repeats an earlier token",
+                       file, id, tok);
+    }
+    v.vocab[tok] = id;
+    const int64_t type = types != nullptr ? (*types)[id] : 1;
+    if (type == 3 || type == 4 || (type == 2 && unknown_is_added)) {
+      v.added.push_back({{"id", id},
+                         {"content", tok},
+                         {"single_word", false},
+                         {"lstrip", false},
+                         {"rstrip", false},
+                         {"normalized", false},
+                         {"special", type != 4}});
+    }
+  }
+  return v;
+}
+
 Result<SpecialTokens> special_tokens(const GgufFile& f, const std::vector<std::string>& tokens) {
   auto token_of = [&](std::string_view key) -> Result<std::optional<std::string>> {
     LS_ASSIGN_OR_RETURN(std::optional<int64_t> id, f.opt_int(key));

@@ -3,6 +3,7 @@
 // gguf_tokenizer_spm.cpp) read the same way from a file's tokenizer.ggml.* metadata. Every error
 // names the file and the key.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,6 +18,16 @@ namespace ls::gguf_tokenizer {
 // tokenizer.ggml.merges ("left right" strings, one space) as tokenizer.json merge pairs
 // [[left, right], ...].
 Result<io_json::Json> merge_pairs(const std::string& file, const std::vector<std::string>& merges);
+
+// tokenizer.ggml.tokens as a tokenizer.json vocabulary (token -> id; a repeated token is an
+// error) and its added tokens: token_type 3 (control) special, 4 (user-defined) not special, and
+// 2 (unknown) special when `unknown_is_added`; `types` may be null (every token normal).
+struct Vocabulary {
+  io_json::Json vocab;  // {token: id}
+  io_json::Json added;  // [{id, content, ..., special}]
+};
+Result<Vocabulary> vocabulary(const std::string& file, const std::vector<std::string>& tokens,
+                              const std::vector<int64_t>* types, bool unknown_is_added);
 
 // The special tokens the metadata names by id (bos_token_id, eos_token_id, unknown_token_id,
 // padding_token_id), each absent when its key is; an id outside `tokens` is an error.

@@ -134,28 +134,12 @@ Result<GgufTokenizerJson> gguf_spm_tokenizer_json(const GgufFile& f) {
   const bool space_prefix = add_space.value_or(true);
 
   try {
-    Json vocab = Json::object();
-    Json added = Json::array();
-    for (size_t id = 0; id < tokens->size(); ++id) {
-      const std::string& tok = (*tokens)[id];
-      if (vocab.contains(tok)) {
-        return data_loss("{}: tokenizer.ggml.tokens: token {} (\"{}\") repeats an earlier token",
-                         file, id, tok);
-      }
-      vocab[tok] = id;
-      const int64_t type = types != nullptr ? (*types)[id] : kNormal;
-      // transformers adds the unknown token as a special token too (llama.cpp also matches it
-      // in text).
-      if (type == kControl || type == kUnknown || type == kUserDefined) {
-        added.push_back({{"id", id},
-                         {"content", tok},
-                         {"single_word", false},
-                         {"lstrip", false},
-                         {"rstrip", false},
-                         {"normalized", false},
-                         {"special", type != kUserDefined}});
-      }
-    }
+    // transformers adds the unknown token as a special token too (llama.cpp also matches it in
+    // text).
+    LS_ASSIGN_OR_RETURN(gguf_tokenizer::Vocabulary v,
+                        gguf_tokenizer::vocabulary(file, *tokens, types, true));
+    Json& vocab = v.vocab;
+    const Json& added = v.added;
     Json merges = Json::array();
     if (given_merges != nullptr) {
       LS_ASSIGN_OR_RETURN(merges, gguf_tokenizer::merge_pairs(file, *given_merges));
