@@ -162,7 +162,9 @@ Result<GgufTokenizerJson> gguf_spm_tokenizer_json(const GgufFile& f) {
       specials[*tok] = {{"id", *tok}, {"ids", Json::array({id})}, {"tokens", Json::array({*tok})}};
       return {};
     };
-    const bool with_bos = add_bos.value_or(true), with_eos = add_eos.value_or(false);
+    // Unset add_bos_token: bos is added when the file names a bos token (llama.cpp's default);
+    // set to true without one, the file is refused.
+    const bool with_bos = add_bos.value_or(bos.has_value()), with_eos = add_eos.value_or(false);
     if (with_bos) LS_RETURN_IF_ERROR(special(bos, "bos"));
     if (with_eos) LS_RETURN_IF_ERROR(special(eos, "eos"));
     auto sequence = [&](const char* seq, int type_id) {
@@ -213,7 +215,7 @@ Result<GgufTokenizerJson> gguf_spm_tokenizer_json(const GgufFile& f) {
     if (eos) config["eos_token"] = *eos;
     if (unk) config["unk_token"] = *unk;
     if (pad) config["pad_token"] = *pad;
-    config["add_bos_token"] = add_bos.value_or(true);
+    config["add_bos_token"] = with_bos;
     if (chat_template) config["chat_template"] = *chat_template;
     // Tokens need not be valid UTF-8 in a GGUF; dump() would throw on them, so replace.
     return GgufTokenizerJson{t.dump(-1, ' ', false, Json::error_handler_t::replace),

@@ -13,7 +13,8 @@
 //                  Replace(" " -> "▁")
 //   decoder        ByteFallback, Fuse, Replace("▁" -> " "), Strip(1 leading space) when
 //                  add_space_prefix
-//   post-processor bos before the text when tokenizer.ggml.add_bos_token (default true, as
+//   post-processor bos before the text when tokenizer.ggml.add_bos_token (default: whether the file
+//                  names a bos token, as
 //                  llama.cpp), eos after it when tokenizer.ggml.add_eos_token (default false)
 //   added tokens   token_type 3 (control) and 2 (unknown) -> special, 4 (user-defined) -> not
 //                  special (transformers' converter leaves these in the plain vocabulary;

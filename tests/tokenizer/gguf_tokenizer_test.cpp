@@ -260,6 +260,13 @@ TEST(GgufTokenizerSpm, BosEosFollowTheMetadata) {
   auto unset = Tokenizer::load(write_spm(m, "bos-unset"));
   ASSERT_TRUE(unset.ok()) << unset.status().to_string();
   EXPECT_EQ((*unset)->encode("Hello world", true), with);
+
+  // Without the key and without a bos token, the file loads and nothing is added (llama.cpp).
+  m.bos.reset();
+  auto no_bos = Tokenizer::load(write_spm(m, "bos-none"));
+  ASSERT_TRUE(no_bos.ok()) << no_bos.status().to_string();
+  EXPECT_EQ((*no_bos)->encode("Hello world", true), plain);
+  EXPECT_EQ((*no_bos)->add_bos_token(), false);
 }
 
 TEST(GgufTokenizerSpm, NoSpacePrefix) {
