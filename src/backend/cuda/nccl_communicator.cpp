@@ -106,9 +106,10 @@ struct NcclGroup {
 
   // Before ncclCommAbort frees a communicator: wait until no rank thread is inside an NCCL host
   // call. A thread counts itself in before it tests `aborted` (both sequentially consistent), so
-  // once the count reads zero after `aborted` was set, no call can start any more. An enqueue
-  // does not wait for other ranks, so this is short; the bound only keeps a host call that hangs
-  // inside NCCL from hanging the abort too (logged).
+  // once the count reads zero after `aborted` was set, no call can start any more. Usually short;
+  // but a collective whose connection NCCL sets up at run time (the default since 2.22) waits
+  // inside the call for its peers, which only the abort flag ends, hence the bound (logged):
+  // past it the communicator is aborted anyway (docs/tensor-parallel.md, "Failures").
   void wait_host_calls(int device) {
     const auto until = std::chrono::steady_clock::now() + kHostCallGrace;
     while (host_calls.load() > 0) {
