@@ -100,7 +100,10 @@ void bench_fp8_linear(CudaBackend& b, JsonLines& out, const std::vector<int64_t>
           }
         }
         const Status err = b.take_error();
-        const bool gemv = fp8 ? (!v.gemm && m <= kernels::cuda::kFp8GemvMaxRows) : m <= 2;
+        // FP8: the path that ran (a GEMM cuBLASLt had no algorithm for falls back to the GEMV).
+        const bool gemv = fp8 ? (!v.gemm && m <= kernels::cuda::kFp8GemvMaxRows) ||
+                                    !b.fp8_gemm_planned(m, s.n, s.k)
+                              : m <= 2;
         const double bytes = static_cast<double>(wbytes + 2 * m * (s.k + s.n));
         const double gbps = us > 0 ? bytes / (us * 1e-6) / 1e9 : 0.0;
         const double tflops = us > 0 ? 2.0 * m * s.n * s.k / (us * 1e-6) / 1e12 : 0.0;

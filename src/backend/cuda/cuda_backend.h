@@ -173,6 +173,11 @@ class CudaBackend final : public Backend {
   bool fp8_outer_vec_scales(int64_t m, int64_t n, int64_t k) const {
     return linear_->fp8_outer_vec_scales(m, n, k, DType::kBF16);
   }
+  // Whether a bf16-activation FP8 GEMM of this shape has run through cuBLASLt (else the calls
+  // fell back to the GEMV); for benchmarks.
+  bool fp8_gemm_planned(int64_t m, int64_t n, int64_t k) const {
+    return linear_->fp8_gemm_planned(m, n, k, DType::kBF16);
+  }
   void set_attention_options(const kernels::cuda::AttentionOptions& options) {
     attention_options_ = options;
   }

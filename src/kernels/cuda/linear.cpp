@@ -280,6 +280,10 @@ bool CublasLtLinear::fp8_supported(const void* xq, const void* w, const void* ou
          alignment_of(w) == 16 && alignment_of(out) == 16;
 }
 
+bool CublasLtLinear::fp8_gemm_planned(int64_t m, int64_t n, int64_t k, DType dtype) const {
+  return impl_->fp8_plans.count(Fp8Key{m, n, k, static_cast<int>(dtype)}) != 0;
+}
+
 bool CublasLtLinear::fp8_outer_vec_scales(int64_t m, int64_t n, int64_t k, DType dtype) const {
   auto it = impl_->fp8_plans.find(Fp8Key{m, n, k, static_cast<int>(dtype)});
   return it != impl_->fp8_plans.end() && it->second.outer_vec;

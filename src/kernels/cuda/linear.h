@@ -45,6 +45,8 @@ class CublasLtLinear {
                             DType dtype);
   // Whether the last run_fp8 of this shape used the outer-vector scale modes (benchmarks say).
   bool fp8_outer_vec_scales(int64_t m, int64_t n, int64_t k, DType dtype) const;
+  // Whether an FP8 GEMM of this shape has run (cuBLASLt had an algorithm for it); for benchmarks.
+  bool fp8_gemm_planned(int64_t m, int64_t n, int64_t k, DType dtype) const;
 
  private:
   struct Impl;
