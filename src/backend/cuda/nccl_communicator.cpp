@@ -106,10 +106,11 @@ struct NcclGroup {
 
   // Before ncclCommAbort frees a communicator: wait until no rank thread is inside an NCCL host
   // call. A thread counts itself in before it tests `aborted` (both sequentially consistent), so
-  // once the count reads zero after `aborted` was set, no call can start any more. Usually short;
-  // but a collective whose connection NCCL sets up at run time (the default since 2.22) waits
-  // inside the call for its peers, which only the abort flag ends, hence the bound (logged):
-  // past it the communicator is aborted anyway (docs/tensor-parallel.md, "Failures").
+  // once the count reads zero after `aborted` was set, no call can start any more. Short, since
+  // connections are made at init (NCCL_RUNTIME_CONNECT=0 below); a collective whose connection
+  // NCCL sets up at run time (if the user turns that back on) waits inside the call for its
+  // peers, which only the abort flag ends, hence the bound (logged): past it the communicator is
+  // aborted anyway (docs/tensor-parallel.md, "Failures").
   void wait_host_calls(int device) {
     const auto until = std::chrono::steady_clock::now() + kHostCallGrace;
     while (host_calls.load() > 0) {
@@ -290,6 +291,11 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
     return resource_exhausted("--tensor-parallel-size {} needs {} GPUs; {} are visible",
                               backends.size(), backends.size(), visible);
   }
+  // Every connection made here, at init, unless the user set it otherwise: with NCCL's runtime
+  // connection setup (its default since 2.22) a collective needing a new connection waits for
+  // its peers inside the host call, where a failed rank would leave it until the abort flag, and
+  // the abort waits for host calls to end before freeing the communicators (NcclGroup).
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   auto group = std::make_shared<NcclGroup>();
   group->comms.assign(backends.size(), nullptr);
   group->devices = devices;
@@ -302,8 +308,10 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
   }
   int version = 0;
   ncclGetVersion(&version);
-  LS_LOG_INFO("NCCL {} communicators on {} GPUs (NCCL_NVLS_ENABLE={})", version, backends.size(),
-              std::getenv("NCCL_NVLS_ENABLE") ? std::getenv("NCCL_NVLS_ENABLE") : "unset");
+  LS_LOG_INFO("NCCL {} communicators on {} GPUs (NCCL_NVLS_ENABLE={}, NCCL_RUNTIME_CONNECT={})",
+              version, backends.size(),
+              std::getenv("NCCL_NVLS_ENABLE") ? std::getenv("NCCL_NVLS_ENABLE") : "unset",
+              std::getenv("NCCL_RUNTIME_CONNECT"));
   std::vector<std::unique_ptr<Communicator>> out;
   for (size_t i = 0; i < cuda.size(); ++i) {
     cuda[i]->bind_thread();
