@@ -98,8 +98,6 @@ Result<GgufTokenizerJson> gguf_tokenizer_json(const GgufFile& f) {
                         gguf_tokenizer::special_tokens(f, *tokens));
     const std::optional<std::string>& bos = st.bos;
     const std::optional<std::string>& eos = st.eos;
-    const std::optional<std::string>& unk = st.unk;
-    const std::optional<std::string>& pad = st.pad;
     LS_ASSIGN_OR_RETURN(std::optional<bool> add_bos, f.opt_bool("tokenizer.ggml.add_bos_token"));
     LS_ASSIGN_OR_RETURN(std::optional<bool> add_eos, f.opt_bool("tokenizer.ggml.add_eos_token"));
     LS_ASSIGN_OR_RETURN(std::optional<std::string> chat_template,
@@ -153,16 +151,7 @@ Result<GgufTokenizerJson> gguf_tokenizer_json(const GgufFile& f) {
                 {"merges", merge_list}}}};
     if (pre == "qwen2" || pre == "deepseek-r1-qwen") t["normalizer"] = {{"type", "NFC"}};
 
-    Json config = Json::object();
-    if (bos) config["bos_token"] = *bos;
-    if (eos) config["eos_token"] = *eos;
-    if (unk) config["unk_token"] = *unk;
-    if (pad) config["pad_token"] = *pad;
-    if (add_bos) config["add_bos_token"] = *add_bos;
-    if (chat_template) config["chat_template"] = *chat_template;
-    // Tokens need not be valid UTF-8 in a GGUF; dump() would throw on them, so replace.
-    return GgufTokenizerJson{t.dump(-1, ' ', false, Json::error_handler_t::replace),
-                             config.dump(-1, ' ', false, Json::error_handler_t::replace)};
+    return gguf_tokenizer::tokenizer_files(t, st, add_bos, chat_template);
   } catch (const std::bad_alloc&) {
     return resource_exhausted("{}: out of memory while reading the tokenizer", file);
   }

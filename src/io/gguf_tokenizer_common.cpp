@@ -63,4 +63,18 @@ Result<SpecialTokens> special_tokens(const GgufFile& f, const std::vector<std::s
   return s;
 }
 
+GgufTokenizerJson tokenizer_files(const io_json::Json& tokenizer, const SpecialTokens& specials,
+                                  std::optional<bool> add_bos,
+                                  const std::optional<std::string>& chat_template) {
+  io_json::Json config = io_json::Json::object();
+  if (specials.bos) config["bos_token"] = *specials.bos;
+  if (specials.eos) config["eos_token"] = *specials.eos;
+  if (specials.unk) config["unk_token"] = *specials.unk;
+  if (specials.pad) config["pad_token"] = *specials.pad;
+  if (add_bos) config["add_bos_token"] = *add_bos;
+  if (chat_template) config["chat_template"] = *chat_template;
+  return GgufTokenizerJson{tokenizer.dump(-1, ' ', false, io_json::Json::error_handler_t::replace),
+                           config.dump(-1, ' ', false, io_json::Json::error_handler_t::replace)};
+}
+
 }  // namespace ls::gguf_tokenizer

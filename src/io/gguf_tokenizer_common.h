@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "io/gguf.h"
+#include "io/gguf_tokenizer.h"
 #include "io/json_util.h"
 
 namespace ls::gguf_tokenizer {
@@ -35,5 +36,12 @@ struct SpecialTokens {
   std::optional<std::string> bos, eos, unk, pad;
 };
 Result<SpecialTokens> special_tokens(const GgufFile& f, const std::vector<std::string>& tokens);
+
+// The two files: `tokenizer` as tokenizer.json, and tokenizer_config.json with the special
+// tokens, add_bos_token (when set) and the chat template. Tokens need not be valid UTF-8 in a
+// GGUF, so invalid bytes are replaced rather than refused.
+GgufTokenizerJson tokenizer_files(const io_json::Json& tokenizer, const SpecialTokens& specials,
+                                  std::optional<bool> add_bos,
+                                  const std::optional<std::string>& chat_template);
 
 }  // namespace ls::gguf_tokenizer

@@ -123,7 +123,6 @@ Result<GgufTokenizerJson> gguf_spm_tokenizer_json(const GgufFile& f) {
   const std::optional<std::string>& bos = st.bos;
   const std::optional<std::string>& eos = st.eos;
   const std::optional<std::string>& unk = st.unk;
-  const std::optional<std::string>& pad = st.pad;
   // llama.cpp's defaults for SentencePiece vocabularies: bos added, eos not, a space prefixed.
   LS_ASSIGN_OR_RETURN(std::optional<bool> add_bos, f.opt_bool("tokenizer.ggml.add_bos_token"));
   LS_ASSIGN_OR_RETURN(std::optional<bool> add_eos, f.opt_bool("tokenizer.ggml.add_eos_token"));
@@ -210,16 +209,7 @@ Result<GgufTokenizerJson> gguf_spm_tokenizer_json(const GgufFile& f) {
               {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
               {"model", model}};
 
-    Json config = Json::object();
-    if (bos) config["bos_token"] = *bos;
-    if (eos) config["eos_token"] = *eos;
-    if (unk) config["unk_token"] = *unk;
-    if (pad) config["pad_token"] = *pad;
-    config["add_bos_token"] = with_bos;
-    if (chat_template) config["chat_template"] = *chat_template;
-    // Tokens need not be valid UTF-8 in a GGUF; dump() would throw on them, so replace.
-    return GgufTokenizerJson{t.dump(-1, ' ', false, Json::error_handler_t::replace),
-                             config.dump(-1, ' ', false, Json::error_handler_t::replace)};
+    return gguf_tokenizer::tokenizer_files(t, st, std::optional<bool>(with_bos), chat_template);
   } catch (const std::bad_alloc&) {
     return resource_exhausted("{}: out of memory while reading the tokenizer", file);
   }

@@ -35,6 +35,29 @@ std::string case_input(const nlohmann::json& c) {
                            : c["text"].get<std::string>();
 }
 
+// Every hard string of a reference file (made by scripts/fixtures/) encodes (with and without
+// special tokens) and decodes (with and without skipping them) as the reference did, and so do
+// its random id sequences.
+void expect_reference_encodings(const Tokenizer& tok, const nlohmann::json& expected) {
+  size_t checked = 0;
+  for (const auto& c : expected["cases"]) {
+    const std::string input = case_input(c);
+    const auto ids = test::ids_of(c["ids"]);
+    EXPECT_EQ(tok.encode(input, true), ids) << "input: " << show(input);
+    EXPECT_EQ(tok.encode(input, false), test::ids_of(c["ids_no_special"]))
+        << "input: " << show(input);
+    EXPECT_EQ(tok.decode(ids, false), c["decode"].get<std::string>()) << show(input);
+    EXPECT_EQ(tok.decode(ids, true), c["decode_skip"].get<std::string>()) << show(input);
+    ++checked;
+  }
+  EXPECT_GE(checked, 70u);
+  for (const auto& r : expected["random_decodes"]) {
+    const auto ids = test::ids_of(r["ids"]);
+    EXPECT_EQ(tok.decode(ids, false), r["decode"].get<std::string>()) << r["ids"].dump();
+    EXPECT_EQ(tok.decode(ids, true), r["decode_skip"].get<std::string>()) << r["ids"].dump();
+  }
+}
+
 class GgufTokenizer : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GgufTokenizer, HardStringsMatchHuggingFace) {
@@ -43,23 +66,7 @@ TEST_P(GgufTokenizer, HardStringsMatchHuggingFace) {
   auto tok = Tokenizer::load(gguf_path(name));
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   const auto expected = test::read_json_file(test::fixture_dir(name) + "/expected.json");
-  size_t checked = 0;
-  for (const auto& c : expected["cases"]) {
-    const std::string input = case_input(c);
-    EXPECT_EQ((*tok)->encode(input, true), test::ids_of(c["ids"])) << "input: " << show(input);
-    EXPECT_EQ((*tok)->encode(input, false), test::ids_of(c["ids_no_special"]))
-        << "input: " << show(input);
-    const auto ids = test::ids_of(c["ids"]);
-    EXPECT_EQ((*tok)->decode(ids, false), c["decode"].get<std::string>()) << show(input);
-    EXPECT_EQ((*tok)->decode(ids, true), c["decode_skip"].get<std::string>()) << show(input);
-    ++checked;
-  }
-  EXPECT_GE(checked, 70u);
-  for (const auto& r : expected["random_decodes"]) {
-    const auto ids = test::ids_of(r["ids"]);
-    EXPECT_EQ((*tok)->decode(ids, false), r["decode"].get<std::string>()) << r["ids"].dump();
-    EXPECT_EQ((*tok)->decode(ids, true), r["decode_skip"].get<std::string>()) << r["ids"].dump();
-  }
+  expect_reference_encodings(**tok, expected);
   if (!expected["eos_token_id"].is_null()) {
     EXPECT_EQ((*tok)->eos_token_id(), expected["eos_token_id"].get<int32_t>());
   }
@@ -111,23 +118,7 @@ TEST(GgufTokenizerSpm, HardStringsMatchTransformers) {
   auto tok = Tokenizer::load(kSpmGguf);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   const auto expected = spm_expected();
-  size_t checked = 0;
-  for (const auto& c : expected["cases"]) {
-    const std::string input = case_input(c);
-    const auto ids = test::ids_of(c["ids"]);
-    EXPECT_EQ((*tok)->encode(input, true), ids) << "input: " << show(input);
-    EXPECT_EQ((*tok)->encode(input, false), test::ids_of(c["ids_no_special"]))
-        << "input: " << show(input);
-    EXPECT_EQ((*tok)->decode(ids, false), c["decode"].get<std::string>()) << show(input);
-    EXPECT_EQ((*tok)->decode(ids, true), c["decode_skip"].get<std::string>()) << show(input);
-    ++checked;
-  }
-  EXPECT_GE(checked, 70u);
-  for (const auto& r : expected["random_decodes"]) {
-    const auto ids = test::ids_of(r["ids"]);
-    EXPECT_EQ((*tok)->decode(ids, false), r["decode"].get<std::string>()) << r["ids"].dump();
-    EXPECT_EQ((*tok)->decode(ids, true), r["decode_skip"].get<std::string>()) << r["ids"].dump();
-  }
+  expect_reference_encodings(**tok, expected);
   EXPECT_EQ((*tok)->bos_token_id(), expected["bos_token_id"].get<int32_t>());
   EXPECT_EQ((*tok)->eos_token_id(), expected["eos_token_id"].get<int32_t>());
 }
