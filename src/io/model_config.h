@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -93,6 +94,13 @@ class ModelConfig {
     c.num_attention_heads_ = num_attention_heads;
     c.num_key_value_heads_ = num_key_value_heads;
     c.intermediate_size_ = intermediate_size;
+    return c;
+  }
+  // The same config with another FP8 weight format (nullopt: float weights), for a
+  // tensor-parallel rank whose shard stores its FP8 weights differently (model/tensor_parallel.h).
+  ModelConfig with_fp8_weights(std::optional<Fp8CheckpointFormat> format) const {
+    ModelConfig c = *this;
+    c.fp8_weights_ = std::move(format);
     return c;
   }
   // The same config holding `rows` vocabulary rows from id `begin`, one of `parts` slices of

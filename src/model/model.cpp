@@ -72,7 +72,8 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
     if (!gguf) return Checkpoint::open(dir);
     LS_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::open(*gguf));
     // Linear weights in block types the backend reads stay quantized in the mapped file (the
-    // CPU); the rest is dequantized.
+    // CPU); the rest is dequantized. A tensor-parallel rank dequantizes everything: its slices
+    // (a rank's heads, its MLP columns) need not line up with ggml's 32- or 256-value blocks.
     std::vector<GgmlType> keep;
     for (auto [g, q] : {std::pair{GgmlType::kQ8_0, kernels::QuantType::kQ8_0},
                         std::pair{GgmlType::kQ4_0, kernels::QuantType::kQ4_0},
@@ -81,6 +82,11 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
                         std::pair{GgmlType::kQ5_K, kernels::QuantType::kQ5_K},
                         std::pair{GgmlType::kQ6_K, kernels::QuantType::kQ6_K}}) {
       if (quantization == "auto" && backend.reads_quantized(q)) keep.push_back(g);
+    }
+    if (shard.size > 1 && !keep.empty()) {
+      LS_LOG_INFO("{}: tensor parallelism dequantizes the GGUF model's blocks to {} at load",
+                  gguf->string(), dtype_name(backend.weight_dtype_for(DType::kF32)));
+      keep.clear();
     }
     return gguf_checkpoint(std::shared_ptr<const GgufFile>(std::move(file)), config,
                            backend.weight_dtype_for(DType::kF32), keep);
@@ -114,19 +120,22 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
     // One rank's slices, loaded as if they were a checkpoint of the rank's shard of the model.
     // --quantization fp8 quantizes each rank's slices after slicing: a scale per output row of
     // the slice (a column-parallel row keeps the one-GPU scale; a row-parallel o_proj / down_proj
-    // row gets the scale of the rank's columns). FP8 checkpoints' scale tensors are not sliced
-    // (yet), and GGUF models and ggml types at load are not either, so they are refused.
-    if (gguf || quantize_to || config.fp8_weights()) {
-      return unimplemented("--tensor-parallel-size {}: tensor parallelism reads unquantized "
-                           "safetensors checkpoints (optionally with --quantization fp8); {} is {}",
-                           shard.size, dir.string(),
-                           gguf ? "a GGUF model"
-                                : (quantize_to ? "quantized at load (--quantization)"
-                                               : "an FP8 checkpoint"));
+    // row gets the scale of the rank's columns). An FP8 checkpoint's weights are sliced in the
+    // form this backend computes with (Fp8Shard): per-row e4m3 where it reads FP8, dequantized
+    // otherwise. A GGUF model arrives dequantized (open_checkpoint). ggml types at load are not
+    // sliced, so they are refused.
+    if (quantize_to) {
+      return unimplemented("--tensor-parallel-size {}: tensor parallelism does not quantize to "
+                           "ggml types at load (--quantization {}); bf16 / f16 / f32, FP8 and "
+                           "GGUF models load, optionally with --quantization fp8",
+                           shard.size, quantization);
     }
+    const Fp8Shard fp8_shard = fp8 != Fp8Load::kDequantize && backend.reads_fp8(config.hidden_size())
+                                   ? Fp8Shard::kE4m3Rows
+                                   : Fp8Shard::kDequantize;
     LS_ASSIGN_OR_RETURN(TpLayout layout, make_tp_layout(config, shard));
-    LS_ASSIGN_OR_RETURN(ckpt, shard_checkpoint(ckpt, config, layout, shard.rank));
-    config = shard_config(config, layout, shard.rank);
+    LS_ASSIGN_OR_RETURN(ckpt, shard_checkpoint(ckpt, config, layout, shard.rank, fp8_shard));
+    config = shard_config(config, layout, shard.rank, fp8_shard);
   }
   LS_ASSIGN_OR_RETURN(ModelWeights weights,
                       load_weights(ckpt, config, *arch, backend, quantize_to, fp8));

@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "io/fp8_format.h"
 #include "io/safetensors.h"
+#include "model/fp8_weights.h"
 
 namespace ls {
 
@@ -144,9 +147,19 @@ Result<TpLayout> make_tp_layout(const ModelConfig& c, const TpShard& shard) {
   return l;
 }
 
-ModelConfig shard_config(const ModelConfig& c, const TpLayout& l, int32_t rank) {
-  const ModelConfig heads =
+ModelConfig shard_config(const ModelConfig& c, const TpLayout& l, int32_t rank, Fp8Shard fp8) {
+  ModelConfig heads =
       c.with_shard_sizes(l.q_heads_per_rank, l.kv_heads_per_rank, l.inter_per_rank);
+  if (c.fp8_weights()) {
+    if (fp8 == Fp8Shard::kDequantize) {
+      heads = heads.with_fp8_weights(std::nullopt);
+    } else {
+      Fp8CheckpointFormat rows = *c.fp8_weights();
+      rows.layout = Fp8ScaleLayout::kChannel;
+      rows.block_rows = rows.block_cols = 0;
+      heads = heads.with_fp8_weights(std::move(rows));
+    }
+  }
   if (l.size == 1) return heads;
   return heads.with_vocab_slice(rank * l.vocab_per_rank, l.vocab_per_rank, l.size);
 }
@@ -265,14 +278,105 @@ std::vector<uint8_t> serialize(const std::vector<ShardTensor>& tensors) {
   return out;
 }
 
+// How one tensor of the checkpoint is cut for a rank.
+struct SliceRule {
+  enum class Kind : uint8_t { kRows, kCols, kVocabRows, kRank0, kWhole } kind = Kind::kWhole;
+  Ranges ranges;  // kRows / kCols
+};
+
+ShardTensor apply_rule(const TensorInfo& t, const SliceRule& rule, const TpLayout& l,
+                       int32_t rank) {
+  switch (rule.kind) {
+    case SliceRule::Kind::kRows:
+      return slice_rows(t, rule.ranges);
+    case SliceRule::Kind::kCols:
+      return slice_cols(t, rule.ranges);
+    case SliceRule::Kind::kVocabRows:
+      return slice_rows_padded(t, rank * l.vocab_per_rank, l.vocab_per_rank);
+    case SliceRule::Kind::kRank0:
+      return copy_whole(t, rank != 0);  // added once, by rank 0, before the all-reduce
+    case SliceRule::Kind::kWhole:
+      break;
+  }
+  return copy_whole(t, false);  // replicated
+}
+
+// A view of host memory as a checkpoint tensor (the converted form of an FP8 weight).
+TensorInfo memory_tensor(const TensorInfo& like, SafetensorsDType dtype,
+                         std::vector<int64_t> shape, const void* data, int64_t nbytes) {
+  TensorInfo t;
+  t.name = like.name;
+  t.file = like.file;
+  t.file_dtype = dtype;
+  if (dtype == SafetensorsDType::kF32) t.dtype = DType::kF32;
+  t.shape = std::move(shape);
+  t.data = data;
+  t.nbytes = nbytes;
+  return t;
+}
+
+// An FP8 weight of `full` cut by `rule` in the form `fp8` says (Fp8Shard); appends the weight
+// and, for kE4m3Rows, its per-row ("channel") scale tensor named as `rows_format` names it.
+Status shard_fp8_weight(const Checkpoint& full, const Fp8CheckpointFormat& format,
+                        const Fp8CheckpointFormat& rows_format, const TensorInfo& t,
+                        const SliceRule& rule, const TpLayout& l, int32_t rank, Fp8Shard fp8,
+                        std::vector<ShardTensor>& out) {
+  if (t.shape.size() != 2) {
+    return invalid_argument("{} in {}: an FP8 weight must be 2-D, not [{}]", t.name, t.file,
+                            fmt::join(t.shape, ", "));
+  }
+  const int64_t rows = t.shape[0], cols = t.shape[1];
+  if (fp8 == Fp8Shard::kDequantize) {
+    LS_ASSIGN_OR_RETURN(std::vector<float> w,
+                        read_fp8_dequantized(full, format, t.name, rows, cols));
+    const TensorInfo view = memory_tensor(t, SafetensorsDType::kF32, {rows, cols}, w.data(),
+                                          static_cast<int64_t>(w.size() * sizeof(float)));
+    out.push_back(apply_rule(view, rule, l, rank));
+    return {};
+  }
+  LS_ASSIGN_OR_RETURN(Fp8Rows r, read_fp8_rows(full, format, t.name, rows, cols));
+  const TensorInfo codes = memory_tensor(t, SafetensorsDType::kF8E4M3, {rows, cols},
+                                         r.codes.data(), static_cast<int64_t>(r.codes.size()));
+  TensorInfo scales = memory_tensor(t, SafetensorsDType::kF32, {rows, 1}, r.scales.data(),
+                                    static_cast<int64_t>(r.scales.size() * sizeof(float)));
+  scales.name = fp8_scale_name(rows_format, t.name);
+  out.push_back(apply_rule(codes, rule, l, rank));
+  // A row's scale covers the whole row: column slices keep every row's scale.
+  SliceRule scale_rule = rule;
+  if (rule.kind == SliceRule::Kind::kCols) scale_rule = SliceRule{};
+  ShardTensor s = apply_rule(scales, scale_rule, l, rank);
+  if (rule.kind == SliceRule::Kind::kVocabRows) {
+    // Padding rows past the vocabulary hold zero codes; their scale must still be a valid one.
+    const int64_t present = std::clamp<int64_t>(rows - rank * l.vocab_per_rank, 0,
+                                                l.vocab_per_rank);
+    for (int64_t i = present; i < l.vocab_per_rank; ++i) {
+      const float one = 1.0f;
+      std::memcpy(s.bytes.data() + i * sizeof(float), &one, sizeof(float));
+    }
+  }
+  out.push_back(std::move(s));
+  return {};
+}
+
 }  // namespace
 
 Result<Checkpoint> shard_checkpoint(const Checkpoint& full, const ModelConfig& c,
-                                    const TpLayout& l, int32_t rank) {
+                                    const TpLayout& l, int32_t rank, Fp8Shard fp8) {
   const int64_t d = c.head_dim();
   const Ranges mlp = {{rank * l.inter_per_rank, l.inter_per_rank}};
+  const std::optional<Fp8CheckpointFormat>& format = c.fp8_weights();
+  const std::optional<Fp8CheckpointFormat> rows_format =
+      format ? shard_config(c, l, rank, Fp8Shard::kE4m3Rows).fp8_weights() : std::nullopt;
+  // The scale tensor of an FP8 weight travels with its weight (below), never on its own.
+  auto is_fp8_scale = [&](const std::string& name) {
+    if (!format || !name.ends_with(format->scale_suffix)) return false;
+    const std::string weight =
+        name.substr(0, name.size() - format->scale_suffix.size()) + "weight";
+    return is_fp8_tensor(full, weight);
+  };
   std::vector<ShardTensor> out;
   for (const std::string& name : full.names()) {
+    if (is_fp8_scale(name)) continue;
     LS_ASSIGN_OR_RETURN(const TensorInfo* t, full.get(name));
     const int64_t layer = tensor_layer_index(name);
     // The rank's q heads and kv heads in this layer, as row (or column) ranges of head_dim.
@@ -295,36 +399,41 @@ Result<Checkpoint> shard_checkpoint(const Checkpoint& full, const ModelConfig& c
       return {};
     };
     const size_t dims = name.ends_with(".weight") ? 2 : 1;
+    SliceRule rule;
     if (name.ends_with("self_attn.q_proj.weight") || name.ends_with("self_attn.q_proj.bias")) {
       LS_RETURN_IF_ERROR(need(dims, 0, q));
-      out.push_back(slice_rows(*t, q));
+      rule = {SliceRule::Kind::kRows, q};
     } else if (name.ends_with("self_attn.k_proj.weight") ||
                name.ends_with("self_attn.k_proj.bias") ||
                name.ends_with("self_attn.v_proj.weight") ||
                name.ends_with("self_attn.v_proj.bias")) {
       LS_RETURN_IF_ERROR(need(dims, 0, kv));
-      out.push_back(slice_rows(*t, kv));
+      rule = {SliceRule::Kind::kRows, kv};
     } else if (name.ends_with("mlp.gate_proj.weight") || name.ends_with("mlp.gate_proj.bias") ||
                name.ends_with("mlp.up_proj.weight") || name.ends_with("mlp.up_proj.bias")) {
       LS_RETURN_IF_ERROR(need(dims, 0, mlp));
-      out.push_back(slice_rows(*t, mlp));
+      rule = {SliceRule::Kind::kRows, mlp};
     } else if (name.ends_with("self_attn.o_proj.weight")) {
       LS_RETURN_IF_ERROR(need(2, 1, q));
-      out.push_back(slice_cols(*t, q));
+      rule = {SliceRule::Kind::kCols, q};
     } else if (name.ends_with("mlp.down_proj.weight")) {
       LS_RETURN_IF_ERROR(need(2, 1, mlp));
-      out.push_back(slice_cols(*t, mlp));
+      rule = {SliceRule::Kind::kCols, mlp};
     } else if (l.size > 1 && (name == "model.embed_tokens.weight" || name == "lm_head.weight")) {
       // Vocabulary-parallel: the rank's slice of rows, zero-padded past the vocabulary.
       if (t->shape.size() != 2 || t->shape[0] != l.vocab_size) {
         return invalid_argument("{} in {}: shape [{}] does not have the vocabulary's {} rows",
                                 name, t->file, fmt::join(t->shape, ", "), l.vocab_size);
       }
-      out.push_back(slice_rows_padded(*t, rank * l.vocab_per_rank, l.vocab_per_rank));
+      rule.kind = SliceRule::Kind::kVocabRows;
     } else if (name.ends_with("self_attn.o_proj.bias") || name.ends_with("mlp.down_proj.bias")) {
-      out.push_back(copy_whole(*t, rank != 0));  // added once, by rank 0, before the all-reduce
+      rule.kind = SliceRule::Kind::kRank0;
+    }
+    if (format && t->file_dtype == SafetensorsDType::kF8E4M3) {
+      LS_RETURN_IF_ERROR(
+          shard_fp8_weight(full, *format, *rows_format, *t, rule, l, rank, fp8, out));
     } else {
-      out.push_back(copy_whole(*t, false));  // replicated
+      out.push_back(apply_rule(*t, rule, l, rank));
     }
   }
   LS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,

@@ -87,13 +87,29 @@ Result<TpLayout> make_tp_layout(const ModelConfig& config, int32_t size);
 // The layout of `shard` (its kv_order checked against the model).
 Result<TpLayout> make_tp_layout(const ModelConfig& config, const TpShard& shard);
 
-// The config rank's Model sees (its head counts, MLP width and vocabulary slice).
-ModelConfig shard_config(const ModelConfig& config, const TpLayout& layout, int32_t rank);
+// How a rank's shard holds an FP8 checkpoint's e4m3 weights (model/fp8_weights.h). Block
+// scales cover rows and columns that need not line up with a rank's heads or MLP slice, so the
+// weights are first put in a form that slices exactly:
+// - kE4m3Rows: the per-row e4m3 form the CUDA loader reads at TP = 1 (read_fp8_rows), sliced:
+//   a column-parallel slice keeps its rows' codes and scales, a row-parallel slice keeps each
+//   row's scale with the rank's columns (one scale per whole row). A rank's weights are then bit
+//   for bit the slice of TP = 1's, whatever the checkpoint's scale layout. The shard stores them
+//   as a channel-scaled checkpoint (shard_config says so).
+// - kDequantize: dequantized to f32 (exact: code x scale) and sliced like float weights, as the
+//   CPU (and --quantization none) computes with them at TP = 1. The shard has no FP8 weights.
+enum class Fp8Shard : uint8_t { kE4m3Rows, kDequantize };
+
+// The config rank's Model sees (its head counts, MLP width and vocabulary slice; an FP8
+// checkpoint's weight format as `fp8` leaves it in the shard).
+ModelConfig shard_config(const ModelConfig& config, const TpLayout& layout, int32_t rank,
+                         Fp8Shard fp8 = Fp8Shard::kE4m3Rows);
 
 // A checkpoint holding rank's slices of `full`'s tensors, named and shaped as a Hugging Face
-// checkpoint of shard_config(config) would be (every tensor copied into memory; dtypes kept).
-// The unquantized (safetensors) kind only.
+// checkpoint of shard_config(config, layout, rank, fp8) would be (every tensor copied into
+// memory; float dtypes kept; an FP8 checkpoint's weights and scales as `fp8` says). Safetensors
+// checkpoints only (a GGUF model's ggml blocks are not sliced).
 Result<Checkpoint> shard_checkpoint(const Checkpoint& full, const ModelConfig& config,
-                                    const TpLayout& layout, int32_t rank);
+                                    const TpLayout& layout, int32_t rank,
+                                    Fp8Shard fp8 = Fp8Shard::kE4m3Rows);
 
 }  // namespace ls

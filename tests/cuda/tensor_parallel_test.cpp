@@ -7,7 +7,8 @@
 // A Llama-3-8B-shaped model truncated to 2 layers with --load-format dummy weights (a directory
 // holding only config.json; model/dummy_weights.h) at TP = 2 and 4 against TP = 1.
 // --quantization fp8 with TP = 2 (each rank's slices quantized after slicing) against TP = 1 in
-// bf16, within model_test.cpp's FP8 tolerance.
+// bf16, within model_test.cpp's FP8 tolerance; FP8 checkpoints at TP = 2 (e4m3 slices on every
+// rank) against TP = 1.
 // A rank that fails in a decode step while every rank's decode steps are recorded (the other rank
 // waits in its replayed collectives): the step ends within seconds with that rank's error, the
 // next one fails at once, and a fresh TP = 2 stack in the same process computes the same logits
@@ -167,6 +168,36 @@ TEST(CudaTensorParallelFp8, TwoRanksQuantizeTheirSlices) {
     EXPECT_LT(two.worst_relative, kFp8LogitTol) << model;
     std::printf("%s fp8 vs bf16: TP=1 worst relative logit error %.4f, TP=2 %.4f\n",
                 model.c_str(), one.worst_relative, two.worst_relative);
+  }
+}
+
+// A published-style FP8 checkpoint (the fixtures of scripts/fixtures/make_fp8_fixtures.py:
+// channel, tensor and block scales, blocks of [24, 48] that do not line up with the heads) at
+// TP = 2 keeps its e4m3 weights on every rank: each rank's codes and per-row scales are the
+// slice of TP = 1's (tests/model/tensor_parallel_test.cpp checks the bytes). The runs still
+// differ where TP = 1 does not split: the activations of o_proj / down_proj are quantized per
+// token over a rank's columns, and the partial sums are rounded to bf16 before the all-reduce.
+TEST(CudaTensorParallelFp8, CheckpointRanksKeepE4m3Slices) {
+  SKIP_UNLESS_GPUS(2);
+  for (const std::string variant : {"channel", "tensor", "block", "block-24x48"}) {
+    const std::filesystem::path dir =
+        std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/fp8" / ("mistral-" + variant);
+    auto one = build_model_stack(cuda_tp_stack_options(dir, "dense", 1));
+    ASSERT_TRUE(one.ok()) << one.status().to_string();
+    auto two = build_model_stack(cuda_tp_stack_options(dir, "dense", 2));
+    ASSERT_TRUE(two.ok()) << two.status().to_string();
+    ASSERT_EQ((*two)->tp_ranks.size(), 2u);
+    for (const auto& rank : (*two)->tp_ranks) {
+      const LayerWeights& l = rank->model->weights().layers[0];
+      EXPECT_TRUE(l.qkv.is_fp8() && l.gate_up.is_fp8() && l.o.is_fp8() && l.down.is_fp8())
+          << variant;
+    }
+    const TpComparison cmp = compare_tp_runs(**one, **two, 2 * kFp8LogitTol);
+    EXPECT_EQ(cmp.decoded, 80);
+    EXPECT_LT(cmp.worst_relative, kFp8LogitTol) << variant;
+    std::printf("fp8 checkpoint %s: TP=2 vs TP=1 worst relative logit error %.4f, %d greedy "
+                "tokens compared\n",
+                variant.c_str(), cmp.worst_relative, cmp.greedy_checked);
   }
 }
 

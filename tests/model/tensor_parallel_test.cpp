@@ -4,7 +4,8 @@
 // families, every policy (dense, streaming, quest, lserve): logits equal within reduction-order
 // tolerance and greedy tokens equal, over a chunked prefill, two sequences and decode steps. The
 // CPU communicator sums in f32 in rank order, so TP runs are also bit-identical to themselves
-// across runs.
+// across runs. FP8 checkpoints (slices of the per-row e4m3 form and of the exact dequantization,
+// reassembled bit for bit; TP = 2 logits) and GGUF models (dequantized per rank) at TP = 2.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -13,10 +14,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -25,7 +28,10 @@
 #include "engine/engine_config.h"
 #include "engine/engine_core.h"
 #include "io/checkpoint.h"
+#include "io/fp8_format.h"
 #include "io/model_config.h"
+#include "io/safetensors.h"
+#include "model/fp8_weights.h"
 #include "model/model_stack.h"
 #include "model/tensor_parallel.h"
 #include "tensor_parallel_compare.h"
@@ -232,6 +238,101 @@ TEST(TensorParallelSlicing, SlicesReassembleToTheCheckpoint) {
       EXPECT_TRUE(std::all_of(joined.begin() + f->nbytes, joined.end(),
                               [](uint8_t b) { return b == 0; }))
           << name << ": padding rows are not zero";
+    }
+  }
+}
+
+// The FP8 fixtures of scripts/fixtures/make_fp8_fixtures.py (the mistral fixture quantized with
+// channel, tensor and block scales), tests/fixtures/fp8/mistral-VARIANT.
+std::filesystem::path fp8_fixture_dir(const std::string& variant) {
+  return std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/fp8" /
+         ("mistral-" + variant);
+}
+
+const char* const kFp8Variants[] = {"channel", "tensor", "block", "block-24x48"};
+
+std::vector<uint8_t> bytes_of_floats(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(float));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// An FP8 checkpoint's ranks hold slices of the weights in the form TP = 1 loads them
+// (Fp8Shard): the per-row e4m3 codes and scales read_fp8_rows gives (what CUDA computes with;
+// the [24, 48] blocks do not line up with the 16-row heads or the 80-column MLP halves), or the
+// exact dequantization (the CPU). Put back together, the slices are that form bit for bit.
+TEST(TensorParallelSlicing, Fp8CheckpointsSliceTheOneRankForm) {
+  const char* const linears[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                 "self_attn.v_proj.weight", "mlp.gate_proj.weight",
+                                 "mlp.up_proj.weight",      "self_attn.o_proj.weight",
+                                 "mlp.down_proj.weight"};
+  for (const std::string variant : kFp8Variants) {
+    SCOPED_TRACE(variant);
+    const std::filesystem::path dir = fp8_fixture_dir(variant);
+    auto full = Checkpoint::open(dir);
+    ASSERT_TRUE(full.ok()) << full.status().to_string();
+    auto config = load_model_config(dir);
+    ASSERT_TRUE(config.ok()) << config.status().to_string();
+    ASSERT_TRUE(config->fp8_weights().has_value());
+    const Fp8CheckpointFormat& format = *config->fp8_weights();
+    auto one = make_tp_layout(*config, 1);
+    auto two = make_tp_layout(*config, 2);
+    ASSERT_TRUE(one.ok() && two.ok());
+    for (const Fp8Shard mode : {Fp8Shard::kE4m3Rows, Fp8Shard::kDequantize}) {
+      const bool e4m3 = mode == Fp8Shard::kE4m3Rows;
+      SCOPED_TRACE(e4m3 ? "e4m3 rows" : "dequantized");
+      // TP = 1's form, checked against the readers the loader uses.
+      auto whole = shard_checkpoint(*full, *config, *one, 0, mode);
+      ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+      std::vector<Checkpoint> shards;
+      for (int32_t r = 0; r < 2; ++r) {
+        auto s = shard_checkpoint(*full, *config, *two, r, mode);
+        ASSERT_TRUE(s.ok()) << s.status().to_string();
+        EXPECT_EQ(s->names(), whole->names());
+        shards.push_back(std::move(*s));
+        const ModelConfig sc = shard_config(*config, *two, r, mode);
+        ASSERT_EQ(sc.fp8_weights().has_value(), e4m3);
+        if (e4m3) {
+          EXPECT_EQ(sc.fp8_weights()->layout, Fp8ScaleLayout::kChannel);
+        }
+      }
+      for (int l = 0; l < config->num_hidden_layers(); ++l) {
+        for (const char* s : linears) {
+          const std::string name = fmt::format("model.layers.{}.{}", l, s);
+          const TensorInfo* src = full->find(name);
+          ASSERT_NE(src, nullptr) << name;
+          ASSERT_EQ(src->file_dtype, SafetensorsDType::kF8E4M3) << name;
+          const int64_t rows = src->shape[0], cols = src->shape[1];
+          const TensorInfo* w = whole->find(name);
+          ASSERT_NE(w, nullptr) << name;
+          const bool by_columns = std::string_view(s).starts_with("self_attn.o_proj") ||
+                                  std::string_view(s).starts_with("mlp.down_proj");
+          if (e4m3) {
+            auto ref = read_fp8_rows(*full, format, name, rows, cols);
+            ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+            EXPECT_EQ(w->file_dtype, SafetensorsDType::kF8E4M3) << name;
+            EXPECT_TRUE(bytes_of(*w) == ref->codes) << name;
+            const std::string scale = fp8_scale_name(format, name);
+            const TensorInfo* ws = whole->find(scale);
+            ASSERT_NE(ws, nullptr) << scale;
+            EXPECT_EQ(ws->shape, (std::vector<int64_t>{rows, 1})) << scale;
+            EXPECT_TRUE(bytes_of(*ws) == bytes_of_floats(ref->scales)) << scale;
+            if (by_columns) {  // a row's scale covers the whole row: every rank keeps it
+              for (const Checkpoint& sh : shards) {
+                EXPECT_TRUE(bytes_of(*sh.find(scale)) == bytes_of(*ws)) << scale;
+              }
+            } else {
+              expect_reassembles(shards, *whole, scale, false);
+            }
+          } else {
+            auto ref = read_fp8_dequantized(*full, format, name, rows, cols);
+            ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+            EXPECT_EQ(w->file_dtype, SafetensorsDType::kF32) << name;
+            EXPECT_TRUE(bytes_of(*w) == bytes_of_floats(*ref)) << name;
+          }
+          expect_reassembles(shards, *whole, name, by_columns);
+        }
+      }
     }
   }
 }
@@ -465,6 +566,76 @@ INSTANTIATE_TEST_SUITE_P(
       return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_tp" +
              std::to_string(std::get<2>(info.param));
     });
+
+// FP8 checkpoints at TP = 2 against TP = 1 on the CPU, which computes with their exact
+// dequantization (Fp8Shard::kDequantize): f32 everywhere, so only the order of the partial sums
+// differs, as for float checkpoints.
+class TensorParallelFp8Logits
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(TensorParallelFp8Logits, EqualToOneRank) {
+  const auto& [variant, policy] = GetParam();
+  ModelStackOptions o1 = options("mistral", policy, 1);
+  o1.model_dir = fp8_fixture_dir(variant);
+  ModelStackOptions o2 = o1;
+  o2.tensor_parallel_size = 2;
+  auto one = build_model_stack(o1);
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  auto two = build_model_stack(o2);
+  ASSERT_TRUE(two.ok()) << two.status().to_string();
+  ASSERT_EQ((*two)->tp_ranks.size(), 2u);
+  const TpComparison cmp = compare_tp_runs(**one, **two, /*margin_scale=*/1e-3);
+  EXPECT_EQ(cmp.decoded, 80);
+  EXPECT_GT(cmp.greedy_checked, 60);
+  EXPECT_LT(cmp.worst_relative, 1e-4) << variant << " " << policy;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, TensorParallelFp8Logits,
+    ::testing::Combine(::testing::Values("channel", "tensor", "block", "block-24x48"),
+                       ::testing::Values("dense", "lserve")),
+    [](const auto& info) {
+      std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
+
+// GGUF models (tests/fixtures/gguf, ggml q8_0 and q4_1 blocks) at TP = 2: the ranks dequantize
+// the blocks at load (their slices need not line up with the blocks), so TP = 2 under
+// --quantization auto equals TP = 1 with the model dequantized (--quantization none), up to the
+// order of the partial sums.
+class TensorParallelGgufLogits : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TensorParallelGgufLogits, EqualToOneRankDequantized) {
+  const std::string model = GetParam();
+  ModelStackOptions o1 = options(model.substr(0, model.find('-')), "dense", 1);
+  o1.model_dir =
+      std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/gguf" / (model + ".gguf");
+  o1.quantization = "none";
+  ModelStackOptions o2 = o1;
+  o2.quantization = "auto";
+  o2.tensor_parallel_size = 2;
+  auto one = build_model_stack(o1);
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  auto two = build_model_stack(o2);
+  ASSERT_TRUE(two.ok()) << two.status().to_string();
+  ASSERT_EQ((*two)->tp_ranks.size(), 2u);
+  for (const auto& rank : (*two)->tp_ranks) {
+    EXPECT_EQ(rank->model->weights().layers[0].qkv.quant, nullptr) << model;
+  }
+  const TpComparison cmp = compare_tp_runs(**one, **two, /*margin_scale=*/1e-3);
+  EXPECT_EQ(cmp.decoded, 80);
+  EXPECT_GT(cmp.greedy_checked, 60);
+  EXPECT_LT(cmp.worst_relative, 1e-4) << model;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelGgufLogits,
+                         ::testing::Values("mistral-q8_0", "qwen3-q4_1"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 TEST(TensorParallelStack, HostKvTierPerRank) {
   // Each rank keeps its retrieval heads' pages in its own host pool with its own device cache:
