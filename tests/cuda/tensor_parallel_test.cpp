@@ -8,7 +8,7 @@
 // holding only config.json; model/dummy_weights.h) at TP = 2 and 4 against TP = 1.
 // --quantization fp8 with TP = 2 (each rank's slices quantized after slicing) against TP = 1 in
 // bf16, within model_test.cpp's FP8 tolerance; FP8 checkpoints at TP = 2 (e4m3 slices on every
-// rank) against TP = 1.
+// rank) and GGUF models at TP = 2 against TP = 1.
 // A rank that fails in a decode step while every rank's decode steps are recorded (the other rank
 // waits in its replayed collectives): the step ends within seconds with that rank's error, the
 // next one fails at once, and a fresh TP = 2 stack in the same process computes the same logits
@@ -198,6 +198,25 @@ TEST(CudaTensorParallelFp8, CheckpointRanksKeepE4m3Slices) {
     std::printf("fp8 checkpoint %s: TP=2 vs TP=1 worst relative logit error %.4f, %d greedy "
                 "tokens compared\n",
                 variant.c_str(), cmp.worst_relative, cmp.greedy_checked);
+  }
+}
+
+// A GGUF model at TP = 2 (CUDA dequantizes ggml blocks to bf16 at load, on every rank count)
+// against TP = 1, within the bf16 tolerance.
+TEST(CudaTensorParallelGguf, TwoRanksEqualOne) {
+  SKIP_UNLESS_GPUS(2);
+  for (const std::string model : {"mistral-q8_0", "qwen3-q4_1"}) {
+    const std::filesystem::path file =
+        std::filesystem::path(LONGSERVE_SOURCE_DIR) / "tests/fixtures/gguf" / (model + ".gguf");
+    auto one = build_model_stack(cuda_tp_stack_options(file, "dense", 1));
+    ASSERT_TRUE(one.ok()) << one.status().to_string();
+    auto two = build_model_stack(cuda_tp_stack_options(file, "dense", 2));
+    ASSERT_TRUE(two.ok()) << two.status().to_string();
+    const TpComparison cmp = compare_tp_runs(**one, **two, 2 * kLogitTol);
+    EXPECT_EQ(cmp.decoded, 80);
+    EXPECT_LT(cmp.worst_relative, kLogitTol) << model;
+    std::printf("gguf %s: TP=2 vs TP=1 worst relative logit error %.4f\n", model.c_str(),
+                cmp.worst_relative);
   }
 }
 
