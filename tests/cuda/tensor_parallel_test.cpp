@@ -177,6 +177,10 @@ TEST(CudaTensorParallelFp8, TwoRanksQuantizeTheirSlices) {
 // slice of TP = 1's (tests/model/tensor_parallel_test.cpp checks the bytes). The runs still
 // differ where TP = 1 does not split: the activations of o_proj / down_proj are quantized per
 // token over a rank's columns, and the partial sums are rounded to bf16 before the all-reduce.
+// Measured 0.135-0.161 on 2 x H200 for the four fixtures (bf16 models split the same way stay
+// within 0.02: the per-rank activation quantization is most of it); FP8 against bf16 is 0.3-0.5.
+constexpr double kFp8CheckpointTpTol = 0.3;
+
 TEST(CudaTensorParallelFp8, CheckpointRanksKeepE4m3Slices) {
   SKIP_UNLESS_GPUS(2);
   for (const std::string variant : {"channel", "tensor", "block", "block-24x48"}) {
@@ -192,9 +196,9 @@ TEST(CudaTensorParallelFp8, CheckpointRanksKeepE4m3Slices) {
       EXPECT_TRUE(l.qkv.is_fp8() && l.gate_up.is_fp8() && l.o.is_fp8() && l.down.is_fp8())
           << variant;
     }
-    const TpComparison cmp = compare_tp_runs(**one, **two, 2 * kFp8LogitTol);
+    const TpComparison cmp = compare_tp_runs(**one, **two, 2 * kFp8CheckpointTpTol);
     EXPECT_EQ(cmp.decoded, 80);
-    EXPECT_LT(cmp.worst_relative, kFp8LogitTol) << variant;
+    EXPECT_LT(cmp.worst_relative, kFp8CheckpointTpTol) << variant;
     std::printf("fp8 checkpoint %s: TP=2 vs TP=1 worst relative logit error %.4f, %d greedy "
                 "tokens compared\n",
                 variant.c_str(), cmp.worst_relative, cmp.greedy_checked);
