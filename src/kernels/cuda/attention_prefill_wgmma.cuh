@@ -349,8 +349,10 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_hold(s);
     softmax(0, alpha0, alpha1);
     pack();
-    // Iteration j: S_j is issued; O is rescaled while it runs; P_{j-1} V_{j-1} is issued and runs
-    // on the tensor cores while the softmax of S_j runs.
+    // Iteration j: S_j is issued; O is rescaled while it runs; P_{j-1} V_{j-1} is issued. ptxas
+    // puts the softmax's exponentials after the second wait (scripts/gpu/prefill_sass_order.py),
+    // so they overlap the other warpgroup's wgmmas, not this one's P V; forcing them before the
+    // wait was slower (docs/cuda-prefill-wgmma.md).
     for (int32_t j = 1; j < num_blocks; ++j) {
       sync_blocks();
       wgmma_fence();  // pf was written by ordinary instructions
