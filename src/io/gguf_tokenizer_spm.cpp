@@ -22,9 +22,10 @@ using io_json::Json;
 // SentencePiece's whitespace marker U+2581.
 constexpr std::string_view kSpace = "\xE2\x96\x81";
 
-// llama.cpp's token types (gguf-py TokenType).
-enum TokenType : int64_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5,
-                           kByte = 6 };
+// llama.cpp's token types (gguf-py TokenType; 0 is llama.cpp's LLAMA_TOKEN_TYPE_UNDEFINED,
+// which it reads as a normal token).
+enum TokenType : int64_t { kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3,
+                           kUserDefined = 4, kUnused = 5, kByte = 6 };
 
 bool is_byte_token(std::string_view t) {
   auto hex = [](char c) {
@@ -108,8 +109,8 @@ Result<GgufTokenizerJson> gguf_spm_tokenizer_json(const GgufFile& f) {
     }
     if (types == nullptr) continue;
     const int64_t type = (*types)[id];
-    if (type < kNormal || type > kByte) {
-      return data_loss("{}: tokenizer.ggml.token_type[{}] = {} is not a token type (1..6)", file,
+    if (type < kUndefined || type > kByte) {
+      return data_loss("{}: tokenizer.ggml.token_type[{}] = {} is not a token type (0..6)", file,
                        id, type);
     }
     if (type == kByte && !is_byte_token((*tokens)[id])) {
@@ -138,6 +139,25 @@ Result<GgufTokenizerJson> gguf_spm_tokenizer_json(const GgufFile& f) {
     LS_ASSIGN_OR_RETURN(gguf_tokenizer::Vocabulary v,
                         gguf_tokenizer::vocabulary(file, *tokens, types, true));
     Json& vocab = v.vocab;
+    if (types == nullptr) {
+      // Without token types nothing says which tokens are control tokens; transformers then
+      // makes the unknown, bos and eos tokens special, as here.
+      std::vector<size_t> ids;
+      for (const std::optional<std::string>* t : {&unk, &bos, &eos}) {
+        if (*t) ids.push_back(vocab[**t].get<size_t>());
+      }
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      for (size_t id : ids) {
+        v.added.push_back({{"id", id},
+                           {"content", (*tokens)[id]},
+                           {"single_word", false},
+                           {"lstrip", false},
+                           {"rstrip", false},
+                           {"normalized", false},
+                           {"special", true}});
+      }
+    }
     const Json& added = v.added;
     Json merges = Json::array();
     if (given_merges != nullptr) {

@@ -194,6 +194,32 @@ TEST(GgufTokenizerSpm, RewrittenFixtureEncodesTheSame) {
   }
 }
 
+TEST(GgufTokenizerSpm, TokenTypesMayBeUndefinedOrAbsent) {
+  auto typed = Tokenizer::load(kSpmGguf);
+  ASSERT_TRUE(typed.ok());
+  // Type 0 (llama.cpp's "undefined") for every normal token: read as normal, as llama.cpp does.
+  SpmMetadata m = fixture_metadata();
+  for (int32_t& t : *m.types) t = t == 1 ? 0 : t;
+  auto undefined = Tokenizer::load(write_spm(m, "type-undefined"));
+  ASSERT_TRUE(undefined.ok()) << undefined.status().to_string();
+  // No token types: transformers makes the unknown, bos and eos tokens special (the fixture's
+  // only control and unknown tokens), so every reference case encodes as with the types.
+  m = fixture_metadata();
+  m.types.reset();
+  auto untyped = Tokenizer::load(write_spm(m, "untyped"));
+  ASSERT_TRUE(untyped.ok()) << untyped.status().to_string();
+  for (const auto& c : spm_expected()["cases"]) {
+    const std::string input = case_input(c);
+    EXPECT_EQ((*undefined)->encode(input), (*typed)->encode(input)) << show(input);
+    EXPECT_EQ((*untyped)->encode(input), (*typed)->encode(input)) << show(input);
+  }
+  for (int32_t id : {*m.bos, *m.eos, *m.unk}) {
+    EXPECT_TRUE((*untyped)->is_special(id)) << id;
+    EXPECT_EQ((*untyped)->is_special(id), (*typed)->is_special(id)) << id;
+  }
+  EXPECT_FALSE((*untyped)->is_special(id_of(**untyped, "<0xE9>")));
+}
+
 TEST(GgufTokenizerSpm, MergesInTheFileReplaceTheScores) {
   // The merges derived from the fixture's scores, written as tokenizer.ggml.merges of a file
   // without scores, give the same tokenizer.
