@@ -434,7 +434,17 @@ profile_section() {
       "$BUILD/bench/cuda/bench_cuda_kernels" --sections prefill --prefill-tokens 32768 --policies dense >"$OUT/ncu_prefill.txt" 2>&1
     "$NCU" --clock-control none -k regex:prefill_wgmma --launch-count 1 $sec --section InstructionStats \
       "$BUILD/bench/cuda/bench_cuda_kernels" --sections prefill --prefill-tokens 32768 --policies dense >"$OUT/ncu_prefill_wgmma.txt" 2>&1
-    files+=(ncu_prefill ncu_prefill_wgmma)
+    # The warp-specialised kernel: stall reasons, and its SASS-level counters split into the
+    # producer's and the consumers' share (scripts/gpu/ncu_source_split.py).
+    local ws=(--sections prefill --prefill-tokens 32768 --policies dense --prefill-kernels wgmma-ws)
+    "$NCU" --clock-control none -k regex:prefill_wgmma_ws --launch-count 1 --section WarpStateStats \
+      --section SchedulerStats --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+      "$BUILD/bench/cuda/bench_cuda_kernels" "${ws[@]}" >"$OUT/ncu_prefill_ws.txt" 2>&1
+    "$NCU" --clock-control none -k regex:prefill_wgmma_ws --launch-count 1 --section SourceCounters \
+      --page source --print-source sass --csv "$BUILD/bench/cuda/bench_cuda_kernels" "${ws[@]}" \
+      >/tmp/ncu_prefill_ws_source.csv 2>&1 &&
+      python3 scripts/gpu/ncu_source_split.py /tmp/ncu_prefill_ws_source.csv >>"$OUT/ncu_prefill_ws.txt" 2>&1
+    files+=(ncu_prefill ncu_prefill_wgmma ncu_prefill_ws)
   fi
   for f in "${files[@]}"; do
     echo "== $f"
@@ -442,7 +452,7 @@ profile_section() {
   done
 }
 export -f profile_section
-if [[ "$ONLY" == *",profile,"* ]]; then wait_model; section profile 240 profile_section; fi
+if [[ "$ONLY" == *",profile,"* ]]; then wait_model; section profile 330 profile_section; fi
 
 hf_section() {
   [ -f "$MODEL_DIR/model.safetensors.index.json" ] || { echo "no model in $MODEL_DIR"; return 1; }
