@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/log.h"
 #include "io/checkpoint.h"
 #include "io/gguf_convert.h"
@@ -84,8 +86,10 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
       if (quantization == "auto" && backend.reads_quantized(q)) keep.push_back(g);
     }
     if (shard.size > 1 && !keep.empty()) {
-      LS_LOG_INFO("{}: tensor parallelism dequantizes the GGUF model's blocks to {} at load",
-                  gguf->string(), dtype_name(backend.weight_dtype_for(DType::kF32)));
+      if (shard.rank == 0) {
+        LS_LOG_INFO("{}: tensor parallelism dequantizes the GGUF model's blocks to {} at load",
+                    gguf->string(), dtype_name(backend.weight_dtype_for(DType::kF32)));
+      }
       keep.clear();
     }
     return gguf_checkpoint(std::shared_ptr<const GgufFile>(std::move(file)), config,
@@ -102,7 +106,8 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
     }
     LS_ASSIGN_OR_RETURN(Checkpoint generated,
                         dummy_checkpoint(config, *arch, layout, shard.rank, dummy_seed));
-    if (shard.size > 1) config = shard_config(config, layout, shard.rank);
+    // (Dummy weights are bf16: no FP8 format to carry.)
+    if (shard.size > 1) config = shard_config(config, layout, shard.rank, Fp8Shard::kDequantize);
     LS_ASSIGN_OR_RETURN(ModelWeights weights,
                         load_weights(generated, config, *arch, backend, quantize_to, fp8));
     backend.synchronize();
@@ -126,13 +131,14 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
     // sliced, so they are refused.
     if (quantize_to) {
       return unimplemented("--tensor-parallel-size {}: tensor parallelism does not quantize to "
-                           "ggml types at load (--quantization {}); bf16 / f16 / f32, FP8 and "
-                           "GGUF models load, optionally with --quantization fp8",
+                           "ggml types at load (--quantization {}); bf16 / f16 / f32 and FP8 "
+                           "checkpoints (optionally with --quantization fp8) and GGUF models load",
                            shard.size, quantization);
     }
-    const Fp8Shard fp8_shard = fp8 != Fp8Load::kDequantize && backend.reads_fp8(config.hidden_size())
-                                   ? Fp8Shard::kE4m3Rows
-                                   : Fp8Shard::kDequantize;
+    const Fp8Shard fp8_shard =
+        fp8 != Fp8Load::kDequantize && backend.reads_fp8(config.hidden_size())
+            ? Fp8Shard::kE4m3Rows
+            : Fp8Shard::kDequantize;
     LS_ASSIGN_OR_RETURN(TpLayout layout, make_tp_layout(config, shard));
     LS_ASSIGN_OR_RETURN(ckpt, shard_checkpoint(ckpt, config, layout, shard.rank, fp8_shard));
     config = shard_config(config, layout, shard.rank, fp8_shard);

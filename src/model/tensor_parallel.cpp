@@ -252,6 +252,23 @@ ShardTensor copy_whole(const TensorInfo& t, bool zero) {
   return out;
 }
 
+// `s` as a JSON string literal: a GGUF tensor the name map does not know keeps its GGUF name,
+// which may hold any character (the loader then names it as unexpected).
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 // The safetensors bytes of `tensors` (header padded to 8 bytes, data contiguous).
 std::vector<uint8_t> serialize(const std::vector<ShardTensor>& tensors) {
   std::string header = "{";
@@ -259,8 +276,8 @@ std::vector<uint8_t> serialize(const std::vector<ShardTensor>& tensors) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const ShardTensor& t = tensors[i];
     const auto n = static_cast<int64_t>(t.bytes.size());
-    header += fmt::format("{}\"{}\":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                          i ? "," : "", t.name, safetensors_dtype_name(t.dtype),
+    header += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+                          i ? "," : "", json_string(t.name), safetensors_dtype_name(t.dtype),
                           fmt::join(t.shape, ","), offset, offset + n);
     offset += n;
   }
@@ -367,16 +384,18 @@ Result<Checkpoint> shard_checkpoint(const Checkpoint& full, const ModelConfig& c
   const std::optional<Fp8CheckpointFormat>& format = c.fp8_weights();
   const std::optional<Fp8CheckpointFormat> rows_format =
       format ? shard_config(c, l, rank, Fp8Shard::kE4m3Rows).fp8_weights() : std::nullopt;
-  // The scale tensor of an FP8 weight travels with its weight (below), never on its own.
-  auto is_fp8_scale = [&](const std::string& name) {
+  // The scale tensor of an FP8 weight travels with its weight (below), never on its own; one
+  // beside a float weight (which TP = 1 ignores) is dropped, so the shard loads as TP = 1 does
+  // whatever form it holds.
+  auto is_weight_scale = [&](const std::string& name) {
     if (!format || !name.ends_with(format->scale_suffix)) return false;
     const std::string weight =
         name.substr(0, name.size() - format->scale_suffix.size()) + "weight";
-    return is_fp8_tensor(full, weight);
+    return full.find(weight) != nullptr;
   };
   std::vector<ShardTensor> out;
   for (const std::string& name : full.names()) {
-    if (is_fp8_scale(name)) continue;
+    if (is_weight_scale(name)) continue;
     LS_ASSIGN_OR_RETURN(const TensorInfo* t, full.get(name));
     const int64_t layer = tensor_layer_index(name);
     // The rank's q heads and kv heads in this layer, as row (or column) ranges of head_dim.

@@ -97,19 +97,22 @@ Result<TpLayout> make_tp_layout(const ModelConfig& config, const TpShard& shard)
 //   as a channel-scaled checkpoint (shard_config says so).
 // - kDequantize: dequantized to f32 (exact: code x scale) and sliced like float weights, as the
 //   CPU (and --quantization none) computes with them at TP = 1. The shard has no FP8 weights.
+// The form is chosen for the whole model (Model::load: whether the backend reads FP8 at the
+// hidden width); a row-parallel slice whose width the backend does not read in FP8 (CUDA: not a
+// multiple of 16) is then dequantized by the loader from the per-row form, not from the
+// checkpoint's scales as at TP = 1.
 enum class Fp8Shard : uint8_t { kE4m3Rows, kDequantize };
 
 // The config rank's Model sees (its head counts, MLP width and vocabulary slice; an FP8
 // checkpoint's weight format as `fp8` leaves it in the shard).
 ModelConfig shard_config(const ModelConfig& config, const TpLayout& layout, int32_t rank,
-                         Fp8Shard fp8 = Fp8Shard::kE4m3Rows);
+                         Fp8Shard fp8);
 
 // A checkpoint holding rank's slices of `full`'s tensors, named and shaped as a Hugging Face
 // checkpoint of shard_config(config, layout, rank, fp8) would be (every tensor copied into
 // memory; float dtypes kept; an FP8 checkpoint's weights and scales as `fp8` says). Safetensors
 // checkpoints only (a GGUF model's ggml blocks are not sliced).
 Result<Checkpoint> shard_checkpoint(const Checkpoint& full, const ModelConfig& config,
-                                    const TpLayout& layout, int32_t rank,
-                                    Fp8Shard fp8 = Fp8Shard::kE4m3Rows);
+                                    const TpLayout& layout, int32_t rank, Fp8Shard fp8);
 
 }  // namespace ls

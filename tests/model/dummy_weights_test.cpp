@@ -86,13 +86,13 @@ TEST(DummyWeights, RankSlicesAreBlocksOfTheFullTensor) {
     for (const int32_t tp : {2, 4}) {
       auto layout = make_tp_layout(*config, tp);
       ASSERT_TRUE(layout.ok());
-      auto sharded = shard_checkpoint(*full, *config, *layout, 0);
+      auto sharded = shard_checkpoint(*full, *config, *layout, 0, Fp8Shard::kE4m3Rows);
       ASSERT_TRUE(sharded.ok());
       for (int32_t r = 0; r < tp; ++r) {
         // The generated slice equals the slicer's cut of the generated full checkpoint, tensor by
         // tensor (rows, columns, replicated kv heads, zero vocabulary padding, row-parallel
         // biases on rank 0 only).
-        auto cut = shard_checkpoint(*full, *config, *layout, r);
+        auto cut = shard_checkpoint(*full, *config, *layout, r, Fp8Shard::kE4m3Rows);
         ASSERT_TRUE(cut.ok()) << cut.status().to_string();
         auto gen = dummy_checkpoint(*config, *arch, *layout, r, 5);
         ASSERT_TRUE(gen.ok()) << gen.status().to_string();
@@ -259,7 +259,7 @@ TEST(DummyWeights, EveryByteIsWrittenWithoutAZeroFill) {
       } else {
         // The last rank: the slicer's cut of the full tensor, byte for byte (padding rows and
         // rank-0-only biases zero).
-        auto cut = shard_checkpoint(*full_ck, *config, *layout, rank);
+        auto cut = shard_checkpoint(*full_ck, *config, *layout, rank, Fp8Shard::kE4m3Rows);
         ASSERT_TRUE(cut.ok()) << cut.status().to_string();
         // ck (generated into the dirtied memory above), not a fresh generation: the last
         // rank's padding rows and zero biases are what could be left unwritten.

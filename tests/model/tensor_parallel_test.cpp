@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -24,16 +25,20 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_communicator.h"
+#include "core/dtype.h"
 #include "engine/engine_config.h"
 #include "engine/engine_core.h"
 #include "io/checkpoint.h"
 #include "io/fp8_format.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "model/architecture.h"
 #include "model/fp8_weights.h"
 #include "model/model_stack.h"
 #include "model/tensor_parallel.h"
+#include "model/weights.h"
 #include "tensor_parallel_compare.h"
 
 namespace ls {
@@ -73,7 +78,7 @@ TEST(TensorParallelLayout, SplitsAndReplicates) {
     // q head r belongs to kv group r / (8 / 2) by the GQA rule of the whole model.
     EXPECT_EQ(l8->kv_head(0, r, 0), l8->q_head(0, r, 0) / (8 / 2)) << r;
   }
-  const ModelConfig shard = shard_config(c, *l8, 0);
+  const ModelConfig shard = shard_config(c, *l8, 0, Fp8Shard::kE4m3Rows);
   EXPECT_EQ(shard.num_attention_heads(), 1);
   EXPECT_EQ(shard.num_key_value_heads(), 1);
   EXPECT_EQ(shard.intermediate_size(), 12);
@@ -188,7 +193,7 @@ TEST(TensorParallelSlicing, SlicesReassembleToTheCheckpoint) {
     ASSERT_TRUE(layout.ok());
     std::vector<Checkpoint> shards;
     for (int32_t r = 0; r < 2; ++r) {
-      auto s = shard_checkpoint(*full, *config, *layout, r);
+      auto s = shard_checkpoint(*full, *config, *layout, r, Fp8Shard::kE4m3Rows);
       ASSERT_TRUE(s.ok()) << s.status().to_string();
       EXPECT_EQ(s->names(), full->names());
       shards.push_back(std::move(*s));
@@ -319,7 +324,9 @@ TEST(TensorParallelSlicing, Fp8CheckpointsSliceTheOneRankForm) {
             EXPECT_TRUE(bytes_of(*ws) == bytes_of_floats(ref->scales)) << scale;
             if (by_columns) {  // a row's scale covers the whole row: every rank keeps it
               for (const Checkpoint& sh : shards) {
-                EXPECT_TRUE(bytes_of(*sh.find(scale)) == bytes_of(*ws)) << scale;
+                const TensorInfo* s = sh.find(scale);
+                ASSERT_NE(s, nullptr) << scale;
+                EXPECT_TRUE(bytes_of(*s) == bytes_of(*ws)) << scale;
               }
             } else {
               expect_reassembles(shards, *whole, scale, false);
@@ -334,6 +341,170 @@ TEST(TensorParallelSlicing, Fp8CheckpointsSliceTheOneRankForm) {
         }
       }
     }
+  }
+}
+
+// Each rank's e4m3 shard (per-row codes and channel scales, shard_config's format) is a
+// checkpoint the ordinary loader accepts, at TP = 2 and at TP = 4 (the fixtures' 2 kv heads are
+// then replicated); the CPU dequantizes it, CUDA keeps it (tests/cuda/tensor_parallel_test.cpp).
+TEST(TensorParallelSlicing, Fp8RankShardsLoad) {
+  CpuBackend backend(1);
+  for (const std::string variant : kFp8Variants) {
+    const std::filesystem::path dir = fp8_fixture_dir(variant);
+    auto full = Checkpoint::open(dir);
+    ASSERT_TRUE(full.ok()) << full.status().to_string();
+    auto config = load_model_config(dir);
+    ASSERT_TRUE(config.ok()) << config.status().to_string();
+    const ArchitectureSpec* arch = find_architecture(config->architecture());
+    ASSERT_NE(arch, nullptr);
+    for (const int32_t tp : {2, 4}) {
+      auto layout = make_tp_layout(*config, tp);
+      ASSERT_TRUE(layout.ok()) << layout.status().to_string();
+      for (int32_t r = 0; r < tp; ++r) {
+        auto s = shard_checkpoint(*full, *config, *layout, r, Fp8Shard::kE4m3Rows);
+        ASSERT_TRUE(s.ok()) << s.status().to_string();
+        const ModelConfig sc = shard_config(*config, *layout, r, Fp8Shard::kE4m3Rows);
+        auto w = load_weights(*s, sc, *arch, backend, std::nullopt, Fp8Load::kAuto);
+        ASSERT_TRUE(w.ok()) << variant << " TP=" << tp << " rank " << r << ": "
+                            << w.status().to_string();
+        EXPECT_EQ(w->layers[0].o.w.dim(1), layout->q_heads_per_rank * config->head_dim());
+        EXPECT_EQ(w->layers[0].down.w.dim(1), layout->inter_per_rank);
+      }
+    }
+  }
+}
+
+// A safetensors checkpoint in memory holding `tensors` (name, dtype as safetensors names it,
+// shape, bytes), for variants of the fixtures no file holds.
+struct MemTensor {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+Checkpoint memory_checkpoint(const std::filesystem::path& dir, const std::vector<MemTensor>& ts) {
+  nlohmann::json header = nlohmann::json::object();
+  int64_t offset = 0;
+  for (const MemTensor& t : ts) {
+    const auto n = static_cast<int64_t>(t.bytes.size());
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
+    offset += n;
+  }
+  std::string h = header.dump();
+  while (h.size() % 8 != 0) h += ' ';
+  std::vector<uint8_t> bytes(8 + h.size());
+  const uint64_t len = h.size();
+  std::memcpy(bytes.data(), &len, 8);
+  std::memcpy(bytes.data() + 8, h.data(), h.size());
+  for (const MemTensor& t : ts) bytes.insert(bytes.end(), t.bytes.begin(), t.bytes.end());
+  auto file = SafetensorsFile::from_memory("test checkpoint", std::move(bytes));
+  EXPECT_TRUE(file.ok()) << file.status().to_string();
+  return Checkpoint::from_file(dir, std::move(*file));
+}
+
+// An FP8 lm_head (no fixture has one: their configs leave it out) is vocabulary-parallel like a
+// float one: a rank holds its rows' codes and scales, and the padding rows past the vocabulary
+// hold zero codes with a valid scale (1), so the shard loads.
+TEST(TensorParallelSlicing, Fp8LmHeadIsVocabularyParallel) {
+  const std::filesystem::path dir = fp8_fixture_dir("channel");
+  auto src = Checkpoint::open(dir);
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  auto config = load_model_config(dir);
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  const Fp8CheckpointFormat& format = *config->fp8_weights();
+  std::vector<MemTensor> ts;
+  Fp8Rows head;
+  for (const std::string& name : src->names()) {
+    const TensorInfo* t = src->find(name);
+    if (name == "lm_head.weight") {
+      std::vector<float> w(static_cast<size_t>(t->numel()));
+      convert_to_f32(*t->dtype, t->data, w.data(), t->numel());
+      head = quantize_fp8_rows(w.data(), t->shape[0], t->shape[1]);
+      ts.push_back({name, "F8_E4M3", t->shape, head.codes});
+      ts.push_back({fp8_scale_name(format, name), "F32", {t->shape[0], 1},
+                    bytes_of_floats(head.scales)});
+    } else {
+      ts.push_back({name, std::string(safetensors_dtype_name(t->file_dtype)), t->shape,
+                    bytes_of(*t)});
+    }
+  }
+  const Checkpoint full = memory_checkpoint(dir, ts);
+  const int64_t vocab = config->vocab_size(), hidden = config->hidden_size();
+  auto layout = make_tp_layout(*config, 2);
+  ASSERT_TRUE(layout.ok());
+  const int64_t per = layout->vocab_per_rank;
+  ASSERT_LT(vocab, 2 * per);  // rank 1 holds padding rows
+  const ArchitectureSpec* arch = find_architecture(config->architecture());
+  ASSERT_NE(arch, nullptr);
+  CpuBackend backend(1);
+  for (int32_t r = 0; r < 2; ++r) {
+    auto s = shard_checkpoint(full, *config, *layout, r, Fp8Shard::kE4m3Rows);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    const TensorInfo* codes = s->find("lm_head.weight");
+    const TensorInfo* scales = s->find(fp8_scale_name(format, "lm_head.weight"));
+    ASSERT_TRUE(codes != nullptr && scales != nullptr);
+    ASSERT_EQ(codes->file_dtype, SafetensorsDType::kF8E4M3);
+    ASSERT_EQ(codes->shape, (std::vector<int64_t>{per, hidden}));
+    ASSERT_EQ(scales->shape, (std::vector<int64_t>{per, 1}));
+    const std::vector<uint8_t> c = bytes_of(*codes);
+    std::vector<float> sv(static_cast<size_t>(per));
+    std::memcpy(sv.data(), scales->data, sv.size() * sizeof(float));
+    for (int64_t i = 0; i < per; ++i) {
+      const int64_t row = r * per + i;
+      if (row < vocab) {
+        EXPECT_EQ(sv[static_cast<size_t>(i)], head.scales[static_cast<size_t>(row)]) << row;
+        EXPECT_TRUE(std::equal(c.begin() + i * hidden, c.begin() + (i + 1) * hidden,
+                               head.codes.begin() + row * hidden))
+            << row;
+      } else {
+        EXPECT_EQ(sv[static_cast<size_t>(i)], 1.0f) << row;
+        EXPECT_TRUE(std::all_of(c.begin() + i * hidden, c.begin() + (i + 1) * hidden,
+                                [](uint8_t b) { return b == 0; }))
+            << row;
+      }
+    }
+    const ModelConfig sc = shard_config(*config, *layout, r, Fp8Shard::kE4m3Rows);
+    auto w = load_weights(*s, sc, *arch, backend, std::nullopt, Fp8Load::kAuto);
+    EXPECT_TRUE(w.ok()) << "rank " << r << ": " << w.status().to_string();
+  }
+}
+
+// A scale tensor beside a float weight (TP = 1 ignores it) does not travel into a rank's shard,
+// in either form, so the shard loads wherever TP = 1 does.
+TEST(TensorParallelSlicing, ScaleBesideAFloatWeightIsDropped) {
+  const std::filesystem::path dir = fp8_fixture_dir("channel");
+  auto src = Checkpoint::open(dir);
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  auto config = load_model_config(dir);
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  const Fp8CheckpointFormat& format = *config->fp8_weights();
+  const std::string k = "model.layers.0.self_attn.k_proj.weight";
+  std::vector<MemTensor> ts;
+  for (const std::string& name : src->names()) {
+    const TensorInfo* t = src->find(name);
+    if (name == k) {  // dequantized, its scale left in place
+      auto w = read_fp8_dequantized(*src, format, name, t->shape[0], t->shape[1]);
+      ASSERT_TRUE(w.ok()) << w.status().to_string();
+      ts.push_back({name, "F32", t->shape, bytes_of_floats(*w)});
+    } else {
+      ts.push_back({name, std::string(safetensors_dtype_name(t->file_dtype)), t->shape,
+                    bytes_of(*t)});
+    }
+  }
+  const Checkpoint full = memory_checkpoint(dir, ts);
+  ASSERT_NE(full.find(fp8_scale_name(format, k)), nullptr);
+  auto layout = make_tp_layout(*config, 2);
+  ASSERT_TRUE(layout.ok());
+  const ArchitectureSpec* arch = find_architecture(config->architecture());
+  ASSERT_NE(arch, nullptr);
+  CpuBackend backend(1);
+  for (const Fp8Shard mode : {Fp8Shard::kE4m3Rows, Fp8Shard::kDequantize}) {
+    auto s = shard_checkpoint(full, *config, *layout, 0, mode);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    EXPECT_EQ(s->find(fp8_scale_name(format, k)), nullptr);
+    const ModelConfig sc = shard_config(*config, *layout, 0, mode);
+    auto w = load_weights(*s, sc, *arch, backend, std::nullopt, Fp8Load::kAuto);
+    EXPECT_TRUE(w.ok()) << w.status().to_string();
   }
 }
 
@@ -356,7 +527,7 @@ TEST(TensorParallelLayout, VocabularySlicesCoverTheVocabularyPadded) {
       EXPECT_LT(l->vocab_per_rank * (size - 1), vocab);
     }
     for (int32_t r = 0; r < size; ++r) {
-      const ModelConfig s = shard_config(c, *l, r);
+      const ModelConfig s = shard_config(c, *l, r, Fp8Shard::kE4m3Rows);
       EXPECT_EQ(s.vocab_size(), slice);
       EXPECT_EQ(s.vocab_slice().begin, r * slice);
       EXPECT_EQ(s.vocab_slice().parts, size);
@@ -366,7 +537,7 @@ TEST(TensorParallelLayout, VocabularySlicesCoverTheVocabularyPadded) {
   // One rank keeps the whole vocabulary.
   auto one = make_tp_layout(config_of(llama_json(8, 2, 96)), 1);
   ASSERT_TRUE(one.ok());
-  const ModelConfig whole = shard_config(config_of(llama_json(8, 2, 96)), *one, 0);
+  const ModelConfig whole = shard_config(config_of(llama_json(8, 2, 96)), *one, 0, Fp8Shard::kE4m3Rows);
   EXPECT_EQ(whole.vocab_size(), 32);
   EXPECT_EQ(whole.vocab_slice().parts, 1);
   EXPECT_EQ(whole.full_vocab_size(), 32);
@@ -383,7 +554,7 @@ TEST(TensorParallelSlicing, ReplicatesKvHeadsBeyondTheirCount) {
   const TensorInfo* q = full->find("model.layers.0.self_attn.q_proj.weight");
   const int64_t head_bytes = k->nbytes / 2;  // one kv head's 16 rows
   for (int32_t r = 0; r < 4; ++r) {
-    auto s = shard_checkpoint(*full, *config, *layout, r);
+    auto s = shard_checkpoint(*full, *config, *layout, r, Fp8Shard::kE4m3Rows);
     ASSERT_TRUE(s.ok());
     const TensorInfo* sk = s->find("model.layers.0.self_attn.k_proj.weight");
     const TensorInfo* sq = s->find("model.layers.0.self_attn.q_proj.weight");
@@ -409,7 +580,7 @@ TEST(TensorParallelSlicing, FollowsABalancedLayoutLayerByLayer) {
   // Layer 0: rank 0 owns kv head 1 (q heads 2, 3); layer 1: kv head 0 (q heads 0, 1).
   auto layout = make_tp_layout(*config, TpShard{0, 2, {1, 0, 0, 1}});
   ASSERT_TRUE(layout.ok()) << layout.status().to_string();
-  auto s = shard_checkpoint(*full, *config, *layout, 0);
+  auto s = shard_checkpoint(*full, *config, *layout, 0, Fp8Shard::kE4m3Rows);
   ASSERT_TRUE(s.ok());
   for (int layer = 0; layer < 2; ++layer) {
     const int64_t kv = layer == 0 ? 1 : 0;
@@ -599,6 +770,23 @@ INSTANTIATE_TEST_SUITE_P(
       std::replace(name.begin(), name.end(), '-', '_');
       return name;
     });
+
+// TP = 4 with FP8 checkpoints: the fixtures' 2 kv heads are replicated on 2 ranks each.
+TEST(TensorParallelFp8FourRanks, EqualToOneRank) {
+  for (const std::string variant : kFp8Variants) {
+    ModelStackOptions o1 = options("mistral", "dense", 1);
+    o1.model_dir = fp8_fixture_dir(variant);
+    ModelStackOptions o4 = o1;
+    o4.tensor_parallel_size = 4;
+    auto one = build_model_stack(o1);
+    ASSERT_TRUE(one.ok()) << one.status().to_string();
+    auto four = build_model_stack(o4);
+    ASSERT_TRUE(four.ok()) << four.status().to_string();
+    const TpComparison cmp = compare_tp_runs(**one, **four, /*margin_scale=*/1e-3);
+    EXPECT_EQ(cmp.decoded, 80);
+    EXPECT_LT(cmp.worst_relative, 1e-4) << variant;
+  }
+}
 
 // GGUF models (tests/fixtures/gguf, ggml q8_0 and q4_1 blocks) at TP = 2: the ranks dequantize
 // the blocks at load (their slices need not line up with the blocks), so TP = 2 under
