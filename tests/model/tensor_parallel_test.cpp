@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -402,33 +403,44 @@ Checkpoint memory_checkpoint(const std::filesystem::path& dir, const std::vector
   return Checkpoint::from_file(dir, std::move(*file));
 }
 
+// The checkpoint in `dir` held in memory with some tensors changed: `change` appends the
+// replacement of a tensor and returns true, or returns false to keep it as it is.
+Checkpoint changed_checkpoint(
+    const std::filesystem::path& dir,
+    const std::function<bool(const TensorInfo&, std::vector<MemTensor>&)>& change) {
+  auto src = Checkpoint::open(dir);
+  EXPECT_TRUE(src.ok()) << src.status().to_string();
+  std::vector<MemTensor> ts;
+  for (const std::string& name : src->names()) {
+    const TensorInfo* t = src->find(name);
+    if (!change(*t, ts)) {
+      ts.push_back({name, std::string(safetensors_dtype_name(t->file_dtype)), t->shape,
+                    bytes_of(*t)});
+    }
+  }
+  return memory_checkpoint(dir, ts);
+}
+
 // An FP8 lm_head (no fixture has one: their configs leave it out) is vocabulary-parallel like a
 // float one: a rank holds its rows' codes and scales, and the padding rows past the vocabulary
 // hold zero codes with a valid scale (1), so the shard loads.
 TEST(TensorParallelSlicing, Fp8LmHeadIsVocabularyParallel) {
   const std::filesystem::path dir = fp8_fixture_dir("channel");
-  auto src = Checkpoint::open(dir);
-  ASSERT_TRUE(src.ok()) << src.status().to_string();
   auto config = load_model_config(dir);
   ASSERT_TRUE(config.ok()) << config.status().to_string();
   const Fp8CheckpointFormat& format = *config->fp8_weights();
-  std::vector<MemTensor> ts;
   Fp8Rows head;
-  for (const std::string& name : src->names()) {
-    const TensorInfo* t = src->find(name);
-    if (name == "lm_head.weight") {
-      std::vector<float> w(static_cast<size_t>(t->numel()));
-      convert_to_f32(*t->dtype, t->data, w.data(), t->numel());
-      head = quantize_fp8_rows(w.data(), t->shape[0], t->shape[1]);
-      ts.push_back({name, "F8_E4M3", t->shape, head.codes});
-      ts.push_back({fp8_scale_name(format, name), "F32", {t->shape[0], 1},
-                    bytes_of_floats(head.scales)});
-    } else {
-      ts.push_back({name, std::string(safetensors_dtype_name(t->file_dtype)), t->shape,
-                    bytes_of(*t)});
-    }
-  }
-  const Checkpoint full = memory_checkpoint(dir, ts);
+  const Checkpoint full = changed_checkpoint(dir, [&](const TensorInfo& t,
+                                                      std::vector<MemTensor>& ts) {
+    if (t.name != "lm_head.weight") return false;
+    std::vector<float> w(static_cast<size_t>(t.numel()));
+    convert_to_f32(*t.dtype, t.data, w.data(), t.numel());
+    head = quantize_fp8_rows(w.data(), t.shape[0], t.shape[1]);
+    ts.push_back({t.name, "F8_E4M3", t.shape, head.codes});
+    ts.push_back({fp8_scale_name(format, t.name), "F32", {t.shape[0], 1},
+                  bytes_of_floats(head.scales)});
+    return true;
+  });
   const int64_t vocab = config->vocab_size(), hidden = config->hidden_size();
   auto layout = make_tp_layout(*config, 2);
   ASSERT_TRUE(layout.ok());
@@ -473,25 +485,20 @@ TEST(TensorParallelSlicing, Fp8LmHeadIsVocabularyParallel) {
 // in either form, so the shard loads wherever TP = 1 does.
 TEST(TensorParallelSlicing, ScaleBesideAFloatWeightIsDropped) {
   const std::filesystem::path dir = fp8_fixture_dir("channel");
-  auto src = Checkpoint::open(dir);
-  ASSERT_TRUE(src.ok()) << src.status().to_string();
   auto config = load_model_config(dir);
   ASSERT_TRUE(config.ok()) << config.status().to_string();
   const Fp8CheckpointFormat& format = *config->fp8_weights();
   const std::string k = "model.layers.0.self_attn.k_proj.weight";
-  std::vector<MemTensor> ts;
-  for (const std::string& name : src->names()) {
-    const TensorInfo* t = src->find(name);
-    if (name == k) {  // dequantized, its scale left in place
-      auto w = read_fp8_dequantized(*src, format, name, t->shape[0], t->shape[1]);
-      ASSERT_TRUE(w.ok()) << w.status().to_string();
-      ts.push_back({name, "F32", t->shape, bytes_of_floats(*w)});
-    } else {
-      ts.push_back({name, std::string(safetensors_dtype_name(t->file_dtype)), t->shape,
-                    bytes_of(*t)});
-    }
-  }
-  const Checkpoint full = memory_checkpoint(dir, ts);
+  auto src = Checkpoint::open(dir);
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  const Checkpoint full = changed_checkpoint(dir, [&](const TensorInfo& t,
+                                                      std::vector<MemTensor>& ts) {
+    if (t.name != k) return false;  // dequantized, its scale left in place
+    auto w = read_fp8_dequantized(*src, format, t.name, t.shape[0], t.shape[1]);
+    EXPECT_TRUE(w.ok()) << w.status().to_string();
+    ts.push_back({t.name, "F32", t.shape, bytes_of_floats(w.ok() ? *w : std::vector<float>())});
+    return true;
+  });
   ASSERT_NE(full.find(fp8_scale_name(format, k)), nullptr);
   auto layout = make_tp_layout(*config, 2);
   ASSERT_TRUE(layout.ok());
