@@ -4,8 +4,9 @@
 // families, every policy (dense, streaming, quest, lserve): logits equal within reduction-order
 // tolerance and greedy tokens equal, over a chunked prefill, two sequences and decode steps. The
 // CPU communicator sums in f32 in rank order, so TP runs are also bit-identical to themselves
-// across runs. FP8 checkpoints (slices of the per-row e4m3 form and of the exact dequantization,
-// reassembled bit for bit; TP = 2 logits) and GGUF models (dequantized per rank) at TP = 2.
+// across runs. FP8 checkpoints: slices of the per-row e4m3 form and of the exact dequantization
+// reassembled bit for bit, every rank's shard loadable (an FP8 lm_head's padding rows too), and
+// the logits test above over the four FP8 fixtures; GGUF models (dequantized per rank) at TP = 2.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -705,6 +706,9 @@ TEST_P(TensorParallelLogits, EqualToOneRank) {
   // which differs from one rank selecting by both. With a budget that keeps every page the
   // selection is the same and the split itself is checked.
   ModelStackOptions o1 = options(model, policy, 1);
+  // "fp8-VARIANT": the mistral fixture as an FP8 checkpoint, which the CPU computes with
+  // dequantized exactly (Fp8Shard::kDequantize), at every rank count.
+  if (model.starts_with("fp8-")) o1.model_dir = fp8_fixture_dir(model.substr(4));
   if (tp > 2 && (policy == "lserve" || policy == "quest")) {
     o1.attention.token_budget = o1.max_model_len;
   }
@@ -737,63 +741,16 @@ TEST_P(TensorParallelLogits, EqualToOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, TensorParallelLogits,
-    ::testing::Combine(::testing::Values("llama3", "mistral", "qwen2", "qwen3"),
+    ::testing::Combine(::testing::Values("llama3", "mistral", "qwen2", "qwen3", "fp8-channel",
+                                         "fp8-tensor", "fp8-block", "fp8-block-24x48"),
                        ::testing::Values("dense", "streaming", "quest", "lserve"),
                        ::testing::Values(2, 4)),
     [](const auto& info) {
-      return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_tp" +
-             std::to_string(std::get<2>(info.param));
-    });
-
-// FP8 checkpoints at TP = 2 against TP = 1 on the CPU, which computes with their exact
-// dequantization (Fp8Shard::kDequantize): f32 everywhere, so only the order of the partial sums
-// differs, as for float checkpoints.
-class TensorParallelFp8Logits
-    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
-
-TEST_P(TensorParallelFp8Logits, EqualToOneRank) {
-  const auto& [variant, policy] = GetParam();
-  ModelStackOptions o1 = options("mistral", policy, 1);
-  o1.model_dir = fp8_fixture_dir(variant);
-  ModelStackOptions o2 = o1;
-  o2.tensor_parallel_size = 2;
-  auto one = build_model_stack(o1);
-  ASSERT_TRUE(one.ok()) << one.status().to_string();
-  auto two = build_model_stack(o2);
-  ASSERT_TRUE(two.ok()) << two.status().to_string();
-  ASSERT_EQ((*two)->tp_ranks.size(), 2u);
-  const TpComparison cmp = compare_tp_runs(**one, **two, /*margin_scale=*/1e-3);
-  EXPECT_EQ(cmp.decoded, 80);
-  EXPECT_GT(cmp.greedy_checked, 60);
-  EXPECT_LT(cmp.worst_relative, 1e-4) << variant << " " << policy;
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Fixtures, TensorParallelFp8Logits,
-    ::testing::Combine(::testing::Values("channel", "tensor", "block", "block-24x48"),
-                       ::testing::Values("dense", "lserve")),
-    [](const auto& info) {
-      std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+      std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_tp" +
+                         std::to_string(std::get<2>(info.param));
       std::replace(name.begin(), name.end(), '-', '_');
       return name;
     });
-
-// TP = 4 with FP8 checkpoints: the fixtures' 2 kv heads are replicated on 2 ranks each.
-TEST(TensorParallelFp8FourRanks, EqualToOneRank) {
-  for (const std::string variant : kFp8Variants) {
-    ModelStackOptions o1 = options("mistral", "dense", 1);
-    o1.model_dir = fp8_fixture_dir(variant);
-    ModelStackOptions o4 = o1;
-    o4.tensor_parallel_size = 4;
-    auto one = build_model_stack(o1);
-    ASSERT_TRUE(one.ok()) << one.status().to_string();
-    auto four = build_model_stack(o4);
-    ASSERT_TRUE(four.ok()) << four.status().to_string();
-    const TpComparison cmp = compare_tp_runs(**one, **four, /*margin_scale=*/1e-3);
-    EXPECT_EQ(cmp.decoded, 80);
-    EXPECT_LT(cmp.worst_relative, 1e-4) << variant;
-  }
-}
 
 // GGUF models (tests/fixtures/gguf, ggml q8_0 and q4_1 blocks) at TP = 2: the ranks dequantize
 // the blocks at load (their slices need not line up with the blocks), so TP = 2 under
