@@ -283,9 +283,11 @@ section kernels 150 kernels_section
 # the variants alternated inside it. VARIANT_PREFILL_TOKENS / VARIANT_CONTEXTS narrow the sweep.
 variants_section() {
   local toks=${VARIANT_PREFILL_TOKENS:-8192,32768,131072} ctx=${VARIANT_CONTEXTS:-65536,131072} rc=0
-  # Prefill: the warp-specialised kernel against its ping-pong form.
+  # Prefill: the warp-specialised kernel against its ping-pong form, each with its K/V producer
+  # as chosen (TMA on long spans), cp.async only and TMA for every span.
   "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections prefill --prefill-tokens "$toks" \
-    --prefill-kernels wgmma-ws,wgmma-pp || { echo "prefill variants failed (exit $?)"; rc=1; }
+    --prefill-kernels wgmma-ws,wgmma-ws-cp,wgmma-ws-tma,wgmma-pp,wgmma-pp-cp,wgmma-pp-tma \
+    || { echo "prefill variants failed (exit $?)"; rc=1; }
   # Decode over bf16 and quantized pages (prefetch off: the quantized kernel never prefetches).
   "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections decode --kv-formats bf16,fp8,int8,int4 \
     --decode-l2-prefetch 0 --batches 1,8,32 --contexts "$ctx" \

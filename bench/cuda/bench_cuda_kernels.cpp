@@ -46,7 +46,8 @@
 //    chunk. Each op is captured as a graph of many calls; "us" is the replay time per call, so
 //    it is what a captured decode step pays per launch of that op.
 // Usage: bench_cuda_kernels [--out FILE] [--sections copy,gemm,linear,prefill,decode,small]
-//        [--prefill-tokens 8192,32768,131072] [--prefill-kernels mma,wgmma(,wgmma-ws,wgmma-pp,...)]
+//        [--prefill-tokens 8192,32768,131072] [--prefill-kernels mma,wgmma(,wgmma-ws,wgmma-pp,...;
+//         -cp: cp.async producer only, -tma: TMA for every span)]
 //        [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
@@ -317,6 +318,8 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
         int warps;
         int key_block;
         int stages = 2;
+        bool tma = true;  // the ws / pp producer's TMA loads (false: cp.async only)
+        int tma_min_blocks = 128;  // spans of fewer 64-key blocks keep cp.async
       };
       for (const Variant v :
            {Variant{"mma", PrefillKernel::kMma, 4, 64}, Variant{"mma", PrefillKernel::kMma, 8, 64},
@@ -324,7 +327,11 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
             Variant{"wgmma", PrefillKernel::kWgmma, 8, 64},
             Variant{"wgmma-ws", PrefillKernel::kWgmmaWs, 12, 64},
             Variant{"wgmma-pp", PrefillKernel::kWgmmaPingPong, 12, 64},
+            Variant{"wgmma-ws-cp", PrefillKernel::kWgmmaWs, 12, 64, 2, false},
+            Variant{"wgmma-ws-tma", PrefillKernel::kWgmmaWs, 12, 64, 2, true, 0},
             Variant{"wgmma-pp3", PrefillKernel::kWgmmaPingPong, 12, 64, 3},
+            Variant{"wgmma-pp-cp", PrefillKernel::kWgmmaPingPong, 12, 64, 2, false},
+            Variant{"wgmma-pp-tma", PrefillKernel::kWgmmaPingPong, 12, 64, 2, true, 0},
             Variant{"wgmma-persistent", PrefillKernel::kWgmmaPersistent, 12, 64},
             Variant{"wgmma-persistent3", PrefillKernel::kWgmmaPersistent, 12, 64, 3}}) {
         bool wanted = false;
@@ -339,6 +346,8 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
         opt.prefill_warps = v.warps == 4 ? 4 : 8;
         opt.wgmma_key_block = v.key_block;
         opt.wgmma_ws_stages = v.stages;
+        opt.prefill_tma = v.tma;
+        opt.prefill_tma_min_blocks = v.tma_min_blocks;
         dev.b->set_attention_options(opt);
         const int reps = T <= 8192 ? 10 : (T <= 32768 ? 5 : 3);
         const double ms = median_ms(*dev.b, 1, reps, [&] { dev.b->attention(p); });

@@ -18,6 +18,7 @@
 #include "attention_scenario.h"
 #include "cuda_test_util.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/kv_tma_maps.h"
 
 namespace ls::cuda_test {
 namespace {
@@ -502,11 +503,67 @@ TEST(CudaAttention, DecodeRefusesPoolsOfMoreThan2To31Rows) {
   EXPECT_EQ(prefill.message().find("2^31"), std::string::npos) << prefill.message();
 }
 
+// Which pools the warp-specialised kernels' producer reads by TMA (one box = min(page_tokens, 64)
+// rows of a head-page) and which it copies with cp.async. Host-side only.
+TEST(CudaKvTmaMaps, BoxRowsFollowThePool) {
+  using kernels::cuda::kv_tma_box_rows;
+  alignas(16) static char mem[64];
+  const kernels::PagedKvPool base{.k = mem,
+                                  .v = mem,
+                                  .dtype = DType::kBF16,
+                                  .num_blocks = 10,
+                                  .heads_per_block = 4,
+                                  .page_tokens = 64,
+                                  .head_dim = 128};
+  EXPECT_EQ(kv_tma_box_rows(base), 64);
+  auto with = [&](auto change) {
+    kernels::PagedKvPool p = base;
+    change(p);
+    return kv_tma_box_rows(p);
+  };
+  EXPECT_EQ(with([](auto& p) { p.page_tokens = 128; }), 64);
+  EXPECT_EQ(with([](auto& p) { p.page_tokens = 256; }), 64);
+  EXPECT_EQ(with([](auto& p) { p.page_tokens = 32; }), 32);
+  EXPECT_EQ(with([](auto& p) { p.page_tokens = 16; }), 16);
+  EXPECT_EQ(with([](auto& p) { p.page_tokens = 8; }), 8);
+  EXPECT_EQ(with([](auto& p) { p.page_tokens = 4; }), 0);    // boxes below one swizzle atom
+  EXPECT_EQ(with([](auto& p) { p.page_tokens = 48; }), 0);   // a block would straddle pages
+  EXPECT_EQ(with([](auto& p) { p.page_tokens = 96; }), 0);
+  EXPECT_EQ(with([](auto& p) { p.head_dim = 64; }), 64);
+  EXPECT_EQ(with([](auto& p) { p.head_dim = 96; }), 0);
+  EXPECT_EQ(with([](auto& p) { p.dtype = DType::kF16; }), 64);
+  EXPECT_EQ(with([](auto& p) { p.dtype = DType::kF32; }), 0);
+  EXPECT_EQ(with([](auto& p) {
+              p.dtype = DType::kU8;
+              p.quant = kernels::KvQuant::kFp8;
+            }),
+            0);
+  EXPECT_EQ(with([](auto& p) { p.v = nullptr; }), 0);
+  EXPECT_EQ(with([](auto& p) { p.k = mem + 8; }), 0);
+  EXPECT_EQ(with([](auto& p) { p.num_blocks = 0; }), 0);
+  EXPECT_EQ(with([](auto& p) { p.num_blocks = 1 << 23; }), 0);  // 2^31 rows
+  EXPECT_EQ(with([](auto& p) { p.num_blocks = (1 << 23) - 1; }), 64);
+  static const int32_t slot[1] = {0};
+  // Tiered: the rows are the cache slots'.
+  EXPECT_EQ(with([](auto& p) { p.page_slot = slot; }), 0);
+  EXPECT_EQ(with([](auto& p) {
+              p.page_slot = slot;
+              p.num_cache_slots = 3;
+            }),
+            64);
+}
+
 // The experimental warp-specialised wgmma kernel (PrefillKernel::kWgmmaWs), in its own suite so
 // that a fault there (its waits trap rather than hang) leaves the other suites' processes alone.
+// Its K/V loaders: the default (TMA for long spans where the pool allows, with cp.async for
+// blocks that reach past the context), TMA for every span (the test spans are short) and
+// cp.async only.
 std::vector<PrefillVariant> warp_specialized(kernels::cuda::AttentionOptions o = {}) {
   o.prefill_kernel = kernels::cuda::PrefillKernel::kWgmmaWs;
-  return {{"wgmma-ws", o}};
+  kernels::cuda::AttentionOptions tma = o, cp_async = o;
+  tma.prefill_tma_min_blocks = 0;
+  cp_async.prefill_tma = false;
+  return {{"wgmma-ws", o}, {"wgmma-ws/tma", tma}, {"wgmma-ws/cp.async", cp_async}};
 }
 
 TEST(CudaAttentionWarpSpecialized, PrefillAtTileAndBlockEdges) {
@@ -576,6 +633,14 @@ std::vector<PrefillVariant> ping_pong(kernels::cuda::AttentionOptions o = {},
   o.wgmma_ws_stages = 2;
   o.persistent_blocks = 1;
   v.push_back({"wgmma-persistent/1 block", o});
+  o.prefill_kernel = PrefillKernel::kWgmmaPingPong;
+  o.prefill_tma_min_blocks = 0;
+  v.push_back({"wgmma-pp/tma", o});
+  o.wgmma_ws_stages = 3;
+  if (head_dim == 128) v.push_back({"wgmma-pp/3 stages/tma", o});
+  o.wgmma_ws_stages = 2;
+  o.prefill_tma = false;
+  v.push_back({"wgmma-pp/cp.async", o});
   return v;
 }
 std::vector<PrefillVariant> ping_pong_d64(kernels::cuda::AttentionOptions o = {}) {

@@ -22,6 +22,7 @@
 #include "cuda_test_util.h"
 #include "kernels/cpu/kv_append.h"
 #include "kernels/cpu/page_residency.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/page_residency.h"
 
 namespace ls::cuda_test {
@@ -302,10 +303,14 @@ TEST(CudaKvTier, AttentionReadsSlotsBitwiseLikeTheUntieredPool) {
     SeqSpec b{.kv_len = 333, .q_len = 1, .local_tokens = 64};
     AttentionScenario decode(rng, cfg, {a, b});
     check_tiered_attention(decode, rng, "decode");
-    // prefill chunks
+    // prefill chunks, also with the warp-specialised kernel's TMA loads for every span
     AttentionScenario prefill(rng, cfg, {SeqSpec{.kv_len = 300, .q_len = 300},
                                          SeqSpec{.kv_len = 700, .q_len = 137}});
     check_tiered_attention(prefill, rng, "prefill");
+    kernels::cuda::AttentionOptions tma;
+    tma.prefill_tma_min_blocks = 0;
+    ScopedAttentionOptions scoped(tma);
+    check_tiered_attention(prefill, rng, "prefill, TMA");
   }
 }
 

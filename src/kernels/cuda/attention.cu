@@ -304,7 +304,8 @@ Status run_prefill_wgmma(const AttentionParams& p, const Layout& L, const Prefil
                                                                    L.listed_cap, stream);
       }
       return launch_prefill_wgmma_ws<kD, T, 64, true, kStages>(p, tiles, num_tiles, L.max_tiles,
-                                                               L.listed_cap, stream);
+                                                               L.listed_cap, o.prefill_tma,
+                                                               o.prefill_tma_min_blocks, stream);
     };
     switch (p.head_dim) {
       case 64:
@@ -323,7 +324,8 @@ Status run_prefill_wgmma(const AttentionParams& p, const Layout& L, const Prefil
                               p.head_dim);
     }
     return launch_prefill_wgmma_ws<128, T, 64, false, 2>(p, tiles, num_tiles, L.max_tiles,
-                                                         L.listed_cap, stream);
+                                                         L.listed_cap, o.prefill_tma,
+                                                         o.prefill_tma_min_blocks, stream);
   }
   const auto typed = [&]<int kD>() -> Status {
     if (key_block == 64) {

@@ -30,9 +30,10 @@ enum class PrefillKernel : int32_t {
   kAuto = 0,   // head_dim 128: the warp-specialised wgmma kernel; 64: wgmma; else mma
   kMma = 1,    // the mma.sync kernel (prefill_warps applies)
   kWgmma = 2,  // the wgmma kernel; paged_attention rejects head dims it does not cover
-  // The warp-specialised wgmma kernel (producer warpgroup + mbarriers; head_dim 128, key blocks
-  // of 64, wgmma_key_block ignored): kAuto's choice for head_dim 128, where it is the fastest of
-  // the three (H100: 392-401 TFLOP/s against 347-377 for kWgmma at 8K-128K tokens).
+  // The warp-specialised wgmma kernel (producer warpgroup + mbarriers, K/V by TMA on long spans;
+  // head_dim 128, key blocks of 64, wgmma_key_block ignored): kAuto's choice for head_dim 128,
+  // where it is the fastest of the three (H100: 392-401 TFLOP/s against 347-377 for kWgmma at
+  // 8K-128K tokens).
   kWgmmaWs = 3,
   // kWgmmaWs with FlashAttention-3's ping-pong scheduling: the two consumer warpgroups issue
   // their wgmmas in turns (named barriers), so one's softmax overlaps the other's GEMMs. Head_dim
@@ -54,6 +55,12 @@ struct AttentionOptions {
   // K/V stages of kWgmmaPingPong and kWgmmaPersistent: 2, or 3 at head_dim 128 (a third stage
   // lets the producer run one more key block ahead of the lagging consumer warpgroup).
   int wgmma_ws_stages = 2;
+  // kWgmmaWs and kWgmmaPingPong load K/V blocks by TMA where the pool allows (bf16 / f16 pages
+  // of a size that divides or is a multiple of 64; kv_tma_maps.h), and with cp.async where it
+  // does not and for blocks with rows past the context; false: cp.async everywhere (to compare).
+  bool prefill_tma = true;
+  // Query tiles whose span has fewer 64-key blocks than this keep the cp.async producer.
+  int prefill_tma_min_blocks = 128;
   // Blocks of kWgmmaPersistent: 0 = one per SM; tests set a few so each block walks many tiles.
   int persistent_blocks = 0;
   // Warps per block of the mma prefill kernel: 4 (64-row query tiles, two blocks per SM) or 8

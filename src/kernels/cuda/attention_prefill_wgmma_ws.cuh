@@ -10,17 +10,31 @@
 // 64..127 of the 128-row tile. Key blocks of 64 rows only: with 128 the consumers need more than
 // 240 registers (ptxas spills and serializes the wgmmas, C7512).
 // kStages K/V stages (2 for kWgmmaWs; 2 or 3 for kWgmmaPingPong). Per key block j (stage
-// s = j % kStages, use u = j / kStages of that stage):
-//   producer: waits empty_k[s] (use u - 1 released), copies the 128-byte-swizzled K rows of block
-//     j with cp.async plus their key positions, then cp.async.mbarrier.arrive.noinc (one arrival
-//     per thread when its copies land) and a plain arrive (releases the positions) on full_k[s];
-//     the same for V on empty_v[s] / full_v[s] (no positions).
+// s = j % kStages, use u = j / kStages of that stage), the producer in one of two modes, chosen
+// per block of threads: TMA mode when the head's pool has tensor maps (kv_tma_maps.h) and the
+// span has at least maps.min_blocks key blocks; cp.async mode otherwise. (TMA measured faster on
+// long spans and slower on short ones, where the cp.async producer stays: docs/cuda-prefill-wgmma.md.)
+//   cp.async mode, the whole producer warpgroup (one or two threads per row): waits empty_k[s]
+//     (use u - 1 released), copies the 128-byte-swizzled K rows of block j with cp.async plus
+//     their key positions (invalid rows zero-filled), then cp.async.mbarrier.arrive.noinc (one
+//     arrival per thread when its copies land) and a plain arrive (releases the positions) on
+//     full_k[s]; the same for V on empty_v[s] / full_v[s] (no positions).
+//   TMA mode, the producer's first warp alone (the other three leave): lane l locates block rows
+//     l and l + 32, waits empty_k[s] and writes their key positions; then
+//     - when all 64 rows are valid: lane 0 arrives on full_k[s] announcing the block's bytes
+//       (expect_tx), the other lanes arrive plainly, and lane 0 issues one box per (box of rows,
+//       64-column panel), each completing its bytes on full_k[s];
+//     - otherwise (rows past kv_len or of a missing page: a box would bring whatever they hold,
+//       NaN included) cp.async as above from the 32 lanes, each adding an arrival-when-landed
+//       that raises the pending count first (cp.async.mbarrier.arrive) and arriving plainly;
+//     the same for V on empty_v[s] / full_v[s].
 //   consumers: wait full_k[s] (parity u & 1) and fence.proxy.async before wgmma reads the tile;
 //     arrive on empty_k[s] once S_j is complete and the softmax has read the positions; arrive
 //     on empty_v[s] once P_j V_j is complete.
-// Barrier counts: full_k 256 (128 async + 128 plain arrivals), full_v 128, empty_k / empty_v 256
-// (every consumer thread). Waits are bounded: a wait that never completes traps (a protocol bug
-// must fail the launch, not hang the process).
+// Barrier counts: cp.async mode full_k 256 (128 async + 128 plain arrivals), full_v 128; TMA
+// mode full_k and full_v 32 (one arrival per lane; the bytes or the landed cp.asyncs hold the
+// phase open); empty_k / empty_v 256 (every consumer thread). Waits are bounded: a wait that
+// never completes traps (a protocol bug must fail the launch, not hang the process).
 //
 // kPingPong (PrefillKernel::kWgmmaPingPong): FlashAttention-3's ping-pong scheduling of the two
 // consumer warpgroups. Each iteration's wgmmas (S_j and P_{j-1} V_{j-1}) are issued in turns:
@@ -40,6 +54,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention_prefill_wgmma.cuh"
+#include "kernels/cuda/kv_tma_maps.h"
 
 namespace ls::kernels::cuda {
 
@@ -73,6 +88,35 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // One arrival on `bar` when every cp.async this thread issued before it has landed.
 __device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Without .noinc: the pending count is raised by one first, so the arrival when this thread's
+// cp.asyncs land does not count against the barrier's expected arrivals.
+__device__ __forceinline__ void mbar_arrive_cp_async_inc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// An arrival that first raises the phase's expected transaction bytes by `bytes` (the TMA
+// copies that will complete them).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// TMA: the box at (x = column, y = row) of `map` into shared memory at `dst`, completing its
+// bytes on `bar`. `map` is a __grid_constant__ kernel parameter.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int32_t x,
+                                            int32_t y, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
+// Brings a __grid_constant__ tensor map into the TMA unit's descriptor cache.
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
 // Waits until the phase of `bar` with this parity has completed; traps after about 4e9 clocks
@@ -112,15 +156,15 @@ __device__ __forceinline__ void pingpong_pass_turn(int cwg) {
 
 template <int kD, typename T, int kBN, bool kPingPong, int kStages>
 __global__ void __launch_bounds__(384, 1)
-    prefill_wgmma_ws_kernel(const AttentionParams p, const PrefillTile* tiles,
-                            const int32_t* num_tiles, int32_t listed_cap) {
+    prefill_wgmma_ws_kernel(const AttentionParams p, const __grid_constant__ KvTmaMaps maps,
+                            const PrefillTile* tiles, const int32_t* num_tiles,
+                            int32_t listed_cap) {
   using Base = WgmmaPrefillShape<kD, kBN>;
   using Shape = WgmmaWsShape<kD, kBN, kStages>;
   constexpr int kChunks = Base::kChunks;
   constexpr int kPVSteps = WgmmaTileMath<kD, kBN, T>::kPVSteps;
   constexpr int kSRegs = WgmmaTileMath<kD, kBN, T>::kSRegs;
   constexpr int kORegs = WgmmaTileMath<kD, kBN, T>::kORegs;
-  constexpr int kProducerRowThreads = 128 / kBN;  // producer threads per K/V row (1 or 2)
 
   const int tile_index = static_cast<int>(blockIdx.y);
   if (tile_index >= *num_tiles) return;
@@ -157,22 +201,43 @@ __global__ void __launch_bounds__(384, 1)
   const T* q_base = static_cast<const T*>(p.q);
   T* out_base = static_cast<T*>(p.out);
 
+  if (tid == 0) {  // the tensor maps' first use should not wait for their fetch
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (maps.box_rows[i] > 0) {
+        tma_prefetch_map(&maps.k[i]);
+        tma_prefetch_map(&maps.v[i]);
+      }
+    }
+  }
   HeadView hv;
   const bool usable = resolve_head(p, tile.seq, g, q_first, q_last, hv);
   if (!usable) {  // zero rows, as kernels/cpu
     zero_tile_rows<kD, Shape::kThreads>(out_base, tile, h, p.num_q_heads, tid);
     return;
   }
+  const auto blocks_of = [&](const Span& sp) {
+    const int64_t num_rows = static_cast<int64_t>(sp.num_pages()) * hv.page_tokens;
+    return static_cast<int32_t>(
+        min((num_rows + kBN - 1) / kBN, static_cast<int64_t>(INT32_MAX / kBN - 1)));
+  };
+  // TMA mode: the head's pool has tensor maps (kv_tma_maps.h) and the span has at least
+  // maps.min_blocks key blocks; else the cp.async producer.
+  const int32_t box_rows = maps.box_rows[hv.streaming ? 1 : 0];
+  const auto tma_mode_of = [&](int32_t blocks) {
+    return box_rows > 0 && blocks >= maps.min_blocks;
+  };
   if (warp == 0) {
     const Span sp = build_span(p, hv, tile.seq, g, q_first, q_last, listed, listed_cap, lane);
-    if (lane == 0) *span_s = sp;
-  }
-  if (tid == 32) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full_k(s), 256);
-      mbar_init(full_v(s), 128);
-      mbar_init(empty_k(s), 256);
-      mbar_init(empty_v(s), 256);
+    if (lane == 0) {
+      *span_s = sp;
+      const bool tma = tma_mode_of(blocks_of(sp));
+      for (int s = 0; s < kStages; ++s) {
+        mbar_init(full_k(s), tma ? 32 : 256);
+        mbar_init(full_v(s), tma ? 32 : 128);
+        mbar_init(empty_k(s), 256);
+        mbar_init(empty_v(s), 256);
+      }
     }
   }
   // Q tile (rows past num_q zero), copied by the 256 consumer threads.
@@ -191,19 +256,18 @@ __global__ void __launch_bounds__(384, 1)
   }
   __syncthreads();  // span, listed, barrier init, Q
   const Span sp = *span_s;
-  const int64_t num_rows = static_cast<int64_t>(sp.num_pages()) * hv.page_tokens;
-  const int32_t num_blocks = static_cast<int32_t>(
-      min((num_rows + kBN - 1) / kBN, static_cast<int64_t>(INT32_MAX / kBN - 1)));
+  const int32_t num_blocks = blocks_of(sp);
+  const bool tma_mode = tma_mode_of(num_blocks);
 
-  if (wg == 0) {
-    // ---- producer ----
+  if (wg == 0 && !tma_mode) {
+    // ---- producer without maps: the whole warpgroup, cp.async, one or two threads per row ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
-    const int my_row = tid / kProducerRowThreads;
+    constexpr int kRowThreads = 128 / kBN;
+    const int my_row = tid / kRowThreads;
     const T* k_pool = static_cast<const T*>(hv.k);
     const T* v_pool = static_cast<const T*>(hv.v);
     for (int32_t j = 0; j < num_blocks; ++j) {
       const int s = stage_of(j);
-      // The stage's previous block (j - kStages) released it: the phase of that block's parity.
       const uint32_t free_parity = parity_of(j) ^ 1u;
       const KeyRow kr = locate_row(hv, sp, listed, j * kBN + my_row, kD);
       const bool valid = kr.position >= 0;
@@ -211,10 +275,10 @@ __global__ void __launch_bounds__(384, 1)
       {
         const T* src = k_pool + (valid ? kr.offset : 0);
         unsigned char* dst = sK + s * Base::kKVBytes;
-        for (int c = tid % kProducerRowThreads; c < kChunks; c += kProducerRowThreads) {
+        for (int c = tid % kRowThreads; c < kChunks; c += kRowThreads) {
           cp_async_16(dst + sw128_offset<kBN>(my_row, c), src + c * 8, valid);
         }
-        if (tid % kProducerRowThreads == 0) kpos[s * kBN + my_row] = kr.position;
+        if (tid % kRowThreads == 0) kpos[s * kBN + my_row] = kr.position;
         mbar_arrive_cp_async(full_k(s));
         mbar_arrive(full_k(s));
       }
@@ -222,10 +286,88 @@ __global__ void __launch_bounds__(384, 1)
       {
         const T* src = v_pool + (valid ? kr.offset : 0);
         unsigned char* dst = sV + s * Base::kKVBytes;
-        for (int c = tid % kProducerRowThreads; c < kChunks; c += kProducerRowThreads) {
+        for (int c = tid % kRowThreads; c < kChunks; c += kRowThreads) {
           cp_async_16(dst + sw128_offset<kBN>(my_row, c), src + c * 8, valid);
         }
         mbar_arrive_cp_async(full_v(s));
+      }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+  if (wg == 0) {
+    // ---- producer with maps: warp 0 alone (warps 1..3 leave once the registers are handed
+    // over) ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+    if (warp != 0) return;
+    const int pool = hv.streaming ? 1 : 0;
+    const CUtensorMap* k_map = &maps.k[pool];
+    const CUtensorMap* v_map = &maps.v[pool];
+    const T* k_pool = static_cast<const T*>(hv.k);
+    const T* v_pool = static_cast<const T*>(hv.v);
+    // Copies rows lane and lane + 32 of a block with cp.async (invalid rows zero-filled) and
+    // arrives on `full` when they land (the arrival does not count against the barrier's 32).
+    const auto copy_rows = [&](const T* pool_base, unsigned char* dst, const KeyRow& ra,
+                               const KeyRow& rb, uint32_t full) {
+      const T* src_a = pool_base + (ra.position >= 0 ? ra.offset : 0);
+      const T* src_b = pool_base + (rb.position >= 0 ? rb.offset : 0);
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        cp_async_16(dst + sw128_offset<kBN>(lane, c), src_a + c * 8, ra.position >= 0);
+        cp_async_16(dst + sw128_offset<kBN>(lane + 32, c), src_b + c * 8, rb.position >= 0);
+      }
+      mbar_arrive_cp_async_inc(full);
+    };
+    // One TMA per box: box i of the block starts at block row i * box_rows, whose pool row is
+    // that row's offset / kD (the rows of a box are consecutive rows of one head-page).
+    const auto load_boxes = [&](const CUtensorMap* map, uint32_t dst, const KeyRow& ra,
+                                const KeyRow& rb, uint32_t full) {
+      for (int32_t r0 = 0; r0 < kBN; r0 += box_rows) {
+        const int64_t off = r0 < 32 ? ra.offset : rb.offset;
+        const int32_t y = __shfl_sync(0xffffffffu, static_cast<int32_t>(off / kD), r0 % 32);
+        if (lane == 0) {
+#pragma unroll
+          for (int panel = 0; panel < kD / 64; ++panel) {
+            tma_load_2d(dst + panel * kBN * 128 + r0 * 128, map, 64 * panel, y, full);
+          }
+        }
+      }
+    };
+    for (int32_t j = 0; j < num_blocks; ++j) {
+      const int s = stage_of(j);
+      // The stage's previous block (j - kStages) released it: the phase of that block's parity.
+      const uint32_t free_parity = parity_of(j) ^ 1u;
+      const KeyRow ra = locate_row(hv, sp, listed, j * kBN + lane, kD);
+      const KeyRow rb = locate_row(hv, sp, listed, j * kBN + 32 + lane, kD);
+      // TMA reads whole boxes, so only blocks whose 64 rows are all valid (rows past kv_len or
+      // of a missing page hold anything, NaN included, and cp.async zero-fills them).
+      const bool tma = __all_sync(0xffffffffu, ra.position >= 0 && rb.position >= 0);
+      if (j >= kStages) mbar_wait(empty_k(s), free_parity);
+      kpos[s * kBN + lane] = ra.position;
+      kpos[s * kBN + 32 + lane] = rb.position;
+      if (tma) {
+        // Lane 0's arrival announces the block's bytes first, so the phase waits for them.
+        if (lane == 0) {
+          mbar_arrive_expect_tx(full_k(s), Base::kKVBytes);
+        } else {
+          mbar_arrive(full_k(s));
+        }
+        load_boxes(k_map, sK_addr + s * Base::kKVBytes, ra, rb, full_k(s));
+      } else {
+        copy_rows(k_pool, sK + s * Base::kKVBytes, ra, rb, full_k(s));
+        mbar_arrive(full_k(s));
+      }
+      if (j >= kStages) mbar_wait(empty_v(s), free_parity);
+      if (tma) {
+        if (lane == 0) {
+          mbar_arrive_expect_tx(full_v(s), Base::kKVBytes);
+        } else {
+          mbar_arrive(full_v(s));
+        }
+        load_boxes(v_map, sV_addr + s * Base::kKVBytes, ra, rb, full_v(s));
+      } else {
+        copy_rows(v_pool, sV + s * Base::kKVBytes, ra, rb, full_v(s));
+        mbar_arrive(full_v(s));
       }
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
