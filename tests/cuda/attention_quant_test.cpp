@@ -6,8 +6,9 @@
 // accumulation); the decode runs its MMAs on the codes (exact in f16) with the queries exact in
 // f16, rounding only P times the V scale to f16 (2^-11 relative; docs/kv-quantization.md derives
 // the bound: at most 2^-11 of a row's value range), so for both the tolerance is the bf16 / f16
-// kernels' one. Prefill chunks run the mma.sync prefill kernel's quantized instantiation. A head_dim without a quantized kernel fails with an
-// error.
+// kernels' one. Prefill chunks run the mma.sync prefill kernel's quantized instantiation and, at
+// head_dim 128, the warp-specialised wgmma kernel's (its producer dequantizes into the tiles). A
+// head_dim without a quantized kernel fails with an error.
 
 #include <gtest/gtest.h>
 
@@ -150,10 +151,10 @@ TEST(CudaAttentionQuantized, DecodeMatchesCpuOnDequantizedPages) {
           cfg.sink_tokens = pt / 2 + 3;
           cfg.dtype = (d + group) % 3 == 0 ? DType::kF16 : DType::kBF16;
           AttentionScenario sc(rng, cfg, decode_batch(rng, pt, 3, 5, 1500));
-          check_quantized(sc,
-                          q, std::string(kernels::kv_quant_name(q)) + " d " + std::to_string(d) +
-                                 " group " + std::to_string(group) + " page " + std::to_string(pt) +
-                                 " " + dtype_label(cfg.dtype));
+          check_quantized(sc, q,
+                          std::string(kernels::kv_quant_name(q)) + " d " + std::to_string(d) +
+                              " group " + std::to_string(group) + " page " + std::to_string(pt) +
+                              " " + dtype_label(cfg.dtype));
         }
       }
     }
@@ -235,7 +236,8 @@ TEST(CudaAttentionQuantized, DecodeBlockEdgesAndSplits) {
 }
 
 // Prefill chunks, whole prompts and decode tokens in one batch over quantized pages: the
-// mma.sync prefill kernel with 4 warps and with 8 (the tile shape the wgmma options plan).
+// mma.sync prefill kernel with 4 warps and with 8 (the tile shape the wgmma options plan), and
+// the warp-specialised wgmma kernel at head_dim 128.
 TEST(CudaAttentionQuantized, MixedPrefillBatchesMatchCpuOnDequantizedPages) {
   LS_REQUIRE_CUDA();
   using kernels::cuda::AttentionOptions;
@@ -243,9 +245,13 @@ TEST(CudaAttentionQuantized, MixedPrefillBatchesMatchCpuOnDequantizedPages) {
   std::mt19937 rng(94);
   for (KvQuant q : {KvQuant::kFp8, KvQuant::kInt8, KvQuant::kInt4}) {
     for (int32_t d : {64, 128}) {
-      for (const bool wide : {false, true}) {
+      // mma.sync with 4 warps, with 8 (kWgmma over quantized pages), and the warp-specialised
+      // wgmma kernel (head_dim 128).
+      for (const PrefillKernel kernel :
+           {PrefillKernel::kMma, PrefillKernel::kWgmma, PrefillKernel::kWgmmaWs}) {
+        if (kernel == PrefillKernel::kWgmmaWs && d != 128) continue;
         AttentionOptions o;
-        o.prefill_kernel = wide ? PrefillKernel::kWgmma : PrefillKernel::kMma;
+        o.prefill_kernel = kernel;
         ScopedAttentionOptions scoped(o);
         ScenarioConfig cfg;
         cfg.head_dim = d;
@@ -267,7 +273,9 @@ TEST(CudaAttentionQuantized, MixedPrefillBatchesMatchCpuOnDequantizedPages) {
         AttentionScenario sc(rng, cfg, seqs);
         check_quantized(sc, q,
                         std::string(kernels::kv_quant_name(q)) + " prefill d " + std::to_string(d) +
-                            (wide ? " 8 warps" : " 4 warps"));
+                            (kernel == PrefillKernel::kMma     ? " 4 warps"
+                             : kernel == PrefillKernel::kWgmma ? " 8 warps"
+                                                               : " warp-specialised"));
       }
     }
   }
@@ -314,10 +322,10 @@ std::vector<float> run_quantized(AttentionScenario& sc, KvQuant q, const QuantPo
 }
 
 // The decode kernel's tiered instantiation over quantized pages (retrieval head-pages in shuffled
-// cache slots, poisoned homes; streaming heads in their own untiered pool) gives the untiered
-// run's outputs bit for bit, one split and many, with 128- and 64-key iterations; and a call
-// asking for ticketed splits (which quantized pages serve with fixed splits) stays within the
-// kernels' tolerance of the CPU.
+// cache slots, poisoned homes; streaming heads in their own untiered pool), and the prefill
+// kernel of a chunk in the same batch, give the untiered run's outputs bit for bit, one split and
+// many, with 128- and 64-key iterations; and a call asking for ticketed splits (which quantized
+// pages serve with fixed splits) stays within the kernels' tolerance of the CPU.
 TEST(CudaAttentionQuantized, TieredSlotsAndTicketedCallsMatchThePlainRun) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(95);
@@ -335,14 +343,19 @@ TEST(CudaAttentionQuantized, TieredSlotsAndTicketedCallsMatchThePlainRun) {
       longer.q_len = 1;
       longer.local_tokens = 100;
       seqs.push_back(longer);
+      SeqSpec chunk;  // a prefill chunk: the prefill kernels read the cache slots too
+      chunk.kv_len = 700;
+      chunk.q_len = 130;
+      chunk.local_tokens = 100;
+      seqs.push_back(chunk);
       AttentionScenario sc(rng, cfg, seqs);
       const std::string label = std::string(kernels::kv_quant_name(q)) + " d " + std::to_string(d);
       const kernels::AttentionParams hp = sc.host_params(nullptr);
       const QuantPool r = quantize_pool(hp.retrieval, cfg.dtype, q);
       const QuantPool s = quantize_pool(hp.streaming, cfg.dtype, q);
       const std::vector<float> plain = run_quantized(sc, q, r, s, nullptr);
-      std::vector<int32_t> slots(static_cast<size_t>(int64_t{hp.retrieval.num_blocks} *
-                                                     hp.retrieval.heads_per_block));
+      std::vector<int32_t> slots(
+          static_cast<size_t>(int64_t{hp.retrieval.num_blocks} * hp.retrieval.heads_per_block));
       std::iota(slots.begin(), slots.end(), 0);
       std::shuffle(slots.begin(), slots.end(), rng);
       const std::vector<float> tiered = run_quantized(sc, q, r, s, &slots);

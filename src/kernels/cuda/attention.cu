@@ -366,6 +366,30 @@ Status run_prefill_quant(const AttentionParams& p, const Layout& L, const Prefil
   }
 }
 
+// The warp-specialised wgmma kernel over quantized pages (head_dim 128 only).
+template <typename T>
+Status run_prefill_ws_quant(const AttentionParams& p, const Layout& L, const PrefillTile* tiles,
+                            const int32_t* num_tiles, KvQuant quant, cudaStream_t stream) {
+  if (p.head_dim != 128) {
+    return invalid_argument("attention: the warp-specialised wgmma kernel has no head_dim {}",
+                            p.head_dim);
+  }
+  switch (quant) {
+    case KvQuant::kFp8:
+      return launch_prefill_wgmma_ws<128, T, 64, false, 2, KvQuant::kFp8>(
+          p, tiles, num_tiles, L.max_tiles, L.listed_cap, false, 0, stream);
+    case KvQuant::kInt8:
+      return launch_prefill_wgmma_ws<128, T, 64, false, 2, KvQuant::kInt8>(
+          p, tiles, num_tiles, L.max_tiles, L.listed_cap, false, 0, stream);
+    case KvQuant::kInt4:
+      return launch_prefill_wgmma_ws<128, T, 64, false, 2, KvQuant::kInt4>(
+          p, tiles, num_tiles, L.max_tiles, L.listed_cap, false, 0, stream);
+    default:
+      return invalid_argument("attention: no prefill kernel reads {} pages",
+                              kv_quant_name(quant));
+  }
+}
+
 template <typename T>
 Status run_prefill(const AttentionParams& p, const Layout& L, const PrefillTile* tiles,
                    const int32_t* num_tiles, int warps, cudaStream_t stream) {
@@ -437,8 +461,14 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
     LS_RETURN_IF_ERROR(launch_status("plan_prefill_kernel"));
     if (quant != KvQuant::kNone) {
       // Quantized pages: the mma.sync kernel (the tile planning above is the same for any
-      // kernel of L.bm rows: 8 warps where the wgmma kernel would have run).
-      LS_RETURN_IF_ERROR(run_prefill_quant<T>(p, L, tiles, num_tiles, warps, quant, stream));
+      // kernel of L.bm rows: 8 warps where the wgmma kernel would have run), or, when asked
+      // for (kWgmmaWs, head_dim 128), the warp-specialised wgmma kernel whose producer
+      // dequantizes (opt-in until it is measured against mma.sync: docs/kv-quantization.md).
+      if (o.prefill_kernel == PrefillKernel::kWgmmaWs) {
+        LS_RETURN_IF_ERROR(run_prefill_ws_quant<T>(p, L, tiles, num_tiles, quant, stream));
+      } else {
+        LS_RETURN_IF_ERROR(run_prefill_quant<T>(p, L, tiles, num_tiles, warps, quant, stream));
+      }
     } else if (L.wgmma) {
       // kAuto takes the warp-specialised kernel where it exists (head_dim 128): the fastest
       // there (AttentionOptions::prefill_kernel says by how much).

@@ -31,8 +31,9 @@ Status launch_prefill_wgmma(const AttentionParams& p, const PrefillTile* tiles,
 // Its warp-specialised variant (head_dim 128; kAuto's choice there); kPingPong: with the two
 // consumer warpgroups' wgmmas issued in turns (PrefillKernel::kWgmmaPingPong; head_dim 64, 128);
 // kStages K/V stages; use_tma: K/V blocks by TMA where the pool allows (kv_tma_maps.h) and the
-// span has at least tma_min_blocks key blocks, else cp.async only.
-template <int kD, typename T, int kBN, bool kPingPong, int kStages>
+// span has at least tma_min_blocks key blocks, else cp.async only. kQ != kNone: the pools hold
+// quantized pages, which the producer dequantizes into the tiles (no TMA).
+template <int kD, typename T, int kBN, bool kPingPong, int kStages, KvQuant kQ = KvQuant::kNone>
 Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tiles,
                                const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                                bool use_tma, int32_t tma_min_blocks, cudaStream_t stream);
@@ -157,22 +158,23 @@ Status launch_prefill_wgmma(const AttentionParams& p, const PrefillTile* tiles,
   return launch_status("prefill_wgmma_kernel");
 }
 
-template <int kD, typename T, int kBN, bool kPingPong, int kStages>
+template <int kD, typename T, int kBN, bool kPingPong, int kStages, KvQuant kQ>
 Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tiles,
                                const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                                bool use_tma, int32_t tma_min_blocks, cudaStream_t stream) {
   using Shape = WgmmaWsShape<kD, kBN, kStages>;
   static PerDeviceOnce once;
-  LS_RETURN_IF_ERROR(allow_smem(prefill_wgmma_ws_kernel<kD, T, kBN, kPingPong, kStages>,
+  LS_RETURN_IF_ERROR(allow_smem(prefill_wgmma_ws_kernel<kD, T, kBN, kPingPong, kStages, kQ>,
                                 Shape::smem_bytes(kMaxListedPages), once));
   KvTmaMaps maps;
   LS_RETURN_IF_ERROR(make_kv_tma_maps(p, use_tma, tma_min_blocks, maps));
   const dim3 grid(static_cast<unsigned>(p.num_q_heads), static_cast<unsigned>(max_tiles));
-  prefill_wgmma_ws_kernel<kD, T, kBN, kPingPong, kStages>
+  prefill_wgmma_ws_kernel<kD, T, kBN, kPingPong, kStages, kQ>
       <<<grid, Shape::kThreads, Shape::smem_bytes(listed_cap), stream>>>(p, maps, tiles, num_tiles,
                                                                          listed_cap);
-  return launch_status(kPingPong ? "prefill_wgmma_ws_kernel (ping-pong)"
-                                 : "prefill_wgmma_ws_kernel");
+  return launch_status(kQ != KvQuant::kNone ? "prefill_wgmma_ws_kernel (quantized pages)"
+                       : kPingPong          ? "prefill_wgmma_ws_kernel (ping-pong)"
+                                            : "prefill_wgmma_ws_kernel");
 }
 
 template <int kD, typename T, int kBN, int kStages>
@@ -280,6 +282,14 @@ Status launch_decode_quant(const AttentionParams& p, const DecodeArgs& args, int
       const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, bool, int32_t, \
       cudaStream_t);                                                                               \
   template Status launch_prefill_wgmma_ws<D, __half, BN, PP, ST>(                                  \
+      const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, bool, int32_t, \
+      cudaStream_t);
+
+#define LS_INSTANTIATE_PREFILL_WGMMA_WS_QUANT(D, Q)                                               \
+  template Status launch_prefill_wgmma_ws<D, __nv_bfloat16, 64, false, 2, Q>(                      \
+      const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, bool, int32_t, \
+      cudaStream_t);                                                                               \
+  template Status launch_prefill_wgmma_ws<D, __half, 64, false, 2, Q>(                             \
       const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, bool, int32_t, \
       cudaStream_t);
 

@@ -28,6 +28,10 @@
 //       NaN included) cp.async as above from the 32 lanes, each adding an arrival-when-landed
 //       that raises the pending count first (cp.async.mbarrier.arrive) and arriving plainly;
 //     the same for V on empty_v[s] / full_v[s].
+//   quantized pages (kQ != kNone; never TMA): the whole warpgroup, two threads per row, loads
+//     the codes and the row's scale / zero point with plain loads, dequantizes in registers
+//     (kv_dequant.cuh), stores the chunks into the swizzled tile, fences (fence.proxy.async) and
+//     arrives once on full_k[s] / full_v[s] (128 arrivals per phase).
 //   consumers: wait full_k[s] (parity u & 1) and fence.proxy.async before wgmma reads the tile;
 //     arrive on empty_k[s] once S_j is complete and the softmax has read the positions; arrive
 //     on empty_v[s] once P_j V_j is complete.
@@ -54,6 +58,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention_prefill_wgmma.cuh"
+#include "kernels/cuda/kv_dequant.cuh"
 #include "kernels/cuda/kv_tma_maps.h"
 
 namespace ls::kernels::cuda {
@@ -154,7 +159,7 @@ __device__ __forceinline__ void pingpong_pass_turn(int cwg) {
   }
 }
 
-template <int kD, typename T, int kBN, bool kPingPong, int kStages>
+template <int kD, typename T, int kBN, bool kPingPong, int kStages, KvQuant kQ = KvQuant::kNone>
 __global__ void __launch_bounds__(384, 1)
     prefill_wgmma_ws_kernel(const AttentionParams p, const __grid_constant__ KvTmaMaps maps,
                             const PrefillTile* tiles, const int32_t* num_tiles,
@@ -232,8 +237,11 @@ __global__ void __launch_bounds__(384, 1)
     if (lane == 0) {
       *span_s = sp;
       const bool tma = tma_mode_of(blocks_of(sp));
+      // Arrivals per phase: TMA mode one per lane; cp.async two per thread for K (landed +
+      // positions), one for V; quantized pages one per thread (their stores precede it).
+      const uint32_t k_count = tma ? 32 : (kQ == KvQuant::kNone ? 256 : 128);
       for (int s = 0; s < kStages; ++s) {
-        mbar_init(full_k(s), tma ? 32 : 256);
+        mbar_init(full_k(s), k_count);
         mbar_init(full_v(s), tma ? 32 : 128);
         mbar_init(empty_k(s), 256);
         mbar_init(empty_v(s), 256);
@@ -259,6 +267,60 @@ __global__ void __launch_bounds__(384, 1)
   const int32_t num_blocks = blocks_of(sp);
   const bool tma_mode = tma_mode_of(num_blocks);
 
+  if constexpr (kQ != KvQuant::kNone) {
+    if (wg == 0) {
+      // ---- producer over quantized pages: the whole warpgroup, two threads per row; each
+      // loads its half of the row's codes and the row's scale / zero point with plain loads,
+      // dequantizes them in registers (kv_dequant.cuh: one rounding to T, as the mma.sync
+      // kernel) and stores the chunks into the swizzled tile, then makes them visible to wgmma
+      // (fence.proxy.async) and arrives ----
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+      constexpr int kRowThreads = 128 / kBN;
+      constexpr int kCodeBytes = kQuantCodeBytes<kD, kQ>;
+      constexpr int kVecChunks = kQuantVecElems<kQ> / 8;  // 16-byte chunks per code vector
+      const int my_row = tid / kRowThreads;
+      const int32_t pt = hv.page_tokens;
+      const int64_t page_bytes = kv_quant_page_bytes(kQ, pt, kD);
+      const int64_t params_offset = kv_quant_params_offset(kQ, pt, kD);
+      const auto dequant_row = [&](const void* pool_base, unsigned char* dst, const KeyRow& kr) {
+        const bool valid = kr.position >= 0;
+        const int64_t row = valid ? kr.offset / kD : 0;  // storage page * pt + row in page
+        const int64_t page = row / pt;
+        const int32_t in_page = static_cast<int32_t>(row - page * pt);
+        const char* base = static_cast<const char*>(pool_base) + page * page_bytes;
+        const float2 sz = valid ? load_quant_params<kQ>(base, params_offset, in_page)
+                                : make_float2(0.0f, 0.0f);
+        const auto* codes =
+            reinterpret_cast<const uint4*>(base + static_cast<int64_t>(in_page) * kCodeBytes);
+        // One code vector at a time: the producer has 56 registers.
+#pragma unroll 1
+        for (int c = tid % kRowThreads; c < kCodeBytes / 16; c += kRowThreads) {
+          const uint4 w = valid ? codes[c] : make_uint4(0, 0, 0, 0);
+          uint4 chunks[kVecChunks];
+          dequant_vec16_chunks<kQ, T>(w, sz.x, sz.y, valid, chunks);
+#pragma unroll
+          for (int k = 0; k < kVecChunks; ++k) {
+            *reinterpret_cast<uint4*>(dst + sw128_offset<kBN>(my_row, c * kVecChunks + k)) =
+                chunks[k];
+          }
+        }
+        fence_proxy_async();
+      };
+      for (int32_t j = 0; j < num_blocks; ++j) {
+        const int s = stage_of(j);
+        const uint32_t free_parity = parity_of(j) ^ 1u;
+        const KeyRow kr = locate_row(hv, sp, listed, j * kBN + my_row, kD);
+        if (j >= kStages) mbar_wait(empty_k(s), free_parity);
+        dequant_row(hv.k, sK + s * Base::kKVBytes, kr);
+        if (tid % kRowThreads == 0) kpos[s * kBN + my_row] = kr.position;
+        mbar_arrive(full_k(s));
+        if (j >= kStages) mbar_wait(empty_v(s), free_parity);
+        dequant_row(hv.v, sV + s * Base::kKVBytes, kr);
+        mbar_arrive(full_v(s));
+      }
+      return;
+    }
+  }
   if (wg == 0 && !tma_mode) {
     // ---- producer without maps: the whole warpgroup, cp.async, one or two threads per row ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");

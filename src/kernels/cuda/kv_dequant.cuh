@@ -1,7 +1,8 @@
 #pragma once
 // Internal to kernels/cuda: dequantization of 16 bytes of a quantized page row's codes
 // (kernels/kv_quant.h) in registers into the q dtype, shared by the attention kernels that read
-// quantized pages (decode: attention_decode.cuh, prefill: attention_prefill.cuh).
+// quantized pages (decode: attention_decode.cuh, prefill: attention_prefill.cuh and the
+// warp-specialised wgmma kernel's producer, attention_prefill_wgmma_ws.cuh).
 
 #include <cstdint>
 
@@ -29,11 +30,12 @@ inline constexpr int kQuantCodeBytes = kQ == KvQuant::kInt4 ? kD / 2 : kD;
 template <KvQuant kQ>
 inline constexpr int kQuantVecElems = kQ == KvQuant::kInt4 ? 32 : 16;
 
-// dst[0, kQuantVecElems<kQ>) = the values of the 16 code bytes `w` under (scale, zero), in T
-// (one rounding of the f32 value); zeros when !valid. dst is 16-byte aligned (shared memory).
+// The values of the 16 code bytes `w4` under (scale, zero), in T (one rounding of the f32
+// value), as kQuantVecElems<kQ> / 8 16-byte chunks of 8 values each; zeros when !valid.
 template <KvQuant kQ, typename T>
-__device__ __forceinline__ void dequant_vec16(const uint4& w4, float scale, float zero, bool valid,
-                                              T* dst) {
+__device__ __forceinline__ void dequant_vec16_chunks(const uint4& w4, float scale, float zero,
+                                                     bool valid,
+                                                     uint4 (&chunks)[kQuantVecElems<kQ> / 8]) {
   constexpr int kElems = kQuantVecElems<kQ>;
   const uint32_t w[4] = {w4.x, w4.y, w4.z, w4.w};
   uint32_t out[kElems / 2];
@@ -41,6 +43,7 @@ __device__ __forceinline__ void dequant_vec16(const uint4& w4, float scale, floa
   // bits(c) * (scale * 2^120) is the same single rounding of code * scale whenever scale * 2^120
   // is finite (scale < 2^8, i.e. a row's max |x| below 114688), one multiplication per value
   // fewer. Other rows (and NaN scales) take the two multiplications.
+  bool done = false;
   if constexpr (kQ == KvQuant::kFp8) {
     const float folded = scale * 1.329227995784915872903807060280344576e36f;  // 2^120
     if (fabsf(folded) <= 3.402823466e38f) {  // finite (false for NaN)
@@ -52,39 +55,47 @@ __device__ __forceinline__ void dequant_vec16(const uint4& w4, float scale, floa
         const float v1 = __uint_as_float(((b1 & 0x80u) << 24) | ((b1 & 0x7fu) << 20)) * folded;
         out[j] = valid ? pack2<T>(v0, v1) : 0u;
       }
-      uint4* d = reinterpret_cast<uint4*>(dst);
-#pragma unroll
-      for (int k = 0; k < kElems / 8; ++k) {
-        d[k] = make_uint4(out[4 * k], out[4 * k + 1], out[4 * k + 2], out[4 * k + 3]);
-      }
-      return;
+      done = true;
     }
   }
+  if (!done) {
 #pragma unroll
-  for (int j = 0; j < kElems / 2; ++j) {
-    float v0, v1;
-    if constexpr (kQ == KvQuant::kInt4) {
-      const uint32_t b = (w[j / 4] >> (8 * (j % 4))) & 0xffu;  // byte j: elements 2j, 2j + 1
-      v0 = fmaf(code_to_f32(b & 0xfu), scale, zero);
-      v1 = fmaf(code_to_f32(b >> 4), scale, zero);
-    } else {
-      const uint32_t b0 = (w[(2 * j) / 4] >> (8 * ((2 * j) % 4))) & 0xffu;
-      const uint32_t b1 = (w[(2 * j + 1) / 4] >> (8 * ((2 * j + 1) % 4))) & 0xffu;
-      if constexpr (kQ == KvQuant::kFp8) {
-        v0 = e4m3_to_f32_fast(b0) * scale;
-        v1 = e4m3_to_f32_fast(b1) * scale;
+    for (int j = 0; j < kElems / 2; ++j) {
+      float v0, v1;
+      if constexpr (kQ == KvQuant::kInt4) {
+        const uint32_t b = (w[j / 4] >> (8 * (j % 4))) & 0xffu;  // byte j: elements 2j, 2j + 1
+        v0 = fmaf(code_to_f32(b & 0xfu), scale, zero);
+        v1 = fmaf(code_to_f32(b >> 4), scale, zero);
       } else {
-        v0 = fmaf(code_to_f32(b0), scale, zero);
-        v1 = fmaf(code_to_f32(b1), scale, zero);
+        const uint32_t b0 = (w[(2 * j) / 4] >> (8 * ((2 * j) % 4))) & 0xffu;
+        const uint32_t b1 = (w[(2 * j + 1) / 4] >> (8 * ((2 * j + 1) % 4))) & 0xffu;
+        if constexpr (kQ == KvQuant::kFp8) {
+          v0 = e4m3_to_f32_fast(b0) * scale;
+          v1 = e4m3_to_f32_fast(b1) * scale;
+        } else {
+          v0 = fmaf(code_to_f32(b0), scale, zero);
+          v1 = fmaf(code_to_f32(b1), scale, zero);
+        }
       }
+      out[j] = valid ? pack2<T>(v0, v1) : 0u;
     }
-    out[j] = valid ? pack2<T>(v0, v1) : 0u;
   }
-  uint4* d = reinterpret_cast<uint4*>(dst);
 #pragma unroll
   for (int k = 0; k < kElems / 8; ++k) {
-    d[k] = make_uint4(out[4 * k], out[4 * k + 1], out[4 * k + 2], out[4 * k + 3]);
+    chunks[k] = make_uint4(out[4 * k], out[4 * k + 1], out[4 * k + 2], out[4 * k + 3]);
   }
+}
+
+// dst[0, kQuantVecElems<kQ>) = dequant_vec16_chunks's values, stored contiguously (dst 16-byte
+// aligned, shared memory).
+template <KvQuant kQ, typename T>
+__device__ __forceinline__ void dequant_vec16(const uint4& w4, float scale, float zero, bool valid,
+                                              T* dst) {
+  uint4 chunks[kQuantVecElems<kQ> / 8];
+  dequant_vec16_chunks<kQ, T>(w4, scale, zero, valid, chunks);
+  uint4* d = reinterpret_cast<uint4*>(dst);
+#pragma unroll
+  for (int k = 0; k < kQuantVecElems<kQ> / 8; ++k) d[k] = chunks[k];
 }
 
 // A quantized row's scale and zero point (fp8: zero 0) from its page's parameter block.
