@@ -555,15 +555,20 @@ TEST(CudaKvTmaMaps, BoxRowsFollowThePool) {
 
 // The experimental warp-specialised wgmma kernel (PrefillKernel::kWgmmaWs), in its own suite so
 // that a fault there (its waits trap rather than hang) leaves the other suites' processes alone.
-// Its K/V loaders: the default (TMA for long spans where the pool allows, with cp.async for
-// blocks that reach past the context), TMA for every span (the test spans are short) and
-// cp.async only.
+// Its K/V loaders: the default (TMA for spans of 128 key blocks or more where the pool allows,
+// with cp.async for blocks that reach past the context: the test spans are shorter, so cp.async),
+// TMA for every span, TMA from 8 blocks (so one launch mixes blocks of threads in both modes,
+// and stages filled by either), and cp.async only.
 std::vector<PrefillVariant> warp_specialized(kernels::cuda::AttentionOptions o = {}) {
   o.prefill_kernel = kernels::cuda::PrefillKernel::kWgmmaWs;
-  kernels::cuda::AttentionOptions tma = o, cp_async = o;
+  kernels::cuda::AttentionOptions tma = o, mixed = o, cp_async = o;
   tma.prefill_tma_min_blocks = 0;
+  mixed.prefill_tma_min_blocks = 8;
   cp_async.prefill_tma = false;
-  return {{"wgmma-ws", o}, {"wgmma-ws/tma", tma}, {"wgmma-ws/cp.async", cp_async}};
+  return {{"wgmma-ws", o},
+          {"wgmma-ws/tma", tma},
+          {"wgmma-ws/tma from 8 blocks", mixed},
+          {"wgmma-ws/cp.async", cp_async}};
 }
 
 TEST(CudaAttentionWarpSpecialized, PrefillAtTileAndBlockEdges) {

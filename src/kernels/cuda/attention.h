@@ -56,8 +56,9 @@ struct AttentionOptions {
   // lets the producer run one more key block ahead of the lagging consumer warpgroup).
   int wgmma_ws_stages = 2;
   // kWgmmaWs and kWgmmaPingPong load K/V blocks by TMA where the pool allows (bf16 / f16 pages
-  // of a size that divides or is a multiple of 64; kv_tma_maps.h), and with cp.async where it
-  // does not and for blocks with rows past the context; false: cp.async everywhere (to compare).
+  // of at least 8 tokens that divide or are a multiple of 64; kv_tma_maps.h), and with cp.async
+  // where it does not and for blocks with rows past the context; false: cp.async everywhere
+  // (to compare).
   bool prefill_tma = true;
   // Query tiles whose span has fewer 64-key blocks than this keep the cp.async producer.
   int prefill_tma_min_blocks = 128;

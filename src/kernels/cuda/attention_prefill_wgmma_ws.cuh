@@ -13,7 +13,8 @@
 // s = j % kStages, use u = j / kStages of that stage), the producer in one of two modes, chosen
 // per block of threads: TMA mode when the head's pool has tensor maps (kv_tma_maps.h) and the
 // span has at least maps.min_blocks key blocks; cp.async mode otherwise. (TMA measured faster on
-// long spans and slower on short ones, where the cp.async producer stays: docs/cuda-prefill-wgmma.md.)
+// long spans and slower on short ones, where the cp.async producer stays:
+// docs/cuda-prefill-wgmma.md.)
 //   cp.async mode, the whole producer warpgroup (one or two threads per row): waits empty_k[s]
 //     (use u - 1 released), copies the 128-byte-swizzled K rows of block j with cp.async plus
 //     their key positions (invalid rows zero-filled), then cp.async.mbarrier.arrive.noinc (one
@@ -76,6 +77,7 @@ struct WgmmaWsShape {
   static constexpr int kOffV = kOffK + kStages * Base::kKVBytes;
   static constexpr int kOffPos = kOffV + kStages * Base::kKVBytes;
   static constexpr int kOffSpan = kOffPos + kStages * kBN * 4;
+  // kOffSpan: the span (12 bytes), then the producer's mode (int32: 1 = TMA)
   static constexpr int kOffBar = kOffSpan + 16;  // 4 kStages mbarriers, 8 bytes each
   static constexpr int kOffListed = kOffBar + 32 * kStages;
   static constexpr int smem_bytes(int listed_cap) { return 1024 + kOffListed + 4 * listed_cap; }
@@ -232,11 +234,15 @@ __global__ void __launch_bounds__(384, 1)
   const auto tma_mode_of = [&](int32_t blocks) {
     return box_rows > 0 && blocks >= maps.min_blocks;
   };
+  // The mode, decided once beside the span (the barrier counts depend on it).
+  static_assert(sizeof(Span) <= 12, "the mode flag lives in the span slot's last 4 bytes");
+  int32_t* tma_mode_s = reinterpret_cast<int32_t*>(smem + Shape::kOffSpan + 12);
   if (warp == 0) {
     const Span sp = build_span(p, hv, tile.seq, g, q_first, q_last, listed, listed_cap, lane);
     if (lane == 0) {
       *span_s = sp;
       const bool tma = tma_mode_of(blocks_of(sp));
+      *tma_mode_s = tma ? 1 : 0;
       // Arrivals per phase: TMA mode one per lane; cp.async two per thread for K (landed +
       // positions), one for V; quantized pages one per thread (their stores precede it).
       const uint32_t k_count = tma ? 32 : (kQ == KvQuant::kNone ? 256 : 128);
@@ -246,6 +252,8 @@ __global__ void __launch_bounds__(384, 1)
         mbar_init(empty_k(s), 256);
         mbar_init(empty_v(s), 256);
       }
+      // The inits visible to the async proxy too (TMA completes its bytes on these barriers).
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
   }
   // Q tile (rows past num_q zero), copied by the 256 consumer threads.
@@ -265,7 +273,7 @@ __global__ void __launch_bounds__(384, 1)
   __syncthreads();  // span, listed, barrier init, Q
   const Span sp = *span_s;
   const int32_t num_blocks = blocks_of(sp);
-  const bool tma_mode = tma_mode_of(num_blocks);
+  const bool tma_mode = *tma_mode_s != 0;
 
   if constexpr (kQ != KvQuant::kNone) {
     if (wg == 0) {
