@@ -154,8 +154,10 @@ struct WgmmaTileMath {
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * r.scale_log2;
     const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * r.scale_log2;
-    alpha0 = fast_exp2(m0 * r.scale_log2 - base0);  // m0 = -inf -> 0
-    alpha1 = fast_exp2(m1 * r.scale_log2 - base1);
+    // An unchanged max (including a row with nothing visible yet) keeps O as it is: alpha
+    // exactly 1, so rescale can skip it.
+    alpha0 = mn0 == m0 ? 1.0f : fast_exp2(m0 * r.scale_log2 - base0);  // m0 = -inf -> 0
+    alpha1 = mn1 == m1 ? 1.0f : fast_exp2(m1 * r.scale_log2 - base1);
     m0 = mn0;
     m1 = mn1;
     float rs0 = 0.0f, rs1 = 0.0f;
@@ -172,8 +174,11 @@ struct WgmmaTileMath {
     l1 = l1 * alpha1 + rs1;
   }
 
-  // O *= alpha (per row): brings O to the running max of the last softmax.
+  // O *= alpha (per row): brings O to the running max of the last softmax. Skipped when no row
+  // of the warp changed its max (alpha 1 everywhere), which is most blocks of a long span: the 64
+  // multiplications are a quarter of a consumer's instructions per 64-key block.
   static __device__ __forceinline__ void rescale(float (&o)[kORegs], float alpha0, float alpha1) {
+    if (!__any_sync(0xffffffffu, alpha0 != 1.0f || alpha1 != 1.0f)) return;
 #pragma unroll
     for (int i = 0; i < kD / 8; ++i) {
       o[4 * i + 0] *= alpha0;
