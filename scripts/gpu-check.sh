@@ -288,6 +288,11 @@ variants_section() {
   "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections prefill --prefill-tokens "$toks" \
     --prefill-kernels wgmma-ws,wgmma-ws-cp,wgmma-ws-tma,wgmma-pp,wgmma-pp-cp,wgmma-pp-tma \
     || { echo "prefill variants failed (exit $?)"; rc=1; }
+  # Prefill over quantized pages: the mma.sync kernel (4 and 8 warps) against the warp-specialised
+  # one (kAuto's choice at head_dim 128), bf16 pages beside them.
+  "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections prefill --prefill-tokens 8192,32768 \
+    --prefill-kernels mma,wgmma-ws --kv-formats bf16,fp8,int8,int4 \
+    || { echo "quantized prefill variants failed (exit $?)"; rc=1; }
   # Decode over bf16 and quantized pages (prefetch off: the quantized kernel never prefetches).
   "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections decode --kv-formats bf16,fp8,int8,int4 \
     --decode-l2-prefetch 0 --batches 1,8,32 --contexts "$ctx" \

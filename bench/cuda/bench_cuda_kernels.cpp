@@ -4,7 +4,9 @@
 //  - prefill attention at the Llama-3-8B shape (32 q heads, 8 kv heads, d 128, pages of 64) for one
 //    sequence of T tokens: dense (every head causal) and lserve (half the kv heads streaming with
 //    128 sink tokens and an 8192-token window): the mma.sync kernel with both tile shapes and the
-//    wgmma kernel with both key blocks ("kernel", "warps", "key_block" fields);
+//    wgmma kernel with both key blocks ("kernel", "warps", "key_block" fields), per K/V page
+//    format (--kv-formats, field kv_format: quantized pages run the kernels that read them,
+//    "mma" and "wgmma-ws");
 //  - decode attention for batches of B tokens at context C: dense, and lserve (4 kv heads with
 //    pages chosen by the GPU page selector under a 4096-token budget, 4 streaming heads with 128
 //    sinks and a 256-token window), per K/V page format (--kv-formats bf16,fp8,int8,int4, field
@@ -227,6 +229,31 @@ void bench_linear(Device& dev, JsonLines& out, const std::vector<int64_t>& ms_li
   dev.b->set_gemv(true);
 }
 
+// The K/V page formats of --kv-formats (bf16, fp8, int8, int4; kNone = bf16); false on an
+// unknown name.
+bool parse_kv_formats(const std::string& list, std::vector<kernels::KvQuant>& formats) {
+  size_t begin = 0;
+  while (begin <= list.size()) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    const std::string name = list.substr(begin, end - begin);
+    if (name == "bf16") {
+      formats.push_back(kernels::KvQuant::kNone);
+    } else if (name == "fp8") {
+      formats.push_back(kernels::KvQuant::kFp8);
+    } else if (name == "int8") {
+      formats.push_back(kernels::KvQuant::kInt8);
+    } else if (name == "int4") {
+      formats.push_back(kernels::KvQuant::kInt4);
+    } else {
+      std::fprintf(stderr, "--kv-formats: unknown format '%s' (bf16, fp8, int8, int4)\n",
+                   name.c_str());
+      return false;
+    }
+    begin = end + 1;
+  }
+  return true;
+}
+
 // ---- prefill ----
 
 double causal_flops(int64_t tokens, int64_t q_heads) {
@@ -244,8 +271,10 @@ double streaming_flops(int64_t tokens, int64_t q_heads, int64_t local) {
   return 4.0 * kD * static_cast<double>(q_heads) * keys;
 }
 
+// `formats`: K/V page formats (quantized pages: the bf16 pools reinterpreted, as in
+// bench_decode; only the kernels that read them run: "mma" and "wgmma-ws").
 void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& token_counts,
-                   const std::string& kernel_names) {
+                   const std::string& kernel_names, const std::vector<kernels::KvQuant>& formats) {
   std::mt19937 rng(7);
   for (const int64_t T : token_counts) {
     const int32_t pages = static_cast<int32_t>((T + kPage - 1) / kPage);
@@ -274,90 +303,106 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
     Buffer indptr = upload(dev, {0, static_cast<int32_t>(T)}),
            lens = upload(dev, {static_cast<int32_t>(T)}), rings = upload(dev, {ring}),
            locals = upload(dev, {local});
-    for (const bool lserve : {false, true}) {
-      if (!dev.wants(lserve)) continue;
-      const Heads h = make_heads(lserve, HeadMode::kCausal);
-      Buffer modes = upload(dev, h.mode), slots = upload(dev, h.slot);
-      kernels::AttentionParams p;
-      p.q = q.data();
-      p.out = o.data();
-      p.q_dtype = DType::kBF16;
-      p.num_tokens = static_cast<int32_t>(T);
-      p.num_q_heads = kQHeads;
-      p.num_kv_heads = kKvHeads;
-      p.head_dim = kD;
-      p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
-      p.num_seqs = 1;
-      p.q_indptr = indptr.as<int32_t>();
-      p.kv_lens = lens.as<int32_t>();
-      p.head_mode = modes.as<int32_t>();
-      p.head_slot = slots.as<int32_t>();
-      p.retrieval = pool_view(rk.data(), rv.data(), pages, h.num_retrieval);
-      p.retrieval_blocks = d_r_table.as<int32_t>();
-      p.retrieval_blocks_stride = pages;
-      if (lserve) {
-        p.streaming = pool_view(sk.data(), sv.data(), s_blocks, h.num_streaming);
-        p.streaming_blocks = d_s_table.as<int32_t>();
-        p.streaming_blocks_stride = s_blocks;
-        p.num_sink_pages = kSinkPages;
-        p.ring_pages = rings.as<int32_t>();
-        p.sink_tokens = kSinkTokens;
-        p.local_tokens = locals.as<int32_t>();
-      }
-      const double flops =
-          lserve ? causal_flops(T, kQHeads / 2) + streaming_flops(T, kQHeads / 2, local)
-                 : causal_flops(T, kQHeads);
-      // The mma.sync kernel with 4 and 8 warps, the wgmma kernel with key blocks of 128 (the
-      // default; first, so ncu's first wgmma launch is it) and 64, and (only when asked for) the
-      // warp-specialised wgmma kernel, its ping-pong variant with 2 and 3 K/V stages and the
-      // persistent ping-pong kernel; --prefill-kernels picks among them.
-      using kernels::cuda::PrefillKernel;
-      struct Variant {
-        const char* kernel;
-        PrefillKernel which;
-        int warps;
-        int key_block;
-        int stages = 2;
-        bool tma = true;  // the ws / pp producer's TMA loads (false: cp.async only)
-        int tma_min_blocks = 128;  // spans of fewer 64-key blocks keep cp.async
-      };
-      for (const Variant v :
-           {Variant{"mma", PrefillKernel::kMma, 4, 64}, Variant{"mma", PrefillKernel::kMma, 8, 64},
-            Variant{"wgmma", PrefillKernel::kWgmma, 8, 128},
-            Variant{"wgmma", PrefillKernel::kWgmma, 8, 64},
-            Variant{"wgmma-ws", PrefillKernel::kWgmmaWs, 12, 64},
-            Variant{"wgmma-pp", PrefillKernel::kWgmmaPingPong, 12, 64},
-            Variant{"wgmma-ws-cp", PrefillKernel::kWgmmaWs, 12, 64, 2, false},
-            Variant{"wgmma-ws-tma", PrefillKernel::kWgmmaWs, 12, 64, 2, true, 0},
-            Variant{"wgmma-pp3", PrefillKernel::kWgmmaPingPong, 12, 64, 3},
-            Variant{"wgmma-pp-cp", PrefillKernel::kWgmmaPingPong, 12, 64, 2, false},
-            Variant{"wgmma-pp-tma", PrefillKernel::kWgmmaPingPong, 12, 64, 2, true, 0},
-            Variant{"wgmma-persistent", PrefillKernel::kWgmmaPersistent, 12, 64},
-            Variant{"wgmma-persistent3", PrefillKernel::kWgmmaPersistent, 12, 64, 3}}) {
-        bool wanted = false;
-        for (size_t b = 0; b <= kernel_names.size();) {
-          const size_t e = std::min(kernel_names.find(',', b), kernel_names.size());
-          wanted = wanted || kernel_names.substr(b, e - b) == v.kernel;
-          b = e + 1;
+    for (const kernels::KvQuant fmt : formats) {
+      for (const bool lserve : {false, true}) {
+        if (!dev.wants(lserve)) continue;
+        const bool quant = fmt != kernels::KvQuant::kNone;
+        const std::string fmt_name = quant ? kernels::kv_quant_name(fmt) : "bf16";
+        const Heads h = make_heads(lserve, HeadMode::kCausal);
+        Buffer modes = upload(dev, h.mode), slots = upload(dev, h.slot);
+        kernels::AttentionParams p;
+        p.q = q.data();
+        p.out = o.data();
+        p.q_dtype = DType::kBF16;
+        p.num_tokens = static_cast<int32_t>(T);
+        p.num_q_heads = kQHeads;
+        p.num_kv_heads = kKvHeads;
+        p.head_dim = kD;
+        p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
+        p.num_seqs = 1;
+        p.q_indptr = indptr.as<int32_t>();
+        p.kv_lens = lens.as<int32_t>();
+        p.head_mode = modes.as<int32_t>();
+        p.head_slot = slots.as<int32_t>();
+        p.retrieval = pool_view(rk.data(), rv.data(), pages, h.num_retrieval);
+        if (quant) {
+          p.retrieval.quant = fmt;
+          p.retrieval.dtype = DType::kU8;
         }
-        if (!wanted) continue;
-        kernels::cuda::AttentionOptions opt;
-        opt.prefill_kernel = v.which;
-        opt.prefill_warps = v.warps == 4 ? 4 : 8;
-        opt.wgmma_key_block = v.key_block;
-        opt.wgmma_ws_stages = v.stages;
-        opt.prefill_tma = v.tma;
-        opt.prefill_tma_min_blocks = v.tma_min_blocks;
-        dev.b->set_attention_options(opt);
-        const int reps = T <= 8192 ? 10 : (T <= 32768 ? 5 : 3);
-        const double ms = median_ms(*dev.b, 1, reps, [&] { dev.b->attention(p); });
-        const Status err = dev.b->take_error();
-        out.write(fmt::format(
-            R"({{"bench": "prefill", "tokens": {}, "policy": "{}", "kernel": "{}", "warps": {}, "key_block": {}, "ms": {:.3f}, "tflops": {:.1f}, "ok": {}}})",
-            T, lserve ? "lserve" : "dense", v.kernel, v.warps, v.key_block, ms,
-            flops / (ms * 1e-3) / 1e12, err.ok() ? "true" : "false"));
+        p.retrieval_blocks = d_r_table.as<int32_t>();
+        p.retrieval_blocks_stride = pages;
+        if (lserve) {
+          p.streaming = pool_view(sk.data(), sv.data(), s_blocks, h.num_streaming);
+          if (quant) {
+            p.streaming.quant = fmt;
+            p.streaming.dtype = DType::kU8;
+          }
+          p.streaming_blocks = d_s_table.as<int32_t>();
+          p.streaming_blocks_stride = s_blocks;
+          p.num_sink_pages = kSinkPages;
+          p.ring_pages = rings.as<int32_t>();
+          p.sink_tokens = kSinkTokens;
+          p.local_tokens = locals.as<int32_t>();
+        }
+        const double flops =
+            lserve ? causal_flops(T, kQHeads / 2) + streaming_flops(T, kQHeads / 2, local)
+                   : causal_flops(T, kQHeads);
+        // The mma.sync kernel with 4 and 8 warps, the wgmma kernel with key blocks of 128 (the
+        // default; first, so ncu's first wgmma launch is it) and 64, and (only when asked for) the
+        // warp-specialised wgmma kernel, its ping-pong variant with 2 and 3 K/V stages and the
+        // persistent ping-pong kernel; --prefill-kernels picks among them.
+        using kernels::cuda::PrefillKernel;
+        struct Variant {
+          const char* kernel;
+          PrefillKernel which;
+          int warps;
+          int key_block;
+          int stages = 2;
+          bool tma = true;           // the ws / pp producer's TMA loads (false: cp.async only)
+          int tma_min_blocks = 128;  // spans of fewer 64-key blocks keep cp.async
+        };
+        for (const Variant v :
+             {Variant{"mma", PrefillKernel::kMma, 4, 64},
+              Variant{"mma", PrefillKernel::kMma, 8, 64},
+              Variant{"wgmma", PrefillKernel::kWgmma, 8, 128},
+              Variant{"wgmma", PrefillKernel::kWgmma, 8, 64},
+              Variant{"wgmma-ws", PrefillKernel::kWgmmaWs, 12, 64},
+              Variant{"wgmma-pp", PrefillKernel::kWgmmaPingPong, 12, 64},
+              Variant{"wgmma-ws-cp", PrefillKernel::kWgmmaWs, 12, 64, 2, false},
+              Variant{"wgmma-ws-tma", PrefillKernel::kWgmmaWs, 12, 64, 2, true, 0},
+              Variant{"wgmma-pp3", PrefillKernel::kWgmmaPingPong, 12, 64, 3},
+              Variant{"wgmma-pp-cp", PrefillKernel::kWgmmaPingPong, 12, 64, 2, false},
+              Variant{"wgmma-pp-tma", PrefillKernel::kWgmmaPingPong, 12, 64, 2, true, 0},
+              Variant{"wgmma-persistent", PrefillKernel::kWgmmaPersistent, 12, 64},
+              Variant{"wgmma-persistent3", PrefillKernel::kWgmmaPersistent, 12, 64, 3}}) {
+          bool wanted = false;
+          for (size_t b = 0; b <= kernel_names.size();) {
+            const size_t e = std::min(kernel_names.find(',', b), kernel_names.size());
+            wanted = wanted || kernel_names.substr(b, e - b) == v.kernel;
+            b = e + 1;
+          }
+          if (!wanted) continue;
+          if (quant && v.which != PrefillKernel::kMma && std::string(v.kernel) != "wgmma-ws") {
+            continue;
+          }
+          kernels::cuda::AttentionOptions opt;
+          opt.prefill_kernel = v.which;
+          opt.prefill_warps = v.warps == 4 ? 4 : 8;
+          opt.wgmma_key_block = v.key_block;
+          opt.wgmma_ws_stages = v.stages;
+          opt.prefill_tma = v.tma;
+          opt.prefill_tma_min_blocks = v.tma_min_blocks;
+          dev.b->set_attention_options(opt);
+          const int reps = T <= 8192 ? 10 : (T <= 32768 ? 5 : 3);
+          const double ms = median_ms(*dev.b, 1, reps, [&] { dev.b->attention(p); });
+          const Status err = dev.b->take_error();
+          out.write(fmt::format(
+              R"({{"bench": "prefill", "tokens": {}, "policy": "{}", "kv_format": "{}", "kernel": "{}", "warps": {}, "key_block": {}, "ms": {:.3f}, "tflops": {:.1f}, "ok": {}}})",
+              T, lserve ? "lserve" : "dense", fmt_name, v.kernel, v.warps, v.key_block, ms,
+              flops / (ms * 1e-3) / 1e12, err.ok() ? "true" : "false"));
+        }
+        dev.b->set_attention_options({});
       }
-      dev.b->set_attention_options({});
     }
   }
 }
@@ -450,9 +495,8 @@ void write_decode_trace(Device& dev, std::FILE* trace, const std::string& label,
     dev.b->synchronize();
   });
   std::vector<Record> rec(static_cast<size_t>(n));
-  die_on(
-      cudaMemcpy(rec.data(), buf.data(), rec.size() * sizeof(Record), cudaMemcpyDeviceToHost),
-      "cudaMemcpy trace");
+  die_on(cudaMemcpy(rec.data(), buf.data(), rec.size() * sizeof(Record), cudaMemcpyDeviceToHost),
+         "cudaMemcpy trace");
   uint64_t t0 = UINT64_MAX;
   for (const Record& r : rec) {
     if (r.start != 0) t0 = std::min(t0, r.start);
@@ -858,20 +902,24 @@ int run(int argc, char** argv) {
   // Before the long sections, so the kernels step's time limit never cuts it.
   if (has("small"))
     bench_small(dev, out, parse_list(arg(argc, argv, "--small-tokens", "1,8,512,4096")));
+  std::vector<kernels::KvQuant> formats;
+  if (!parse_kv_formats(arg(argc, argv, "--kv-formats", "bf16"), formats)) return 2;
   if (has("prefill")) {
     bench_prefill(dev, out, parse_list(arg(argc, argv, "--prefill-tokens", "8192,32768,131072")),
-                  arg(argc, argv, "--prefill-kernels", "mma,wgmma"));
+                  arg(argc, argv, "--prefill-kernels", "mma,wgmma"), formats);
   }
   if (has("fp8")) {  // bench_fp8_linear.cpp: bf16 against FP8 weights
-    bench_fp8_linear(*dev.b, out, parse_list(arg(argc, argv, "--fp8-m", "1,2,4,8,32,512,4096,16384")),
-                     copy_bps, dev.l2_bytes);
+    bench_fp8_linear(*dev.b, out,
+                     parse_list(arg(argc, argv, "--fp8-m", "1,2,4,8,32,512,4096,16384")), copy_bps,
+                     dev.l2_bytes);
   }
   if (has("select")) {  // bench_select.cpp: one level against two levels
-    bench_select(*dev.b, dev.stream, out, parse_list(arg(argc, argv, "--batches", "1,8,32")),
-                 parse_list(arg(argc, argv, "--select-contexts", "32768,131072,262144")),
-                 arg(argc, argv, "--select-data", "random,planted"),
-                 arg(argc, argv, "--select-fine", "device,host"),
-                 static_cast<int32_t>(parse_list(arg(argc, argv, "--summary-group-pages", "16"))[0]));
+    bench_select(
+        *dev.b, dev.stream, out, parse_list(arg(argc, argv, "--batches", "1,8,32")),
+        parse_list(arg(argc, argv, "--select-contexts", "32768,131072,262144")),
+        arg(argc, argv, "--select-data", "random,planted"),
+        arg(argc, argv, "--select-fine", "device,host"),
+        static_cast<int32_t>(parse_list(arg(argc, argv, "--summary-group-pages", "16"))[0]));
   }
   if (has("shared-prefix")) {  // bench_shared_prefix.cpp: shared-prefix against ordinary decode
     bench_shared_prefix(*dev.b, dev.stream, out,
@@ -908,29 +956,6 @@ int run(int argc, char** argv) {
           "policy\tbatch\tcontext\tmax_splits\tmin_blocks\tprewait\tticketed\tchunk_blocks\t"
           "record\tkernel\tsplit\tsmid\t"
           "iterations\tstart\twaited\tfirst_data\tloop_end\tend\n");
-    }
-    std::vector<kernels::KvQuant> formats;
-    {
-      const std::string list = arg(argc, argv, "--kv-formats", "bf16");
-      size_t begin = 0;
-      while (begin <= list.size()) {
-        const size_t end = std::min(list.find(',', begin), list.size());
-        const std::string name = list.substr(begin, end - begin);
-        if (name == "bf16") {
-          formats.push_back(kernels::KvQuant::kNone);
-        } else if (name == "fp8") {
-          formats.push_back(kernels::KvQuant::kFp8);
-        } else if (name == "int8") {
-          formats.push_back(kernels::KvQuant::kInt8);
-        } else if (name == "int4") {
-          formats.push_back(kernels::KvQuant::kInt4);
-        } else {
-          std::fprintf(stderr, "--kv-formats: unknown format '%s' (bf16, fp8, int8, int4)\n",
-                       name.c_str());
-          return 2;
-        }
-        begin = end + 1;
-      }
     }
     bench_decode(dev, out, parse_list(arg(argc, argv, "--batches", "1,8,32")),
                  parse_list(arg(argc, argv, "--contexts", "8192,16384,32768,65536,131072,262144")),

@@ -237,7 +237,8 @@ TEST(CudaAttentionQuantized, DecodeBlockEdgesAndSplits) {
 
 // Prefill chunks, whole prompts and decode tokens in one batch over quantized pages: the
 // mma.sync prefill kernel with 4 warps and with 8 (the tile shape the wgmma options plan), and
-// the warp-specialised wgmma kernel at head_dim 128.
+// the warp-specialised wgmma kernel at head_dim 128 (kAuto's choice there), whose producer
+// stages each block's codes two blocks ahead (the 700-key chunk wraps its three buffers).
 TEST(CudaAttentionQuantized, MixedPrefillBatchesMatchCpuOnDequantizedPages) {
   LS_REQUIRE_CUDA();
   using kernels::cuda::AttentionOptions;

@@ -27,7 +27,9 @@
 namespace ls::kernels::cuda {
 
 enum class PrefillKernel : int32_t {
-  kAuto = 0,   // head_dim 128: the warp-specialised wgmma kernel; 64: wgmma; else mma
+  // head_dim 128: the warp-specialised wgmma kernel (quantized pages too); 64: wgmma (quantized
+  // pages: mma); else mma
+  kAuto = 0,
   kMma = 1,    // the mma.sync kernel (prefill_warps applies)
   kWgmma = 2,  // the wgmma kernel; paged_attention rejects head dims it does not cover
   // The warp-specialised wgmma kernel (producer warpgroup + mbarriers, K/V by TMA on long spans;

@@ -187,18 +187,6 @@ __device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem
       "l"(gmem), "r"(row));
 }
 
-// cp.async of a quantized row's kBytes (4 or 8) f32 parameters, or zeros (nothing read) when
-// page < 0. The .ca form: .cg copies only 16 bytes.
-template <int kBytes>
-__device__ __forceinline__ void cp_async_params_or_zero(void* smem, const void* gmem,
-                                                        int32_t page) {
-  static_assert(kBytes == 4 || kBytes == 8, "cp.async.ca copies 4, 8 or 16 bytes");
-  asm volatile(
-      "{\n .reg .pred z;\n setp.lt.s32 z, %2, 0;\n"
-      " cp.async.ca.shared.global [%0], [%1], %3, z;\n}\n" ::"r"(smem_addr(smem)),
-      "l"(gmem), "r"(page), "n"(kBytes));
-}
-
 // locate_row (attention_span.cuh) in two halves, so a kernel can start the block-table load of a
 // row early and use it later: fetch_row does the span arithmetic and issues the table load;
 // resolve_row checks the loaded entry and computes the row's index in the pool (32-bit: the host

@@ -162,7 +162,7 @@ template <int kD, typename T, int kBN, bool kPingPong, int kStages, KvQuant kQ>
 Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tiles,
                                const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                                bool use_tma, int32_t tma_min_blocks, cudaStream_t stream) {
-  using Shape = WgmmaWsShape<kD, kBN, kStages>;
+  using Shape = WgmmaWsShape<kD, kBN, kStages, WsQuantStaging<kD, kQ>::kBytes>;
   static PerDeviceOnce once;
   LS_RETURN_IF_ERROR(allow_smem(prefill_wgmma_ws_kernel<kD, T, kBN, kPingPong, kStages, kQ>,
                                 Shape::smem_bytes(kMaxListedPages), once));

@@ -29,10 +29,11 @@
 //       NaN included) cp.async as above from the 32 lanes, each adding an arrival-when-landed
 //       that raises the pending count first (cp.async.mbarrier.arrive) and arriving plainly;
 //     the same for V on empty_v[s] / full_v[s].
-//   quantized pages (kQ != kNone; never TMA): the whole warpgroup, two threads per row, loads
-//     the codes and the row's scale / zero point with plain loads, dequantizes in registers
-//     (kv_dequant.cuh), stores the chunks into the swizzled tile, fences (fence.proxy.async) and
-//     arrives once on full_k[s] / full_v[s] (128 arrivals per phase).
+//   quantized pages (kQ != kNone; never TMA): the whole warpgroup, two threads per row, copies
+//     the codes and the row's scale / zero point with cp.async into a staging area two blocks
+//     ahead (WsQuantStaging), dequantizes block j's staged bytes in registers (kv_dequant.cuh),
+//     stores the chunks into the swizzled tile, fences (fence.proxy.async) and arrives once on
+//     full_k[s] / full_v[s] (128 arrivals per phase).
 //   consumers: wait full_k[s] (parity u & 1) and fence.proxy.async before wgmma reads the tile;
 //     arrive on empty_k[s] once S_j is complete and the softmax has read the positions; arrive
 //     on empty_v[s] once P_j V_j is complete.
@@ -64,10 +65,42 @@
 
 namespace ls::kernels::cuda {
 
+// The quantized-page producer's staging area (none for bf16 / f16 pages): kBuffers buffers of
+// one 64-key block each, every producer thread's code vectors (K and V, [row][code bytes]), its
+// row's parameters (one 8-byte slot per thread, K and V) and its row's key position (one slot
+// per thread).
+template <int kD, KvQuant kQ>
+struct WsQuantStaging {
+  static constexpr int kAhead = 2;  // blocks copied ahead of the one being dequantized
+  static constexpr int kBuffers = kAhead + 1;
+  static constexpr int kRows = 64;
+  static constexpr int kThreads = 128;
+  static constexpr int kCodeBytes = kQ == KvQuant::kNone ? 0 : kQuantCodeBytes<kD, kQ>;
+  static constexpr int kOffParams = kBuffers * 2 * kRows * kCodeBytes;
+  static constexpr int kOffPos = kOffParams + kBuffers * 2 * kThreads * 8;
+  static constexpr int kBytes = kQ == KvQuant::kNone ? 0 : kOffPos + kBuffers * kThreads * 4;
+  // Byte offset of code vector c (16 bytes) of `row`. The vectors of a row are rotated by two
+  // per row of a 128-byte line: the 8 threads of a quarter warp (4 rows, vectors c and c + 1)
+  // then read 8 distinct 16-byte bank groups instead of 2.
+  static __device__ __forceinline__ int code_offset(int b, int kv, int row, int c) {
+    constexpr int kVecs = kCodeBytes / 16 >= 2 ? kCodeBytes / 16 : 2;  // per row: 8 or 4
+    constexpr int kRowsPerLine = 128 / (16 * kVecs);
+    const int phys = (c + 2 * ((row / kRowsPerLine) % (kVecs / 2))) % kVecs;
+    return ((b * 2 + kv) * kRows + row) * kCodeBytes + 16 * phys;
+  }
+  static __device__ __forceinline__ int param_offset(int b, int kv, int thread) {
+    return kOffParams + ((b * 2 + kv) * kThreads + thread) * 8;
+  }
+  static __device__ __forceinline__ int pos_offset(int b, int thread) {
+    return kOffPos + (b * kThreads + thread) * 4;
+  }
+};
+
 // Shared memory of the warp-specialised kernel: the wgmma kernel's Q tile, then kStages K and V
 // stages (each laid out as in attention_prefill_wgmma.cuh), the key positions of each stage, the
-// span, 4 kStages mbarriers (full_k, full_v, empty_k, empty_v per stage) and the listed pages.
-template <int kD, int kBN, int kStages = 2>
+// span, 4 kStages mbarriers (full_k, full_v, empty_k, empty_v per stage), kStagingBytes for the
+// quantized-page producer (WsQuantStaging) and the listed pages.
+template <int kD, int kBN, int kStages = 2, int kStagingBytes = 0>
 struct WgmmaWsShape {
   static_assert(kBN == 64, "the warp-specialised kernel has key blocks of 64 rows");
   static_assert(kStages >= 2 && kStages <= 4, "2 to 4 K/V stages");
@@ -79,7 +112,8 @@ struct WgmmaWsShape {
   static constexpr int kOffSpan = kOffPos + kStages * kBN * 4;
   // kOffSpan: the span (12 bytes), then the producer's mode (int32: 1 = TMA)
   static constexpr int kOffBar = kOffSpan + 16;  // 4 kStages mbarriers, 8 bytes each
-  static constexpr int kOffListed = kOffBar + 32 * kStages;
+  static constexpr int kOffStaging = kOffBar + 32 * kStages;
+  static constexpr int kOffListed = kOffStaging + kStagingBytes;
   static constexpr int smem_bytes(int listed_cap) { return 1024 + kOffListed + 4 * listed_cap; }
 };
 
@@ -167,7 +201,7 @@ __global__ void __launch_bounds__(384, 1)
                             const PrefillTile* tiles, const int32_t* num_tiles,
                             int32_t listed_cap) {
   using Base = WgmmaPrefillShape<kD, kBN>;
-  using Shape = WgmmaWsShape<kD, kBN, kStages>;
+  using Shape = WgmmaWsShape<kD, kBN, kStages, WsQuantStaging<kD, kQ>::kBytes>;
   constexpr int kChunks = Base::kChunks;
   constexpr int kPVSteps = WgmmaTileMath<kD, kBN, T>::kPVSteps;
   constexpr int kSRegs = WgmmaTileMath<kD, kBN, T>::kSRegs;
@@ -277,35 +311,67 @@ __global__ void __launch_bounds__(384, 1)
 
   if constexpr (kQ != KvQuant::kNone) {
     if (wg == 0) {
-      // ---- producer over quantized pages: the whole warpgroup, two threads per row; each
-      // loads its half of the row's codes and the row's scale / zero point with plain loads,
-      // dequantizes them in registers (kv_dequant.cuh: one rounding to T, as the mma.sync
-      // kernel) and stores the chunks into the swizzled tile, then makes them visible to wgmma
-      // (fence.proxy.async) and arrives ----
+      // ---- producer over quantized pages: the whole warpgroup, two threads per row. Each
+      // thread copies its half of the row's codes and the row's scale / zero point with cp.async
+      // into a staging buffer Staging::kAhead blocks ahead of the block it dequantizes (three
+      // buffers: the copies of blocks j + 1 and j + 2 are in flight while block j is
+      // dequantized), then dequantizes its own staged bytes in registers (kv_dequant.cuh: one
+      // rounding to T, as the mma.sync kernel), stores the chunks into the swizzled tile, makes
+      // them visible to wgmma (fence.proxy.async) and arrives. A thread reads back only what it
+      // copied itself, so cp.async.wait_group is the only synchronisation the staging needs. ----
       asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+      using Staging = WsQuantStaging<kD, kQ>;
       constexpr int kRowThreads = 128 / kBN;
       constexpr int kCodeBytes = kQuantCodeBytes<kD, kQ>;
-      constexpr int kVecChunks = kQuantVecElems<kQ> / 8;  // 16-byte chunks per code vector
+      constexpr int kVecChunks = kQuantVecElems<kQ> / 8;        // 16-byte chunks per code vector
+      constexpr int kParamBytes = kQ == KvQuant::kFp8 ? 4 : 8;  // kv_quant_params_per_token floats
       const int my_row = tid / kRowThreads;
       const int32_t pt = hv.page_tokens;
       const int64_t page_bytes = kv_quant_page_bytes(kQ, pt, kD);
       const int64_t params_offset = kv_quant_params_offset(kQ, pt, kD);
-      const auto dequant_row = [&](const void* pool_base, unsigned char* dst, const KeyRow& kr) {
-        const bool valid = kr.position >= 0;
-        const int64_t row = valid ? kr.offset / kD : 0;  // storage page * pt + row in page
-        const int64_t page = row / pt;
-        const int32_t in_page = static_cast<int32_t>(row - page * pt);
-        const char* base = static_cast<const char*>(pool_base) + page * page_bytes;
-        const float2 sz = valid ? load_quant_params<kQ>(base, params_offset, in_page)
-                                : make_float2(0.0f, 0.0f);
-        const auto* codes =
-            reinterpret_cast<const uint4*>(base + static_cast<int64_t>(in_page) * kCodeBytes);
+      unsigned char* staging = smem + Shape::kOffStaging;
+      // Block j's copies into buffer j % kBuffers (an empty group past the last block, so the
+      // wait below always leaves kAhead groups pending).
+      const auto stage_copies = [&](int32_t j) {
+        if (j < num_blocks) {
+          const int b = j % Staging::kBuffers;
+          const KeyRow kr = locate_row(hv, sp, listed, j * kBN + my_row, kD);
+          const bool valid = kr.position >= 0;
+          const int64_t row = valid ? kr.offset / kD : 0;  // storage page * pt + row in page
+          const int64_t page = row / pt;
+          const int64_t in_page = row - page * pt;
+          const int64_t code_off = page * page_bytes + in_page * kCodeBytes;
+          const int64_t param_off = page * page_bytes + params_offset + in_page * kParamBytes;
+#pragma unroll
+          for (int kv = 0; kv < 2; ++kv) {
+            const char* pool = static_cast<const char*>(kv == 0 ? hv.k : hv.v);
+#pragma unroll
+            for (int c = tid % kRowThreads; c < kCodeBytes / 16; c += kRowThreads) {
+              cp_async_16(staging + Staging::code_offset(b, kv, my_row, c),
+                          pool + code_off + 16 * c, valid);
+            }
+            cp_async_params_or_zero<kParamBytes>(staging + Staging::param_offset(b, kv, tid),
+                                                 pool + param_off, valid ? 0 : -1);
+          }
+          *reinterpret_cast<int32_t*>(staging + Staging::pos_offset(b, tid)) = kr.position;
+        }
+        cp_async_commit();
+      };
+      const auto dequant_row = [&](int b, int kv, unsigned char* dst) {
+        const int32_t position =
+            *reinterpret_cast<const int32_t*>(staging + Staging::pos_offset(b, tid));
+        const bool valid = position >= 0;
+        const float* params =
+            reinterpret_cast<const float*>(staging + Staging::param_offset(b, kv, tid));
+        const float scale = params[0];
+        const float zero = kQ == KvQuant::kFp8 ? 0.0f : params[kParamBytes / 4 - 1];
         // One code vector at a time: the producer has 56 registers.
 #pragma unroll 1
         for (int c = tid % kRowThreads; c < kCodeBytes / 16; c += kRowThreads) {
-          const uint4 w = valid ? codes[c] : make_uint4(0, 0, 0, 0);
+          const uint4 w =
+              *reinterpret_cast<const uint4*>(staging + Staging::code_offset(b, kv, my_row, c));
           uint4 chunks[kVecChunks];
-          dequant_vec16_chunks<kQ, T>(w, sz.x, sz.y, valid, chunks);
+          dequant_vec16_chunks<kQ, T>(w, scale, zero, valid, chunks);
 #pragma unroll
           for (int k = 0; k < kVecChunks; ++k) {
             *reinterpret_cast<uint4*>(dst + sw128_offset<kBN>(my_row, c * kVecChunks + k)) =
@@ -313,19 +379,25 @@ __global__ void __launch_bounds__(384, 1)
           }
         }
         fence_proxy_async();
+        return position;
       };
+#pragma unroll
+      for (int a = 0; a < Staging::kAhead; ++a) stage_copies(a);
       for (int32_t j = 0; j < num_blocks; ++j) {
         const int s = stage_of(j);
+        const int b = j % Staging::kBuffers;
         const uint32_t free_parity = parity_of(j) ^ 1u;
-        const KeyRow kr = locate_row(hv, sp, listed, j * kBN + my_row, kD);
+        stage_copies(j + Staging::kAhead);
+        cp_async_wait<Staging::kAhead>();  // block j's copies landed
         if (j >= kStages) mbar_wait(empty_k(s), free_parity);
-        dequant_row(hv.k, sK + s * Base::kKVBytes, kr);
-        if (tid % kRowThreads == 0) kpos[s * kBN + my_row] = kr.position;
+        const int32_t position = dequant_row(b, 0, sK + s * Base::kKVBytes);
+        if (tid % kRowThreads == 0) kpos[s * kBN + my_row] = position;
         mbar_arrive(full_k(s));
         if (j >= kStages) mbar_wait(empty_v(s), free_parity);
-        dequant_row(hv.v, sV + s * Base::kKVBytes, kr);
+        dequant_row(b, 1, sV + s * Base::kKVBytes);
         mbar_arrive(full_v(s));
       }
+      cp_async_wait<0>();
       return;
     }
   }
