@@ -4,19 +4,15 @@
 // quantized pages (decode: attention_decode.cuh, prefill: attention_prefill.cuh and the
 // warp-specialised wgmma kernel's producer, attention_prefill_wgmma_ws.cuh).
 
+#include <cuda_fp16.h>
+
 #include <cstdint>
 
+#include "kernels/cuda/kv_fragments.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/kv_quant.h"
 
 namespace ls::kernels::cuda {
-
-// fp8 e4m3 -> f32, exact: the sign and the 7 exponent/mantissa bits placed into an f32 whose
-// exponent is then rebiased by 2^120 (e4m3 subnormals become f32 subnormals first; no FTZ here).
-__device__ __forceinline__ float e4m3_to_f32_fast(uint32_t c) {
-  const uint32_t bits = ((c & 0x80u) << 24) | ((c & 0x7fu) << 20);
-  return __uint_as_float(bits) * 1.329227995784915872903807060280344576e36f;  // 2^120
-}
 
 // An integer code 0 <= b < 2^23 as f32, exactly: b in the mantissa of 2^23, then 2^23 removed
 // (a LOP3 and an FADD instead of an I2F, which issues at a quarter of the FADD's rate).
@@ -43,46 +39,31 @@ __device__ __forceinline__ void dequant_vec16_chunks(const uint4& w4, float scal
   // compiler does not speculate, so the conditional became a branch around every pair (BSSY /
   // BSYNC in SASS, ~20 instructions per value on an H200 under ncu).
   const uint32_t keep = valid ? 0xffffffffu : 0u;
-  // fp8: e4m3_to_f32_fast(c) * scale is (bits(c) * 2^120) * scale with an exact first product;
-  // bits(c) * (scale * 2^120) is the same single rounding of code * scale whenever scale * 2^120
-  // is finite (scale < 2^8, i.e. a row's max |x| below 114688), one multiplication per value
-  // fewer. Other rows (and NaN scales) take the two multiplications.
-  bool done = false;
-  if constexpr (kQ == KvQuant::kFp8) {
-    const float folded = scale * 1.329227995784915872903807060280344576e36f;  // 2^120
-    if (fabsf(folded) <= 3.402823466e38f) {  // finite (false for NaN)
 #pragma unroll
-      for (int j = 0; j < kElems / 2; ++j) {
-        const uint32_t b0 = (w[(2 * j) / 4] >> (8 * ((2 * j) % 4))) & 0xffu;
-        const uint32_t b1 = (w[(2 * j + 1) / 4] >> (8 * ((2 * j + 1) % 4))) & 0xffu;
-        const float v0 = __uint_as_float(((b0 & 0x80u) << 24) | ((b0 & 0x7fu) << 20)) * folded;
-        const float v1 = __uint_as_float(((b1 & 0x80u) << 24) | ((b1 & 0x7fu) << 20)) * folded;
-        out[j] = pack2<T>(v0, v1) & keep;
-      }
-      done = true;
+  for (int j = 0; j < kElems / 2; ++j) {  // the pair of values 2j, 2j + 1
+    float v0, v1;
+    if constexpr (kQ == KvQuant::kInt4) {
+      const uint32_t b = (w[j / 4] >> (8 * (j % 4))) & 0xffu;  // byte j: elements 2j, 2j + 1
+      v0 = fmaf(code_to_f32(b & 0xfu), scale, zero);
+      v1 = fmaf(code_to_f32(b >> 4), scale, zero);
+    } else if constexpr (kQ == KvQuant::kFp8) {
+      // Bytes 2j and 2j + 1 by the native e4m3x2 -> f16x2 conversion (exact: e4m3 is a subset
+      // of f16, NaN stays NaN), widened to f32 exactly: one rounding, of code * scale.
+      const uint32_t h2 =
+          j % 2 == 0 ? e4m3x2_lo_to_f16x2(w[j / 2]) : e4m3x2_hi_to_f16x2(w[j / 2]);
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+      v0 = f.x * scale;
+      v1 = f.y * scale;
+    } else {
+      // Byte k of the word as 2^23 + code in one PRMT (code_to_f32's bits without the shift
+      // and mask), then 2^23 removed.
+      const uint32_t k0 = 2 * (j % 2);
+      const float c0 = __uint_as_float(__byte_perm(w[j / 2], 0x4B000000u, 0x7650u | k0));
+      const float c1 = __uint_as_float(__byte_perm(w[j / 2], 0x4B000000u, 0x7650u | (k0 + 1)));
+      v0 = fmaf(c0 - 8388608.0f, scale, zero);
+      v1 = fmaf(c1 - 8388608.0f, scale, zero);
     }
-  }
-  if (!done) {
-#pragma unroll
-    for (int j = 0; j < kElems / 2; ++j) {
-      float v0, v1;
-      if constexpr (kQ == KvQuant::kInt4) {
-        const uint32_t b = (w[j / 4] >> (8 * (j % 4))) & 0xffu;  // byte j: elements 2j, 2j + 1
-        v0 = fmaf(code_to_f32(b & 0xfu), scale, zero);
-        v1 = fmaf(code_to_f32(b >> 4), scale, zero);
-      } else {
-        const uint32_t b0 = (w[(2 * j) / 4] >> (8 * ((2 * j) % 4))) & 0xffu;
-        const uint32_t b1 = (w[(2 * j + 1) / 4] >> (8 * ((2 * j + 1) % 4))) & 0xffu;
-        if constexpr (kQ == KvQuant::kFp8) {
-          v0 = e4m3_to_f32_fast(b0) * scale;
-          v1 = e4m3_to_f32_fast(b1) * scale;
-        } else {
-          v0 = fmaf(code_to_f32(b0), scale, zero);
-          v1 = fmaf(code_to_f32(b1), scale, zero);
-        }
-      }
-      out[j] = pack2<T>(v0, v1) & keep;
-    }
+    out[j] = pack2<T>(v0, v1) & keep;
   }
 #pragma unroll
   for (int k = 0; k < kElems / 8; ++k) {
