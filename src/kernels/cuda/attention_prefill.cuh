@@ -281,8 +281,9 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps >= 8 ? 1 : 2)
       const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
       const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * scale_log2;
       const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * scale_log2;
-      const float alpha0 = fast_exp2(m0 * scale_log2 - base0);  // m0 = -inf -> 0
-      const float alpha1 = fast_exp2(m1 * scale_log2 - base1);
+      // An unchanged max keeps O as it is (alpha exactly 1), so the rescale below can be skipped.
+      const float alpha0 = mn0 == m0 ? 1.0f : fast_exp2(m0 * scale_log2 - base0);  // -inf -> 0
+      const float alpha1 = mn1 == m1 ? 1.0f : fast_exp2(m1 * scale_log2 - base1);
       m0 = mn0;
       m1 = mn1;
       float rs0 = 0.0f, rs1 = 0.0f;
@@ -297,12 +298,15 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps >= 8 ? 1 : 2)
       }
       l0 = l0 * alpha0 + rs0;
       l1 = l1 * alpha1 + rs1;
+      // Skipped when no row of the warp changed its max (most blocks of a long span).
+      if (__any_sync(0xffffffffu, alpha0 != 1.0f || alpha1 != 1.0f)) {
 #pragma unroll
-      for (int i = 0; i < kDTiles; ++i) {
-        o[i][0] *= alpha0;
-        o[i][1] *= alpha0;
-        o[i][2] *= alpha1;
-        o[i][3] *= alpha1;
+        for (int i = 0; i < kDTiles; ++i) {
+          o[i][0] *= alpha0;
+          o[i][1] *= alpha0;
+          o[i][2] *= alpha1;
+          o[i][3] *= alpha1;
+        }
       }
     }
 

@@ -337,11 +337,14 @@ __global__ void __launch_bounds__(384, 1)
           const int b = j % Staging::kBuffers;
           const KeyRow kr = locate_row(hv, sp, listed, j * kBN + my_row, kD);
           const bool valid = kr.position >= 0;
-          const int64_t row = valid ? kr.offset / kD : 0;  // storage page * pt + row in page
-          const int64_t page = row / pt;
-          const int64_t in_page = row - page * pt;
-          const int64_t code_off = page * page_bytes + in_page * kCodeBytes;
-          const int64_t param_off = page * page_bytes + params_offset + in_page * kParamBytes;
+          // Storage page * pt + row in page, in 32 bits (the host bounds a pool below 2^31 rows):
+          // a 64-bit division by the page size costs several times a 32-bit one.
+          const uint32_t row = valid ? static_cast<uint32_t>(kr.offset / kD) : 0u;
+          const uint32_t page = row / static_cast<uint32_t>(pt);
+          const uint32_t in_page = row - page * static_cast<uint32_t>(pt);
+          const int64_t code_off = int64_t{page} * page_bytes + int64_t{in_page} * kCodeBytes;
+          const int64_t param_off =
+              int64_t{page} * page_bytes + params_offset + int64_t{in_page} * kParamBytes;
 #pragma unroll
           for (int kv = 0; kv < 2; ++kv) {
             const char* pool = static_cast<const char*>(kv == 0 ? hv.k : hv.v);
@@ -360,23 +363,32 @@ __global__ void __launch_bounds__(384, 1)
       const auto dequant_row = [&](int b, int kv, unsigned char* dst) {
         const int32_t position =
             *reinterpret_cast<const int32_t*>(staging + Staging::pos_offset(b, tid));
-        const bool valid = position >= 0;
         const float* params =
             reinterpret_cast<const float*>(staging + Staging::param_offset(b, kv, tid));
         const float scale = params[0];
         const float zero = kQ == KvQuant::kFp8 ? 0.0f : params[kParamBytes / 4 - 1];
-        // One code vector at a time: the producer has 56 registers.
+        const auto code_vec = [&](int c) {
+          return *reinterpret_cast<const uint4*>(staging +
+                                                 Staging::code_offset(b, kv, my_row, c));
+        };
+        // One code vector at a time (the producer has 56 registers), the next one's shared
+        // load issued before this one's conversion. Rows past the context or of a missing page
+        // need no mask: their copies zero-filled the codes and the parameters, so they
+        // dequantize to zeros.
+        int c = tid % kRowThreads;
+        uint4 w = code_vec(c);
 #pragma unroll 1
-        for (int c = tid % kRowThreads; c < kCodeBytes / 16; c += kRowThreads) {
-          const uint4 w =
-              *reinterpret_cast<const uint4*>(staging + Staging::code_offset(b, kv, my_row, c));
+        for (; c < kCodeBytes / 16; c += kRowThreads) {
+          const int next = c + kRowThreads;
+          const uint4 w_next = next < kCodeBytes / 16 ? code_vec(next) : w;
           uint4 chunks[kVecChunks];
-          dequant_vec16_chunks<kQ, T>(w, scale, zero, valid, chunks);
+          dequant_vec16_chunks<kQ, T>(w, scale, zero, true, chunks);
 #pragma unroll
           for (int k = 0; k < kVecChunks; ++k) {
             *reinterpret_cast<uint4*>(dst + sw128_offset<kBN>(my_row, c * kVecChunks + k)) =
                 chunks[k];
           }
+          w = w_next;
         }
         fence_proxy_async();
         return position;
