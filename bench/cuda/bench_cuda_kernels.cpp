@@ -119,16 +119,56 @@ void fill(Device& dev, void* p, int64_t elems, uint64_t seed, float lo = -1, flo
   die_on(fill_uniform_bf16(p, elems, seed, lo, hi, dev.stream), "fill");
 }
 
-kernels::PagedKvPool pool_view(void* k, void* v, int32_t blocks, int32_t hpb) {
+// A pool over bf16-sized buffers; `fmt` != kNone reads them as pages of that quantized format
+// (smaller pages: the buffers hold them too).
+kernels::PagedKvPool pool_view(void* k, void* v, int32_t blocks, int32_t hpb,
+                               kernels::KvQuant fmt = kernels::KvQuant::kNone) {
   kernels::PagedKvPool p;
   p.k = k;
   p.v = v;
-  p.dtype = DType::kBF16;
+  p.dtype = fmt == kernels::KvQuant::kNone ? DType::kBF16 : DType::kU8;
+  p.quant = fmt;
   p.num_blocks = blocks;
   p.heads_per_block = hpb;
   p.page_tokens = kPage;
   p.head_dim = kD;
   return p;
+}
+
+// Params of the Llama-3-8B attention shape over bf16 q / out: `tokens` query tokens of `seqs`
+// sequences (q_indptr / kv_lens device arrays of seqs + 1 / seqs entries), head modes and slots
+// per kv head; pools and block tables are the caller's.
+kernels::AttentionParams shape_params(void* q, void* out, int64_t tokens, int64_t seqs,
+                                      const Buffer& indptr, const Buffer& lens, const Buffer& modes,
+                                      const Buffer& slots) {
+  kernels::AttentionParams p;
+  p.q = q;
+  p.out = out;
+  p.q_dtype = DType::kBF16;
+  p.num_tokens = static_cast<int32_t>(tokens);
+  p.num_q_heads = kQHeads;
+  p.num_kv_heads = kKvHeads;
+  p.head_dim = kD;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
+  p.num_seqs = static_cast<int32_t>(seqs);
+  p.q_indptr = indptr.as<int32_t>();
+  p.kv_lens = lens.as<int32_t>();
+  p.head_mode = modes.as<int32_t>();
+  p.head_slot = slots.as<int32_t>();
+  return p;
+}
+
+// lserve's streaming heads: their pool, block table (stride entries per sequence), kSinkPages
+// sink pages then a ring of `rings` pages per sequence, kSinkTokens sinks and `locals` window.
+void set_streaming(kernels::AttentionParams& p, const kernels::PagedKvPool& pool,
+                   const Buffer& table, int32_t stride, const Buffer& rings, const Buffer& locals) {
+  p.streaming = pool;
+  p.streaming_blocks = table.as<int32_t>();
+  p.streaming_blocks_stride = stride;
+  p.num_sink_pages = kSinkPages;
+  p.ring_pages = rings.as<int32_t>();
+  p.sink_tokens = kSinkTokens;
+  p.local_tokens = locals.as<int32_t>();
 }
 
 // Head modes: dense = every head causal; lserve = even heads streaming, odd heads `retrieval`.
@@ -310,39 +350,14 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
         const std::string fmt_name = quant ? kernels::kv_quant_name(fmt) : "bf16";
         const Heads h = make_heads(lserve, HeadMode::kCausal);
         Buffer modes = upload(dev, h.mode), slots = upload(dev, h.slot);
-        kernels::AttentionParams p;
-        p.q = q.data();
-        p.out = o.data();
-        p.q_dtype = DType::kBF16;
-        p.num_tokens = static_cast<int32_t>(T);
-        p.num_q_heads = kQHeads;
-        p.num_kv_heads = kKvHeads;
-        p.head_dim = kD;
-        p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
-        p.num_seqs = 1;
-        p.q_indptr = indptr.as<int32_t>();
-        p.kv_lens = lens.as<int32_t>();
-        p.head_mode = modes.as<int32_t>();
-        p.head_slot = slots.as<int32_t>();
-        p.retrieval = pool_view(rk.data(), rv.data(), pages, h.num_retrieval);
-        if (quant) {
-          p.retrieval.quant = fmt;
-          p.retrieval.dtype = DType::kU8;
-        }
+        kernels::AttentionParams p =
+            shape_params(q.data(), o.data(), T, 1, indptr, lens, modes, slots);
+        p.retrieval = pool_view(rk.data(), rv.data(), pages, h.num_retrieval, fmt);
         p.retrieval_blocks = d_r_table.as<int32_t>();
         p.retrieval_blocks_stride = pages;
         if (lserve) {
-          p.streaming = pool_view(sk.data(), sv.data(), s_blocks, h.num_streaming);
-          if (quant) {
-            p.streaming.quant = fmt;
-            p.streaming.dtype = DType::kU8;
-          }
-          p.streaming_blocks = d_s_table.as<int32_t>();
-          p.streaming_blocks_stride = s_blocks;
-          p.num_sink_pages = kSinkPages;
-          p.ring_pages = rings.as<int32_t>();
-          p.sink_tokens = kSinkTokens;
-          p.local_tokens = locals.as<int32_t>();
+          set_streaming(p, pool_view(sk.data(), sv.data(), s_blocks, h.num_streaming, fmt),
+                        d_s_table, s_blocks, rings, locals);
         }
         const double flops =
             lserve ? causal_flops(T, kQHeads / 2) + streaming_flops(T, kQHeads / 2, local)
@@ -626,40 +641,17 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
             std::iota(table.begin(), table.end(), static_cast<int32_t>(r * used));
             std::shuffle(table.begin(), table.end(), rng);
             tables.push_back(upload(dev, table));
-            kernels::AttentionParams p;
-            p.q = q.data();
-            p.out = o.data();
-            p.q_dtype = DType::kBF16;
-            p.num_tokens = static_cast<int32_t>(B);
-            p.num_q_heads = kQHeads;
-            p.num_kv_heads = kKvHeads;
-            p.head_dim = kD;
-            p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
-            p.num_seqs = static_cast<int32_t>(B);
-            p.q_indptr = d_indptr.as<int32_t>();
-            p.kv_lens = d_lens.as<int32_t>();
-            p.head_mode = modes.as<int32_t>();
-            p.head_slot = slots.as<int32_t>();
-            p.retrieval = pool_view(pools.k.data(), pools.v.data(), view_blocks, h.num_retrieval);
-            if (fmt != kernels::KvQuant::kNone) {
-              p.retrieval.quant = fmt;
-              p.retrieval.dtype = DType::kU8;
-            }
+            kernels::AttentionParams p =
+                shape_params(q.data(), o.data(), B, B, d_indptr, d_lens, modes, slots);
+            p.retrieval =
+                pool_view(pools.k.data(), pools.v.data(), view_blocks, h.num_retrieval, fmt);
             p.retrieval_blocks = tables.back().as<int32_t>();
             p.retrieval_blocks_stride = pages;
             if (lserve) {
-              p.streaming = pool_view(sk.data(), sv.data(), static_cast<int32_t>(B * s_per_seq),
-                                      h.num_streaming);
-              if (fmt != kernels::KvQuant::kNone) {
-                p.streaming.quant = fmt;
-                p.streaming.dtype = DType::kU8;
-              }
-              p.streaming_blocks = d_s_table.as<int32_t>();
-              p.streaming_blocks_stride = s_per_seq;
-              p.num_sink_pages = kSinkPages;
-              p.ring_pages = rings.as<int32_t>();
-              p.sink_tokens = kSinkTokens;
-              p.local_tokens = locals.as<int32_t>();
+              set_streaming(p,
+                            pool_view(sk.data(), sv.data(), static_cast<int32_t>(B * s_per_seq),
+                                      h.num_streaming, fmt),
+                            d_s_table, s_per_seq, rings, locals);
               // The GPU page selector fills this replica's selection (rows = sequences).
               selected.push_back(alloc(dev, B * kKvHeads * budget_pages * 4));
               num_selected.push_back(alloc(dev, B * kKvHeads * 4));
