@@ -282,6 +282,38 @@ TEST(CudaAttentionQuantized, MixedPrefillBatchesMatchCpuOnDequantizedPages) {
   }
 }
 
+// The warp-specialised kernel over quantized pages as kAuto runs it at head_dim 128, on pages
+// smaller than its 64-key blocks (a block spans 2 or 4 pages: its producer's page / row split),
+// with f16 queries (pages of 32), a prefill chunk whose selected head keeps pages with gaps, and
+// a one-block prompt (fewer blocks than the producer copies ahead).
+TEST(CudaAttentionQuantized, WarpSpecialisedPrefillAcrossPagesAndSelections) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(97);
+  for (KvQuant q : {KvQuant::kFp8, KvQuant::kInt8, KvQuant::kInt4}) {
+    for (int32_t pt : {16, 32}) {
+      ScenarioConfig cfg;
+      cfg.head_dim = 128;
+      cfg.group = 4;
+      cfg.page_tokens = pt;
+      cfg.modes = {HeadMode::kCausal, HeadMode::kStreaming, HeadMode::kSelected};
+      cfg.sink_tokens = pt;
+      cfg.dtype = pt == 32 ? DType::kF16 : DType::kBF16;
+      std::vector<SeqSpec> seqs = decode_batch(rng, pt, 3, 3, 900);
+      const int32_t pages = 900 / pt;
+      seqs.push_back({.kv_len = 900,
+                      .q_len = 200,
+                      .local_tokens = 100,
+                      .selected_row = 3,
+                      .selected = {{}, {}, {1, 3, 4, 10, pages / 2}}});
+      seqs.push_back({.kv_len = 333, .q_len = 333, .local_tokens = 64});
+      seqs.push_back({.kv_len = 40, .q_len = 40, .local_tokens = 64});
+      AttentionScenario sc(rng, cfg, seqs);
+      check_quantized(
+          sc, q, std::string(kernels::kv_quant_name(q)) + " ws prefill page " + std::to_string(pt));
+    }
+  }
+}
+
 // The GPU on the quantized pools r (retrieval) and s (streaming). With `slots`, the retrieval pool
 // is a tier's page cache: head-page h lives in cache slot slots[h] and the homes hold 0xff bytes
 // (NaN codes and NaN scales), which a kernel must not read.
