@@ -460,12 +460,13 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
                                               num_tiles);
     LS_RETURN_IF_ERROR(launch_status("plan_prefill_kernel"));
     if (quant != KvQuant::kNone) {
-      // Quantized pages at head_dim 128 (kAuto or kWgmmaWs): the warp-specialised wgmma kernel
-      // whose producer dequantizes (1.3-1.5x the mma.sync kernel on an H200,
-      // docs/kv-quantization.md); otherwise the mma.sync kernel (the tile planning above is the
-      // same for any kernel of L.bm rows: 8 warps where the wgmma kernel would have run).
-      const bool ws = p.head_dim == 128 && (o.prefill_kernel == PrefillKernel::kWgmmaWs ||
-                                            o.prefill_kernel == PrefillKernel::kAuto);
+      // Quantized pages with kAuto at head_dim 128, or kWgmmaWs (refused at other head dims):
+      // the warp-specialised wgmma kernel whose producer dequantizes (1.8-2.2x the mma.sync
+      // kernel on an H200, docs/kv-quantization.md); otherwise the mma.sync kernel (the tile
+      // planning above is the same for any kernel of L.bm rows: 8 warps where the wgmma kernel
+      // would have run).
+      const bool ws = o.prefill_kernel == PrefillKernel::kWgmmaWs ||
+                      (o.prefill_kernel == PrefillKernel::kAuto && p.head_dim == 128);
       if (ws) {
         LS_RETURN_IF_ERROR(run_prefill_ws_quant<T>(p, L, tiles, num_tiles, quant, stream));
       } else {

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cuda/kv_fragments.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -51,7 +52,9 @@ __device__ __forceinline__ void dequant_vec16_chunks(const uint4& w4, float scal
       // of f16, NaN stays NaN), widened to f32 exactly: one rounding, of code * scale.
       const uint32_t h2 =
           j % 2 == 0 ? e4m3x2_lo_to_f16x2(w[j / 2]) : e4m3x2_hi_to_f16x2(w[j / 2]);
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+      __half2 h;
+      memcpy(&h, &h2, sizeof h);
+      const float2 f = __half22float2(h);
       v0 = f.x * scale;
       v1 = f.y * scale;
     } else {
