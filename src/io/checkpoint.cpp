@@ -1,7 +1,10 @@
 #include "io/checkpoint.h"
 
 #include <algorithm>
+#include <memory>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "core/log.h"
 #include "io/json_util.h"
@@ -171,6 +174,18 @@ Checkpoint Checkpoint::from_file(std::filesystem::path dir,
   ckpt.dir_ = std::move(dir);
   for (const TensorInfo& t : file->tensors()) ckpt.tensors_.emplace(t.name, &t);
   ckpt.files_.push_back(std::move(file));
+  return ckpt;
+}
+
+Checkpoint Checkpoint::from_tensors(std::filesystem::path dir, std::vector<TensorInfo> tensors,
+                                    std::shared_ptr<const void> owner) {
+  Checkpoint ckpt;
+  ckpt.dir_ = std::move(dir);
+  // The infos live on the heap (held below), so the map's pointers survive moves.
+  auto infos = std::make_shared<const std::vector<TensorInfo>>(std::move(tensors));
+  for (const TensorInfo& t : *infos) ckpt.tensors_.emplace(t.name, &t);
+  ckpt.keep_alive_.push_back(std::move(infos));
+  if (owner) ckpt.keep_alive_.push_back(std::move(owner));
   return ckpt;
 }
 

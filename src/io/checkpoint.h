@@ -53,6 +53,11 @@ class Checkpoint {
   // A checkpoint made of one already validated file (a GGUF model converted in memory); `dir` is
   // what messages name.
   static Checkpoint from_file(std::filesystem::path dir, std::unique_ptr<SafetensorsFile> file);
+  // A checkpoint of tensors already in memory (a tensor-parallel rank's slices): each data
+  // pointer must stay valid while `owner` (held by the checkpoint) or memory the caller keeps
+  // alive does; names must be distinct.
+  static Checkpoint from_tensors(std::filesystem::path dir, std::vector<TensorInfo> tensors,
+                                 std::shared_ptr<const void> owner);
 
   // kNotFound "tensor <name> not found in checkpoint <dir>" when absent.
   Result<const TensorInfo*> get(std::string_view name) const;

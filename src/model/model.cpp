@@ -140,7 +140,10 @@ Result<std::unique_ptr<Model>> Model::load(const std::filesystem::path& dir, Bac
             ? Fp8Shard::kE4m3Rows
             : Fp8Shard::kDequantize;
     LS_ASSIGN_OR_RETURN(TpLayout layout, make_tp_layout(config, shard));
-    LS_ASSIGN_OR_RETURN(ckpt, shard_checkpoint(ckpt, config, layout, shard.rank, fp8_shard));
+    // The shard points into the whole checkpoint's mapping: it holds the whole checkpoint.
+    auto whole = std::make_shared<const Checkpoint>(std::move(ckpt));
+    LS_ASSIGN_OR_RETURN(ckpt, shard_checkpoint(*whole, config, layout, shard.rank, fp8_shard));
+    ckpt.hold(std::move(whole));
     config = shard_config(config, layout, shard.rank, fp8_shard);
   }
   LS_ASSIGN_OR_RETURN(ModelWeights weights,

@@ -176,12 +176,21 @@ int64_t tensor_layer_index(std::string_view name) {
 
 namespace {
 
-// One output tensor of the shard: its bytes and header entry.
+// One tensor of the shard: a view of the source tensor's bytes where the slice is one span of
+// them (whole tensors, a rank's contiguous rows), else bytes of its own (column slices, rows from
+// several places, zero padding, converted FP8 weights).
 struct ShardTensor {
   std::string name;
   SafetensorsDType dtype = SafetensorsDType::kF32;
   std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> bytes;   // owned; empty for a view
+  const void* view = nullptr;   // into the source checkpoint's memory
+  int64_t view_bytes = 0;
+
+  const void* data() const { return view != nullptr ? view : bytes.data(); }
+  int64_t nbytes() const {
+    return view != nullptr ? view_bytes : static_cast<int64_t>(bytes.size());
+  }
 };
 
 // [begin, count) ranges of rows or columns, concatenated in order.
@@ -193,15 +202,44 @@ int64_t total(const Ranges& ranges) {
   return n;
 }
 
+// `ranges` with each range that starts where the previous one ends merged into it.
+Ranges coalesce(const Ranges& ranges) {
+  Ranges out;
+  for (const auto& [begin, count] : ranges) {
+    if (!out.empty() && out.back().first + out.back().second == begin) {
+      out.back().second += count;
+    } else {
+      out.emplace_back(begin, count);
+    }
+  }
+  return out;
+}
+
+// Whether the source tensor's memory outlives the shard (the checkpoint's, not a converted copy).
+enum class Source : uint8_t { kCheckpoint, kTemporary };
+
+ShardTensor view_of(const TensorInfo& t, std::vector<int64_t> shape, int64_t byte_offset,
+                    int64_t nbytes) {
+  ShardTensor out{t.name, t.file_dtype, std::move(shape), {}};
+  out.view = static_cast<const uint8_t*>(t.data) + byte_offset;
+  out.view_bytes = nbytes;
+  return out;
+}
+
 // The rows `ranges` of t viewed as [rows, row_elems] (a 1-D tensor: elements).
-ShardTensor slice_rows(const TensorInfo& t, const Ranges& ranges) {
-  ShardTensor out{t.name, t.file_dtype, t.shape, {}};
+ShardTensor slice_rows(const TensorInfo& t, const Ranges& ranges, Source src) {
   const int64_t row_elems = t.shape.size() > 1 ? t.shape[1] : 1;
   const int64_t row_bytes = row_elems * safetensors_dtype_size(t.file_dtype);
-  out.shape[0] = total(ranges);
+  const Ranges spans = coalesce(ranges);
+  std::vector<int64_t> shape = t.shape;
+  shape[0] = total(spans);
+  if (src == Source::kCheckpoint && spans.size() == 1) {
+    return view_of(t, std::move(shape), spans[0].first * row_bytes, spans[0].second * row_bytes);
+  }
+  ShardTensor out{t.name, t.file_dtype, std::move(shape), {}};
   out.bytes.resize(static_cast<size_t>(out.shape[0] * row_bytes));
   int64_t at = 0;
-  for (const auto& [begin, count] : ranges) {
+  for (const auto& [begin, count] : spans) {
     std::memcpy(out.bytes.data() + at * row_bytes,
                 static_cast<const uint8_t*>(t.data) + begin * row_bytes,
                 static_cast<size_t>(count * row_bytes));
@@ -211,16 +249,20 @@ ShardTensor slice_rows(const TensorInfo& t, const Ranges& ranges) {
 }
 
 // The columns `ranges` of the [rows, cols] tensor t.
-ShardTensor slice_cols(const TensorInfo& t, const Ranges& ranges) {
-  ShardTensor out{t.name, t.file_dtype, t.shape, {}};
+ShardTensor slice_cols(const TensorInfo& t, const Ranges& ranges, Source src) {
   const int64_t es = safetensors_dtype_size(t.file_dtype);
   const int64_t rows = t.shape[0], cols = t.shape[1];
-  const int64_t n = total(ranges);
+  const Ranges spans = coalesce(ranges);
+  const int64_t n = total(spans);
+  if (src == Source::kCheckpoint && spans.size() == 1 && n == cols) {
+    return view_of(t, t.shape, 0, t.nbytes);
+  }
+  ShardTensor out{t.name, t.file_dtype, t.shape, {}};
   out.shape[1] = n;
   out.bytes.resize(static_cast<size_t>(rows * n * es));
   for (int64_t r = 0; r < rows; ++r) {
     int64_t at = 0;
-    for (const auto& [begin, count] : ranges) {
+    for (const auto& [begin, count] : spans) {
       std::memcpy(out.bytes.data() + (r * n + at) * es,
                   static_cast<const uint8_t*>(t.data) + (r * cols + begin) * es,
                   static_cast<size_t>(count * es));
@@ -231,13 +273,17 @@ ShardTensor slice_cols(const TensorInfo& t, const Ranges& ranges) {
 }
 
 // Rows [begin, begin + count) of t viewed as [rows, row_elems]; rows past t's end are zeros.
-ShardTensor slice_rows_padded(const TensorInfo& t, int64_t begin, int64_t count) {
-  ShardTensor out{t.name, t.file_dtype, t.shape, {}};
+ShardTensor slice_rows_padded(const TensorInfo& t, int64_t begin, int64_t count, Source src) {
   const int64_t row_elems = t.shape.size() > 1 ? t.shape[1] : 1;
   const int64_t row_bytes = row_elems * safetensors_dtype_size(t.file_dtype);
-  out.shape[0] = count;
-  out.bytes.assign(static_cast<size_t>(count * row_bytes), 0);
+  std::vector<int64_t> shape = t.shape;
+  shape[0] = count;
   const int64_t present = std::clamp<int64_t>(t.shape[0] - begin, 0, count);
+  if (src == Source::kCheckpoint && present == count) {
+    return view_of(t, std::move(shape), begin * row_bytes, count * row_bytes);
+  }
+  ShardTensor out{t.name, t.file_dtype, std::move(shape), {}};
+  out.bytes.assign(static_cast<size_t>(count * row_bytes), 0);
   if (present > 0) {
     std::memcpy(out.bytes.data(), static_cast<const uint8_t*>(t.data) + begin * row_bytes,
                 static_cast<size_t>(present * row_bytes));
@@ -245,53 +291,11 @@ ShardTensor slice_rows_padded(const TensorInfo& t, int64_t begin, int64_t count)
   return out;
 }
 
-ShardTensor copy_whole(const TensorInfo& t, bool zero) {
+ShardTensor copy_whole(const TensorInfo& t, bool zero, Source src) {
+  if (src == Source::kCheckpoint && !zero) return view_of(t, t.shape, 0, t.nbytes);
   ShardTensor out{t.name, t.file_dtype, t.shape, {}};
   out.bytes.resize(static_cast<size_t>(t.nbytes), 0);
   if (!zero) std::memcpy(out.bytes.data(), t.data, out.bytes.size());
-  return out;
-}
-
-// `s` as a JSON string literal: a GGUF tensor the name map does not know keeps its GGUF name,
-// which may hold any character (the loader then names it as unexpected).
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-// The safetensors bytes of `tensors` (header padded to 8 bytes, data contiguous).
-std::vector<uint8_t> serialize(const std::vector<ShardTensor>& tensors) {
-  std::string header = "{";
-  int64_t offset = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const ShardTensor& t = tensors[i];
-    const auto n = static_cast<int64_t>(t.bytes.size());
-    header += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                          i ? "," : "", json_string(t.name), safetensors_dtype_name(t.dtype),
-                          fmt::join(t.shape, ","), offset, offset + n);
-    offset += n;
-  }
-  header += "}";
-  while (header.size() % 8 != 0) header += ' ';
-  std::vector<uint8_t> out(8 + header.size() + static_cast<size_t>(offset));
-  const uint64_t len = header.size();
-  for (int b = 0; b < 8; ++b) out[static_cast<size_t>(b)] = static_cast<uint8_t>(len >> (8 * b));
-  std::memcpy(out.data() + 8, header.data(), header.size());
-  size_t at = 8 + header.size();
-  for (const ShardTensor& t : tensors) {
-    if (!t.bytes.empty()) std::memcpy(out.data() + at, t.bytes.data(), t.bytes.size());
-    at += t.bytes.size();
-  }
   return out;
 }
 
@@ -302,20 +306,20 @@ struct SliceRule {
 };
 
 ShardTensor apply_rule(const TensorInfo& t, const SliceRule& rule, const TpLayout& l,
-                       int32_t rank) {
+                       int32_t rank, Source src) {
   switch (rule.kind) {
     case SliceRule::Kind::kRows:
-      return slice_rows(t, rule.ranges);
+      return slice_rows(t, rule.ranges, src);
     case SliceRule::Kind::kCols:
-      return slice_cols(t, rule.ranges);
+      return slice_cols(t, rule.ranges, src);
     case SliceRule::Kind::kVocabRows:
-      return slice_rows_padded(t, rank * l.vocab_per_rank, l.vocab_per_rank);
+      return slice_rows_padded(t, rank * l.vocab_per_rank, l.vocab_per_rank, src);
     case SliceRule::Kind::kRank0:
-      return copy_whole(t, rank != 0);  // added once, by rank 0, before the all-reduce
+      return copy_whole(t, rank != 0, src);  // added once, by rank 0, before the all-reduce
     case SliceRule::Kind::kWhole:
       break;
   }
-  return copy_whole(t, false);  // replicated
+  return copy_whole(t, false, src);  // replicated
 }
 
 // A view of host memory as a checkpoint tensor (the converted form of an FP8 weight).
@@ -348,7 +352,7 @@ Status shard_fp8_weight(const Checkpoint& full, const Fp8CheckpointFormat& forma
                         read_fp8_dequantized(full, format, t.name, rows, cols));
     const TensorInfo view = memory_tensor(t, SafetensorsDType::kF32, {rows, cols}, w.data(),
                                           static_cast<int64_t>(w.size() * sizeof(float)));
-    out.push_back(apply_rule(view, rule, l, rank));
+    out.push_back(apply_rule(view, rule, l, rank, Source::kTemporary));
     return {};
   }
   LS_ASSIGN_OR_RETURN(Fp8Rows r, read_fp8_rows(full, format, t.name, rows, cols));
@@ -357,11 +361,11 @@ Status shard_fp8_weight(const Checkpoint& full, const Fp8CheckpointFormat& forma
   TensorInfo scales = memory_tensor(t, SafetensorsDType::kF32, {rows, 1}, r.scales.data(),
                                     static_cast<int64_t>(r.scales.size() * sizeof(float)));
   scales.name = fp8_scale_name(rows_format, t.name);
-  out.push_back(apply_rule(codes, rule, l, rank));
+  out.push_back(apply_rule(codes, rule, l, rank, Source::kTemporary));
   // A row's scale covers the whole row: column slices keep every row's scale.
   SliceRule scale_rule = rule;
   if (rule.kind == SliceRule::Kind::kCols) scale_rule = SliceRule{};
-  ShardTensor s = apply_rule(scales, scale_rule, l, rank);
+  ShardTensor s = apply_rule(scales, scale_rule, l, rank, Source::kTemporary);
   if (rule.kind == SliceRule::Kind::kVocabRows) {
     // Padding rows past the vocabulary hold zero codes; their scale must still be a valid one.
     const int64_t present = std::clamp<int64_t>(rows - rank * l.vocab_per_rank, 0,
@@ -452,15 +456,33 @@ Result<Checkpoint> shard_checkpoint(const Checkpoint& full, const ModelConfig& c
       LS_RETURN_IF_ERROR(
           shard_fp8_weight(full, *format, *rows_format, *t, rule, l, rank, fp8, out));
     } else {
-      out.push_back(apply_rule(*t, rule, l, rank));
+      out.push_back(apply_rule(*t, rule, l, rank, Source::kCheckpoint));
     }
   }
-  LS_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
-                      SafetensorsFile::from_memory(
-                          fmt::format("{} (tensor-parallel rank {} of {})",
-                                      full.dir().string(), rank, l.size),
-                          serialize(out)));
-  return Checkpoint::from_file(full.dir(), std::move(file));
+  // The shard's tensors: views stay valid while `full` lives, owned bytes while the checkpoint
+  // holds `owned`.
+  auto owned = std::make_shared<const std::vector<ShardTensor>>(std::move(out));
+  const std::string label =
+      fmt::format("{} (tensor-parallel rank {} of {})", full.dir().string(), rank, l.size);
+  static constexpr uint8_t kEmpty = 0;  // TensorInfo::data is never null
+  std::vector<TensorInfo> tensors;
+  tensors.reserve(owned->size());
+  for (const ShardTensor& s : *owned) {
+    TensorInfo t;
+    t.name = s.name;
+    t.file_dtype = s.dtype;
+    t.dtype = core_dtype(s.dtype);
+    t.shape = s.shape;
+    t.nbytes = s.nbytes();
+    t.data = t.nbytes > 0 ? s.data() : &kEmpty;
+    t.file = label;
+    if (t.numel() * safetensors_dtype_size(t.file_dtype) != t.nbytes) {
+      return internal_error("{} in {}: a slice of shape [{}] holds {} bytes", t.name, label,
+                            fmt::join(t.shape, ", "), t.nbytes);
+    }
+    tensors.push_back(std::move(t));
+  }
+  return Checkpoint::from_tensors(full.dir(), std::move(tensors), std::move(owned));
 }
 
 }  // namespace ls

@@ -109,8 +109,10 @@ ModelConfig shard_config(const ModelConfig& config, const TpLayout& layout, int3
                          Fp8Shard fp8);
 
 // A checkpoint holding rank's slices of `full`'s tensors, named and shaped as a Hugging Face
-// checkpoint of shard_config(config, layout, rank, fp8) would be (every tensor copied into
-// memory; float dtypes kept; an FP8 checkpoint's weights and scales as `fp8` says). Safetensors
+// checkpoint of shard_config(config, layout, rank, fp8) would be (float dtypes kept; an FP8
+// checkpoint's weights and scales as `fp8` says). A slice that is one span of its tensor (whole
+// tensors, a rank's contiguous rows) points into `full`'s memory, so `full` must outlive the
+// result; column slices and converted weights are copies the result owns. Safetensors
 // checkpoints only (a GGUF model's ggml blocks are not sliced).
 Result<Checkpoint> shard_checkpoint(const Checkpoint& full, const ModelConfig& config,
                                     const TpLayout& layout, int32_t rank, Fp8Shard fp8);

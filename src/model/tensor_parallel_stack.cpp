@@ -2,8 +2,13 @@
 // device r, model shard, policy over the rank's kv heads, KV pool), ONE KvManager whose block ids
 // index every rank's pool, and the executor that runs the ranks' runners on their threads.
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <exception>
+#include <filesystem>
 #include <memory>
+#include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,7 +20,9 @@
 #include "backend/communicator.h"
 #include "backend/cpu/cpu_communicator.h"
 #include "core/log.h"
+#include "io/gguf_model.h"
 #include "io/model_config.h"
+#include "model/dummy_weights.h"
 #include "model/model_stack.h"
 #include "model/tensor_parallel.h"
 #include "model/tensor_parallel_executor.h"
@@ -36,6 +43,15 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_communicators(
 std::string describe_rank(const KvGeometry& g) {
   return fmt::format("{} retrieval + {} streaming head-pages per block over {} layers",
                      g.roles.num_retrieval(), g.roles.num_streaming(), g.num_layers);
+}
+
+// Whether building a rank reads the whole model into host memory in a converted form (a GGUF
+// model is dequantized whole before a rank keeps its slice).
+bool converts_whole_model(const ModelStackOptions& o) {
+  Result<LoadFormat> format = parse_load_format(o.load_format);
+  if (format.ok() && *format == LoadFormat::kDummy) return false;
+  Result<std::optional<std::filesystem::path>> gguf = find_gguf_model(o.model_dir);
+  return !gguf.ok() || gguf->has_value();  // an error is reported by the rank's own load
 }
 
 }  // namespace
@@ -67,16 +83,48 @@ Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStack
   }
   layout.balance_roles(streaming);
 
-  for (int32_t r = 0; r < n; ++r) {
+  // The ranks are built at once, each on its own thread with its device current, unless every
+  // rank would convert the whole model in host memory first (a GGUF model): then one at a time,
+  // so that only one converted copy exists.
+  const bool whole_copy_per_rank = converts_whole_model(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Result<std::unique_ptr<ModelStack>>> built;
+  for (int32_t r = 0; r < n; ++r) built.emplace_back(internal_error("not built"));
+  auto build_rank = [&](unsigned r) {
     ModelStackOptions ro = o;
     ro.tensor_parallel_size = 1;
-    ro.tp_rank = r;
+    ro.tp_rank = static_cast<int32_t>(r);
     ro.tp_ranks = n;
     ro.tp_kv_order = layout.kv_order;
-    Result<std::unique_ptr<ModelStack>> rank = build_model_stack(ro);
-    if (!rank.ok()) return rank.status().with_context(fmt::format("tensor-parallel rank {}", r));
-    top->tp_ranks.push_back(std::move(*rank));
+    try {
+      built[r] = build_model_stack(ro);
+    } catch (const std::bad_alloc&) {
+      built[r] = resource_exhausted("out of host memory");
+    } catch (const std::exception& e) {
+      built[r] = internal_error("{}", e.what());
+    }
+  };
+  if (whole_copy_per_rank) {
+    for (int32_t r = 0; r < n; ++r) build_rank(static_cast<unsigned>(r));
+  } else {
+    LS_RETURN_IF_ERROR(run_on_threads(static_cast<unsigned>(n), build_rank));
   }
+  // Every built rank joins the stack before any error returns: the stack's destructor frees each
+  // with its own device current.
+  Status failed;
+  for (int32_t r = 0; r < n; ++r) {
+    Result<std::unique_ptr<ModelStack>>& rank = built[static_cast<size_t>(r)];
+    if (rank.ok()) {
+      top->tp_ranks.push_back(std::move(*rank));
+    } else if (failed.ok()) {
+      failed = rank.status().with_context(fmt::format("tensor-parallel rank {}", r));
+    }
+  }
+  LS_RETURN_IF_ERROR(failed);
+  LS_LOG_INFO("tensor parallel: {} ranks built in {:.1f} s ({})", n,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+              whole_copy_per_rank ? "one at a time: each converts the whole GGUF model"
+                                  : "in parallel");
   ModelStack& rank0 = *top->tp_ranks[0];
   top->max_model_len = rank0.max_model_len;
   top->tp_full_config = full;

@@ -249,6 +249,46 @@ TEST(TensorParallelSlicing, SlicesReassembleToTheCheckpoint) {
   }
 }
 
+// Whether t's bytes lie inside f's.
+bool points_into(const TensorInfo& t, const TensorInfo& f) {
+  const auto* b = static_cast<const uint8_t*>(f.data);
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  return p >= b && p + t.nbytes <= b + f.nbytes;
+}
+
+// A rank's slice that is one span of its tensor is read where the checkpoint holds it (no host
+// copy of most of the model per rank); column slices, rows gathered from several places and
+// zero-padded vocabulary rows are copies.
+TEST(TensorParallelSlicing, OneSpanSlicesAreViewsOfTheCheckpoint) {
+  auto full = Checkpoint::open(model_fixture_dir("llama3"));
+  ASSERT_TRUE(full.ok()) << full.status().to_string();
+  auto config = load_model_config(model_fixture_dir("llama3"));
+  ASSERT_TRUE(config.ok());
+  auto layout = make_tp_layout(*config, 2);
+  ASSERT_TRUE(layout.ok());
+  for (int32_t r = 0; r < 2; ++r) {
+    auto s = shard_checkpoint(*full, *config, *layout, r, Fp8Shard::kE4m3Rows);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    auto at = [&](const std::string& name) {
+      const TensorInfo* t = s->find(name);
+      const TensorInfo* f = full->find(name);
+      EXPECT_TRUE(t != nullptr && f != nullptr) << name;
+      return t != nullptr && f != nullptr && points_into(*t, *f);
+    };
+    for (const char* v : {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                          "self_attn.v_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                          "input_layernorm.weight"}) {
+      EXPECT_TRUE(at(fmt::format("model.layers.0.{}", v))) << v << " rank " << r;
+    }
+    EXPECT_TRUE(at("model.norm.weight"));
+    for (const char* c : {"self_attn.o_proj.weight", "mlp.down_proj.weight"}) {
+      EXPECT_FALSE(at(fmt::format("model.layers.0.{}", c))) << c << " rank " << r;
+    }
+    // 320 ids in slices of 192: rank 0's rows are all in the table, rank 1's end in padding.
+    EXPECT_EQ(at("model.embed_tokens.weight"), r == 0) << "rank " << r;
+  }
+}
+
 // The FP8 fixtures of scripts/fixtures/make_fp8_fixtures.py (the mistral fixture quantized with
 // channel, tensor and block scales), tests/fixtures/fp8/mistral-VARIANT.
 std::filesystem::path fp8_fixture_dir(const std::string& variant) {
