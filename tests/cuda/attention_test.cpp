@@ -463,7 +463,7 @@ TEST(CudaAttention, WgmmaPrefillRejectsOtherHeadDims) {
 
 // The decode kernel indexes pool rows in 32 bits, so a pool of more than 2^31 - 1 rows (blocks x
 // heads per block x page tokens) is refused with a message before anything is launched; a
-// prefill-only call, whose kernels use 64-bit offsets, is not. Host-side only (no GPU needed): the
+// prefill-only call over float pages, whose kernels use 64-bit offsets, is not. Host-side only (no GPU needed): the
 // arrays are never read on this path.
 TEST(CudaAttention, DecodeRefusesPoolsOfMoreThan2To31Rows) {
   alignas(16) static int32_t fake[64] = {};
@@ -501,6 +501,13 @@ TEST(CudaAttention, DecodeRefusesPoolsOfMoreThan2To31Rows) {
   p.retrieval.num_blocks = 1 << 24;
   const Status prefill = kernels::cuda::paged_attention(p, nullptr, 0, 132, nullptr, prefill_only);
   EXPECT_EQ(prefill.message().find("2^31"), std::string::npos) << prefill.message();
+  // The ws kernel's quantized producer indexes rows in 32 bits too: quantized pools are checked
+  // for prefill as well.
+  p.retrieval.quant = kernels::KvQuant::kInt8;
+  const Status quantized =
+      kernels::cuda::paged_attention(p, nullptr, 0, 132, nullptr, prefill_only);
+  EXPECT_FALSE(quantized.ok());
+  EXPECT_NE(quantized.message().find("2^31"), std::string::npos) << quantized.message();
 }
 
 // Which pools the warp-specialised kernels' producer reads by TMA (one box = min(page_tokens, 64)

@@ -572,7 +572,9 @@ Status paged_attention(const AttentionParams& p, void* workspace, int64_t worksp
   if ((p.retrieval.k && p.retrieval.quant != quant) || (p.streaming.k && p.streaming.quant != quant)) {
     return invalid_argument("attention: the retrieval and streaming pools hold different formats");
   }
-  if (!options.prefill_only && (!pool_rows_fit(p.retrieval) || !pool_rows_fit(p.streaming))) {
+  // Decode, and the ws prefill kernel's quantized producer, index pool rows in 32 bits.
+  if ((!options.prefill_only || quant != KvQuant::kNone) &&
+      (!pool_rows_fit(p.retrieval) || !pool_rows_fit(p.streaming))) {
     return invalid_argument(
         "attention: a KV pool of more than 2^31 - 1 rows (blocks x heads x page tokens)");
   }

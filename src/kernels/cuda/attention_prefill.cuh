@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps >= 8 ? 1 : 2)
       const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * scale_log2;
       const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * scale_log2;
       // An unchanged max keeps O as it is (alpha exactly 1), so the rescale below can be skipped.
-      const float alpha0 = mn0 == m0 ? 1.0f : fast_exp2(m0 * scale_log2 - base0);  // -inf -> 0
+      const float alpha0 = mn0 == m0 ? 1.0f : fast_exp2(m0 * scale_log2 - base0);  // -inf -> finite: 0
       const float alpha1 = mn1 == m1 ? 1.0f : fast_exp2(m1 * scale_log2 - base1);
       m0 = mn0;
       m1 = mn1;

@@ -156,7 +156,7 @@ struct WgmmaTileMath {
     const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * r.scale_log2;
     // An unchanged max (including a row with nothing visible yet) keeps O as it is: alpha
     // exactly 1, so rescale can skip it.
-    alpha0 = mn0 == m0 ? 1.0f : fast_exp2(m0 * r.scale_log2 - base0);  // m0 = -inf -> 0
+    alpha0 = mn0 == m0 ? 1.0f : fast_exp2(m0 * r.scale_log2 - base0);  // -inf -> finite: 0
     alpha1 = mn1 == m1 ? 1.0f : fast_exp2(m1 * r.scale_log2 - base1);
     m0 = mn0;
     m1 = mn1;

@@ -337,7 +337,8 @@ __global__ void __launch_bounds__(384, 1)
           const int b = j % Staging::kBuffers;
           const KeyRow kr = locate_row(hv, sp, listed, j * kBN + my_row, kD);
           const bool valid = kr.position >= 0;
-          // Storage page * pt + row in page, in 32 bits (the host bounds a pool below 2^31 rows):
+          // Storage page * pt + row in page, in 32 bits (paged_attention refuses a quantized pool
+          // of 2^31 rows or more, pool_rows_fit):
           // a 64-bit division by the page size costs several times a 32-bit one.
           const uint32_t row = valid ? static_cast<uint32_t>(kr.offset / kD) : 0u;
           const uint32_t page = row / static_cast<uint32_t>(pt);
