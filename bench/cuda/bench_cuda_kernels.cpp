@@ -53,7 +53,7 @@
 //        [--batches 1,8,32]
 //        [--contexts 8192,16384,32768,65536,131072,262144] [--policies dense,lserve]
 //        [--linear-m 1,8,32] [--small-tokens 1,8,512,4096] [--decode-max-splits 0,16,32]
-//        [--decode-l2-prefetch 1,0] [--decode-prewait-prefetch 0,2,4]
+//        [--decode-l2-prefetch -1,1,0 (-1: by the device)] [--decode-prewait-prefetch 0,2,4]
 //        [--decode-min-blocks 0,2,8] [--decode-ticketed -1,0,1] [--decode-chunk-blocks 1,2]
 //        [--sections select --select-contexts 32768,131072,262144 --select-data random,planted
 //         --select-fine device,host --summary-group-pages 16]
@@ -463,7 +463,7 @@ struct DecodePools {
 struct DecodeVariant {
   int max_splits = 0;  // 0: the default heuristic
   int min_blocks = 0;  // AttentionOptions::min_blocks_per_split (0: its heuristic)
-  bool l2_prefetch = true;
+  int l2_prefetch = -1;       // -1: by the device (AttentionOptions::decode_l2_prefetch)
   int prewait_prefetch = -1;  // -1: AttentionOptions' default
   int ticketed = kernels::cuda::AttentionOptions{}.decode_ticketed_splits;
   int chunk_blocks = 1;
@@ -725,11 +725,15 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
               const double gbps =
                   ms > 0 ? static_cast<double>(bytes_per_call) / (ms * 1e-3) / 1e9 : 0.0;
               out.write(fmt::format(
-                  R"({{"bench": "decode", "policy": "{}", "kv_format": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "prewait_prefetch": {}, "ticketed": {}, "chunk_blocks": {}, "round": {}, "ok": {}}})",
+                  R"({{"bench": "decode", "policy": "{}", "kv_format": "{}", "batch": {}, "context": {}, "us": {:.2f}, "bytes": {}, "gbps": {:.1f}, "copy_fraction": {:.3f}, "select_us": {:.2f}, "select_graph_us": {:.2f}, "replicas": {}, "max_splits": {}, "min_blocks": {}, "l2_prefetch": {}, "l2_prefetch_auto": {}, "prewait_prefetch": {}, "ticketed": {}, "chunk_blocks": {}, "round": {}, "ok": {}}})",
                   lserve ? "lserve" : "dense", fmt_name, B, C, ms * 1e3, bytes_per_call, gbps,
                   copy_bps > 0 ? gbps * 1e9 / copy_bps : 0.0, select_ms * 1e3, select_graph_us,
                   replicas, variant.max_splits, variant.min_blocks,
-                  variant.l2_prefetch ? "true" : "false", opt.decode_prewait_prefetch,
+                  (variant.l2_prefetch < 0 ? kernels::cuda::decode_l2_prefetch_pays()
+                                           : variant.l2_prefetch != 0)
+                      ? "true"
+                      : "false",
+                  variant.l2_prefetch < 0 ? "true" : "false", opt.decode_prewait_prefetch,
                   variant.ticketed, variant.chunk_blocks, round,
                   err.ok() && ms > 0 ? "true" : "false"));
             }
@@ -926,12 +930,12 @@ int run(int argc, char** argv) {
     const auto min_blocks = parse_list(arg(argc, argv, "--decode-min-blocks", "0"));
     for (const int64_t splits : parse_list(arg(argc, argv, "--decode-max-splits", "0"))) {
       for (const int64_t mb : min_blocks) {
-        for (const int64_t pf : parse_list(arg(argc, argv, "--decode-l2-prefetch", "1"))) {
+        for (const int64_t pf : parse_list(arg(argc, argv, "--decode-l2-prefetch", "-1"))) {
           for (const int64_t pw : parse_list(arg(argc, argv, "--decode-prewait-prefetch", "-1"))) {
             for (const int64_t tk : parse_list(
                      arg(argc, argv, "--decode-ticketed", std::to_string(default_ticketed)))) {
               for (const int64_t cb : parse_list(arg(argc, argv, "--decode-chunk-blocks", "1"))) {
-                variants.push_back({static_cast<int>(splits), static_cast<int>(mb), pf != 0,
+                variants.push_back({static_cast<int>(splits), static_cast<int>(mb), static_cast<int>(pf),
                                     static_cast<int>(pw), static_cast<int>(tk),
                                     static_cast<int>(cb)});
               }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_launch.cuh"
@@ -490,7 +491,8 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
                                                       : std::max(2, 16 / std::max(1, L.max_splits));
   a.head_chunks = L.head_chunks;
   a.listed_cap = L.listed_cap;
-  a.l2_prefetch = o.decode_l2_prefetch ? 1 : 0;
+  a.l2_prefetch = o.decode_l2_prefetch < 0 ? (decode_l2_prefetch_pays() ? 1 : 0)
+                                           : (o.decode_l2_prefetch != 0 ? 1 : 0);
   a.prewait_prefetch = o.decode_prewait_prefetch;
   a.trace = o.decode_trace;
   a.num_splits = reinterpret_cast<int32_t*>(ws + L.num_splits);
@@ -546,6 +548,29 @@ int64_t attention_workspace_bytes(const AttentionParams& p, int num_sms,
                                   const AttentionOptions& options) {
   if (p.num_seqs <= 0 || p.num_tokens <= 0 || p.num_kv_heads <= 0) return kAlign;
   return layout_for(p, num_sms, options).bytes;
+}
+
+bool decode_l2_prefetch_pays() {
+  static std::mutex mu;
+  static uint64_t known = 0, pays = 0;  // bit d: device d asked / below the bandwidth bound
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) {
+    cudaGetLastError();
+    return true;
+  }
+  const uint64_t bit = uint64_t{1} << device;
+  std::lock_guard<std::mutex> lock(mu);
+  if ((known & bit) == 0) {
+    int khz = 0, bus_bits = 0;
+    const bool asked =
+        cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) == cudaSuccess;
+    if (!asked) cudaGetLastError();
+    const double bytes_per_s = 2.0 * 1e3 * khz * (bus_bits / 8.0);  // double data rate
+    if (!asked || bytes_per_s < AttentionOptions::kL2PrefetchMaxDramBytesPerS) pays |= bit;
+    known |= bit;
+  }
+  return (pays & bit) != 0;
 }
 
 Status paged_attention(const AttentionParams& p, void* workspace, int64_t workspace_bytes,

@@ -80,9 +80,13 @@ struct AttentionOptions {
   // smaller than the long rows' (H100, lserve batch 32: 117 us per call against 126 with 2).
   int min_blocks_per_split = 0;
   // Decode blocks prefetch each 64-key block's K/V rows into L2 one block before copying them
-  // (more DRAM reads in flight without more shared memory); off: the cp.async pipeline alone.
+  // (more DRAM reads in flight without more shared memory); 0: the cp.async pipeline alone.
   // Float pages only: the kernel over quantized pages never prefetches (attention_decode.cuh).
-  bool decode_l2_prefetch = true;
+  // -1 (auto): on where the device's peak DRAM bandwidth is below kL2PrefetchMaxDramBytesPerS
+  // (an H100 SXM's 3.35 TB/s: the prefetch made its decode copy-bound), off above (an H200's
+  // 4.8 TB/s, where each byte crossing L2 twice cost more than the extra reads in flight gave).
+  int decode_l2_prefetch = -1;
+  static constexpr double kL2PrefetchMaxDramBytesPerS = 4e12;
   // 64-key blocks (0..4) whose rows a decode block prefetches into L2 before waiting for the
   // previous kernel (with decode_l2_prefetch). 1, because every block asking for four blocks at
   // once made each block's first one arrive last (H100, lserve batch 8 at 128K: 37.4 us per call
@@ -116,6 +120,10 @@ int64_t decode_trace_records(const AttentionParams& p, int num_sms,
 // Device scratch bytes paged_attention needs for a call with these host-known sizes.
 int64_t attention_workspace_bytes(const AttentionParams& p, int num_sms,
                                   const AttentionOptions& options = {});
+
+// What decode_l2_prefetch = -1 means on the current device: whether its peak DRAM bandwidth
+// (memory clock x 2 x bus width, asked once per device) is below kL2PrefetchMaxDramBytesPerS.
+bool decode_l2_prefetch_pays();
 
 // Enqueues the attention of `p` on `stream`. `workspace` (device memory of at least
 // attention_workspace_bytes) is scratch, free again when the stream passes this call.
