@@ -935,9 +935,9 @@ int run(int argc, char** argv) {
             for (const int64_t tk : parse_list(
                      arg(argc, argv, "--decode-ticketed", std::to_string(default_ticketed)))) {
               for (const int64_t cb : parse_list(arg(argc, argv, "--decode-chunk-blocks", "1"))) {
-                variants.push_back({static_cast<int>(splits), static_cast<int>(mb), static_cast<int>(pf),
-                                    static_cast<int>(pw), static_cast<int>(tk),
-                                    static_cast<int>(cb)});
+                variants.push_back({static_cast<int>(splits), static_cast<int>(mb),
+                                    static_cast<int>(pf), static_cast<int>(pw),
+                                    static_cast<int>(tk), static_cast<int>(cb)});
               }
             }
           }

@@ -177,13 +177,18 @@ Checkpoint Checkpoint::from_file(std::filesystem::path dir,
   return ckpt;
 }
 
-Checkpoint Checkpoint::from_tensors(std::filesystem::path dir, std::vector<TensorInfo> tensors,
-                                    std::shared_ptr<const void> owner) {
+Result<Checkpoint> Checkpoint::from_tensors(std::filesystem::path dir,
+                                            std::vector<TensorInfo> tensors,
+                                            std::shared_ptr<const void> owner) {
   Checkpoint ckpt;
   ckpt.dir_ = std::move(dir);
   // The infos live on the heap (held below), so the map's pointers survive moves.
   auto infos = std::make_shared<const std::vector<TensorInfo>>(std::move(tensors));
-  for (const TensorInfo& t : *infos) ckpt.tensors_.emplace(t.name, &t);
+  for (const TensorInfo& t : *infos) {
+    if (!ckpt.tensors_.emplace(t.name, &t).second) {
+      return internal_error("checkpoint {}: tensor {} given twice", ckpt.dir_.string(), t.name);
+    }
+  }
   ckpt.keep_alive_.push_back(std::move(infos));
   if (owner) ckpt.keep_alive_.push_back(std::move(owner));
   return ckpt;

@@ -55,9 +55,9 @@ class Checkpoint {
   static Checkpoint from_file(std::filesystem::path dir, std::unique_ptr<SafetensorsFile> file);
   // A checkpoint of tensors already in memory (a tensor-parallel rank's slices): each data
   // pointer must stay valid while `owner` (held by the checkpoint) or memory the caller keeps
-  // alive does; names must be distinct.
-  static Checkpoint from_tensors(std::filesystem::path dir, std::vector<TensorInfo> tensors,
-                                 std::shared_ptr<const void> owner);
+  // alive does. A name given twice is an internal error.
+  static Result<Checkpoint> from_tensors(std::filesystem::path dir, std::vector<TensorInfo> tensors,
+                                         std::shared_ptr<const void> owner);
 
   // kNotFound "tensor <name> not found in checkpoint <dir>" when absent.
   Result<const TensorInfo*> get(std::string_view name) const;
@@ -100,7 +100,7 @@ class Checkpoint {
   std::filesystem::path dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   // The visible tensors; the pointers stay valid when a Checkpoint is moved because they point
-  // into the heap-allocated SafetensorsFiles.
+  // into the heap-allocated SafetensorsFiles (or from_tensors' infos, held in keep_alive_).
   std::map<std::string, const TensorInfo*, std::less<>> tensors_;
   std::map<std::string, QuantizedTensorInfo, std::less<>> quantized_;
   std::vector<std::shared_ptr<const void>> keep_alive_;

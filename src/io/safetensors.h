@@ -67,7 +67,7 @@ struct TensorInfo {
   SafetensorsDType file_dtype = SafetensorsDType::kF32;  // what the header says
   std::vector<int64_t> shape;                            // row-major; [] is a scalar
   // Points into the file's mapping (or the from_memory buffer) and lives as long as the
-  // SafetensorsFile. It may be unaligned: old writers do not pad, so read through memcpy or
+  // SafetensorsFile (a Checkpoint::from_tensors info: as long as that checkpoint). It may be unaligned: old writers do not pad, so read through memcpy or
   // byte-wise, never through a typed pointer that assumes alignment. Never null, even when
   // nbytes == 0.
   const void* data = nullptr;

@@ -95,12 +95,6 @@ int64_t activation_bytes(const ModelConfig& c, int32_t tokens, int32_t rows, DTy
          (parts > 1 ? parts * logits * (dtype_size(act) + 4) : logits * 4);
 }
 
-// Free physical memory (the default host pool takes a share of it).
-int64_t free_ram_bytes() {
-  const long pages = sysconf(_SC_AVPHYS_PAGES);
-  const long page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
-}
 
 // The hierarchical tier's sizes: host pool (homes) and the per-request cache partition.
 struct TierSizes {
@@ -116,13 +110,17 @@ Result<TierSizes> size_tier(const KvGeometry& g, const ModelStackOptions& o, int
   const int64_t one_seq = (max_model_len + g.page_tokens - 1) / g.page_tokens;
   int64_t host = o.host_kv_cache_bytes;
   if (host == 0) {
-    const int64_t share = free_ram_bytes() / 2;
+    const int64_t share =
+        o.auto_host_kv_share_bytes > 0 ? o.auto_host_kv_share_bytes : free_ram_bytes() / 2;
     const int64_t want = static_cast<int64_t>(o.max_num_seqs) * one_seq * home_block_bytes;
     host = std::min(share, want);
-    LS_LOG_INFO("--host-kv-cache-bytes not given: {:.1f} MB (half of the {:.1f} MB of free RAM, "
-                "capped at {:.1f} MB for {} sequences of {} tokens)",
-                static_cast<double>(host) / 1e6, static_cast<double>(free_ram_bytes()) / 1e6,
-                static_cast<double>(want) / 1e6, o.max_num_seqs, max_model_len);
+    LS_LOG_INFO("--host-kv-cache-bytes not given: {:.1f} MB ({} {:.1f} MB of free RAM, capped "
+                "at {:.1f} MB for {} sequences of {} tokens)",
+                static_cast<double>(host) / 1e6,
+                o.auto_host_kv_share_bytes > 0 ? "this tensor-parallel rank's share of"
+                                               : "half of the",
+                static_cast<double>(free_ram_bytes()) / 1e6, static_cast<double>(want) / 1e6,
+                o.max_num_seqs, max_model_len);
   }
   const int64_t blocks = host / home_block_bytes;
   if (blocks < one_seq) {
@@ -164,6 +162,12 @@ Result<TierSizes> size_tier(const KvGeometry& g, const ModelStackOptions& o, int
 }
 
 }  // namespace
+
+int64_t free_ram_bytes() {
+  const long pages = sysconf(_SC_AVPHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
 
 ModelStack::~ModelStack() {
   tp_executor.reset();  // joins the rank threads before the ranks' stacks go

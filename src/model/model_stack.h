@@ -52,6 +52,9 @@ struct ModelStack {
 // gpu_memory_utilization of the device memory minus weights and activations.
 Result<std::unique_ptr<ModelStack>> build_model_stack(const ModelStackOptions& options);
 
+// Free physical memory in bytes (the automatic host KV pool takes a share of it; 0 if unknown).
+int64_t free_ram_bytes();
+
 // options.tensor_parallel_size ranks (model/tensor_parallel_stack.cpp); build_model_stack calls
 // it for tensor_parallel_size > 1.
 Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStackOptions& options);

@@ -29,6 +29,10 @@ struct ModelStackOptions {
   // device page cache partitioned per request.
   bool kv_offload = false;
   int64_t host_kv_cache_bytes = 0;    // the homes; 0: a share of free RAM (capped at what fits)
+  // The automatic host pool's share of RAM (host_kv_cache_bytes 0): 0 takes half of the RAM free
+  // when the stack is built; the tensor-parallel builder reads that half once and gives each of
+  // its N ranks 1/N of it, so that ranks built at once do not each claim the same half.
+  int64_t auto_host_kv_share_bytes = 0;
   int64_t device_kv_cache_bytes = 0;  // the page cache; 0: from offload_buffer_ratio
   double offload_buffer_ratio = 4.0;  // auto cache per request: this many decode steps' pages
   bool kv_plain_lru = false;          // plain LRU instead of Spin's bucketed LRU

@@ -45,13 +45,18 @@ std::string describe_rank(const KvGeometry& g) {
                      g.roles.num_retrieval(), g.roles.num_streaming(), g.num_layers);
 }
 
-// Whether building a rank reads the whole model into host memory in a converted form (a GGUF
-// model is dequantized whole before a rank keeps its slice).
-bool converts_whole_model(const ModelStackOptions& o) {
+// Why the ranks must be built one at a time, or empty when they can be built at once: a rank
+// whose weights pass through host memory in a converted or generated form holds 1/N of the
+// model there (GGUF: the whole model) until it is uploaded, so building N at once would hold it
+// all. Float safetensors ranks read their row slices in place and copy only column slices.
+std::string one_at_a_time_because(const ModelStackOptions& o, const ModelConfig& config) {
   Result<LoadFormat> format = parse_load_format(o.load_format);
-  if (format.ok() && *format == LoadFormat::kDummy) return false;
+  if (format.ok() && *format == LoadFormat::kDummy) return "each generates its weights on the host";
   Result<std::optional<std::filesystem::path>> gguf = find_gguf_model(o.model_dir);
-  return !gguf.ok() || gguf->has_value();  // an error is reported by the rank's own load
+  if (!gguf.ok()) return "the model's format is not known yet";  // the rank's load reports it
+  if (gguf->has_value()) return "each dequantizes the whole GGUF model on the host";
+  if (config.fp8_weights()) return "each converts its slices of the FP8 checkpoint on the host";
+  return {};
 }
 
 }  // namespace
@@ -83,10 +88,11 @@ Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStack
   }
   layout.balance_roles(streaming);
 
-  // The ranks are built at once, each on its own thread with its device current, unless every
-  // rank would convert the whole model in host memory first (a GGUF model): then one at a time,
-  // so that only one converted copy exists.
-  const bool whole_copy_per_rank = converts_whole_model(o);
+  // The ranks are built at once, each on its own thread with its device current, unless their
+  // weights pass through host memory converted or generated (one_at_a_time_because). The
+  // automatic host KV pool's share of RAM is read once here: 1/N of half the free RAM each.
+  const std::string one_at_a_time = one_at_a_time_because(o, full);
+  const int64_t host_kv_share = free_ram_bytes() / 2 / n;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Result<std::unique_ptr<ModelStack>>> built;
   for (int32_t r = 0; r < n; ++r) built.emplace_back(internal_error("not built"));
@@ -96,22 +102,25 @@ Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStack
     ro.tp_rank = static_cast<int32_t>(r);
     ro.tp_ranks = n;
     ro.tp_kv_order = layout.kv_order;
+    if (ro.auto_host_kv_share_bytes == 0) ro.auto_host_kv_share_bytes = host_kv_share;
     try {
       built[r] = build_model_stack(ro);
     } catch (const std::bad_alloc&) {
       built[r] = resource_exhausted("out of host memory");
     } catch (const std::exception& e) {
       built[r] = internal_error("{}", e.what());
+    } catch (...) {
+      built[r] = internal_error("an exception that is not a std::exception");
     }
   };
-  if (whole_copy_per_rank) {
+  Status failed;
+  if (!one_at_a_time.empty()) {
     for (int32_t r = 0; r < n; ++r) build_rank(static_cast<unsigned>(r));
   } else {
-    LS_RETURN_IF_ERROR(run_on_threads(static_cast<unsigned>(n), build_rank));
+    failed = run_on_threads(static_cast<unsigned>(n), build_rank);
   }
   // Every built rank joins the stack before any error returns: the stack's destructor frees each
   // with its own device current.
-  Status failed;
   for (int32_t r = 0; r < n; ++r) {
     Result<std::unique_ptr<ModelStack>>& rank = built[static_cast<size_t>(r)];
     if (rank.ok()) {
@@ -123,8 +132,7 @@ Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStack
   LS_RETURN_IF_ERROR(failed);
   LS_LOG_INFO("tensor parallel: {} ranks built in {:.1f} s ({})", n,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-              whole_copy_per_rank ? "one at a time: each converts the whole GGUF model"
-                                  : "in parallel");
+              one_at_a_time.empty() ? "at once" : "one at a time: " + one_at_a_time);
   ModelStack& rank0 = *top->tp_ranks[0];
   top->max_model_len = rank0.max_model_len;
   top->tp_full_config = full;

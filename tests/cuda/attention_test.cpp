@@ -463,8 +463,8 @@ TEST(CudaAttention, WgmmaPrefillRejectsOtherHeadDims) {
 
 // The decode kernel indexes pool rows in 32 bits, so a pool of more than 2^31 - 1 rows (blocks x
 // heads per block x page tokens) is refused with a message before anything is launched; a
-// prefill-only call over float pages, whose kernels use 64-bit offsets, is not. Host-side only (no GPU needed): the
-// arrays are never read on this path.
+// prefill-only call over float pages, whose kernels use 64-bit offsets, is not. Host-side only
+// (no GPU needed): the arrays are never read on this path.
 TEST(CudaAttention, DecodeRefusesPoolsOfMoreThan2To31Rows) {
   alignas(16) static int32_t fake[64] = {};
   kernels::AttentionParams p;

@@ -36,6 +36,7 @@
 #include "io/fp8_format.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "kv/kv_geometry.h"
 #include "model/architecture.h"
 #include "model/fp8_weights.h"
 #include "model/model_stack.h"
@@ -846,6 +847,30 @@ TEST(TensorParallelStack, HostKvTierPerRank) {
   const TpComparison cmp = compare_tp_runs(**one, **two, 1e-3);
   EXPECT_EQ(cmp.decoded, 80);
   EXPECT_LT(cmp.worst_relative, 1e-4);
+}
+
+// The automatic host pool (--host-kv-cache-bytes not given) of each rank takes the share the
+// tensor-parallel builder gives it (1/N of half the free RAM, read once before the ranks build at
+// once), not half of the free RAM each.
+TEST(TensorParallelStack, AutomaticHostPoolsTakeTheRanksShare) {
+  ModelStackOptions o = options("llama3", "lserve", 2);
+  o.kv_offload = true;
+  o.max_num_seqs = 8;  // the pools the sequences want: 8 x 32 blocks
+  auto whole = build_model_stack(o);
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  int64_t home_block_bytes = 0;  // the largest of the ranks' (2 x retrieval heads x page bytes)
+  for (const auto& rank : (*whole)->tp_ranks) {
+    const KvGeometry& g = rank->policy->kv_geometry();
+    home_block_bytes =
+        std::max<int64_t>(home_block_bytes, 2 * int64_t{g.roles.num_retrieval()} * g.page_bytes());
+  }
+  ASSERT_GT(home_block_bytes, 0);
+  const int32_t one_seq = 512 / 16;
+  EXPECT_EQ((*whole)->kv->num_retrieval_blocks(), 8 * one_seq);  // far below the free RAM
+  o.auto_host_kv_share_bytes = 3 * one_seq * home_block_bytes;
+  auto shared = build_model_stack(o);
+  ASSERT_TRUE(shared.ok()) << shared.status().to_string();
+  EXPECT_EQ((*shared)->kv->num_retrieval_blocks(), 3 * one_seq);
 }
 
 // Through the whole engine (scheduler, one KvManager, sampler): TP = 2 greedy continuations equal

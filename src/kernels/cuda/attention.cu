@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
+#include <atomic>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_launch.cuh"
@@ -551,26 +551,28 @@ int64_t attention_workspace_bytes(const AttentionParams& p, int num_sms,
 }
 
 bool decode_l2_prefetch_pays() {
-  static std::mutex mu;
-  static uint64_t known = 0, pays = 0;  // bit d: device d asked / below the bandwidth bound
+  // Bit d: device d was asked / is below the bandwidth bound. Two threads asking at once both
+  // compute the same answer.
+  static std::atomic<uint64_t> known{0}, pays{0};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) {
     cudaGetLastError();
     return true;
   }
   const uint64_t bit = uint64_t{1} << device;
-  std::lock_guard<std::mutex> lock(mu);
-  if ((known & bit) == 0) {
+  if ((known.load(std::memory_order_acquire) & bit) == 0) {
     int khz = 0, bus_bits = 0;
     const bool asked =
         cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device) == cudaSuccess &&
         cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) == cudaSuccess;
     if (!asked) cudaGetLastError();
     const double bytes_per_s = 2.0 * 1e3 * khz * (bus_bits / 8.0);  // double data rate
-    if (!asked || bytes_per_s < AttentionOptions::kL2PrefetchMaxDramBytesPerS) pays |= bit;
-    known |= bit;
+    if (!asked || bytes_per_s < AttentionOptions::kL2PrefetchMaxDramBytesPerS) {
+      pays.fetch_or(bit, std::memory_order_relaxed);
+    }
+    known.fetch_or(bit, std::memory_order_release);
   }
-  return (pays & bit) != 0;
+  return (pays.load(std::memory_order_relaxed) & bit) != 0;
 }
 
 Status paged_attention(const AttentionParams& p, void* workspace, int64_t workspace_bytes,

@@ -84,7 +84,7 @@ struct AttentionOptions {
   // Float pages only: the kernel over quantized pages never prefetches (attention_decode.cuh).
   // -1 (auto): on where the device's peak DRAM bandwidth is below kL2PrefetchMaxDramBytesPerS
   // (an H100 SXM's 3.35 TB/s: the prefetch made its decode copy-bound), off above (an H200's
-  // 4.8 TB/s, where each byte crossing L2 twice cost more than the extra reads in flight gave).
+  // 4.9 TB/s, where each byte crossing L2 twice cost more than the extra reads in flight gave).
   int decode_l2_prefetch = -1;
   static constexpr double kL2PrefetchMaxDramBytesPerS = 4e12;
   // 64-key blocks (0..4) whose rows a decode block prefetches into L2 before waiting for the
