@@ -115,7 +115,10 @@ Result<std::unique_ptr<ModelStack>> build_tensor_parallel_stack(const ModelStack
   };
   Status failed;
   if (!one_at_a_time.empty()) {
-    for (int32_t r = 0; r < n; ++r) build_rank(static_cast<unsigned>(r));
+    for (int32_t r = 0; r < n; ++r) {
+      build_rank(static_cast<unsigned>(r));
+      if (!built[static_cast<size_t>(r)].ok()) break;  // the later ranks would fail alike
+    }
   } else {
     failed = run_on_threads(static_cast<unsigned>(n), build_rank);
   }
