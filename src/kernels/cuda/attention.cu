@@ -66,7 +66,8 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
   L.bm = 16 * warps;
   L.max_tiles = L.run_prefill ? (p.num_tokens + L.bm - 1) / L.bm + p.num_seqs : 0;
   L.items = L.decode_all ? p.num_tokens : p.num_seqs;
-  L.head_chunks = (group + kDecodeRows - 1) / kDecodeRows;
+  const int head_rows = decode_rows_per_block(pools_quant(p));  // query heads per decode block
+  L.head_chunks = (group + head_rows - 1) / head_rows;
   const bool selecting = p.selected && p.num_selected && p.selected_rows;
   if (o.max_splits > 0) {
     L.max_splits = std::min(o.max_splits, kMaxSplits);
@@ -83,11 +84,11 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
     // dense batch 32 are best with two waves (docs/history/cuda-decode.md). Decode rows of mixed
     // batches count every sequence (items), prefilling ones included.
     const int64_t base = std::max<int64_t>(1, int64_t{L.items} * p.num_kv_heads * L.head_chunks);
-    // Quantized pages: their kernel's blocks per SM follow its keys per iteration
+    // Quantized pages: their kernel's blocks per SM follow its format and keys per iteration
     // (attention_decode.cuh).
     const int per_sm = pools_quant(p) == KvQuant::kNone
                            ? kDecodeBlocksPerSm
-                           : decode_quant_blocks_per_sm(kDecodeQuantKeys);
+                           : decode_quant_blocks_per_sm(pools_quant(p), kDecodeQuantKeys);
     const int64_t wave = int64_t{per_sm} * std::max(1, num_sms);
     const int64_t splits = 4 * base > wave ? 2 * wave / base : (selecting ? 4 : 1) * wave / base;
     L.max_splits = static_cast<int32_t>(std::clamp<int64_t>(splits, 1, kMaxSplits));
@@ -192,7 +193,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   const int32_t h = static_cast<int32_t>(blockIdx.y);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int32_t group = p.num_q_heads / p.num_kv_heads;
-  const int32_t g = h / group, chunk = (h % group) / kDecodeRows;
+  const int32_t g = h / group, chunk = (h % group) / a.head_rows;
   DecodeTraceRecord tr;  // filled only with a.trace (profiling)
   if (a.trace != nullptr) tr.start = trace_now();
   const int32_t token = a.items_are_tokens ? item : p.q_indptr[item];  // step metadata
@@ -490,6 +491,7 @@ Status run_typed(const AttentionParams& p, const Layout& L, char* ws, int warps,
   a.min_blocks_per_split = o.min_blocks_per_split > 0 ? o.min_blocks_per_split
                                                       : std::max(2, 16 / std::max(1, L.max_splits));
   a.head_chunks = L.head_chunks;
+  a.head_rows = decode_rows_per_block(pools_quant(p));
   a.listed_cap = L.listed_cap;
   a.l2_prefetch = o.decode_l2_prefetch < 0 ? (decode_l2_prefetch_pays() ? 1 : 0)
                                            : (o.decode_l2_prefetch != 0 ? 1 : 0);

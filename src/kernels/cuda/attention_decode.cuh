@@ -36,7 +36,8 @@ namespace ls::kernels::cuda {
 struct DecodeArgs {
   int32_t items_are_tokens = 1;  // 1: item i is token i; 0: item i is sequence i (if q_len == 1)
   int32_t min_blocks_per_split = 2;
-  int32_t head_chunks = 1;  // ceil(group / 16)
+  int32_t head_chunks = 1;  // ceil(group / head_rows)
+  int32_t head_rows = 16;   // query heads per block: decode_rows_per_block(the pages' format)
   int32_t listed_cap = 32;
   int32_t l2_prefetch = 1;       // 1: prefetch each block's rows into L2 one block before its copy
   int32_t prewait_prefetch = 1;  // blocks prefetched into L2 before the wait (at most 4)
@@ -53,23 +54,31 @@ struct DecodeArgs {
 inline constexpr int kDecodeWarps = 4;
 inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
 inline constexpr int kDecodeStages = 3;
-inline constexpr int kDecodeRows = 16;  // query heads per block
+inline constexpr int kDecodeRows = 16;  // query heads per block (float pages)
+// Query heads per block over quantized pages: their products are swapped (keys and head_dim are
+// the MMA rows, the block's query heads its 8 columns; kv_fragments.cuh), so a GQA group of up
+// to 8 heads takes one block and a larger one ceil(group / 8).
+inline constexpr int kDecodeQuantRows = 8;
+__host__ __device__ constexpr int decode_rows_per_block(KvQuant q) {
+  return q == KvQuant::kNone ? kDecodeRows : kDecodeQuantRows;
+}
 // Keys per loop iteration (one pipeline stage) of a decode block over quantized pages:
 // kDecodeQuantKeys (float pages: always kKeyBlock = 64; the template still takes 64 for
-// quantized pages, the earlier shape, which measured slower on every case: docs/kv-quantization.md). The packed code rows take a half (8-bit) or a quarter (int4) of a
+// quantized pages, the earlier shape, which measured slower on every case:
+// docs/kv-quantization.md). The packed code rows take a half (8-bit) or a quarter (int4) of a
 // q-dtype row, so a 128-key stage is no larger than a float 64-key one, and the iteration's work
 // that does not grow with its keys (table fetches, pipeline wait and barrier, visibility votes,
 // the softmax's row reductions and rescaling, the V-scale exponent, loop control) is paid once per
 // 128 keys: static SASS per key at head_dim 128 in docs/kv-quantization.md.
 inline constexpr int kDecodeQuantKeys = 128;
-// Quantized pages: blocks per SM the registers are bounded for, per keys per iteration. 128 keys:
-// two, as for float pages (the 8-bit formats' three 128-key stages of K and V take 96 KB at
-// head_dim 128, so a third block does not fit, and int4 at the 168 registers of three blocks
-// spilled 52 instructions inside the loop, nvcc 13.0); each warp's 32 keys per iteration give it
-// twice the independent work of a 64-key iteration instead. 64 keys: three (the loop is bound by
-// instruction latency, and with two warps per scheduler its chain was not hidden).
-__host__ __device__ constexpr int decode_quant_blocks_per_sm(int block_keys) {
-  return block_keys == 64 ? 3 : 2;
+// Quantized pages: blocks per SM the registers are bounded for, per format and keys per
+// iteration. 128 keys: int4 three (its 128-key stages take 60 KB at head_dim 128, and with the
+// swapped products its loop fits the 168 registers of three blocks without spills, nvcc 13.0);
+// the 8-bit formats two (their three stages of K and V take 96 KB, so a third block does not
+// fit). 64 keys: three (the loop is bound by instruction latency, and with two warps per
+// scheduler its chain was not hidden).
+__host__ __device__ constexpr int decode_quant_blocks_per_sm(KvQuant q, int block_keys) {
+  return block_keys == 64 || q == KvQuant::kInt4 ? 3 : 2;
 }
 
 // The shared-memory plan of a decode block over pages of format kQ (kNone: q-dtype elements).
@@ -82,14 +91,13 @@ template <int kD, KvQuant kQ = KvQuant::kNone, int kQuantKeys = kDecodeQuantKeys
 struct DecodeShape {
   static constexpr bool kQuantized = kQ != KvQuant::kNone;
   static_assert(kQuantKeys == 64 || kQuantKeys == 128, "64 or 128 keys per iteration");
-  // Keys per stage (loop iteration), per warp (each warp takes kWarpKeys of them), and the score
-  // fragments' 8-key n-tiles of a warp.
+  // Keys per stage (loop iteration) and per warp (each warp takes kWarpKeys of them).
   static constexpr int kBlockKeys = kQuantized ? kQuantKeys : kKeyBlock;
   static constexpr int kWarpKeys = kBlockKeys / kDecodeWarps;
-  static constexpr int kNTiles = kWarpKeys / 8;
+  static constexpr int kRows = decode_rows_per_block(kQ);  // query heads per block
   static constexpr int kStride = kD + 8;  // elements per row of sQ and of the q-dtype K/V tiles
   static constexpr int kChunks = kD / 8;  // 16-byte chunks of a q-dtype row
-  static constexpr int kSmemQ = kDecodeRows * kStride;
+  static constexpr int kSmemQ = kRows * kStride;
   static constexpr int kSmemKV = kKeyBlock * kStride;  // one q-dtype K (or V) block
   // Quantized: bytes of a row's codes (packed rows in a stage), their 16-byte chunks, and the
   // f32 parameters per row (fp8: scale; int8 / int4: scale, zero).
@@ -101,9 +109,13 @@ struct DecodeShape {
   static constexpr int stage_bytes() {
     return kQuantized ? kBlockKeys * kCodeBytes : kSmemKV * static_cast<int>(sizeof(T));
   }
-  // The warps' partial outputs of the final merge ([warps][16][kD + 8] f32), laid over the
-  // stages (and, quantized, the parameters and a pad after them where those are smaller).
-  static constexpr int kMergeBytes = kDecodeWarps * kDecodeRows * (kD + 8) * 4;
+  // The warps' partial outputs of the final merge ([warps][kRows][kOwStride] f32), laid over the
+  // stages (and, quantized, the parameters and a pad after them where those are smaller). Rows
+  // padded so that the fragment stores hit distinct banks (float: 8-byte stores of lanes
+  // l / 4 = row, l % 4 = column pair; quantized: 16-byte stores of query rows 2 (l % 4) and
+  // 2 (l % 4) + 1 at column kD / 8 (l / 4), at most two lanes of a quarter warp per bank).
+  static constexpr int kOwStride = kQuantized ? kD + 12 : kD + 8;
+  static constexpr int kMergeBytes = kDecodeWarps * kRows * kOwStride * 4;
   // Quantized only: the stages' parameters, then the pad the merge needs.
   template <typename T>
   static constexpr int quant_bytes() {
@@ -282,7 +294,7 @@ __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const Pending
 template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant::kNone,
           int kQuantKeys = kDecodeQuantKeys>
 __global__ void __launch_bounds__(kDecodeThreads,
-                                  kQ == KvQuant::kNone ? 2 : decode_quant_blocks_per_sm(kQuantKeys))
+                                  kQ == KvQuant::kNone ? 2 : decode_quant_blocks_per_sm(kQ, kQuantKeys))
     decode_attention_kernel(const AttentionParams p, const DecodeArgs a) {
   using Shape = DecodeShape<kD, kQ, kQuantKeys>;
   constexpr bool kQuantized = Shape::kQuantized;
@@ -291,10 +303,9 @@ __global__ void __launch_bounds__(kDecodeThreads,
   constexpr int kStageBytes = Shape::template stage_bytes<T>();
   constexpr int kKSteps = kD / 16;
   constexpr int kDTiles = kD / 8;
-  // Keys per iteration (64 float, 128 quantized), per warp, and the warp's 8-key n-tiles.
+  // Keys per iteration (64 float, 128 quantized) and per warp.
   constexpr int kBlockKeys = Shape::kBlockKeys;
   constexpr int kWarpKeys = Shape::kWarpKeys;
-  constexpr int kNT = Shape::kNTiles;
   static_assert(
       kWarpKeys == 16 || (kQuantized && kWarpKeys == 32),
       "16 keys per warp (a thread pair per key row) or, quantized, 32 (a thread per row)");
@@ -305,8 +316,9 @@ __global__ void __launch_bounds__(kDecodeThreads,
   const int32_t z = static_cast<int32_t>(blockIdx.z);
   const int32_t max_splits = static_cast<int32_t>(gridDim.z);
   const int32_t group = p.num_q_heads / p.num_kv_heads;
-  const int32_t h0 = g * group + chunk * kDecodeRows;  // first query head of this block
-  const int32_t nh = min(kDecodeRows, group - chunk * kDecodeRows);
+  constexpr int kRows = Shape::kRows;             // query heads per block (16 float, 8 quantized)
+  const int32_t h0 = g * group + chunk * kRows;  // first query head of this block
+  const int32_t nh = min(kRows, group - chunk * kRows);
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32, lane = tid % 32;
   int32_t* num_splits_out =
@@ -379,7 +391,7 @@ __global__ void __launch_bounds__(kDecodeThreads,
   int32_t* kpos = reinterpret_cast<int32_t*>(after_stages + Shape::template quant_bytes<T>());
   int32_t* listed = kpos + kDecodeStages * kBlockKeys;  // kpos: [stages][kBlockKeys]
   __shared__ Span span_s;
-  __shared__ float ml_s[kDecodeWarps][kDecodeRows][2];
+  __shared__ float ml_s[kDecodeWarps][kRows][2];
   constexpr int kTicketRing = 8;
   __shared__ int32_t tickets_s[kTicketRing];  // ticketed splits: ticket k in slot k % kTicketRing
   __shared__ int32_t last_ticket_s;           // the first ticket past the row's end (none: max)
@@ -603,7 +615,7 @@ __global__ void __launch_bounds__(kDecodeThreads,
     last_ticket_s = INT32_MAX;
   }
   // Q rows (heads h0 .. h0 + nh - 1 of the token), rows past nh zero: 8 threads per row.
-  {
+  if (tid / 8 < kRows) {
     const int r = tid / 8;
     const bool valid = r < nh;
     const T* src = static_cast<const T*>(p.q) +
@@ -621,17 +633,27 @@ __global__ void __launch_bounds__(kDecodeThreads,
   PendingRow q1 = first[kDecodeStages];      // block 3 (valid if 3 < n)
 
   const float scale_log2 = p.scale * 1.4426950408889634f;
-  uint32_t qf[kKSteps][4];
-  float o[kDTiles][4];
+  // Float pages: Q's A fragments (rows = query heads). Quantized pages: Q^T's B fragments (the
+  // swapped products below: column fg = query head fg).
+  [[maybe_unused]] uint32_t qf[kKSteps][4];
+  [[maybe_unused]] uint32_t qtf[kKSteps][2];
+  // The output accumulators. Float pages: O, n-tile d of the head_dim, rows fg (0, 1) and
+  // fg + 8 (2, 3), columns 2 ft and 2 ft + 1. Quantized pages: O^T, m-tile d of the head_dim,
+  // rows = head_dim elements kD / 8 fg + 2 d (0, 1) and + 1 (2, 3), columns = query heads 2 ft
+  // (0, 2) and 2 ft + 1 (1, 3).
+  constexpr int kOTiles = kQuantized ? kD / 16 : kDTiles;
+  float o[kOTiles][4];
 #pragma unroll
-  for (int i = 0; i < kDTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  for (int i = 0; i < kOTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  // The softmax state of the thread's two query heads: float pages rows fg and fg + 8,
+  // quantized pages 2 ft and 2 ft + 1 (below, "the thread's queries").
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   const int key0 = warp * kWarpKeys;  // this warp's 16 (quantized: 32) keys of each block
   // Quantized pages (kv_fragments.cuh): the MMAs run on the codes in f16, so the queries are
-  // converted to f16 once, row h scaled by 2^eq_h (max |q'| in [2^14, 2^15): bf16 -> f16 is then
-  // exact down to 2^-28 of the row's max, and f16 queries stay exact); scores are kept in the
-  // row's units (raw score * 2^eq_h), so the row's softmax factor is scale_log2 * 2^-eq_h
-  // (sl0 / sl1 for rows g / g + 8) and m is put back into true units at the end. qsum: the row's
+  // converted to f16 once, head h scaled by 2^eq_h (max |q'| in [2^14, 2^15): bf16 -> f16 is then
+  // exact down to 2^-28 of the head's max, and f16 queries stay exact); scores are kept in the
+  // head's units (raw score * 2^eq_h), so its softmax factor is scale_log2 * 2^-eq_h (sl0 / sl1
+  // for the thread's queries) and m is put back into true units at the end. qsum: the head's
   // sum of q' (the zero points' term). P V accumulates (p_t s_t F) c_t with F = 2^(141 - veb),
   // veb the largest biased f32 exponent of the V scales seen so far (p_t s_t F < 2^15 in f16),
   // and zacc = sum_t p_t z_t in f32; the end adds them back: o = acc / F + zacc.
@@ -645,68 +667,254 @@ __global__ void __launch_bounds__(kDecodeThreads,
   if constexpr (kQuantized) {
     // The queries in f16 for the code MMAs, once, while the first key blocks load (Q is its own,
     // first, copy group). Thread ft of a quad holds the quarter [kD / 4 ft, kD / 4 (ft + 1)) of
-    // rows fg and fg + 8 (in the permuted order of the K fragments, k_local).
+    // query head fg (in the permuted order of the K fragments, k_local).
     cp_async_wait<kDecodeStages - 1>();
     __syncthreads();
     constexpr int kQuarter = kD / 4;
-    T x0[kQuarter], x1[kQuarter];
+    T x0[kQuarter];
 #pragma unroll
     for (int c = 0; c < kQuarter / 8; ++c) {
       *reinterpret_cast<uint4*>(x0 + 8 * c) =
           *reinterpret_cast<const uint4*>(sQ + fg * kStride + kQuarter * ft + 8 * c);
-      *reinterpret_cast<uint4*>(x1 + 8 * c) =
-          *reinterpret_cast<const uint4*>(sQ + (fg + 8) * kStride + kQuarter * ft + 8 * c);
     }
-    float a0 = 0.0f, a1 = 0.0f, u0 = 0.0f, u1 = 0.0f;
+    float amax = 0.0f, usum = 0.0f;
 #pragma unroll
     for (int j = 0; j < kQuarter; ++j) {
-      const float v0 = to_f32(x0[j]), v1 = to_f32(x1[j]);
-      a0 = fmaxf(a0, fabsf(v0));
-      a1 = fmaxf(a1, fabsf(v1));
-      u0 += v0;
-      u1 += v1;
+      const float v = to_f32(x0[j]);
+      amax = fmaxf(amax, fabsf(v));
+      usum += v;
     }
 #pragma unroll
     for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-      a0 = fmaxf(a0, __shfl_xor_sync(0xffffffffu, a0, o2));
-      a1 = fmaxf(a1, __shfl_xor_sync(0xffffffffu, a1, o2));
-      u0 += __shfl_xor_sync(0xffffffffu, u0, o2);
-      u1 += __shfl_xor_sync(0xffffffffu, u1, o2);
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o2));
+      usum += __shfl_xor_sync(0xffffffffu, usum, o2);
     }
-    // NaN / inf (exponent 255) give 2^-114: the row stays NaN / inf, as it should.
-    const int e0 = min(126, max(-126, 141 - static_cast<int>(__float_as_uint(a0) >> 23)));
-    const int e1 = min(126, max(-126, 141 - static_cast<int>(__float_as_uint(a1) >> 23)));
-    const float f0 = exp2_int(e0), f1 = exp2_int(e1);
-    rq0 = exp2_int(-e0);
-    rq1 = exp2_int(-e1);
-    sl0 = scale_log2 * rq0;
-    sl1 = scale_log2 * rq1;
-    qsum0 = u0 * f0;
-    qsum1 = u1 * f1;
-    // The offset k_fragment leaves in the int codes, per row: kKOffset * sum(y) (kv_fragments.cuh).
-    float c0 = 0.0f, c1 = 0.0f;
+    // NaN / inf (exponent 255) give 2^-114: the head stays NaN / inf, as it should.
+    const int e = min(126, max(-126, 141 - static_cast<int>(__float_as_uint(amax) >> 23)));
+    const float f = exp2_int(e);
+    // The offset k_fragment leaves in the int codes, per head: kKOffset * sum(y)
+    // (kv_fragments.cuh).
+    float ysum = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int d0 = k_local<kQ>(kk, h, 0), d1 = k_local<kQ>(kk, h, 1);
-        const float w0 = f0 * k_query_weight<kQ>(h), w1 = f1 * k_query_weight<kQ>(h);
-        const float y00 = to_f32(x0[d0]) * w0, y01 = to_f32(x0[d1]) * w0;
-        const float y10 = to_f32(x1[d0]) * w1, y11 = to_f32(x1[d1]) * w1;
-        qf[kk][2 * h] = pack2<__half>(y00, y01);
-        qf[kk][2 * h + 1] = pack2<__half>(y10, y11);
-        c0 += y00 + y01;
-        c1 += y10 + y11;
+        const float w = f * k_query_weight<kQ>(h);
+        const float y0 = to_f32(x0[k_local<kQ>(kk, h, 0)]) * w;
+        const float y1 = to_f32(x0[k_local<kQ>(kk, h, 1)]) * w;
+        qtf[kk][h] = pack2<__half>(y0, y1);
+        ysum += y0 + y1;
       }
     }
 #pragma unroll
-    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-      c0 += __shfl_xor_sync(0xffffffffu, c0, o2);
-      c1 += __shfl_xor_sync(0xffffffffu, c1, o2);
-    }
-    qoff0 = kKOffset<kQ> * c0;
-    qoff1 = kKOffset<kQ> * c1;
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) ysum += __shfl_xor_sync(0xffffffffu, ysum, o2);
+    // Head fg's numbers sit in every lane of quad fg; the thread's queries are 2 ft and 2 ft + 1.
+    const float rq = exp2_int(-e), qsum = usum * f, qoff = kKOffset<kQ> * ysum;
+    const int src0 = 8 * ft, src1 = 8 * ft + 4;  // lanes of quads 2 ft and 2 ft + 1
+    rq0 = __shfl_sync(0xffffffffu, rq, src0);
+    rq1 = __shfl_sync(0xffffffffu, rq, src1);
+    qsum0 = __shfl_sync(0xffffffffu, qsum, src0);
+    qsum1 = __shfl_sync(0xffffffffu, qsum, src1);
+    qoff0 = __shfl_sync(0xffffffffu, qoff, src0);
+    qoff1 = __shfl_sync(0xffffffffu, qoff, src1);
+    sl0 = scale_log2 * rq0;
+    sl1 = scale_log2 * rq1;
   }
+
+  // One key block over quantized pages (kv_fragments.cuh), products swapped: S^T = K Q^T with
+  // the warp's 32 keys as two 16-row m-tiles and the block's 8 query heads as the columns, then
+  // O^T += V^T P^T with the head_dim as the rows. With GQA groups of 4-8 heads this takes half
+  // the MMAs of Q K^T and P V over 16 query rows, and every thread keeps the softmax of two
+  // query heads over its four keys (key0 + 16 mt + fg and + 8) instead of two rows of 16 keys.
+  // P^T's B fragments are the transposes of the score fragments' 8 x 8 halves (movmatrix).
+  auto compute_quantized = [&](int stage, uint32_t vmask) {
+    if constexpr (!kQuantized) {
+      (void)stage;
+      (void)vmask;
+    } else {
+      constexpr int kMT = kWarpKeys / 16;
+      // s[mt]: keys key0 + 16 mt + fg (0, 1) and + 8 (2, 3), queries 2 ft (0, 2), 2 ft + 1 (1, 3).
+      float s[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) s[mt][0] = s[mt][1] = s[mt][2] = s[mt][3] = 0.0f;
+      const unsigned char* kst = sK + stage * kStageBytes;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        uint32_t wlo[kKWords<kD, kQ>], whi[kKWords<kD, kQ>];
+        load_k_words<kD, kQ>(kst, key0 + 16 * mt + fg, ft, wlo);
+        load_k_words<kD, kQ>(kst, key0 + 16 * mt + fg + 8, ft, whi);
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; ++kk) {
+          uint32_t af[4];  // A = (keys fg, fg + 8) x (k 2 ft.., 2 ft + 8..): k_fragment's halves
+          k_fragment<kQ>(wlo, kk, af[0], af[2]);
+          k_fragment<kQ>(whi, kk, af[1], af[3]);
+          mma_16816<__half>(s[mt], af, qtf[kk][0], qtf[kk][1]);
+        }
+      }
+      // Scores in the heads' units: s_t (acc - offsets) + z_t qsum' (fp8: s_t acc).
+      const float* kq = pK + (stage * kBlockKeys + key0) * Shape::kParams;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi) {
+          const int key = 16 * mt + 8 * hi + fg;
+          if constexpr (Shape::kParams == 2) {
+            const float2 kp2 = *reinterpret_cast<const float2*>(kq + 2 * key);
+            s[mt][2 * hi] = fmaf(s[mt][2 * hi] - qoff0, kp2.x, kp2.y * qsum0);
+            s[mt][2 * hi + 1] = fmaf(s[mt][2 * hi + 1] - qoff1, kp2.x, kp2.y * qsum1);
+          } else {
+            const float sc = kq[key];
+            s[mt][2 * hi] *= sc;
+            s[mt][2 * hi + 1] *= sc;
+          }
+        }
+      }
+      // Only blocks with a masked key (row or window edges, missing rows).
+      if (vmask != 0xffffffffu) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {
+            if (((vmask >> (16 * mt + 8 * hi + fg)) & 1u) == 0u) {
+              s[mt][2 * hi] = -INFINITY;
+              s[mt][2 * hi + 1] = -INFINITY;
+            }
+          }
+        }
+      }
+      // Each query's maximum over the warp's keys: the thread's four, then its column's 8 lanes.
+      float mx0 = fmaxf(s[0][0], s[0][2]);
+      float mx1 = fmaxf(s[0][1], s[0][3]);
+#pragma unroll
+      for (int mt = 1; mt < kMT; ++mt) {
+        mx0 = fmaxf(mx0, fmaxf(s[mt][0], s[mt][2]));
+        mx1 = fmaxf(mx1, fmaxf(s[mt][1], s[mt][3]));
+      }
+#pragma unroll
+      for (int o2 = 4; o2 <= 16; o2 <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+      }
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * sl0;
+      const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * sl1;
+      float alpha0 = fast_exp2(m0 * sl0 - base0);  // times F_old / F_new below
+      float alpha1 = fast_exp2(m1 * sl1 - base1);
+      m0 = mn0;
+      m1 = mn1;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        s[mt][0] = fast_exp2(fmaf(s[mt][0], sl0, -base0));
+        s[mt][2] = fast_exp2(fmaf(s[mt][2], sl0, -base0));
+        s[mt][1] = fast_exp2(fmaf(s[mt][1], sl1, -base1));
+        s[mt][3] = fast_exp2(fmaf(s[mt][3], sl1, -base1));
+      }
+      float ls0 = s[0][0] + s[0][2];
+      float ls1 = s[0][1] + s[0][3];
+#pragma unroll
+      for (int mt = 1; mt < kMT; ++mt) {
+        ls0 = ls0 + s[mt][0];
+        ls0 = ls0 + s[mt][2];
+        ls1 = ls1 + s[mt][1];
+        ls1 = ls1 + s[mt][3];
+      }
+      l0 = l0 * alpha0 + ls0;  // the thread's keys only: the column's lanes are summed at the end
+      l1 = l1 * alpha1 + ls1;
+      // The V parameters of the thread's keys; P' = p_t s_t F in f16 (F from the largest V scale so
+      // far; a larger one rescales o by the exact power of two F_new / F_old together with alpha),
+      // and z's term in f32.
+      const float* vq = pV + (stage * kBlockKeys + key0) * Shape::kParams;
+      float vsc[kMT][2];
+      [[maybe_unused]] float vzr[kMT][2];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi) {
+          const int key = 16 * mt + 8 * hi + fg;
+          if constexpr (Shape::kParams == 2) {
+            const float2 vp2 = *reinterpret_cast<const float2*>(vq + 2 * key);
+            vsc[mt][hi] = vp2.x;
+            vzr[mt][hi] = vp2.y;
+          } else {
+            vsc[mt][hi] = vq[key];
+          }
+        }
+      }
+      if constexpr (Shape::kParams == 2) {
+        float z0 = s[0][0] * vzr[0][0] + s[0][2] * vzr[0][1];
+        float z1 = s[0][1] * vzr[0][0] + s[0][3] * vzr[0][1];
+#pragma unroll
+        for (int mt = 1; mt < kMT; ++mt) {
+          z0 += s[mt][0] * vzr[mt][0] + s[mt][2] * vzr[mt][1];
+          z1 += s[mt][1] * vzr[mt][0] + s[mt][3] * vzr[mt][1];
+        }
+        zacc0 = zacc0 * alpha0 + z0;
+        zacc1 = zacc1 * alpha1 + z1;
+      }
+      float mxs = fmaxf(vsc[0][0], vsc[0][1]);
+#pragma unroll
+      for (int mt = 1; mt < kMT; ++mt) mxs = fmaxf(mxs, fmaxf(vsc[mt][0], vsc[mt][1]));
+#pragma unroll
+      for (int o2 = 4; o2 <= 16; o2 <<= 1) mxs = fmaxf(mxs, __shfl_xor_sync(0xffffffffu, mxs, o2));
+      const int eb = min(254, max(veb, static_cast<int>((__float_as_uint(mxs) >> 23) & 0xffu)));
+      if (eb != veb) {  // the same in every lane (the columns' lanes cover the warp's keys)
+        const float ratio = exp2_int(max(-126, veb - eb));
+        alpha0 *= ratio;
+        alpha1 *= ratio;
+        veb = eb;
+      }
+      const float big_f = exp2_int(141 - veb);
+      // P^T's B fragments per 16 keys mt: b0 = keys 2 ft, 2 ft + 1 of query fg (the transposed
+      // keys 0..7 half of s[mt]), b1 = keys 2 ft + 8, 2 ft + 9 (the + 8 half).
+      uint32_t pb[kMT][2];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        const float f0 = vsc[mt][0] * big_f, f1 = vsc[mt][1] * big_f;
+        pb[mt][0] = movmatrix_trans(pack2<__half>(s[mt][0] * f0, s[mt][1] * f0));
+        pb[mt][1] = movmatrix_trans(pack2<__half>(s[mt][2] * f1, s[mt][3] * f1));
+      }
+      // Once the maxima settle, alpha is exactly 1 (exp2 of 0) for the whole warp, and the
+      // multiplications would leave o as it is: skip them (bit-identical either way).
+      if (__any_sync(0xffffffffu, alpha0 != 1.0f || alpha1 != 1.0f)) {
+#pragma unroll
+        for (int d = 0; d < kOTiles; ++d) {
+          o[d][0] *= alpha0;
+          o[d][1] *= alpha1;
+          o[d][2] *= alpha0;
+          o[d][3] *= alpha1;
+        }
+      }
+      // V^T's A fragments per 16 keys mt: m-tile d of the head_dim is kv_fragments' n-tiles 2 d
+      // (rows fg) and 2 d + 1 (rows fg + 8), over key rows 2 ft, 2 ft + 1 (a0, a1) and 2 ft + 8,
+      // 2 ft + 9 (a2, a3); thread fg holds head_dim elements v_phys(j, fg) of n-tile j.
+      constexpr int kW = kVWords<kD, kQ>;
+      constexpr int kTilesPerWord = kQ == KvQuant::kInt4 ? 8 : 4;
+      const unsigned char* vst = sV + stage * kStageBytes;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        const int kr = key0 + 16 * mt + 2 * ft;
+        uint32_t va[kW], vb[kW], vc[kW], vd[kW];
+        load_v_words<kD, kQ>(vst, kr, fg, va);
+        load_v_words<kD, kQ>(vst, kr + 1, fg, vb);
+        load_v_words<kD, kQ>(vst, kr + 8, fg, vc);
+        load_v_words<kD, kQ>(vst, kr + 9, fg, vd);
+#pragma unroll
+        for (int m = 0; m < kW; ++m) {
+          uint32_t f0[kTilesPerWord], f1[kTilesPerWord];
+          v_fragments<kQ>(va[m], vb[m], f0);
+          v_fragments<kQ>(vc[m], vd[m], f1);
+#pragma unroll
+          for (int jj = 0; jj < kTilesPerWord / 2; ++jj) {
+            const int d = m * kTilesPerWord / 2 + jj;
+            if (d < kOTiles) {
+              const uint32_t af[4] = {f0[2 * jj], f0[2 * jj + 1], f1[2 * jj], f1[2 * jj + 1]};
+              mma_16816<__half>(o[d], af, pb[mt][0], pb[mt][1]);
+            }
+          }
+        }
+      }
+    }
+  };
 
   // One iteration per 64-key block. qa holds block i + 2's table entry (issued now) and is then
   // refilled with block i + 4's; qb holds block i + 3's (prefetched now). The loop below runs the
@@ -761,56 +969,19 @@ __global__ void __launch_bounds__(kDecodeThreads,
     const int stage = i % kDecodeStages;
     const int32_t* kp = kpos + stage * kBlockKeys + key0;
     const bool vis = key_visible(hv, it.position, kp[lane % kWarpKeys]);
-    // Quantized: lane l's vote is key l % kWarpKeys's visibility, so the ballot is the warp's
-    // key mask (16 keys: twice over) and the masking below needs no second look at the keys.
-    [[maybe_unused]] uint32_t vmask = 0xffffffffu;
     if constexpr (kQuantized) {
-      vmask = __ballot_sync(0xffffffffu, vis);
-      if (vmask == 0u) return true;
+      // Lane l's vote is key l's visibility, so the ballot is the warp's key mask and the
+      // masking needs no second look at the keys.
+      const uint32_t vmask = __ballot_sync(0xffffffffu, vis);
+      if (vmask != 0u) compute_quantized(stage, vmask);
+      return true;
     } else {
       if (!__any_sync(0xffffffffu, vis)) return true;
-    }
-    const bool all = kQuantized ? vmask == 0xffffffffu : __all_sync(0xffffffffu, vis);
-    // Score fragments: s[nt] holds keys key0 + 8 nt + 2 ft + e of rows fg (e) and fg + 8 (2 + e).
-    float s[kNT][4];
+      const bool all = __all_sync(0xffffffffu, vis);
+      // Score fragments: s[nt] holds keys key0 + 8 nt + 2 ft + e of rows fg (e) and fg + 8 (2 + e).
+      float s[2][4];
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    // Quantized: this thread's keys' V parameters (the columns of its score fragments), read
-    // from the stage after the softmax.
-    [[maybe_unused]] float vsc[kNT][2], vzr[kNT][2];
-    if constexpr (kQuantized) {
-      const unsigned char* kst = sK + stage * kStageBytes;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        uint32_t kw[kKWords<kD, kQ>];
-        load_k_words<kD, kQ>(kst, key0 + nt * 8 + fg, ft, kw);
-#pragma unroll
-        for (int kk = 0; kk < kKSteps; ++kk) {
-          uint32_t b0, b1;
-          k_fragment<kQ>(kw, kk, b0, b1);
-          mma_16816<__half>(s[nt], qf[kk], b0, b1);
-        }
-      }
-      const float* kq = pK + (stage * kBlockKeys + key0) * Shape::kParams;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        const int key = nt * 8 + 2 * ft;
-        // Scores in the rows' units: s_t (acc - offsets) + z_t qsum'.
-        if constexpr (Shape::kParams == 2) {
-          const float4 kp4 = *reinterpret_cast<const float4*>(kq + 2 * key);
-          s[nt][0] = fmaf(s[nt][0] - qoff0, kp4.x, kp4.y * qsum0);
-          s[nt][2] = fmaf(s[nt][2] - qoff1, kp4.x, kp4.y * qsum1);
-          s[nt][1] = fmaf(s[nt][1] - qoff0, kp4.z, kp4.w * qsum0);
-          s[nt][3] = fmaf(s[nt][3] - qoff1, kp4.z, kp4.w * qsum1);
-        } else {
-          const float2 kp2 = *reinterpret_cast<const float2*>(kq + key);
-          s[nt][0] *= kp2.x;
-          s[nt][2] *= kp2.x;
-          s[nt][1] *= kp2.y;
-          s[nt][3] *= kp2.y;
-        }
-      }
-    } else {
+      for (int nt = 0; nt < 2; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
       const T* k_st = reinterpret_cast<const T*>(sK + stage * kStageBytes);
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
@@ -820,170 +991,77 @@ __global__ void __launch_bounds__(kDecodeThreads,
         mma_16816<T>(s[0], qf[kk], kf[0], kf[1]);
         mma_16816<T>(s[1], qf[kk], kf[2], kf[3]);
       }
-    }
-    if (!all) {  // only blocks with a masked key (row or window edges, missing rows)
+      if (!all) {  // only blocks with a masked key (row or window edges, missing rows)
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
+        for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = nt * 8 + 2 * (lane % 4) + e;
-          if (kQuantized ? ((vmask >> key) & 1u) == 0u : !key_visible(hv, it.position, kp[key])) {
-            s[nt][e] = -INFINITY;
-            s[nt][2 + e] = -INFINITY;
-          }
-        }
-      }
-    }
-    // (Float pages, kNT = 2: the same expressions, in the same order, as before the quantized
-    // pages' 128-key blocks.)
-    float mx0 = fmaxf(s[0][0], s[0][1]);
-    float mx1 = fmaxf(s[0][2], s[0][3]);
-#pragma unroll
-    for (int nt = 1; nt < kNT; ++nt) {
-      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
-    }
-#pragma unroll
-    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
-    }
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * sl0;
-    const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * sl1;
-    float alpha0 = fast_exp2(m0 * sl0 - base0);  // quantized: times F_old / F_new below
-    float alpha1 = fast_exp2(m1 * sl1 - base1);
-    m0 = mn0;
-    m1 = mn1;
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      s[nt][0] = fast_exp2(fmaf(s[nt][0], sl0, -base0));
-      s[nt][1] = fast_exp2(fmaf(s[nt][1], sl0, -base0));
-      s[nt][2] = fast_exp2(fmaf(s[nt][2], sl1, -base1));
-      s[nt][3] = fast_exp2(fmaf(s[nt][3], sl1, -base1));
-    }
-    float ls0 = s[0][0] + s[0][1];
-    float ls1 = s[0][2] + s[0][3];
-#pragma unroll
-    for (int nt = 1; nt < kNT; ++nt) {
-      ls0 = ls0 + s[nt][0];
-      ls0 = ls0 + s[nt][1];
-      ls1 = ls1 + s[nt][2];
-      ls1 = ls1 + s[nt][3];
-    }
-    l0 = l0 * alpha0 + ls0;
-    l1 = l1 * alpha1 + ls1;
-    // P fragments: one per 16 keys (pf[ks] from n-tiles 2 ks and 2 ks + 1).
-    uint32_t pf[kNT / 2][4];
-    if constexpr (kQuantized) {
-      // P' = p_t s_t F in f16 (F from the largest V scale so far; a larger one rescales o by the
-      // exact power of two F_new / F_old together with alpha), and z's term in f32.
-      const float* vq = pV + (stage * kBlockKeys + key0) * Shape::kParams;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        const int key = nt * 8 + 2 * ft;
-        if constexpr (Shape::kParams == 2) {
-          const float4 vp4 = *reinterpret_cast<const float4*>(vq + 2 * key);
-          vsc[nt][0] = vp4.x;
-          vzr[nt][0] = vp4.y;
-          vsc[nt][1] = vp4.z;
-          vzr[nt][1] = vp4.w;
-        } else {
-          const float2 vp2 = *reinterpret_cast<const float2*>(vq + key);
-          vsc[nt][0] = vp2.x;
-          vsc[nt][1] = vp2.y;
-        }
-      }
-      if constexpr (Shape::kParams == 2) {
-        float z0 = s[0][0] * vzr[0][0] + s[0][1] * vzr[0][1];
-        float z1 = s[0][2] * vzr[0][0] + s[0][3] * vzr[0][1];
-#pragma unroll
-        for (int nt = 1; nt < kNT; ++nt) {
-          z0 += s[nt][0] * vzr[nt][0] + s[nt][1] * vzr[nt][1];
-          z1 += s[nt][2] * vzr[nt][0] + s[nt][3] * vzr[nt][1];
-        }
-        zacc0 = zacc0 * alpha0 + z0;
-        zacc1 = zacc1 * alpha1 + z1;
-      }
-      float mxs = fmaxf(vsc[0][0], vsc[0][1]);
-#pragma unroll
-      for (int nt = 1; nt < kNT; ++nt) mxs = fmaxf(mxs, fmaxf(vsc[nt][0], vsc[nt][1]));
-      mxs = fmaxf(mxs, __shfl_xor_sync(0xffffffffu, mxs, 1));
-      mxs = fmaxf(mxs, __shfl_xor_sync(0xffffffffu, mxs, 2));
-      const int eb = min(254, max(veb, static_cast<int>((__float_as_uint(mxs) >> 23) & 0xffu)));
-      if (eb != veb) {  // the same in every lane (the quad's max covers the warp's keys)
-        const float ratio = exp2_int(max(-126, veb - eb));
-        alpha0 *= ratio;
-        alpha1 *= ratio;
-        veb = eb;
-      }
-      const float big_f = exp2_int(141 - veb);
-#pragma unroll
-      for (int ks = 0; ks < kNT / 2; ++ks) {
-        const float f00 = vsc[2 * ks][0] * big_f, f01 = vsc[2 * ks][1] * big_f;
-        const float f10 = vsc[2 * ks + 1][0] * big_f, f11 = vsc[2 * ks + 1][1] * big_f;
-        pf[ks][0] = pack2<__half>(s[2 * ks][0] * f00, s[2 * ks][1] * f01);
-        pf[ks][1] = pack2<__half>(s[2 * ks][2] * f00, s[2 * ks][3] * f01);
-        pf[ks][2] = pack2<__half>(s[2 * ks + 1][0] * f10, s[2 * ks + 1][1] * f11);
-        pf[ks][3] = pack2<__half>(s[2 * ks + 1][2] * f10, s[2 * ks + 1][3] * f11);
-      }
-    }
-    // Once the row maxima settle, alpha is exactly 1 (exp2 of 0) for the whole warp, and the 64
-    // multiplications would leave o as it is: skip them (bit-identical either way).
-    if (__any_sync(0xffffffffu, alpha0 != 1.0f || alpha1 != 1.0f)) {
-#pragma unroll
-      for (int d = 0; d < kDTiles; ++d) {
-        o[d][0] *= alpha0;
-        o[d][1] *= alpha0;
-        o[d][2] *= alpha1;
-        o[d][3] *= alpha1;
-      }
-    }
-    if constexpr (!kQuantized) {
-      pf[0][0] = pack2<T>(s[0][0], s[0][1]);
-      pf[0][1] = pack2<T>(s[0][2], s[0][3]);
-      pf[0][2] = pack2<T>(s[1][0], s[1][1]);
-      pf[0][3] = pack2<T>(s[1][2], s[1][3]);
-    }
-    if constexpr (kQuantized) {
-      // Per 16 keys ks: rows 2 ft, 2 ft + 1 (b0) and 2 ft + 8, 2 ft + 9 (b1) of them; thread fg
-      // holds head_dim elements v_phys(j, fg) of n-tile j.
-      constexpr int kW = kVWords<kD, kQ>;
-      constexpr int kTilesPerWord = kQ == KvQuant::kInt4 ? 8 : 4;
-      const unsigned char* vst = sV + stage * kStageBytes;
-#pragma unroll
-      for (int ks = 0; ks < kNT / 2; ++ks) {
-        const int kr = key0 + 16 * ks + 2 * ft;
-        uint32_t va[kW], vb[kW], vc[kW], vd[kW];
-        load_v_words<kD, kQ>(vst, kr, fg, va);
-        load_v_words<kD, kQ>(vst, kr + 1, fg, vb);
-        load_v_words<kD, kQ>(vst, kr + 8, fg, vc);
-        load_v_words<kD, kQ>(vst, kr + 9, fg, vd);
-#pragma unroll
-        for (int m = 0; m < kW; ++m) {
-          uint32_t f0[kTilesPerWord], f1[kTilesPerWord];
-          v_fragments<kQ>(va[m], vb[m], f0);
-          v_fragments<kQ>(vc[m], vd[m], f1);
-#pragma unroll
-          for (int jj = 0; jj < kTilesPerWord; ++jj) {
-            if (m * kTilesPerWord + jj < kDTiles) {
-              mma_16816<__half>(o[m * kTilesPerWord + jj], pf[ks], f0[jj], f1[jj]);
+          for (int e = 0; e < 2; ++e) {
+            const int key = nt * 8 + 2 * (lane % 4) + e;
+            if (!key_visible(hv, it.position, kp[key])) {
+              s[nt][e] = -INFINITY;
+              s[nt][2 + e] = -INFINITY;
             }
           }
         }
       }
-    } else {
+      float mx0 = fmaxf(s[0][0], s[0][1]);
+      float mx1 = fmaxf(s[0][2], s[0][3]);
+      mx0 = fmaxf(mx0, fmaxf(s[1][0], s[1][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[1][2], s[1][3]));
+#pragma unroll
+      for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+      }
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * sl0;
+      const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * sl1;
+      const float alpha0 = fast_exp2(m0 * sl0 - base0);
+      const float alpha1 = fast_exp2(m1 * sl1 - base1);
+      m0 = mn0;
+      m1 = mn1;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        s[nt][0] = fast_exp2(fmaf(s[nt][0], sl0, -base0));
+        s[nt][1] = fast_exp2(fmaf(s[nt][1], sl0, -base0));
+        s[nt][2] = fast_exp2(fmaf(s[nt][2], sl1, -base1));
+        s[nt][3] = fast_exp2(fmaf(s[nt][3], sl1, -base1));
+      }
+      float ls0 = s[0][0] + s[0][1];
+      float ls1 = s[0][2] + s[0][3];
+      ls0 = ls0 + s[1][0];
+      ls0 = ls0 + s[1][1];
+      ls1 = ls1 + s[1][2];
+      ls1 = ls1 + s[1][3];
+      l0 = l0 * alpha0 + ls0;
+      l1 = l1 * alpha1 + ls1;
+      // Once the row maxima settle, alpha is exactly 1 (exp2 of 0) for the whole warp, and the
+      // 64 multiplications would leave o as it is: skip them (bit-identical either way).
+      if (__any_sync(0xffffffffu, alpha0 != 1.0f || alpha1 != 1.0f)) {
+#pragma unroll
+        for (int d = 0; d < kDTiles; ++d) {
+          o[d][0] *= alpha0;
+          o[d][1] *= alpha0;
+          o[d][2] *= alpha1;
+          o[d][3] *= alpha1;
+        }
+      }
+      uint32_t pf[4];
+      pf[0] = pack2<T>(s[0][0], s[0][1]);
+      pf[1] = pack2<T>(s[0][2], s[0][3]);
+      pf[2] = pack2<T>(s[1][0], s[1][1]);
+      pf[3] = pack2<T>(s[1][2], s[1][3]);
       const T* v_st = reinterpret_cast<const T*>(sV + stage * kStageBytes);
 #pragma unroll
       for (int dn = 0; dn < kD / 16; ++dn) {
         uint32_t vf[4];
         ldmatrix_x4_trans(vf, v_st + (key0 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride +
                                   dn * 16 + (lane / 16) * 8);
-        mma_16816<T>(o[2 * dn], pf[0], vf[0], vf[1]);
-        mma_16816<T>(o[2 * dn + 1], pf[0], vf[2], vf[3]);
+        mma_16816<T>(o[2 * dn], pf, vf[0], vf[1]);
+        mma_16816<T>(o[2 * dn + 1], pf, vf[2], vf[3]);
       }
+      return true;
     }
-    return true;
   };
   int32_t i = 0;  // after the loop: the blocks computed
   for (;;) {
@@ -996,64 +1074,83 @@ __global__ void __launch_bounds__(kDecodeThreads,
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the stages: reuse them for the merge
 
-  // Merge the 4 warps' states: o (unnormalised), m (raw score max) and l per row.
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  if constexpr (kQuantized) {
-    // Back to true units: o = acc / F + sum_t p_t z_t (columns stay permuted: v_phys), m = m' 2^-eq.
-    zacc0 += __shfl_xor_sync(0xffffffffu, zacc0, 1);
-    zacc0 += __shfl_xor_sync(0xffffffffu, zacc0, 2);
-    zacc1 += __shfl_xor_sync(0xffffffffu, zacc1, 1);
-    zacc1 += __shfl_xor_sync(0xffffffffu, zacc1, 2);
-    const float inv_f = exp2_int(veb - 141);
-#pragma unroll
-    for (int d = 0; d < kDTiles; ++d) {
-      o[d][0] = fmaf(o[d][0], inv_f, zacc0);
-      o[d][1] = fmaf(o[d][1], inv_f, zacc0);
-      o[d][2] = fmaf(o[d][2], inv_f, zacc1);
-      o[d][3] = fmaf(o[d][3], inv_f, zacc1);
-    }
-    m0 *= rq0;
-    m1 *= rq1;
-  }
-  // Rows padded by 8 floats: the fragment stores below (lane l: row l / 4, columns 2 (l % 4) and
-  // + 1 of each 8-column tile) then hit distinct banks; rows of kD floats put every row in the
-  // same banks (an 8-way conflict per store).
-  constexpr int kOwStride = kD + 8;
+  // Merge the 4 warps' states: o (unnormalised), m (raw score max) and l per query head.
+  // [warps][kRows][kOwStride] f32, from the K stages on
+  constexpr int kOwStride = Shape::kOwStride;
   static_assert(Shape::kMergeBytes <= (kQuantized ? 2 * kDecodeStages * kStageBytes +
                                                        Shape::template quant_bytes<T>()
                                                  : kDecodeStages * kStageBytes),
                 "the warps' partial outputs fit the K stages (quantized: K and V stages, "
                 "parameters and pad)");
-  // [warps][16][kOwStride] f32, from the K stages on
   float* ow = reinterpret_cast<float*>(sK);
-  const int r0 = lane / 4;
-  if (lane % 4 == 0) {
-    ml_s[warp][r0][0] = m0;
-    ml_s[warp][r0][1] = l0;
-    ml_s[warp][r0 + 8][0] = m1;
-    ml_s[warp][r0 + 8][1] = l1;
-  }
-  // Only the block's nh query rows are merged: the padding rows' accumulators stay in registers.
-  // Then one thread per 4 columns of a row: the warps' weights once, float4 loads and stores.
-  // Every block runs this epilogue, so it sits on the critical path of every split: on an H100
-  // a scalar merge of all 16 rows through unpadded (8-way bank-conflicting) rows made lserve
+  // Only the block's nh query heads are merged: the padding heads' accumulators stay in
+  // registers. Then one thread per 4 columns of a head: the warps' weights once, float4 loads and
+  // stores. Every block runs this epilogue, so it sits on the critical path of every split: on an
+  // H100 a scalar merge of all 16 rows through unpadded (8-way bank-conflicting) rows made lserve
   // batch 8 at 128K take 36.91 us per call against 34.44, batch 1 11.10 against 9.73
   // (docs/history/cuda-decode.md).
-  if (r0 < nh) {
+  if constexpr (kQuantized) {
+    // Each query's l and sum_t p_t z_t over its column's 8 lanes (lanes ft, ft + 4, ...).
 #pragma unroll
-    for (int d = 0; d < kDTiles; ++d) {
-      float* w0 = ow + (warp * kDecodeRows + r0) * kOwStride + d * 8 + 2 * (lane % 4);
-      *reinterpret_cast<float2*>(w0) = make_float2(o[d][0], o[d][1]);
+    for (int o2 = 4; o2 <= 16; o2 <<= 1) {
+      l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
+      zacc0 += __shfl_xor_sync(0xffffffffu, zacc0, o2);
+      zacc1 += __shfl_xor_sync(0xffffffffu, zacc1, o2);
     }
-  }
-  if (r0 + 8 < nh) {
+    // Back to true units: o = acc / F + sum_t p_t z_t, m = m' 2^-eq.
+    const float inv_f = exp2_int(veb - 141);
+    m0 *= rq0;
+    m1 *= rq1;
+    const int q0 = 2 * ft, q1 = 2 * ft + 1;
+    if (fg == 0) {
+      ml_s[warp][q0][0] = m0;
+      ml_s[warp][q0][1] = l0;
+      ml_s[warp][q1][0] = m1;
+      ml_s[warp][q1][1] = l1;
+    }
+    // Thread fg holds head_dim elements kD / 8 fg .. kD / 8 fg + kD / 8 - 1 of its two queries
+    // (o[d][0 / 2]: query q0, elements + 2 d and + 2 d + 1; o[d][1 / 3]: query q1), in order.
+    float* w0 = ow + (warp * kRows + q0) * kOwStride + kD / 8 * fg;
+    float* w1 = ow + (warp * kRows + q1) * kOwStride + kD / 8 * fg;
 #pragma unroll
-    for (int d = 0; d < kDTiles; ++d) {
-      float* w1 = ow + (warp * kDecodeRows + r0 + 8) * kOwStride + d * 8 + 2 * (lane % 4);
-      *reinterpret_cast<float2*>(w1) = make_float2(o[d][2], o[d][3]);
+    for (int d = 0; d < kOTiles; d += 2) {
+      if (q0 < nh) {
+        *reinterpret_cast<float4*>(w0 + 2 * d) =
+            make_float4(fmaf(o[d][0], inv_f, zacc0), fmaf(o[d][2], inv_f, zacc0),
+                        fmaf(o[d + 1][0], inv_f, zacc0), fmaf(o[d + 1][2], inv_f, zacc0));
+      }
+      if (q1 < nh) {
+        *reinterpret_cast<float4*>(w1 + 2 * d) =
+            make_float4(fmaf(o[d][1], inv_f, zacc1), fmaf(o[d][3], inv_f, zacc1),
+                        fmaf(o[d + 1][1], inv_f, zacc1), fmaf(o[d + 1][3], inv_f, zacc1));
+      }
+    }
+  } else {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const int r0 = lane / 4;
+    if (lane % 4 == 0) {
+      ml_s[warp][r0][0] = m0;
+      ml_s[warp][r0][1] = l0;
+      ml_s[warp][r0 + 8][0] = m1;
+      ml_s[warp][r0 + 8][1] = l1;
+    }
+    if (r0 < nh) {
+#pragma unroll
+      for (int d = 0; d < kDTiles; ++d) {
+        float* w0 = ow + (warp * kRows + r0) * kOwStride + d * 8 + 2 * (lane % 4);
+        *reinterpret_cast<float2*>(w0) = make_float2(o[d][0], o[d][1]);
+      }
+    }
+    if (r0 + 8 < nh) {
+#pragma unroll
+      for (int d = 0; d < kDTiles; ++d) {
+        float* w1 = ow + (warp * kRows + r0 + 8) * kOwStride + d * 8 + 2 * (lane % 4);
+        *reinterpret_cast<float2*>(w1) = make_float2(o[d][2], o[d][3]);
+      }
     }
   }
   __syncthreads();
@@ -1075,18 +1172,8 @@ __global__ void __launch_bounds__(kDecodeThreads,
       for (int w = 0; w < kDecodeWarps; ++w) {
         if (mw[w] == -INFINITY) continue;
         const float wt = fast_exp2((mw[w] - mstar) * scale_log2);
-        const float* owr = ow + (w * kDecodeRows + r) * kOwStride;
-        float4 v;
-        if constexpr (kQuantized) {
-          // Output column d sits at fragment column 8 (d % (kD / 8)) + d / (kD / 8) (v_phys).
-          constexpr int kG = kD / 8;
-          v.x = owr[8 * ((4 * c) % kG) + (4 * c) / kG];
-          v.y = owr[8 * ((4 * c + 1) % kG) + (4 * c + 1) / kG];
-          v.z = owr[8 * ((4 * c + 2) % kG) + (4 * c + 2) / kG];
-          v.w = owr[8 * ((4 * c + 3) % kG) + (4 * c + 3) / kG];
-        } else {
-          v = *reinterpret_cast<const float4*>(owr + 4 * c);
-        }
+        const float4 v =
+            *reinterpret_cast<const float4*>(ow + (w * kRows + r) * kOwStride + 4 * c);
         acc.x += wt * v.x;
         acc.y += wt * v.y;
         acc.z += wt * v.z;

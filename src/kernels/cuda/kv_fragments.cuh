@@ -12,7 +12,11 @@
 // for int8 / int4, one subtraction per two codes; fp32 accumulation as everywhere.
 //
 // Fragment layouts (mma.cuh): B (16 x 8, col) b0 = (k 2t..2t+1, n g), b1 = (k 2t+8..2t+9, n g),
-// lane = 4 g + t. The reduction order is free, so:
+// lane = 4 g + t. The decode kernel runs the products swapped (S^T = K Q^T, O^T = V^T P^T: keys
+// and head_dim are the 16 MMA rows, the query heads the 8 columns), and an A fragment (16 x 16,
+// row) is two of these halves: a0 / a2 = b0 / b1 of row g, a1 / a3 = b0 / b1 of row g + 8 (K:
+// key rows g and g + 8; V: n-tiles 2 d and 2 d + 1 below as head_dim rows g and g + 8). The
+// reduction order is free, so:
 //   - Q K^T (k = head_dim, n = key): the head_dim is permuted so that thread t of a key row
 //     reads one run of contiguous code bytes of that row (8-bit: kD / 4 bytes at kD / 4 * t, i.e.
 //     one 32-bit word per mma k-step; int4: kD / 8 bytes at kD / 8 * t, one word per two

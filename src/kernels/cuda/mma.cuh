@@ -73,6 +73,14 @@ __device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The transpose of the 8 x 8 16-bit matrix of which lane l holds row l / 4, columns 2 (l % 4)
+// and 2 (l % 4) + 1, in the same layout (a warp-wide exchange, no shared memory).
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t d;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(x));
+  return d;
+}
+
 // Two f32 values rounded to a packed pair of T (lower address = x).
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float x, float y);
