@@ -391,10 +391,13 @@ struct SelectCase {
 };
 
 // `lens`: the sequences' kv lengths (one decode token each, every row written); empty: a fixed
-// mix of short sequences, prefill chunks, a reused selection and an empty sequence.
+// mix of short sequences, prefill chunks, a reused selection and an empty sequence. `dt`: the
+// queries' and the summaries' type.
 SelectCase make_select_case(std::mt19937& rng, int32_t d, int32_t group, int32_t pt, int32_t lpt,
-                            int32_t budget, bool integers, const std::vector<int32_t>& lens = {}) {
+                            int32_t budget, bool integers, const std::vector<int32_t>& lens = {},
+                            DType dt = DType::kBF16) {
   SelectCase c;
+  c.dt = dt;
   c.d = d;
   c.group = group;
   c.pt = pt;
@@ -592,18 +595,23 @@ TEST(CudaPageSelect, EqualsCpuExactlyOnIntegerDataWithTies) {
   struct Config {
     int32_t d, group, pt, lpt, budget;
   };
-  // group 16: two passes of 8 heads in both kernels.
+  // group 16: two passes of 8 heads in both kernels. bf16 / f16 at head_dim 64 / 128, groups up
+  // to 8 and logical pages per page dividing 16 take the tensor-core bounds
+  // (page_select_mma.cuh): rep 3 runs them on f16 queries and summaries; the others (head_dim 96,
+  // group 16) the f32 bounds kernel.
   for (Config cf :
        {Config{64, 1, 16, 16, 4}, Config{128, 4, 64, 16, 4}, Config{96, 8, 64, 16, 6},
-        Config{128, 4, 16, 16, 3}, Config{64, 2, 32, 8, 10}, Config{64, 16, 64, 16, 5}}) {
+        Config{128, 4, 16, 16, 3}, Config{64, 2, 32, 8, 10}, Config{64, 16, 64, 16, 5},
+        Config{128, 8, 64, 4, 7}}) {
     for (int rep = 0; rep < 4; ++rep) {
-      SelectCase c = make_select_case(rng, cf.d, cf.group, cf.pt, cf.lpt, cf.budget, true);
+      SelectCase c = make_select_case(rng, cf.d, cf.group, cf.pt, cf.lpt, cf.budget, true, {},
+                                      rep == 3 ? DType::kF16 : DType::kBF16);
       c.keep_first = rep % 2;  // both selection rules
       const SelectOutputs want = run_select(c, false), got = run_select(c, true);
       const std::string label = "d " + std::to_string(cf.d) + " group " + std::to_string(cf.group) +
                                 " page " + std::to_string(cf.pt) + " budget " +
                                 std::to_string(cf.budget) + " keep first " +
-                                std::to_string(c.keep_first);
+                                std::to_string(c.keep_first) + " " + dtype_label(c.dt);
       EXPECT_EQ(got.selected, want.selected) << label << "\n" << selection_diff(c, got, want);
       EXPECT_EQ(got.num_selected, want.num_selected) << label;
       EXPECT_EQ(got.scores, want.scores) << label;

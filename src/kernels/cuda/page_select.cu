@@ -8,6 +8,10 @@
 //     so every block's fixed start (metadata, query, first table entries: one round trip each,
 //     the first summaries prefetched meanwhile) is paid once and a batch is one or two waves.
 //     Registers are kept to 8 blocks of 128 threads per SM (heads per pass templated).
+//     bf16 / f16 summaries scored by queries of their own type at head_dim 64 / 128 take
+//     bounds_mma_kernel instead (page_select_mma.cuh: the same bounds as dot products on the
+//     tensor cores, bound by the summaries' bytes rather than four f32 instructions per element
+//     and head).
 //  2. choose_kernel: one block per (sequence, kv head): best_h = max_page pmax[h][page] (the max
 //     over all logical pages), the group score of each physical page
 //     max_h (pmax[h][page] - best_h) as an order-preserving u32 key, then the top (k - 1) pages
@@ -31,6 +35,7 @@
 #include "kernels/cuda/dispatch.cuh"
 #include "kernels/cuda/paged_ops.h"
 #include "kernels/cuda/page_select_common.cuh"
+#include "kernels/cuda/page_select_mma.cuh"
 #include "kernels/cuda/pdl_launch.cuh"
 
 namespace ls::kernels::cuda {
@@ -591,6 +596,44 @@ Status page_select(const PageSelectParams& p, void* workspace, int64_t workspace
 
 namespace select_detail {
 
+namespace {
+
+// bounds_mma_kernel (page_select_mma.cuh) over the same pages as bounds_kernel: enough blocks of
+// four 16-row warp tiles to cover the longest item, capped as bounds_kernel's grid.
+Status launch_bounds_mma(const PageSelectParams& p, float* pmax, int32_t max_pages_ws,
+                         const PageList& pl, cudaStream_t stream) {
+  const int32_t items = p.num_seqs * p.num_kv_heads;
+  MmaPageList ml;
+  ml.list = pl.list;
+  ml.count = pl.count;
+  ml.stride = pl.stride;
+  ml.group_pages = pl.group_pages;
+  const int64_t tiles =
+      (int64_t{std::max(1, p.retrieval_blocks_stride)} * p.summaries.logical_per_page +
+       kMmaBoundsRows - 1) / kMmaBoundsRows;
+  const int64_t want = (tiles + kMmaBoundsWarps - 1) / kMmaBoundsWarps;
+  const int64_t cap = (int64_t{132} * 16 + items - 1) / items;
+  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(want, cap))),
+                  static_cast<unsigned>(items));
+  const auto launch = [&]<int kD, typename T>() {
+    if (ml.list) {
+      return launch_pdl(bounds_mma_kernel<kD, T, true>, grid, kMmaBoundsThreads, 0, stream,
+                        "page_select bounds (mma)", p, pmax, max_pages_ws, ml);
+    }
+    return launch_pdl(bounds_mma_kernel<kD, T, false>, grid, kMmaBoundsThreads, 0, stream,
+                      "page_select bounds (mma)", p, pmax, max_pages_ws, ml);
+  };
+  const bool bf16 = p.summaries.dtype == DType::kBF16;
+  if (p.head_dim == 64) {
+    return bf16 ? launch.template operator()<64, __nv_bfloat16>()
+                : launch.template operator()<64, __half>();
+  }
+  return bf16 ? launch.template operator()<128, __nv_bfloat16>()
+              : launch.template operator()<128, __half>();
+}
+
+}  // namespace
+
 Status launch_bounds(const PageSelectParams& p, float* pmax, int32_t max_pages_ws,
                      const int32_t* list, const int32_t* count, int32_t list_stride,
                      cudaStream_t stream) {
@@ -603,6 +646,7 @@ Status launch_bounds(const PageSelectParams& p, float* pmax, int32_t max_pages_w
   pl.stride = list_stride;
   pl.group_pages = sm.group_pages;
   (void)max_pages_ws;  // == z.max_pages
+  if (bounds_mma_covers(p, z.group)) return launch_bounds_mma(p, pmax, z.max_pages, pl, stream);
   // Lanes per physical page: the largest power of two <= 32 dividing logical_per_page; parts
   // per logical page: a power of two dividing head_dim's vectors, at most 32 / lanes threads
   // per page, until a part has at most kBoundsVecs vectors.

@@ -16,10 +16,12 @@
 //
 // The rounding margin: the fine bounds are sums in some order of terms t_i = max(q_i kx_i,
 // q_i kn_i), the coarse bound of terms t'_i >= t_i with |t_i| <= a_i = |q_i| max(|Kx_i|, |Kn_i|).
-// Whatever the summation orders, fl(fine) <= fl(coarse) + 2 gamma_{d+1} sum a_i, so
-// CB = fl(coarse) + 2.02 (d + 2) 2^-24 A + 2^-22 |fl(coarse)| (A = sum a_i in f32) dominates every
-// member's computed bound, and pruning by CB is exact for finite data. Non-finite values make CB
-// NaN or inf, which the plan treats as "must refine".
+// The coarse sum rounds to nearest (2^-24 per addition); the fine one too, or, on the tensor cores
+// (page_select_mma.cuh: exact products, f32 accumulation that truncates), at most 2^-23 per
+// addition. Whatever the summation orders, fl(fine) <= fl(coarse) + 3 (d + 1) 2^-24 sum a_i (to
+// first order), so CB = fl(coarse) + 3.03 (d + 2) 2^-24 A + 2^-22 |fl(coarse)| (A = sum a_i in
+// f32) dominates every member's computed bound, and pruning by CB is exact for finite data.
+// Non-finite values make CB NaN or inf, which the plan treats as "must refine".
 
 #include <algorithm>
 
@@ -135,7 +137,7 @@ __global__ void __launch_bounds__(32 * kCoarseWarps)
       t = warp_sum(t);
       a = warp_sum(a);
       if (lane == 0) {
-        const float margin = 2.02f * static_cast<float>(d + 2) * 0x1p-24f * a +
+        const float margin = 3.03f * static_cast<float>(d + 2) * 0x1p-24f * a +
                              0x1p-22f * fabsf(t);
         cb[static_cast<int64_t>(h) * ws.max_groups + grp] = t + margin;
       }

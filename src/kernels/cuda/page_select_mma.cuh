@@ -1,0 +1,196 @@
+#pragma once
+// Internal to kernels/cuda's page selection (page_select.cu): the bounds of logical pages on the
+// tensor cores, for bf16 / f16 summaries scored by queries of the same type.
+//
+// With kmax >= kmin element-wise (the summaries' definition),
+//   max(q kmax, q kmin) = q+ kmax + q- kmin,   q+ = max(q, 0), q- = min(q, 0),
+// so a logical page's bound for head h is one dot product of length 2 head_dim:
+//   bound_h(lp) = [q+_h, q-_h] . [kmax(lp), kmin(lp)],
+// with q+ and q- exact in the queries' type. A warp computes 16 logical pages x 8 query heads at
+// once as mma.sync m16n8k16 (the summaries as A, rows = logical pages; the queries as B, columns
+// = heads; f32 accumulation): one MMA per 16 x 16 x 8 instead of four f32 instructions per
+// element and head, so the kernel is bound by the summaries' bytes, not by its arithmetic.
+// The reduction order is free: thread t of a row reads the run [head_dim / 4 t, head_dim / 4
+// (t + 1)) of both summaries (16-byte loads), k-step kk takes its elements 4 kk .. 4 kk + 3, and
+// the queries take the same permutation. Exact on integer data like bounds_kernel (products and
+// sums of small integers are exact in f32 either way); on continuous data the two differ by f32
+// rounding only. One difference: where a summary holds an infinity or NaN, 0 x inf makes the
+// bound NaN here (ranked last by choose_kernel), where bounds_kernel's fmaxf may keep the finite
+// product.
+
+#include <cstdint>
+
+#include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/page_select_common.cuh"
+#include "kernels/cuda/pdl_launch.cuh"
+#include "kernels/paged_kv.h"
+
+namespace ls::kernels::cuda::select_detail {
+
+inline constexpr int kMmaBoundsWarps = 4;
+inline constexpr int kMmaBoundsThreads = 32 * kMmaBoundsWarps;
+inline constexpr int kMmaBoundsRows = 16;  // logical pages per warp tile (the MMA's rows)
+
+// Whether bounds_mma_kernel serves a call: summaries and queries of one 16-bit type, head_dim 64
+// or 128 (instantiated; a row's quarter is whole 16-byte loads), at most 8 query heads per kv
+// head (the MMA's columns), and logical pages per physical page dividing a 16-row tile.
+inline bool bounds_mma_covers(const PageSelectParams& p, int32_t group) {
+  const PageSummaries& sm = p.summaries;
+  const bool same16 =
+      (sm.dtype == DType::kBF16 || sm.dtype == DType::kF16) && p.q_dtype == sm.dtype;
+  const int32_t lpp = sm.logical_per_page;
+  return same16 && (p.head_dim == 64 || p.head_dim == 128) && group >= 1 && group <= 8 &&
+         lpp >= 1 && lpp <= kMmaBoundsRows && kMmaBoundsRows % lpp == 0;
+}
+
+// The pages of an item in visiting order: all of them (list null) or those of the listed groups
+// (two levels), as bounds_kernel's PageList.
+struct MmaPageList {
+  const int32_t* list = nullptr;   // [items, stride] group indices
+  const int32_t* count = nullptr;  // [items]
+  int32_t stride = 0;
+  int32_t group_pages = 0;
+};
+
+// Grid: (blocks per item, items). Warp w of block b takes the 16-row tiles w + 4 b, w + 4 (b +
+// gridDim.x), ... of its item's logical pages in visiting order (tile T: logical pages 16 T ..
+// 16 T + 15, i.e. physical pages 16 T / lpp .. of the visiting order), writes each physical
+// page's maximum over its logical pages into pmax [item][h][page] for h < group, as
+// bounds_kernel does (-inf where no logical page holds a token or the page has no block).
+template <int kD, typename T, bool kListed>
+__global__ void __launch_bounds__(kMmaBoundsThreads)
+    bounds_mma_kernel(const PageSelectParams p, float* pmax, int32_t max_pages_ws, MmaPageList pl) {
+  constexpr int kWords = kD / 8;     // 32-bit words of a row quarter (2 elements each)
+  constexpr int kVecs = kWords / 4;  // its 16-byte loads
+  pdl_wait();                        // pmax may be the previous kernel's scratch; q its output
+  const int32_t item = static_cast<int32_t>(blockIdx.y);
+  const int32_t s = item / p.num_kv_heads, g = item % p.num_kv_heads;
+  const ItemInfo it = item_info(p, true, s, g);
+  const int32_t* listed = kListed ? pl.list + static_cast<int64_t>(item) * pl.stride : nullptr;
+  const int32_t span =
+      !it.selected ? 0 : (kListed ? pl.count[item] * pl.group_pages : it.num_pages);
+  const int32_t lpp = p.summaries.logical_per_page;
+  const int32_t tiles = (span * lpp + kMmaBoundsRows - 1) / kMmaBoundsRows;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int fg = lane / 4, ft = lane % 4;
+  int32_t tile = static_cast<int32_t>(blockIdx.x) * kMmaBoundsWarps + warp;
+  const int32_t tile_stride = static_cast<int32_t>(gridDim.x) * kMmaBoundsWarps;
+  if (tile >= tiles) {  // uniform over the warp
+    pdl_launch_dependents();
+    return;
+  }
+  const int32_t group = p.num_q_heads / p.num_kv_heads;
+  constexpr int d = kD;  // p.head_dim
+  const int32_t* table = p.retrieval_blocks + static_cast<int64_t>(s) * p.retrieval_blocks_stride;
+  const auto physical = [&](int32_t v) {  // the item's v-th page in visiting order
+    if constexpr (kListed) {
+      if (v >= span) return it.num_pages;
+      const int32_t pg = listed[v / pl.group_pages] * pl.group_pages + v % pl.group_pages;
+      return min(pg, it.num_pages);
+    } else {
+      return v < span ? v : it.num_pages;
+    }
+  };
+
+  // Q^T's B fragments, once: head fg (zero past the group), k-step kk: elements 4 kk, + 1 (b0)
+  // and 4 kk + 2, + 3 (b1) of the thread's quarter; q+ with kmax, q- with kmin.
+  uint32_t qp[kWords], qm[kWords];
+  {
+    const T* q = static_cast<const T*>(p.q) +
+                 (it.q_token * p.num_q_heads + static_cast<int64_t>(g) * group + fg) * d +
+                 d / 4 * ft;
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      qp[w] = 0u;
+      qm[w] = 0u;
+      if (fg < group) {
+        const float x0 = to_f32(q[2 * w]), x1 = to_f32(q[2 * w + 1]);
+        qp[w] = pack2<T>(fmaxf(x0, 0.0f), fmaxf(x1, 0.0f));
+        qm[w] = pack2<T>(fminf(x0, 0.0f), fminf(x1, 0.0f));
+      }
+    }
+  }
+  float* out = pmax + static_cast<int64_t>(item) * group * max_pages_ws;
+  const int32_t lpp_log2 = __ffs(lpp) - 1;     // lpp is a power of two dividing 16
+  for (; tile < tiles; tile += tile_stride) {  // uniform over the warp
+    // Rows fg (half 0) and fg + 8 (half 1) of the tile: their page, block and summary rows.
+    uint4 x[2][kVecs], n[2][kVecs];
+    bool scored[2];
+    int32_t page[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int32_t v = tile * kMmaBoundsRows + fg + 8 * hf;  // logical page, visiting order
+      const int32_t lp_in_page = v & (lpp - 1);
+      page[hf] = physical(v >> lpp_log2);
+      const int32_t block = page[hf] < it.num_pages ? table[page[hf]] : -1;
+      const int32_t lp = page[hf] * lpp + lp_in_page;
+      scored[hf] = page[hf] < it.num_pages && lp < it.num_logical && block >= 0;
+      const int64_t row =
+          ((static_cast<int64_t>(max(block, 0)) * p.heads_per_block + it.slot) * lpp + lp_in_page) *
+              d +
+          d / 4 * ft;
+      const uint4* kx =
+          reinterpret_cast<const uint4*>(static_cast<const T*>(p.summaries.kmax) + row);
+      const uint4* kn =
+          reinterpret_cast<const uint4*>(static_cast<const T*>(p.summaries.kmin) + row);
+#pragma unroll
+      for (int c = 0; c < kVecs; ++c) {
+        x[hf][c] = make_uint4(0u, 0u, 0u, 0u);
+        n[hf][c] = make_uint4(0u, 0u, 0u, 0u);
+        if (scored[hf]) {
+          x[hf][c] = kx[c];
+          n[hf][c] = kn[c];
+        }
+      }
+    }
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int kk = 0; kk < kWords / 2; ++kk) {
+      {
+        const uint32_t* x0 = reinterpret_cast<const uint32_t*>(x[0]);
+        const uint32_t* x1 = reinterpret_cast<const uint32_t*>(x[1]);
+        const uint32_t* n0 = reinterpret_cast<const uint32_t*>(n[0]);
+        const uint32_t* n1 = reinterpret_cast<const uint32_t*>(n[1]);
+        const uint32_t ax[4] = {x0[2 * kk], x1[2 * kk], x0[2 * kk + 1], x1[2 * kk + 1]};
+        const uint32_t an[4] = {n0[2 * kk], n1[2 * kk], n0[2 * kk + 1], n1[2 * kk + 1]};
+        mma_16816<T>(acc, ax, qp[2 * kk], qp[2 * kk + 1]);
+        mma_16816<T>(acc, an, qm[2 * kk], qm[2 * kk + 1]);
+      }
+    }
+    // acc: (row fg, heads 2 ft, 2 ft + 1) and (row fg + 8, the same heads).
+    float b[2][2] = {{scored[0] ? acc[0] : -INFINITY, scored[0] ? acc[1] : -INFINITY},
+                     {scored[1] ? acc[2] : -INFINITY, scored[1] ? acc[3] : -INFINITY}};
+    // Max over the lpp logical pages of each physical page: rows fg of a page are lanes whose
+    // fg differ in the low lpp_log2 bits (lane bits 2..4); with lpp 16 the two halves too.
+    for (int o = 1; o < lpp && o < 8; o <<= 1) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          b[hf][e] = fmaxf(b[hf][e], __shfl_xor_sync(0xffffffffu, b[hf][e], 4 * o));
+        }
+      }
+    }
+    if (lpp == 16) {
+      b[0][0] = fmaxf(b[0][0], b[1][0]);
+      b[0][1] = fmaxf(b[0][1], b[1][1]);
+    }
+    if ((fg & (lpp - 1)) == 0) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        if (hf == 1 && lpp == 16) break;
+        if (page[hf] < it.num_pages) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int h = 2 * ft + e;
+            if (h < group) out[static_cast<int64_t>(h) * max_pages_ws + page[hf]] = b[hf][e];
+          }
+        }
+      }
+    }
+  }
+  pdl_launch_dependents();  // choose_kernel may start; it waits for this grid to finish
+}
+
+}  // namespace ls::kernels::cuda::select_detail
