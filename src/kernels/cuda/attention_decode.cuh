@@ -134,6 +134,37 @@ struct DecodeShape {
   }
 };
 
+// Max of a and b each over the lanes that differ in the bits kFirstXor .. kLastXor of the lane
+// index (the lanes holding one query row's keys: 1..2 for float pages, 4..16 for quantized).
+template <int kFirstXor, int kLastXor>
+__device__ __forceinline__ void warp_max2(float& a, float& b) {
+#pragma unroll
+  for (int o = kFirstXor; o <= kLastXor; o <<= 1) {
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, o));
+  }
+}
+
+// One online-softmax step of two query rows whose block maxima are mx0 / mx1 (raw scores, in the
+// rows' units; sl: the rows' factors to log2 units): the new maxima replace m0 / m1, base is the
+// new maximum in log2 units (0 for a row still all -inf) and alpha = 2^(m_old sl - base) the
+// factor of everything accumulated so far.
+struct OnlineMaxStep {
+  float base0, base1, alpha0, alpha1;
+};
+__device__ __forceinline__ OnlineMaxStep online_max_step(float mx0, float mx1, float& m0,
+                                                         float& m1, float sl0, float sl1) {
+  const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+  OnlineMaxStep r;
+  r.base0 = mn0 == -INFINITY ? 0.0f : mn0 * sl0;
+  r.base1 = mn1 == -INFINITY ? 0.0f : mn1 * sl1;
+  r.alpha0 = fast_exp2(m0 * sl0 - r.base0);
+  r.alpha1 = fast_exp2(m1 * sl1 - r.base1);
+  m0 = mn0;
+  m1 = mn1;
+  return r;
+}
+
 // Where item `item` of a decode launch sits: its token row, sequence and query position.
 struct DecodeItem {
   bool served = false;  // false: another kernel (prefill) owns it
@@ -790,18 +821,10 @@ __global__ void __launch_bounds__(kDecodeThreads,
         mx0 = fmaxf(mx0, fmaxf(s[mt][0], s[mt][2]));
         mx1 = fmaxf(mx1, fmaxf(s[mt][1], s[mt][3]));
       }
-#pragma unroll
-      for (int o2 = 4; o2 <= 16; o2 <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
-      }
-      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-      const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * sl0;
-      const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * sl1;
-      float alpha0 = fast_exp2(m0 * sl0 - base0);  // times F_old / F_new below
-      float alpha1 = fast_exp2(m1 * sl1 - base1);
-      m0 = mn0;
-      m1 = mn1;
+      warp_max2<4, 16>(mx0, mx1);
+      const OnlineMaxStep st = online_max_step(mx0, mx1, m0, m1, sl0, sl1);
+      const float base0 = st.base0, base1 = st.base1;
+      float alpha0 = st.alpha0, alpha1 = st.alpha1;  // times F_old / F_new below
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         s[mt][0] = fast_exp2(fmaf(s[mt][0], sl0, -base0));
@@ -1008,18 +1031,9 @@ __global__ void __launch_bounds__(kDecodeThreads,
       float mx1 = fmaxf(s[0][2], s[0][3]);
       mx0 = fmaxf(mx0, fmaxf(s[1][0], s[1][1]));
       mx1 = fmaxf(mx1, fmaxf(s[1][2], s[1][3]));
-#pragma unroll
-      for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
-      }
-      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-      const float base0 = mn0 == -INFINITY ? 0.0f : mn0 * sl0;
-      const float base1 = mn1 == -INFINITY ? 0.0f : mn1 * sl1;
-      const float alpha0 = fast_exp2(m0 * sl0 - base0);
-      const float alpha1 = fast_exp2(m1 * sl1 - base1);
-      m0 = mn0;
-      m1 = mn1;
+      warp_max2<1, 2>(mx0, mx1);
+      const OnlineMaxStep st = online_max_step(mx0, mx1, m0, m1, sl0, sl1);
+      const float base0 = st.base0, base1 = st.base1, alpha0 = st.alpha0, alpha1 = st.alpha1;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         s[nt][0] = fast_exp2(fmaf(s[nt][0], sl0, -base0));
