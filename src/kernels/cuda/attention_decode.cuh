@@ -782,21 +782,29 @@ __global__ void __launch_bounds__(kDecodeThreads,
           mma_16816<__half>(s[mt], af, qtf[kk][0], qtf[kk][1]);
         }
       }
+      // The scale and zero point (fp8: scale, 0) of the thread's key 16 mt + 8 hi + fg among the
+      // warp's rows of a stage's K or V parameters.
+      auto key_params = [&](const float* rows, int mt, int hi) -> float2 {
+        const int key = 16 * mt + 8 * hi + fg;
+        if constexpr (Shape::kParams == 2) {
+          return *reinterpret_cast<const float2*>(rows + 2 * key);
+        } else {
+          return make_float2(rows[key], 0.0f);
+        }
+      };
       // Scores in the heads' units: s_t (acc - offsets) + z_t qsum' (fp8: s_t acc).
       const float* kq = pK + (stage * kBlockKeys + key0) * Shape::kParams;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi) {
-          const int key = 16 * mt + 8 * hi + fg;
+          const float2 kp = key_params(kq, mt, hi);
           if constexpr (Shape::kParams == 2) {
-            const float2 kp2 = *reinterpret_cast<const float2*>(kq + 2 * key);
-            s[mt][2 * hi] = fmaf(s[mt][2 * hi] - qoff0, kp2.x, kp2.y * qsum0);
-            s[mt][2 * hi + 1] = fmaf(s[mt][2 * hi + 1] - qoff1, kp2.x, kp2.y * qsum1);
+            s[mt][2 * hi] = fmaf(s[mt][2 * hi] - qoff0, kp.x, kp.y * qsum0);
+            s[mt][2 * hi + 1] = fmaf(s[mt][2 * hi + 1] - qoff1, kp.x, kp.y * qsum1);
           } else {
-            const float sc = kq[key];
-            s[mt][2 * hi] *= sc;
-            s[mt][2 * hi + 1] *= sc;
+            s[mt][2 * hi] *= kp.x;
+            s[mt][2 * hi + 1] *= kp.x;
           }
         }
       }
@@ -853,14 +861,9 @@ __global__ void __launch_bounds__(kDecodeThreads,
       for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi) {
-          const int key = 16 * mt + 8 * hi + fg;
-          if constexpr (Shape::kParams == 2) {
-            const float2 vp2 = *reinterpret_cast<const float2*>(vq + 2 * key);
-            vsc[mt][hi] = vp2.x;
-            vzr[mt][hi] = vp2.y;
-          } else {
-            vsc[mt][hi] = vq[key];
-          }
+          const float2 vp = key_params(vq, mt, hi);
+          vsc[mt][hi] = vp.x;
+          vzr[mt][hi] = vp.y;
         }
       }
       if constexpr (Shape::kParams == 2) {
