@@ -324,8 +324,8 @@ __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const Pending
 // same code for every format.
 template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant::kNone,
           int kQuantKeys = kDecodeQuantKeys>
-__global__ void __launch_bounds__(kDecodeThreads,
-                                  kQ == KvQuant::kNone ? 2 : decode_quant_blocks_per_sm(kQ, kQuantKeys))
+__global__ void __launch_bounds__(
+    kDecodeThreads, kQ == KvQuant::kNone ? 2 : decode_quant_blocks_per_sm(kQ, kQuantKeys))
     decode_attention_kernel(const AttentionParams p, const DecodeArgs a) {
   using Shape = DecodeShape<kD, kQ, kQuantKeys>;
   constexpr bool kQuantized = Shape::kQuantized;
