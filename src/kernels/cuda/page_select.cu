@@ -646,7 +646,10 @@ Status launch_bounds(const PageSelectParams& p, float* pmax, int32_t max_pages_w
   pl.stride = list_stride;
   pl.group_pages = sm.group_pages;
   (void)max_pages_ws;  // == z.max_pages
-  if (bounds_mma_covers(p, z.group)) return launch_bounds_mma(p, pmax, z.max_pages, pl, stream);
+  // The tensor-core bounds load 16-byte vectors of the summaries.
+  if (bounds_mma_covers(p, z.group) && aligned16(sm.kmin) && aligned16(sm.kmax)) {
+    return launch_bounds_mma(p, pmax, z.max_pages, pl, stream);
+  }
   // Lanes per physical page: the largest power of two <= 32 dividing logical_per_page; parts
   // per logical page: a power of two dividing head_dim's vectors, at most 32 / lanes threads
   // per page, until a part has at most kBoundsVecs vectors.
