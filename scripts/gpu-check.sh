@@ -269,8 +269,8 @@ kernels_section() {
   [ "$QUICK" = 1 ] && pargs=(--prefill-tokens 8192,32768)
   "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections prefill --prefill-kernels wgmma-ws \
     "${pargs[@]}" || echo "bench_cuda_kernels --prefill-kernels wgmma-ws failed (exit $?)"
-  # The opt-in ping-pong variants (2 and 3 stages, persistent), in a process of their own too.
-  local pp=wgmma-pp,wgmma-pp3,wgmma-persistent,wgmma-persistent3
+  # The opt-in ping-pong variant (2 and 3 stages), in a process of their own too.
+  local pp=wgmma-pp,wgmma-pp3
   "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections prefill --prefill-kernels "$pp" \
     "${pargs[@]}" || echo "bench_cuda_kernels --prefill-kernels $pp failed (exit $?)"
   return $rc
@@ -880,7 +880,7 @@ md.append(f"| device-to-device copy, GB/s (read + write) | {f(copy and copy['gbp
 md.append(f"| bf16 GEMM 8192^3, TFLOP/s | {f(gemm and gemm['tflops'])} | {f(tgemm and tgemm['tflops'])} |\n")
 
 md.append("## Prefill attention, Llama-3-8B shape (32 q / 8 kv heads, d 128), batch 1\n")
-md.append("Best configuration of each kernel: mma.sync (tile rows) and wgmma (key block rows; ws: the warp-specialised variant; pp / pp3: its ping-pong variant with 2 / 3 stages; persistent(3): the persistent ping-pong kernel).\n")
+md.append("Best configuration of each kernel: mma.sync (tile rows) and wgmma (key block rows; ws: the warp-specialised variant; pp / pp3: its ping-pong variant with 2 / 3 stages).\n")
 md.append("| tokens | torch SDPA ms (backend) | mma dense ms (tile) | mma TFLOP/s | wgmma dense ms (key block) | wgmma TFLOP/s | best / torch speed | lserve ms (kernel) | lserve speed-up vs dense |")
 md.append("|---|---|---|---|---|---|---|---|---|")
 def best(xs):

@@ -364,8 +364,8 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
                    : causal_flops(T, kQHeads);
         // The mma.sync kernel with 4 and 8 warps, the wgmma kernel with key blocks of 128 (the
         // default; first, so ncu's first wgmma launch is it) and 64, and (only when asked for) the
-        // warp-specialised wgmma kernel, its ping-pong variant with 2 and 3 K/V stages and the
-        // persistent ping-pong kernel; --prefill-kernels picks among them.
+        // warp-specialised wgmma kernel and its ping-pong variant with 2 and 3 K/V stages;
+        // --prefill-kernels picks among them.
         using kernels::cuda::PrefillKernel;
         struct Variant {
           const char* kernel;
@@ -387,9 +387,7 @@ void bench_prefill(Device& dev, JsonLines& out, const std::vector<int64_t>& toke
               Variant{"wgmma-ws-tma", PrefillKernel::kWgmmaWs, 12, 64, 2, true, 0},
               Variant{"wgmma-pp3", PrefillKernel::kWgmmaPingPong, 12, 64, 3},
               Variant{"wgmma-pp-cp", PrefillKernel::kWgmmaPingPong, 12, 64, 2, false},
-              Variant{"wgmma-pp-tma", PrefillKernel::kWgmmaPingPong, 12, 64, 2, true, 0},
-              Variant{"wgmma-persistent", PrefillKernel::kWgmmaPersistent, 12, 64},
-              Variant{"wgmma-persistent3", PrefillKernel::kWgmmaPersistent, 12, 64, 3}}) {
+              Variant{"wgmma-pp-tma", PrefillKernel::kWgmmaPingPong, 12, 64, 2, true, 0}}) {
           bool wanted = false;
           for (size_t b = 0; b <= kernel_names.size();) {
             const size_t e = std::min(kernel_names.find(',', b), kernel_names.size());

@@ -622,10 +622,8 @@ TEST(CudaAttentionWarpSpecialized, LongPrefillAndMixedBatches) {
   check_mixed_batches(rng, warp_specialized);
 }
 
-// The ping-pong variant of the warp-specialised kernel (PrefillKernel::kWgmmaPingPong) and its
-// persistent form (kWgmmaPersistent), head_dim 128 and 64, in their own suite for the same
-// reason. 3 K/V stages exist at head_dim 128 only; the persistent kernel runs with one block per
-// SM and with 3 blocks (each block then walks many tiles: the cross-tile protocol), and with 1.
+// The ping-pong variant of the warp-specialised kernel (PrefillKernel::kWgmmaPingPong), head_dim
+// 128 and 64, in its own suite for the same reason. 3 K/V stages exist at head_dim 128 only.
 std::vector<PrefillVariant> ping_pong(kernels::cuda::AttentionOptions o = {},
                                       int32_t head_dim = 128) {
   using kernels::cuda::PrefillKernel;
@@ -634,17 +632,9 @@ std::vector<PrefillVariant> ping_pong(kernels::cuda::AttentionOptions o = {},
     if (stages == 3 && head_dim != 128) continue;
     o.wgmma_ws_stages = stages;
     o.prefill_kernel = PrefillKernel::kWgmmaPingPong;
-    o.persistent_blocks = 0;
     v.push_back({stages == 2 ? "wgmma-pp" : "wgmma-pp/3 stages", o});
-    o.prefill_kernel = PrefillKernel::kWgmmaPersistent;
-    v.push_back({stages == 2 ? "wgmma-persistent" : "wgmma-persistent/3 stages", o});
-    o.persistent_blocks = 3;
-    v.push_back(
-        {stages == 2 ? "wgmma-persistent/3 blocks" : "wgmma-persistent/3 stages/3 blocks", o});
   }
   o.wgmma_ws_stages = 2;
-  o.persistent_blocks = 1;
-  v.push_back({"wgmma-persistent/1 block", o});
   o.prefill_kernel = PrefillKernel::kWgmmaPingPong;
   o.prefill_tma_min_blocks = 0;
   v.push_back({"wgmma-pp/tma", o});

@@ -35,7 +35,6 @@ struct Layout {
   int64_t decode_rows = 0;  // (item, kv head, head chunk) rows: num_splits and row_tickets entries
   int32_t max_splits = 1;
   int32_t listed_cap = 32;
-  int32_t num_sms = 1;  // blocks of the persistent prefill kernel (one per SM)
   bool ticketed = false;  // the decode splits draw their rows' later blocks by ticket
   int64_t tiles = 0, num_tiles = 0, num_splits = 0, row_tickets = 0, partial_ml = 0, partial_o = 0,
           bytes = 0;
@@ -52,7 +51,6 @@ KvQuant pools_quant(const AttentionParams& p) {
 
 Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions& o) {
   Layout L;
-  L.num_sms = std::max(1, num_sms);
   const int32_t group = p.num_q_heads / std::max(1, p.num_kv_heads);
   L.decode_all = !o.prefill_only && p.num_tokens == p.num_seqs;
   L.run_prefill = !L.decode_all;
@@ -60,7 +58,6 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
   L.wgmma = o.prefill_kernel == PrefillKernel::kWgmma ||
             o.prefill_kernel == PrefillKernel::kWgmmaWs ||
             o.prefill_kernel == PrefillKernel::kWgmmaPingPong ||
-            o.prefill_kernel == PrefillKernel::kWgmmaPersistent ||
             (o.prefill_kernel == PrefillKernel::kAuto && wgmma_covers(p));
   const int warps = L.wgmma || (o.prefill_warps == 8 && p.head_dim >= 64) ? 8 : 4;
   L.bm = 16 * warps;
@@ -285,9 +282,7 @@ template <typename T>
 Status run_prefill_wgmma(const AttentionParams& p, const Layout& L, const PrefillTile* tiles,
                          const int32_t* num_tiles, int key_block, bool warp_specialized,
                          const AttentionOptions& o, cudaStream_t stream) {
-  if (o.prefill_kernel == PrefillKernel::kWgmmaPingPong ||
-      o.prefill_kernel == PrefillKernel::kWgmmaPersistent) {
-    const bool persistent = o.prefill_kernel == PrefillKernel::kWgmmaPersistent;
+  if (o.prefill_kernel == PrefillKernel::kWgmmaPingPong) {
     const int stages = o.wgmma_ws_stages;
     if (!(stages == 2 || (stages == 3 && p.head_dim == 128))) {
       return invalid_argument("attention: wgmma_ws_stages {} at head_dim {} (2, or 3 at 128)",
@@ -297,14 +292,7 @@ Status run_prefill_wgmma(const AttentionParams& p, const Layout& L, const Prefil
       return invalid_argument("attention: {} query tiles x {} heads is too many items",
                               L.max_tiles, p.num_q_heads);
     }
-    const int32_t blocks = static_cast<int32_t>(std::clamp<int64_t>(
-        o.persistent_blocks > 0 ? o.persistent_blocks : L.num_sms, 1,
-        std::max<int64_t>(1, int64_t{L.max_tiles} * p.num_q_heads)));
     const auto typed = [&]<int kD, int kStages>() -> Status {
-      if (persistent) {
-        return launch_prefill_wgmma_persistent<kD, T, 64, kStages>(p, tiles, num_tiles, blocks,
-                                                                   L.listed_cap, stream);
-      }
       return launch_prefill_wgmma_ws<kD, T, 64, true, kStages>(p, tiles, num_tiles, L.max_tiles,
                                                                L.listed_cap, o.prefill_tma,
                                                                o.prefill_tma_min_blocks, stream);

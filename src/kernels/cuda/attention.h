@@ -43,18 +43,13 @@ enum class PrefillKernel : int32_t {
   // kWgmmaWs on an H200 at 8K-32K tokens, where shared-memory bandwidth, not the softmax, bounds
   // both (docs/cuda-prefill-wgmma.md).
   kWgmmaPingPong = 4,
-  // kWgmmaPingPong as a persistent kernel: persistent_blocks blocks (one per SM) walk the
-  // (query tile, head) items in the plan's order (most keys first), and each block's producer
-  // loads the next tile's first K/V blocks while its consumers finish the current one. Head_dim
-  // 64 and 128. Opt-in until measured on a GPU.
-  kWgmmaPersistent = 5,
 };
 
 struct AttentionOptions {
   PrefillKernel prefill_kernel = PrefillKernel::kAuto;
   // Key rows per block of the wgmma prefill kernel: 64 or 128.
   int wgmma_key_block = 128;
-  // K/V stages of kWgmmaPingPong and kWgmmaPersistent: 2, or 3 at head_dim 128 (a third stage
+  // K/V stages of kWgmmaPingPong: 2, or 3 at head_dim 128 (a third stage
   // lets the producer run one more key block ahead of the lagging consumer warpgroup).
   int wgmma_ws_stages = 2;
   // kWgmmaWs and kWgmmaPingPong load K/V blocks by TMA where the pool allows (bf16 / f16 pages
@@ -64,8 +59,6 @@ struct AttentionOptions {
   bool prefill_tma = true;
   // Query tiles whose span has fewer 64-key blocks than this keep the cp.async producer.
   int prefill_tma_min_blocks = 128;
-  // Blocks of kWgmmaPersistent: 0 = one per SM; tests set a few so each block walks many tiles.
-  int persistent_blocks = 0;
   // Warps per block of the mma prefill kernel: 4 (64-row query tiles, two blocks per SM) or 8
   // (128-row tiles, head_dim >= 64). 8 measured 10-24% faster on an H100 at 8K-128K tokens, d 128
   // (bench/results/gpu/h100.jsonl).

@@ -11,7 +11,6 @@
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/attention_prefill_wgmma.cuh"
-#include "kernels/cuda/attention_prefill_wgmma_persistent.cuh"
 #include "kernels/cuda/attention_prefill_wgmma_ws.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/pdl_launch.cuh"
@@ -37,13 +36,6 @@ template <int kD, typename T, int kBN, bool kPingPong, int kStages, KvQuant kQ =
 Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tiles,
                                const int32_t* num_tiles, int32_t max_tiles, int32_t listed_cap,
                                bool use_tma, int32_t tma_min_blocks, cudaStream_t stream);
-
-// The persistent ping-pong variant (PrefillKernel::kWgmmaPersistent): `blocks` blocks walk the
-// (tile, head) items.
-template <int kD, typename T, int kBN, int kStages>
-Status launch_prefill_wgmma_persistent(const AttentionParams& p, const PrefillTile* tiles,
-                                       const int32_t* num_tiles, int32_t blocks,
-                                       int32_t listed_cap, cudaStream_t stream);
 
 template <int kD, typename T>
 Status launch_decode(const AttentionParams& p, const DecodeArgs& args, int32_t items,
@@ -177,33 +169,18 @@ Status launch_prefill_wgmma_ws(const AttentionParams& p, const PrefillTile* tile
                                             : "prefill_wgmma_ws_kernel");
 }
 
-template <int kD, typename T, int kBN, int kStages>
-Status launch_prefill_wgmma_persistent(const AttentionParams& p, const PrefillTile* tiles,
-                                       const int32_t* num_tiles, int32_t blocks,
-                                       int32_t listed_cap, cudaStream_t stream) {
-  using Shape = WgmmaPersistentShape<kD, kBN, kStages>;
-  static PerDeviceOnce once;
-  LS_RETURN_IF_ERROR(allow_smem(prefill_wgmma_persistent_kernel<kD, T, kBN, kStages>,
-                                Shape::smem_bytes(kMaxListedPages), once));
-  prefill_wgmma_persistent_kernel<kD, T, kBN, kStages>
-      <<<static_cast<unsigned>(blocks), Shape::kThreads, Shape::smem_bytes(listed_cap), stream>>>(
-          p, tiles, num_tiles, listed_cap);
-  return launch_status("prefill_wgmma_persistent_kernel");
-}
-
 template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant::kNone,
           int kQuantKeys = kDecodeQuantKeys>
 Status launch_decode_kernel(const AttentionParams& p, const DecodeArgs& args, int32_t items,
                             int32_t max_splits, cudaStream_t stream) {
   using Shape = DecodeShape<kD, kQ, kQuantKeys>;
+  constexpr auto kernel = decode_attention_kernel<kD, T, kTicketed, kTiered, kQ, kQuantKeys>;
   static PerDeviceOnce once;
-  LS_RETURN_IF_ERROR(allow_smem(decode_attention_kernel<kD, T, kTicketed, kTiered, kQ, kQuantKeys>,
-                                Shape::template smem_bytes<T>(kMaxListedPages), once));
+  LS_RETURN_IF_ERROR(allow_smem(kernel, Shape::template smem_bytes<T>(kMaxListedPages), once));
   const dim3 grid(static_cast<unsigned>(items),
                   static_cast<unsigned>(p.num_kv_heads * args.head_chunks),
                   static_cast<unsigned>(max_splits));
-  return launch_pdl(decode_attention_kernel<kD, T, kTicketed, kTiered, kQ, kQuantKeys>, grid,
-                    kDecodeThreads,
+  return launch_pdl(kernel, grid, kDecodeThreads,
                     static_cast<size_t>(Shape::template smem_bytes<T>(args.listed_cap)), stream,
                     kQ == KvQuant::kNone ? "decode_attention_kernel"
                                          : "decode_attention_kernel (quantized pages)",
@@ -292,12 +269,6 @@ Status launch_decode_quant(const AttentionParams& p, const DecodeArgs& args, int
   template Status launch_prefill_wgmma_ws<D, __half, 64, false, 2, Q>(                             \
       const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, bool, int32_t, \
       cudaStream_t);
-
-#define LS_INSTANTIATE_PREFILL_WGMMA_PERSISTENT(D, BN, ST)                                         \
-  template Status launch_prefill_wgmma_persistent<D, __nv_bfloat16, BN, ST>(                       \
-      const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t); \
-  template Status launch_prefill_wgmma_persistent<D, __half, BN, ST>(                              \
-      const AttentionParams&, const PrefillTile*, const int32_t*, int32_t, int32_t, cudaStream_t);
 
 #define LS_INSTANTIATE_DECODE(D)                                                               \
   template Status launch_decode<D, __nv_bfloat16>(const AttentionParams&, const DecodeArgs&,   \

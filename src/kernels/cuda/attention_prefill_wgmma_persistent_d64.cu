@@ -1,9 +1,0 @@
-// Persistent ping-pong warp-specialised wgmma (sm_90a) prefill attention kernels
-// (PrefillKernel::kWgmmaPersistent) for head_dim 64 (bf16 and f16), key blocks of 64 rows,
-// 2 K/V stages.
-#define LS_ATTENTION_INSTANTIATE
-#include "kernels/cuda/attention_launch.cuh"
-
-namespace ls::kernels::cuda {
-LS_INSTANTIATE_PREFILL_WGMMA_PERSISTENT(64, 64, 2)
-}  // namespace ls::kernels::cuda
