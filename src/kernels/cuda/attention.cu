@@ -81,11 +81,14 @@ Layout layout_for(const AttentionParams& p, int num_sms, const AttentionOptions&
     // dense batch 32 are best with two waves (docs/history/cuda-decode.md). Decode rows of mixed
     // batches count every sequence (items), prefilling ones included.
     const int64_t base = std::max<int64_t>(1, int64_t{L.items} * p.num_kv_heads * L.head_chunks);
-    // Quantized pages: their kernel's blocks per SM follow its format and keys per iteration
-    // (attention_decode.cuh).
-    const int per_sm = pools_quant(p) == KvQuant::kNone
-                           ? kDecodeBlocksPerSm
-                           : decode_quant_blocks_per_sm(pools_quant(p), kDecodeQuantKeys);
+    // Quantized pages: the wave is their kernel's three blocks per SM (attention_decode.cuh),
+    // except with page selections, where it stays the float kernel's two: their selected rows are
+    // the budget's few 128-key blocks, and the larger wave only added splits to merge (H200, lserve
+    // batch 8 at 64K-256K, 24 splits against 16: 1.15-1.30x slower for every format; batch 32
+    // within 3%; docs/kv-quantization.md).
+    const KvQuant quant = pools_quant(p);
+    const int per_sm =
+        quant == KvQuant::kNone || selecting ? kDecodeBlocksPerSm : kDecodeQuantBlocksPerSm;
     const int64_t wave = int64_t{per_sm} * std::max(1, num_sms);
     const int64_t splits = 4 * base > wave ? 2 * wave / base : (selecting ? 4 : 1) * wave / base;
     L.max_splits = static_cast<int32_t>(std::clamp<int64_t>(splits, 1, kMaxSplits));

@@ -7,10 +7,10 @@
 // splits is decided on the device from the span length (at most gridDim.z, at least
 // min_blocks_per_split 64-row blocks each), so the grid is sized once from host-known batch
 // dimensions and decode steps can be captured in a CUDA graph. Blocks stream K and V through a
-// kStages-deep cp.async pipeline (16-byte copies, two blocks in flight per stage ring, the
-// block-table entries fetched two blocks ahead and the rows prefetched into L2 one block ahead);
-// each of the 4 warps takes 16 of every 64 keys with its own online softmax (mma.sync with the
-// query rows padded to 16), and the warps merge through shared memory at the end. A split's key
+// kStages-deep cp.async pipeline (16-byte copies, kStages - 1 blocks in flight while one computes,
+// the block-table entries fetched two blocks ahead and the rows prefetched into L2 one block
+// ahead); each of the 4 warps takes 16 of every 64 keys with its own online softmax (mma.sync with
+// the query rows padded to 16), and the warps merge through shared memory at the end. A split's key
 // blocks are a fixed share of the row, or (ticketed splits) a few fixed blocks and then chunks
 // drawn from a per-row ticket counter. With one split the block writes the output; with several
 // it writes an unnormalised partial (o, m, l) that attention.cu's reduction kernel combines. Both
@@ -71,15 +71,20 @@ __host__ __device__ constexpr int decode_rows_per_block(KvQuant q) {
 // the softmax's row reductions and rescaling, the V-scale exponent, loop control) is paid once per
 // 128 keys: static SASS per key at head_dim 128 in docs/kv-quantization.md.
 inline constexpr int kDecodeQuantKeys = 128;
-// Quantized pages: blocks per SM the registers are bounded for, per format and keys per
-// iteration. 128 keys: int4 three (its 128-key stages take 60 KB at head_dim 128, and with the
-// swapped products its loop fits the 168 registers of three blocks without spills, nvcc 13.0);
-// the 8-bit formats two (their three stages of K and V take 96 KB, so a third block does not
-// fit). 64 keys: three (the loop is bound by instruction latency, and with two warps per
-// scheduler its chain was not hidden).
-__host__ __device__ constexpr int decode_quant_blocks_per_sm(KvQuant q, int block_keys) {
-  return block_keys == 64 || q == KvQuant::kInt4 ? 3 : 2;
+// Pipeline stages of a decode block over quantized pages: two for the 8-bit formats at 128
+// keys per iteration, three otherwise. Three 128-key stages of 8-bit K and V take 96 KB, room
+// for two blocks per SM; with two stages three blocks fit (69 KB each at head_dim 128), and their
+// 24 KB stages in flight per SM are still several times what the copy bandwidth's latency needs
+// (H200: 1-4% faster at dense batch 8-32, 64K-256K; docs/kv-quantization.md).
+__host__ __device__ constexpr int decode_quant_stages(KvQuant q, int block_keys) {
+  return block_keys == 128 && (q == KvQuant::kFp8 || q == KvQuant::kInt8) ? 2 : 3;
 }
+// Quantized pages: blocks per SM the registers are bounded for, every format: three (168
+// registers; the loop is bound by instruction latency, and with two warps per scheduler its chain
+// was not hidden). With 128 keys int4's three stages take 60 KB at head_dim 128 and the 8-bit
+// formats' two stages 69 KB; with the swapped products every loop fits the 168 registers without
+// spills inside it (nvcc 13.0; int8 spills 84 bytes around it).
+inline constexpr int kDecodeQuantBlocksPerSm = 3;
 
 // The shared-memory plan of a decode block over pages of format kQ (kNone: q-dtype elements).
 // Float pages land in the stages as padded q-dtype rows that ldmatrix reads directly. Quantized
@@ -95,6 +100,8 @@ struct DecodeShape {
   static constexpr int kBlockKeys = kQuantized ? kQuantKeys : kKeyBlock;
   static constexpr int kWarpKeys = kBlockKeys / kDecodeWarps;
   static constexpr int kRows = decode_rows_per_block(kQ);  // query heads per block
+  // K/V pipeline stages.
+  static constexpr int kStages = kQuantized ? decode_quant_stages(kQ, kQuantKeys) : kDecodeStages;
   static constexpr int kStride = kD + 8;  // elements per row of sQ and of the q-dtype K/V tiles
   static constexpr int kChunks = kD / 8;  // 16-byte chunks of a q-dtype row
   static constexpr int kSmemQ = kRows * kStride;
@@ -122,15 +129,15 @@ struct DecodeShape {
     if constexpr (!kQuantized) {
       return 0;
     } else {
-      constexpr int params = 2 * kDecodeStages * kBlockKeys * kParams * 4;
-      constexpr int below = 2 * kDecodeStages * stage_bytes<T>() + params;
+      constexpr int params = 2 * kStages * kBlockKeys * kParams * 4;
+      constexpr int below = 2 * kStages * stage_bytes<T>() + params;
       return params + (kMergeBytes > below ? (kMergeBytes - below + 15) / 16 * 16 : 0);
     }
   }
   template <typename T>
   static constexpr int smem_bytes(int listed_cap) {
-    return static_cast<int>(sizeof(T)) * kSmemQ + 2 * kDecodeStages * stage_bytes<T>() +
-           quant_bytes<T>() + 4 * kDecodeStages * kBlockKeys + 4 * listed_cap;
+    return static_cast<int>(sizeof(T)) * kSmemQ + 2 * kStages * stage_bytes<T>() +
+           quant_bytes<T>() + 4 * kStages * kBlockKeys + 4 * listed_cap;
   }
 };
 
@@ -324,10 +331,11 @@ __device__ __forceinline__ PoolRow resolve_row(const HeadView& hv, const Pending
 // same code for every format.
 template <int kD, typename T, bool kTicketed, bool kTiered, KvQuant kQ = KvQuant::kNone,
           int kQuantKeys = kDecodeQuantKeys>
-__global__ void __launch_bounds__(
-    kDecodeThreads, kQ == KvQuant::kNone ? 2 : decode_quant_blocks_per_sm(kQ, kQuantKeys))
+__global__ void __launch_bounds__(kDecodeThreads,
+                                  kQ == KvQuant::kNone ? 2 : kDecodeQuantBlocksPerSm)
     decode_attention_kernel(const AttentionParams p, const DecodeArgs a) {
   using Shape = DecodeShape<kD, kQ, kQuantKeys>;
+  constexpr int kStages = Shape::kStages;
   constexpr bool kQuantized = Shape::kQuantized;
   constexpr int kStride = Shape::kStride;
   constexpr int kChunks = Shape::kChunks;
@@ -414,13 +422,13 @@ __global__ void __launch_bounds__(
   T* sQ = reinterpret_cast<T*>(smem_raw);
   // Float pages: [stages][64][stride] T. Quantized: [stages][64][code bytes] u8.
   unsigned char* sK = smem_raw + sizeof(T) * Shape::kSmemQ;
-  unsigned char* sV = sK + kDecodeStages * kStageBytes;
-  unsigned char* after_stages = sV + kDecodeStages * kStageBytes;
+  unsigned char* sV = sK + kStages * kStageBytes;
+  unsigned char* after_stages = sV + kStages * kStageBytes;
   // Quantized only: the stages' row parameters.
   float* pK = reinterpret_cast<float*>(after_stages);            // [stages][128][params] f32
-  float* pV = pK + kDecodeStages * kBlockKeys * Shape::kParams;  // [stages][128][params] f32
+  float* pV = pK + kStages * kBlockKeys * Shape::kParams;        // [stages][128][params] f32
   int32_t* kpos = reinterpret_cast<int32_t*>(after_stages + Shape::template quant_bytes<T>());
-  int32_t* listed = kpos + kDecodeStages * kBlockKeys;  // kpos: [stages][kBlockKeys]
+  int32_t* listed = kpos + kStages * kBlockKeys;  // kpos: [stages][kBlockKeys]
   __shared__ Span span_s;
   __shared__ float ml_s[kDecodeWarps][kRows][2];
   constexpr int kTicketRing = 8;
@@ -447,7 +455,7 @@ __global__ void __launch_bounds__(
   // blocks instead of finishing last. Otherwise split z takes the fixed share
   // [nb z / splits, nb (z + 1) / splits).
   constexpr bool ticketed = kTicketed;           // then a.row_tickets is set (launch_decode)
-  constexpr int32_t kFixed = kDecodeStages + 1;  // the blocks fetched before the loop (first[])
+  constexpr int32_t kFixed = kStages + 1;        // the blocks fetched before the loop (first[])
   const int32_t min_blocks =
       ticketed ? max(a.min_blocks_per_split, kFixed) : a.min_blocks_per_split;
   const int32_t want = (nb + min_blocks - 1) / min_blocks;
@@ -610,26 +618,26 @@ __global__ void __launch_bounds__(
       }
     }
   };
-  // The first kDecodeStages + 1 blocks' table entries are fetched together (one round trip),
-  // then the first kDecodeStages - 1 blocks are issued. Iteration i issues block i + 2 (fetched
-  // two iterations earlier), prefetches block i + 3 into L2 (fetched one iteration earlier) and
-  // fetches the table entry of block i + 4 (the rows qa / qb of the loop below).
-  static_assert(kDecodeStages == 3, "the row queue below assumes three stages");
+  // The first kStages + 1 blocks' table entries are fetched together (one round trip),
+  // then the first kStages - 1 blocks are issued. Iteration i issues block i + kStages - 1
+  // (fetched two iterations earlier) into the stage block i - 1 left, prefetches block
+  // i + kStages into L2 (fetched one iteration earlier) and fetches the table entry of block
+  // i + kStages + 1 (the rows qa / qb of the loop below).
   // Quantized pages never prefetch into L2 (compiled out): their stages and three blocks per SM
   // keep enough bytes in flight, and on an H200 the prefetch made every dense case slower (by
   // 1-19%: each byte crossed the L2 twice, Mem Busy 89% at 69% DRAM for fp8).
   const bool l2_prefetch = !kQuantized && a.l2_prefetch != 0;
   const int32_t page_shift =
       (hv.page_tokens & (hv.page_tokens - 1)) == 0 ? __ffs(hv.page_tokens) - 1 : -1;
-  PendingRow first[kDecodeStages + 1];
+  PendingRow first[kStages + 1];
 #pragma unroll
-  for (int s = 0; s <= kDecodeStages; ++s) {
+  for (int s = 0; s <= kStages; ++s) {
     if (s < n)
       first[s] = fetch_row(hv, sp, listed, (b_begin + s) * kBlockKeys + my_row, page_shift);
   }
   if (!waited && l2_prefetch) {  // still overlapping the previous kernel: warm L2 for the copies
 #pragma unroll
-    for (int s = 0; s <= kDecodeStages; ++s) {
+    for (int s = 0; s <= kStages; ++s) {
       if (s < n && s < a.prewait_prefetch) prefetch_rows(first[s]);
     }
   }
@@ -656,12 +664,12 @@ __global__ void __launch_bounds__(
   }
   if constexpr (kQuantized) cp_async_commit();  // Q alone: the queries' conversion waits for it
 #pragma unroll
-  for (int s = 0; s < kDecodeStages - 1; ++s) {
+  for (int s = 0; s < kStages - 1; ++s) {
     if (s < n) issue(s, first[s]);
     cp_async_commit();
   }
-  PendingRow q0 = first[kDecodeStages - 1];  // block 2 (valid if 2 < n)
-  PendingRow q1 = first[kDecodeStages];      // block 3 (valid if 3 < n)
+  PendingRow q0 = first[kStages - 1];  // block kStages - 1 (valid if below n)
+  PendingRow q1 = first[kStages];      // block kStages (valid if below n)
 
   const float scale_log2 = p.scale * 1.4426950408889634f;
   // Float pages: Q's A fragments (rows = query heads). Quantized pages: Q^T's B fragments (the
@@ -699,7 +707,7 @@ __global__ void __launch_bounds__(
     // The queries in f16 for the code MMAs, once, while the first key blocks load (Q is its own,
     // first, copy group). Thread ft of a quad holds the quarter [kD / 4 ft, kD / 4 (ft + 1)) of
     // query head fg (in the permuted order of the K fragments, k_local).
-    cp_async_wait<kDecodeStages - 1>();
+    cp_async_wait<kStages - 1>();
     __syncthreads();
     constexpr int kQuarter = kD / 4;
     T x0[kQuarter];
@@ -942,8 +950,9 @@ __global__ void __launch_bounds__(
     }
   };
 
-  // One iteration per 64-key block. qa holds block i + 2's table entry (issued now) and is then
-  // refilled with block i + 4's; qb holds block i + 3's (prefetched now). The loop below runs the
+  // One iteration per key block. qa holds block i + kStages - 1's table entry (issued now) and
+  // is then refilled with block i + kStages + 1's; qb holds block i + kStages's (prefetched
+  // now). The loop below runs the
   // iteration twice per round with the two rows swapped, so a fresh table load is first read one
   // iteration later: with a rotating q0 = q1 the compiler moved each just-loaded entry into the
   // loop-carried register at the back edge, and that move waited for the load every iteration
@@ -957,7 +966,7 @@ __global__ void __launch_bounds__(
       }
       ticket_k = -1;
     }
-    cp_async_wait<kDecodeStages - 2>();
+    cp_async_wait<kStages - 2>();
     __syncthreads();  // block i landed; every warp is done with block i - 1's stage
     if (block_of(i) < 0) return false;  // the same in every thread (tickets_s is published)
 #ifdef LS_DECODE_TRACE_LANDINGS
@@ -985,14 +994,14 @@ __global__ void __launch_bounds__(
         }
       }
     }
-    const int nxt = i + kDecodeStages - 1;
-    if (block_of(nxt) >= 0) issue(nxt % kDecodeStages, qa);
+    const int nxt = i + kStages - 1;
+    if (block_of(nxt) >= 0) issue(nxt % kStages, qa);
     cp_async_commit();
     if (l2_prefetch && block_of(nxt + 1) >= 0) prefetch_rows(qb);
     const int32_t bf = block_of(nxt + 2);
     qa = bf >= 0 ? fetch_row(hv, sp, listed, bf * kBlockKeys + my_row, page_shift) : PendingRow{};
 
-    const int stage = i % kDecodeStages;
+    const int stage = i % kStages;
     const int32_t* kp = kpos + stage * kBlockKeys + key0;
     const bool vis = key_visible(hv, it.position, kp[lane % kWarpKeys]);
     if constexpr (kQuantized) {
@@ -1094,9 +1103,9 @@ __global__ void __launch_bounds__(
   // Merge the 4 warps' states: o (unnormalised), m (raw score max) and l per query head.
   // [warps][kRows][kOwStride] f32, from the K stages on
   constexpr int kOwStride = Shape::kOwStride;
-  static_assert(Shape::kMergeBytes <= (kQuantized ? 2 * kDecodeStages * kStageBytes +
-                                                       Shape::template quant_bytes<T>()
-                                                 : kDecodeStages * kStageBytes),
+  static_assert(Shape::kMergeBytes <=
+                    (kQuantized ? 2 * kStages * kStageBytes + Shape::template quant_bytes<T>()
+                                : kStages * kStageBytes),
                 "the warps' partial outputs fit the K stages (quantized: K and V stages, "
                 "parameters and pad)");
   float* ow = reinterpret_cast<float*>(sK);
