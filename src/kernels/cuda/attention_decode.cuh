@@ -73,9 +73,10 @@ __host__ __device__ constexpr int decode_rows_per_block(KvQuant q) {
 inline constexpr int kDecodeQuantKeys = 128;
 // Pipeline stages of a decode block over quantized pages: two for the 8-bit formats at 128
 // keys per iteration, three otherwise. Three 128-key stages of 8-bit K and V take 96 KB, room
-// for two blocks per SM; with two stages three blocks fit (69 KB each at head_dim 128), and their
-// 24 KB stages in flight per SM are still several times what the copy bandwidth's latency needs
-// (H200: 1-4% faster at dense batch 8-32, 64K-256K; docs/kv-quantization.md).
+// for two blocks per SM; with two stages three blocks fit (69 KB each at head_dim 128), and the
+// ~100 KB their next stages keep in flight per SM is still several times what the copy
+// bandwidth's latency needs (H200: up to 4% faster at dense batch 8-32, 64K-256K;
+// docs/kv-quantization.md).
 __host__ __device__ constexpr int decode_quant_stages(KvQuant q, int block_keys) {
   return block_keys == 128 && (q == KvQuant::kFp8 || q == KvQuant::kInt8) ? 2 : 3;
 }
