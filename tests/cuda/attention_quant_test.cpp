@@ -359,8 +359,8 @@ std::vector<float> run_quantized(AttentionScenario& sc, KvQuant q, const QuantPo
 // The decode kernel's tiered instantiation over quantized pages (retrieval head-pages in shuffled
 // cache slots, poisoned homes; streaming heads in their own untiered pool), and the prefill
 // kernel of a chunk in the same batch, give the untiered run's outputs bit for bit, one split and
-// many, with 128- and 64-key iterations; and a call asking for ticketed splits (which quantized
-// pages serve with fixed splits) stays within the kernels' tolerance of the CPU.
+// many (128-key iterations, the only shape launched); and a call asking for ticketed splits
+// (which quantized pages serve with fixed splits) stays within the kernels' tolerance of the CPU.
 TEST(CudaAttentionQuantized, TieredSlotsAndTicketedCallsMatchThePlainRun) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(95);

@@ -14,9 +14,12 @@
 // (t + 1)) of both summaries (16-byte loads), k-step kk takes its elements 4 kk .. 4 kk + 3, and
 // the queries take the same permutation. Exact on integer data like bounds_kernel (products and
 // sums of small integers are exact in f32 either way); on continuous data the two differ by f32
-// rounding only. One difference: where a summary holds an infinity or NaN, 0 x inf makes the
-// bound NaN here (ranked last by choose_kernel), where bounds_kernel's fmaxf may keep the finite
-// product.
+// rounding only. Differences on non-finite data: where a summary holds an infinity or NaN,
+// 0 x inf makes the bound NaN here (ranked last by choose_kernel), where bounds_kernel's fmaxf may
+// keep the finite product; and a NaN query element becomes 0 in q+ and q- (fmaxf / fminf return
+// the other operand), so it adds nothing here where it makes bounds_kernel's bound NaN (an
+// infinite one gives inf x 0 = NaN here, a finite product there). Finite queries and summaries
+// give the same pages.
 
 #include <cstdint>
 
