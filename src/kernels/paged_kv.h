@@ -317,6 +317,9 @@ struct PageSelectParams {
   int32_t max_pages = 0;                // stride of page_scores
   int32_t* refined_pages = nullptr;     // optional [num_seqs, num_kv_heads] out: physical pages
                                         //   whose fine summaries were read (all, one level)
+  int32_t max_bounds_blocks = 0;        // CUDA: > 0 caps the bounds kernels' blocks per (sequence,
+                                        //   kv head), so each warp loops over many tiles (tests);
+                                        //   0: as many as fill the device. The CPU ignores it.
 };
 
 }  // namespace ls::kernels

@@ -144,6 +144,38 @@ TEST(CudaPageSelectTwoLevel, EqualsOneLevelAndCpuWithTies) {
   }
 }
 
+// The same with queries of the summaries' 16-bit type, so both levels' fine bounds run on the
+// tensor cores (bounds_mma_kernel, its listed variant for the refined groups), with the grid's
+// default blocks and with one block per (sequence, kv head) (every warp loops over many tiles):
+// two levels equal one level, and the CPU's pages on exact data.
+TEST(CudaPageSelectTwoLevel, TensorCoreBoundsEqualOneLevelAndCpu) {
+  if (!gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 rng(83);
+  for (Data kind : {Data::kIntegers, Data::kFlat, Data::kPlanted}) {
+    for (int32_t group : {1, 4, 8}) {
+      for (auto [pt, lpt] : {std::pair{16, 16}, {64, 16}, {128, 16}}) {
+        for (int32_t gp : {1, 16}) {
+          for (DType dt : {DType::kBF16, DType::kF16}) {
+            for (int32_t blocks : {0, 1}) {
+              const int32_t d = (group + gp) % 2 == 0 ? 64 : 128;
+              const std::string label =
+                  std::string(kernels::test::data_name(kind)) + " g=" + std::to_string(group) +
+                  " pt=" + std::to_string(pt) + " G=" + std::to_string(gp) + " " +
+                  std::string(dtype_name(dt)) + " d=" + std::to_string(d) +
+                  " blocks=" + std::to_string(blocks);
+              Case c = kernels::test::make_case(rng, d, group, pt, lpt, 9, gp, dt, kind, dt);
+              c.keep_first = (group + gp + blocks) % 2;
+              c.max_bounds_blocks = blocks;
+              const bool exact = kind == Data::kIntegers || kind == Data::kFlat;
+              check(c, run_gpu(c, false), run_gpu(c, true), run_cpu(c), exact, label);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The CUDA summary update (the same code as the fused append's summary warps) keeps the fine and
 // the coarse rows bytewise equal to the CPU's across prefill chunks and decode steps.
 TEST(CudaPageSelectTwoLevel, SummaryUpdateEqualsCpu) {

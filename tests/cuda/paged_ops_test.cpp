@@ -383,7 +383,8 @@ TEST(CudaPagedOps, KvAppendWithIndexRequestStaysExactAcrossSteps) {
 
 struct SelectCase {
   int32_t d = 64, group = 1, pt = 16, lpt = 16, budget = 4, num_kv = 3, hpb = 2;
-  int32_t keep_first = 0;  // PageSelectParams::keep_first_page
+  int32_t keep_first = 0;         // PageSelectParams::keep_first_page
+  int32_t max_bounds_blocks = 0;  // PageSelectParams::max_bounds_blocks
   DType dt = DType::kBF16;
   std::vector<int32_t> kv_lens, q_lens, out_rows, mode, slot, table, q_indptr;
   int32_t stride = 0, num_blocks = 0, num_rows = 6, max_selected = 0, max_pages = 0;
@@ -537,6 +538,7 @@ kernels::PageSelectParams select_sizes(const SelectCase& c) {
   p.keep_first_page = c.keep_first;
   p.max_selected = c.max_selected;
   p.max_pages = c.max_pages;
+  p.max_bounds_blocks = c.max_bounds_blocks;
   return p;
 }
 
@@ -655,6 +657,42 @@ TEST(CudaPageSelect, EqualsCpuExactlyOnLongContextsWithTies) {
     EXPECT_EQ(got.selected, want.selected) << label << "\n" << selection_diff(c, got, want);
     EXPECT_EQ(got.num_selected, want.num_selected) << label;
     EXPECT_EQ(got.scores, want.scores) << label;
+  }
+  EXPECT_TRUE(gpu()->take_error().ok());
+}
+
+// The bounds kernels with one to three blocks per (sequence, kv head), so that every warp loops
+// over many tiles (the tensor-core kernel's copies of tile t + stride in flight while tile t is
+// scored, the table entries a tile further ahead): integer data with ties, head_dim 64 / 128,
+// bf16 / f16, 1 to 16 logical pages per physical page, groups 1 / 4 / 8 (tensor cores) and 16
+// (f32 bounds), sequences of a few to a few hundred pages; pages, counts and scores equal the
+// CPU's exactly.
+TEST(CudaPageSelect, EqualsCpuWithManyTilesPerWarp) {
+  LS_REQUIRE_CUDA();
+  std::mt19937 rng(27);
+  for (int32_t d : {64, 128}) {
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      for (int32_t pt : {16, 32, 64, 128, 256}) {
+        for (int32_t group : {1, 4, 8, 16}) {
+          if (group == 16 && (dt == DType::kF16 || pt > 64)) continue;  // a few f32-bounds cases
+          for (int32_t blocks : {1, 3}) {
+            const int32_t lpt = 16;
+            const std::vector<int32_t> lens = {pt * 203 + 7, pt * 41 + 1, 1, 2 * pt,
+                                               lpt * (3 * 16 * 4 + 5) + 3};
+            SelectCase c = make_select_case(rng, d, group, pt, lpt, 8, true, lens, dt);
+            c.keep_first = (pt / 16 + blocks) % 2;
+            c.max_bounds_blocks = blocks;
+            const SelectOutputs want = run_select(c, false), got = run_select(c, true);
+            const std::string label = "d " + std::to_string(d) + " " + dtype_label(dt) + " page " +
+                                      std::to_string(pt) + " group " + std::to_string(group) +
+                                      " blocks " + std::to_string(blocks);
+            EXPECT_EQ(got.selected, want.selected) << label << "\n" << selection_diff(c, got, want);
+            EXPECT_EQ(got.num_selected, want.num_selected) << label;
+            EXPECT_EQ(got.scores, want.scores) << label;
+          }
+        }
+      }
+    }
   }
   EXPECT_TRUE(gpu()->take_error().ok());
 }

@@ -36,8 +36,10 @@ inline const char* data_name(Data k) {
 
 struct Case {
   int32_t d = 64, group = 1, num_kv = 2, pt = 16, lpt = 16, budget = 4, gp = 4;
-  int32_t keep_first = 0;  // PageSelectParams::keep_first_page
-  DType dtype = DType::kF32;
+  int32_t keep_first = 0;         // PageSelectParams::keep_first_page
+  int32_t max_bounds_blocks = 0;  // PageSelectParams::max_bounds_blocks
+  DType dtype = DType::kF32;      // the summaries'
+  DType q_dtype = DType::kF32;    // the queries' (the summaries' type: the CUDA tensor-core bounds)
   std::vector<int32_t> kv_lens, q_lens, out_rows, coarse_rows, mode, slot;
   int32_t hpb = 2, stride = 0, num_blocks = 0, num_rows = 0, max_selected = 0, max_pages = 0;
   int32_t max_groups = 0, num_coarse_rows = 0;
@@ -83,8 +85,10 @@ inline void build_coarse(Case& c) {
 }
 
 inline Case make_case(std::mt19937& rng, int32_t d, int32_t group, int32_t pt, int32_t lpt,
-                      int32_t budget, int32_t gp, DType dtype, Data kind) {
+                      int32_t budget, int32_t gp, DType dtype, Data kind,
+                      DType q_dtype = DType::kF32) {
   Case c;
+  c.q_dtype = q_dtype;
   c.d = d;
   c.group = group;
   c.pt = pt;
@@ -120,7 +124,7 @@ inline Case make_case(std::mt19937& rng, int32_t d, int32_t group, int32_t pt, i
 
   const int64_t q_n = int64_t{c.q_indptr.back()} * c.num_kv * group * d;
   const int64_t rows = int64_t{c.num_blocks} * c.hpb * c.lpp();
-  c.q.resize(q_n, DType::kF32);
+  c.q.resize(q_n, q_dtype);
   c.kmin.resize(rows * d, dtype);
   c.kmax.resize(rows * d, dtype);
   std::uniform_int_distribution<int> small(-4, 4);
@@ -204,7 +208,7 @@ inline Output sentinel_output(const Case& c) {
 inline PageSelectParams host_params(const Case& c, bool two_level, Output& out) {
   PageSelectParams p;
   p.q = c.q.data();
-  p.q_dtype = DType::kF32;
+  p.q_dtype = c.q_dtype;
   p.num_seqs = c.num_seqs();
   p.q_indptr = c.q_indptr.data();
   p.num_q_heads = c.num_kv * c.group;
@@ -228,6 +232,7 @@ inline PageSelectParams host_params(const Case& c, bool two_level, Output& out) 
     p.summaries.rows = c.coarse_rows.data();
   }
   p.budget_pages = c.budget;
+  p.max_bounds_blocks = c.max_bounds_blocks;
   p.keep_first_page = c.keep_first;
   p.out_rows = c.out_rows.data();
   p.selected = out.selected.data();

@@ -598,6 +598,13 @@ namespace select_detail {
 
 namespace {
 
+// Blocks per (sequence, kv head) of the bounds kernels: enough for about 16 per SM over all
+// items, or p.max_bounds_blocks where that is smaller (tests: many tiles per warp).
+int64_t bounds_block_cap(const PageSelectParams& p, int32_t items) {
+  const int64_t cap = (int64_t{132} * 16 + items - 1) / items;
+  return p.max_bounds_blocks > 0 ? std::min<int64_t>(cap, p.max_bounds_blocks) : cap;
+}
+
 // bounds_mma_kernel (page_select_mma.cuh) over the same pages as bounds_kernel: enough blocks of
 // four 16-row warp tiles to cover the longest item, capped as bounds_kernel's grid.
 Status launch_bounds_mma(const PageSelectParams& p, float* pmax, int32_t max_pages_ws,
@@ -612,7 +619,7 @@ Status launch_bounds_mma(const PageSelectParams& p, float* pmax, int32_t max_pag
       (int64_t{std::max(1, p.retrieval_blocks_stride)} * p.summaries.logical_per_page +
        kMmaBoundsRows - 1) / kMmaBoundsRows;
   const int64_t want = (tiles + kMmaBoundsWarps - 1) / kMmaBoundsWarps;
-  const int64_t cap = (int64_t{132} * 16 + items - 1) / items;
+  const int64_t cap = bounds_block_cap(p, items);
   const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(want, cap))),
                   static_cast<unsigned>(items));
   const auto launch = [&]<int kD, typename T>() {
@@ -671,7 +678,7 @@ Status launch_bounds(const PageSelectParams& p, float* pmax, int32_t max_pages_w
     // selected; more pages than that loop in each block.
     const int32_t pages_per_block = kBoundsThreads / (lanes * parts);
     const int64_t want = (p.retrieval_blocks_stride + pages_per_block - 1) / pages_per_block;
-    const int64_t cap = (int64_t{132} * 16 + items - 1) / items;
+    const int64_t cap = bounds_block_cap(p, items);
     const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(want, cap))),
                     static_cast<unsigned>(items));
     const auto log2 = [](int32_t pow2) { return std::countr_zero(static_cast<uint32_t>(pow2)); };

@@ -227,7 +227,10 @@ __global__ void __launch_bounds__(kMmaBoundsThreads)
   }
   for (; tile < tiles; tile += tile_stride) {  // uniform over the warp
     uint4 x[2][kVecs], n[2][kVecs];
-    cp_async_wait<0>();  // tile t's copies (this lane's own: no barrier needed to read them)
+    // Tile t's copies (this lane's own: no barrier needed to read them). A compiler barrier too:
+    // the buffer's reads below must not move above the wait (cp_async_wait has no memory
+    // clobber; the other kernels read after a __syncthreads).
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
 #pragma unroll
