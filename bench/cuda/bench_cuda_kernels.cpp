@@ -33,6 +33,9 @@
 //  - FP8 weights (section "fp8", bench_fp8_linear.cpp, not in the default sections): bf16 against
 //    e4m3 weights at the Llama-3-8B shapes for --fp8-m rows: copy fraction of the decode GEMV,
 //    TFLOP/s of the prefill GEMM.
+//  - cuBLASLt's algorithms (section "lt-algos", bench_fp8_algos.cpp, not in the default
+//    sections): every heuristic algorithm's time for bf16 and the e4m3 forms at prefill sizes,
+//    and the passes around the unscaled FP8 product.
 //  - page selection (section "select", bench_select.cpp, not in the default sections): one level
 //    against two levels (a coarse level per --summary-group-pages pages) at --batches and
 //    --select-contexts, on random keys and on keys with planted hot spans (--select-data), with
@@ -61,6 +64,7 @@
 //         --shared-prefix-suffix 512 --shared-prefix-split 1024]
 //        [--decode-rounds 3] [--decode-trace FILE] [--kv-formats bf16,fp8,int8,int4]
 //        [--sections fp8 --fp8-m 1,2,4,8,32,512,4096,16384]
+//        [--sections lt-algos --lt-algos-m 4096,16384 --lt-algos-max 8]
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -75,6 +79,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "bench_fp8_algos.h"
 #include "bench_fp8_linear.h"
 #include "bench_select.h"
 #include "bench_shared_prefix.h"
@@ -906,6 +911,10 @@ int run(int argc, char** argv) {
     bench_fp8_linear(*dev.b, out,
                      parse_list(arg(argc, argv, "--fp8-m", "1,2,4,8,32,512,4096,16384")), copy_bps,
                      dev.l2_bytes);
+  }
+  if (has("lt-algos")) {  // bench_fp8_algos.cpp: cuBLASLt's algorithms and scale modes
+    bench_fp8_algos(*dev.b, out, parse_list(arg(argc, argv, "--lt-algos-m", "4096,16384")),
+                    static_cast<int>(parse_list(arg(argc, argv, "--lt-algos-max", "8")).at(0)));
   }
   if (has("select")) {  // bench_select.cpp: one level against two levels
     bench_select(
