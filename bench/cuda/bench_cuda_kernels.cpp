@@ -749,7 +749,8 @@ void bench_decode(Device& dev, JsonLines& out, const std::vector<int64_t>& batch
 
 // ---- small per-layer ops ----
 
-void bench_small(Device& dev, JsonLines& out, const std::vector<int64_t>& token_counts) {
+void bench_small(Device& dev, JsonLines& out, const std::vector<int64_t>& token_counts,
+                 double copy_bps) {
   constexpr int64_t kHidden = 4096, kInter = 14336, kContext = 32768;
   constexpr int32_t kLogical = 16;
   constexpr int kCalls = 200;
@@ -763,6 +764,9 @@ void bench_small(Device& dev, JsonLines& out, const std::vector<int64_t>& token_
            v = alloc(dev, T * kKvHeads * kRowBytes);
     Buffer cs = alloc(dev, T * (kD / 2) * 4), sn = alloc(dev, T * (kD / 2) * 4);
     Buffer gu = alloc(dev, T * 2 * kInter * 2), act = alloc(dev, T * kInter * 2);
+    constexpr int64_t kQkvRow = (kQHeads + 2 * kKvHeads) * kD;
+    Buffer qkv = alloc(dev, T * kQkvRow * 2), head_w = alloc(dev, kD * 4);
+    fill(dev, qkv.data(), T * kQkvRow, 57);
     fill(dev, x.data(), T * kHidden, 51);
     fill(dev, res.data(), T * kHidden, 52);
     fill(dev, q.data(), T * kQHeads * kD, 53);
@@ -771,6 +775,7 @@ void bench_small(Device& dev, JsonLines& out, const std::vector<int64_t>& token_
     fill(dev, gu.data(), T * 2 * kInter, 56);
     std::vector<float> ones(static_cast<size_t>(kHidden), 1.0f);
     dev.b->copy_bytes(w.data(), ones.data(), kHidden * 4);
+    dev.b->copy_bytes(head_w.data(), ones.data(), kD * 4);
     std::vector<float> cos_h(static_cast<size_t>(T * kD / 2)), sin_h(cos_h.size());
     for (size_t i = 0; i < cos_h.size(); ++i) {
       cos_h[i] = std::cos(0.001f * static_cast<float>(i));
@@ -788,6 +793,8 @@ void bench_small(Device& dev, JsonLines& out, const std::vector<int64_t>& token_
     const TensorView cv = view(cs, {T, kD / 2}, DType::kF32),
                      sv = view(sn, {T, kD / 2}, DType::kF32);
     const TensorView guv = view(gu, {T, 2 * kInter}), av = view(act, {T, kInter});
+    const TensorView qkvv = view(qkv, {T, kQkvRow}), vv = view(v, {T, kKvHeads, kD}),
+                     hwv = view(head_w, {kD}, DType::kF32), none;
 
     // Paged KV of `seqs` sequences whose last T / seqs tokens are this call's (dense pool, every
     // kv head a retrieval head with summaries).
@@ -848,26 +855,39 @@ void bench_small(Device& dev, JsonLines& out, const std::vector<int64_t>& token_
     kernels::KvAppendParams ap_index = ap;
     ap_index.summaries = su.summaries;
 
+    // bytes: what the op must read and write at least (bf16 rows; f32 weights and cos/sin are
+    // per token or shared and left out), for the fraction of the copy bandwidth; 0 where the op's
+    // traffic depends on the pool layout.
     struct Op {
       const char* name;
+      int64_t bytes;
       std::function<void()> fn;
     };
+    const int64_t row_bytes = T * kHidden * 2;
     const Op ops[] = {
-        {"rmsnorm", [&] { dev.b->rmsnorm(xv, wv, 1e-5f, yv); }},
-        {"add_rmsnorm", [&] { dev.b->add_rmsnorm(xv, rv, wv, 1e-5f, yv); }},
-        {"rope_q", [&] { dev.b->rope(qv, cv, sv, kD); }},
-        {"rope_k", [&] { dev.b->rope(kv, cv, sv, kD); }},
-        {"silu_mul", [&] { dev.b->silu_mul(guv, av); }},
-        {"kv_append", [&] { dev.b->kv_append(ap); }},
-        {"page_summary", [&] { dev.b->page_summary_update(su); }},
-        {"kv_append_index", [&] { dev.b->kv_append(ap_index); }},
+        {"rmsnorm", 2 * row_bytes, [&] { dev.b->rmsnorm(xv, wv, 1e-5f, yv); }},
+        {"add_rmsnorm", 4 * row_bytes, [&] { dev.b->add_rmsnorm(xv, rv, wv, 1e-5f, yv); }},
+        {"rope_q", 2 * T * kQHeads * kRowBytes, [&] { dev.b->rope(qv, cv, sv, kD); }},
+        {"rope_k", 2 * T * kKvHeads * kRowBytes, [&] { dev.b->rope(kv, cv, sv, kD); }},
+        {"qkv_split_rope", 2 * T * kQkvRow * 2,
+         [&] { dev.b->qkv_split_rope(qkvv, none, none, 1e-6f, cv, sv, kD, qv, kv, vv); }},
+        {"qkv_split_rope_norm", 2 * T * kQkvRow * 2,
+         [&] { dev.b->qkv_split_rope(qkvv, hwv, hwv, 1e-6f, cv, sv, kD, qv, kv, vv); }},
+        {"silu_mul", 3 * T * kInter * 2, [&] { dev.b->silu_mul(guv, av); }},
+        {"kv_append", 0, [&] { dev.b->kv_append(ap); }},
+        {"page_summary", 0, [&] { dev.b->page_summary_update(su); }},
+        {"kv_append_index", 0, [&] { dev.b->kv_append(ap_index); }},
     };
     for (const Op& op : ops) {
       const double us = graph_us(dev, kCalls, op.fn);
       const Status err = dev.b->take_error();
-      out.write(fmt::format(
-          R"({{"bench": "small", "op": "{}", "tokens": {}, "seqs": {}, "us": {:.2f}, "ok": {}}})",
-          op.name, T, seqs, us, err.ok() && us > 0 ? "true" : "false"));
+      const double frac = op.bytes > 0 && us > 0 && copy_bps > 0
+                              ? static_cast<double>(op.bytes) / (us * 1e-6) / copy_bps
+                              : 0.0;
+      out.write(
+          fmt::format(R"({{"bench": "small", "op": "{}", "tokens": {}, "seqs": {}, "us": {:.2f}, )"
+                      R"("bytes": {}, "copy_fraction": {:.3f}, "ok": {}}})",
+                      op.name, T, seqs, us, op.bytes, frac, err.ok() && us > 0 ? "true" : "false"));
     }
   }
 }
@@ -900,7 +920,7 @@ int run(int argc, char** argv) {
   }
   // Before the long sections, so the kernels step's time limit never cuts it.
   if (has("small"))
-    bench_small(dev, out, parse_list(arg(argc, argv, "--small-tokens", "1,8,512,4096")));
+    bench_small(dev, out, parse_list(arg(argc, argv, "--small-tokens", "1,8,512,4096")), copy_bps);
   std::vector<kernels::KvQuant> formats;
   if (!parse_kv_formats(arg(argc, argv, "--kv-formats", "bf16"), formats)) return 2;
   if (has("prefill")) {

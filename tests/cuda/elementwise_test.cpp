@@ -144,8 +144,13 @@ TEST(CudaElementwise, QkvSplitRopeMatchesSeparateOps) {
     int64_t tokens, q_heads, kv_heads, head_dim, rotary;
   };
   for (DType dt : kDtypes) {
+    // The shapes cover both kernels (16-byte vectors: head_dim and half the rotary dims multiples
+    // of a vector, at most 32 vectors a head; else one warp per head), the vector kernel's
+    // power-of-two groups, groups of 12 and 24 lanes (96 / 8, 96 / 4) and partial rotary dims; the
+    // last two put q, k and v heads of many tokens into one warp and spread them over blocks.
     for (Shape sh : {Shape{1, 32, 8, 128, 128}, Shape{5, 4, 2, 64, 64}, Shape{3, 6, 6, 96, 64},
-                     Shape{7, 16, 2, 256, 256}, Shape{2, 3, 1, 16, 8}}) {
+                     Shape{7, 16, 2, 256, 256}, Shape{2, 3, 1, 16, 8}, Shape{67, 7, 1, 128, 128},
+                     Shape{300, 5, 3, 96, 96}}) {
       for (bool norm : {false, true}) {
         const int64_t T = sh.tokens, D = sh.head_dim, half = sh.rotary / 2;
         const int64_t qn = sh.q_heads * D, kn = sh.kv_heads * D, row = qn + 2 * kn;
