@@ -41,15 +41,18 @@ void bench_fp8_linear(CudaBackend& b, JsonLines& out, const std::vector<int64_t>
   for (int64_t m : ms_list) {
     for (const Shape& s : shapes) {
       // FP8 calls the GEMV may take are timed on both paths (the GEMV, then cuBLASLt's GEMM),
-      // so one run shows where the row threshold belongs.
+      // so one run shows where the row threshold belongs; GEMM-sized calls on both GEMM forms
+      // (cuBLASLt's outer-vector scales where it has them, then the unscaled product + epilogue).
       struct Variant {
-        bool fp8, gemm;
+        bool fp8, gemm, unscaled;
       };
-      std::vector<Variant> variants = {{false, false}, {true, false}};
-      if (m <= kernels::cuda::kFp8GemvMaxRows) variants.push_back({true, true});
+      std::vector<Variant> variants = {{false, false, false}, {true, false, false}};
+      if (m <= kernels::cuda::kFp8GemvMaxRows) variants.push_back({true, true, false});
+      if (m > kernels::cuda::kFp8GemvMaxRows) variants.push_back({true, false, true});
       for (const Variant& v : variants) {
         const bool fp8 = v.fp8;
         b.set_fp8_gemv_max_rows(v.gemm ? 0 : kernels::cuda::kFp8GemvMaxRows);
+        b.set_fp8_outer_vec(!v.unscaled);
         const int64_t wbytes = s.n * s.k * (fp8 ? 1 : 2) + (fp8 ? s.n * 4 : 0);
         const int64_t replicas =
             std::clamp<int64_t>((4 * l2_bytes + wbytes - 1) / wbytes, 2, 64);
@@ -115,6 +118,7 @@ void bench_fp8_linear(CudaBackend& b, JsonLines& out, const std::vector<int64_t>
             err.ok() && us > 0 ? "true" : "false"));
       }
       b.set_fp8_gemv_max_rows(-1);
+      b.set_fp8_outer_vec(true);
     }
   }
 }

@@ -168,6 +168,10 @@ class CudaBackend final : public Backend {
   void set_fp8_gemv_max_rows(int64_t rows) {
     fp8_gemv_max_rows_ = std::clamp<int64_t>(rows, -1, kernels::cuda::kFp8GemvMaxRows);
   }
+  // Off: FP8 GEMMs run as an unscaled product + an epilogue kernel even where cuBLASLt has
+  // outer-vector scale algorithms (tests and benchmarks compare the two); on by default. Drops
+  // the FP8 plans made so far; not while a graph is being captured.
+  void set_fp8_outer_vec(bool allowed) { linear_->set_fp8_outer_vec(allowed); }
   // Whether the last FP8 GEMM of this shape ran with cuBLASLt's outer-vector scales (else an
   // unscaled product and an epilogue kernel); for benchmarks.
   bool fp8_outer_vec_scales(int64_t m, int64_t n, int64_t k) const {

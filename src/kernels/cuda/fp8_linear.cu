@@ -1,14 +1,19 @@
 // FP8 linear helpers (kernels/cuda/fp8_linear.h).
-// fp8_gemv: up to 8 activation rows per pass; one warp per pair of weight rows, 4 warps per block, as gemv.cu, but lane l reads 16
-// e4m3 weights (16 bytes) of each row at k = 16 * (l + 32 * i), two batches in flight, and the
-// 16 matching activations (32 bytes) through the read-only path. e4m3 pairs widen to f16 pairs
-// (exact: every e4m3 value is an f16 value) and then to f32; the row scale multiplies the
-// reduced sum once. Launched as a programmatic dependent launch: the first weight loads overlap
-// the previous kernel's tail.
-// quantize_rows_e4m3: one block per row: max|x| over the row, then e4m3(x / scale).
-// scale_rows_cols: the elementwise epilogue of the unscaled FP8 GEMM.
+// fp8_gemv: up to 8 activation rows per pass; one warp per pair of weight rows, 4 warps per block,
+// as gemv.cu, but lane l reads 16 e4m3 weights (16 bytes) of each row at k = 16 * (l + 32 * i), two
+// batches in flight, and the 16 matching activations (32 bytes) through the read-only path. e4m3
+// pairs widen to f16 pairs (exact: every e4m3 value is an f16 value) and then to f32; the row scale
+// multiplies the reduced sum once. Launched as a programmatic dependent launch: the first weight
+// loads overlap the previous kernel's tail. quantize_rows_e4m3: one block per row: max|x| over the
+// row, then e4m3(x / scale). Rows of 16-byte vectors of up to 16384 elements (every activation row
+// of the model families) keep their vectors in registers between the two passes; other rows are
+// read twice, an element per thread at a time. scale_rows_cols: the elementwise epilogue of the
+// unscaled FP8 GEMM; where rows are whole 16-byte vectors, a block per row and 256 vectors, one
+// vector per thread.
 
 #include <cuda_fp8.h>
+
+#include <cstdint>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_types.cuh"
@@ -170,6 +175,76 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_rows_kernel(const T* _
   }
 }
 
+// Up to kChunks 16-byte vectors of the row per thread, loaded once: the max, then the codes (the
+// same per-element arithmetic as quantize_rows_kernel, so the same bits).
+template <typename T, int kChunks>
+__global__ void __launch_bounds__(kQuantThreads)
+    quantize_rows_vec_kernel(const T* __restrict__ x, int64_t k, __nv_fp8_storage_t* __restrict__ q,
+                             float* __restrict__ scales) {
+  constexpr int V = kVecElems<T>;
+  __shared__ float warp_max_smem[kQuantThreads / 32];
+  const T* row = x + static_cast<int64_t>(blockIdx.x) * k;
+  __nv_fp8_storage_t* qrow = q + static_cast<int64_t>(blockIdx.x) * k;
+  pdl_wait();
+  float v[kChunks][V];
+  float amax = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int64_t i = (static_cast<int64_t>(c) * kQuantThreads + threadIdx.x) * V;
+    if (i < k) {
+      load_vec(row + i, v[c]);
+#pragma unroll
+      for (int e = 0; e < V; ++e) amax = fmaxf(amax, fabsf(v[c][e]));
+    }
+  }
+  amax = warp_max(amax);
+  if (threadIdx.x % 32 == 0) warp_max_smem[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = warp_max_smem[0];
+#pragma unroll
+  for (int i = 1; i < kQuantThreads / 32; ++i) amax = fmaxf(amax, warp_max_smem[i]);
+  const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int64_t i = (static_cast<int64_t>(c) * kQuantThreads + threadIdx.x) * V;
+    if (i < k) {
+      uint8_t codes[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        codes[e] = __nv_cvt_float_to_fp8(__fdiv_rn(v[c][e], scale), __NV_SATFINITE, __NV_E4M3);
+      }
+      if constexpr (V == 8) {
+        *reinterpret_cast<uint2*>(qrow + i) = *reinterpret_cast<const uint2*>(codes);
+      } else {
+        *reinterpret_cast<uint32_t*>(qrow + i) = *reinterpret_cast<const uint32_t*>(codes);
+      }
+    }
+  }
+}
+
+template <typename T>
+__global__ void scale_rows_cols_vec_kernel(T* __restrict__ out, int64_t n, float factor,
+                                           const float* __restrict__ row_scale,
+                                           const float* __restrict__ col_scale,
+                                           const float* __restrict__ bias) {
+  constexpr int V = kVecElems<T>;
+  pdl_wait();
+  const int64_t r = blockIdx.x;
+  const int64_t c = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * V;
+  if (c >= n) return;
+  T* p = out + r * n + c;
+  float v[V];
+  load_vec(p, v);
+  const float rs = row_scale[r];
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    const float y = v[e] * factor * (rs * col_scale[c + e]);
+    v[e] = bias ? y + bias[c + e] : y;
+  }
+  store_vec(p, v);
+}
+
 template <typename T>
 __global__ void scale_rows_cols_kernel(T* __restrict__ out, int64_t m, int64_t n, float factor,
                                        const float* __restrict__ row_scale,
@@ -237,6 +312,18 @@ Status quantize_rows_e4m3(const void* x, int64_t m, int64_t k, DType dtype, void
     return invalid_argument("quantize_rows_e4m3: bad arguments (m {}, k {})", m, k);
   }
   return dispatch_float(dtype, "quantize_rows_e4m3", [&]<typename T>() -> Status {
+    constexpr int V = kVecElems<T>;
+    const auto vec = [&]<int kChunks>() {
+      return launch_pdl(quantize_rows_vec_kernel<T, kChunks>, dim3(static_cast<unsigned>(m)),
+                        kQuantThreads, 0, stream, "quantize_rows_e4m3", static_cast<const T*>(x), k,
+                        static_cast<__nv_fp8_storage_t*>(q), scales);
+    };
+    if (k % V == 0 && aligned16(x) && reinterpret_cast<uintptr_t>(q) % V == 0) {
+      const int64_t chunks = (k / V + kQuantThreads - 1) / kQuantThreads;
+      if (chunks <= 2) return vec.template operator()<2>();
+      if (chunks <= 4) return vec.template operator()<4>();
+      if (chunks <= 8) return vec.template operator()<8>();
+    }
     return launch_pdl(quantize_rows_kernel<T>, dim3(static_cast<unsigned>(m)), kQuantThreads, 0,
                       stream, "quantize_rows_e4m3", static_cast<const T*>(x), k,
                       static_cast<__nv_fp8_storage_t*>(q), scales);
@@ -250,6 +337,14 @@ Status scale_rows_cols(void* out, int64_t m, int64_t n, float factor, const floa
   if (!out || !row_scale || !col_scale) return invalid_argument("scale_rows_cols: null pointer");
   return dispatch_float(dtype, "scale_rows_cols", [&]<typename T>() -> Status {
     constexpr int kThreads = 256;
+    constexpr int V = kVecElems<T>;
+    const int64_t col_blocks = (n / V + kThreads - 1) / kThreads;
+    if (n % V == 0 && aligned16(out) && m <= INT32_MAX && col_blocks <= 65535) {
+      return launch_pdl(scale_rows_cols_vec_kernel<T>,
+                        dim3(static_cast<unsigned>(m), static_cast<unsigned>(col_blocks)), kThreads,
+                        0, stream, "scale_rows_cols", static_cast<T*>(out), n, factor, row_scale,
+                        col_scale, bias);
+    }
     return launch_pdl(scale_rows_cols_kernel<T>, dim3(grid_for(m * n, kThreads)), kThreads, 0,
                       stream, "scale_rows_cols", static_cast<T*>(out), m, n, factor, row_scale,
                       col_scale, bias);

@@ -77,6 +77,7 @@ struct CublasLtLinear::Impl {
   std::map<Key, Plan> plans;
   std::map<Fp8Key, Fp8Plan> fp8_plans;
   std::map<Fp8Key, bool> fp8_refused;  // shapes cuBLASLt has no FP8 algorithm for
+  bool fp8_outer_vec_allowed = true;
 
   ~Impl() {
     for (auto& [key, plan] : plans) plan.destroy();
@@ -163,6 +164,14 @@ struct CublasLtLinear::Impl {
           plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
       LS_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
           plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+      // The heuristic offers no outer-vector algorithm while the scale pointers are unset (an
+      // H200 with CUDA 13.0: none without, one with): give it a device address to look at;
+      // run_fp8 sets the real vectors before every call.
+      const void* placeholder = workspace;
+      LS_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+          plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder, sizeof(placeholder)));
+      LS_LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+          plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder, sizeof(placeholder)));
     }
     LS_LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_8F_E4M3,
                                                      static_cast<uint64_t>(k),
@@ -197,9 +206,9 @@ struct CublasLtLinear::Impl {
     if (it != fp8_plans.end()) return &it->second;
     if (fp8_refused.count(key)) return unimplemented("cuBLASLt has no FP8 algorithm for this shape");
     Fp8Plan p;
-    p.outer_vec = try_outer_vec;
-    Status s = try_outer_vec ? make_fp8_plan(key, true, p.plan)
-                             : unimplemented("outer-vector scales refused at run time");
+    p.outer_vec = try_outer_vec && fp8_outer_vec_allowed && std::get<0>(key) >= kFp8OuterVecMinRows;
+    Status s = p.outer_vec ? make_fp8_plan(key, true, p.plan)
+                           : unimplemented("outer-vector scales refused or not allowed");
     if (!s.ok()) {
       p.plan.destroy();
       p.outer_vec = false;
@@ -282,6 +291,14 @@ bool CublasLtLinear::fp8_supported(const void* xq, const void* w, const void* ou
 
 bool CublasLtLinear::fp8_gemm_planned(int64_t m, int64_t n, int64_t k, DType dtype) const {
   return impl_->fp8_plans.count(Fp8Key{m, n, k, static_cast<int>(dtype)}) != 0;
+}
+
+void CublasLtLinear::set_fp8_outer_vec(bool allowed) {
+  if (allowed == impl_->fp8_outer_vec_allowed) return;
+  impl_->fp8_outer_vec_allowed = allowed;
+  for (auto& [key, plan] : impl_->fp8_plans) plan.plan.destroy();
+  impl_->fp8_plans.clear();
+  impl_->fp8_refused.clear();
 }
 
 bool CublasLtLinear::fp8_outer_vec_scales(int64_t m, int64_t n, int64_t k, DType dtype) const {

@@ -32,10 +32,10 @@ class CublasLtLinear {
   // (w * w_scale)^T + bias, with xq: [m, k] e4m3 and x_scale: [m] f32 (quantize_rows_e4m3), w:
   // [n, k] e4m3 and w_scale: [n] f32, bias: [n] f32 or null, out: [m, n] bf16 or f16; f32
   // accumulation (no fast accumulation). The scales go to cuBLASLt as outer vectors
-  // (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: per row of A = w, per column of B = x^T) when it
-  // has an algorithm for that; otherwise the product runs unscaled and scale_rows_cols applies
-  // them. kUnimplemented when fp8_supported() is false or cuBLASLt has no FP8 algorithm at all:
-  // the caller then uses fp8_gemv.
+  // (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: per row of A = w, per column of B = x^T) for
+  // m >= kFp8OuterVecMinRows when it has an algorithm for that; otherwise the product runs
+  // unscaled and scale_rows_cols applies them. kUnimplemented when fp8_supported() is false or
+  // cuBLASLt has no FP8 algorithm at all: the caller then uses fp8_gemv.
   Status run_fp8(const void* xq, const float* x_scale, const void* w, const float* w_scale,
                  const float* bias, void* out, int64_t m, int64_t n, int64_t k, DType dtype,
                  cudaStream_t stream);
@@ -47,6 +47,9 @@ class CublasLtLinear {
   bool fp8_outer_vec_scales(int64_t m, int64_t n, int64_t k, DType dtype) const;
   // Whether an FP8 GEMM of this shape has run (cuBLASLt had an algorithm for it); for benchmarks.
   bool fp8_gemm_planned(int64_t m, int64_t n, int64_t k, DType dtype) const;
+  // Off: FP8 GEMMs planned from now on run unscaled + scale_rows_cols even where cuBLASLt has
+  // outer-vector algorithms (tests and benchmarks cover both paths); on by default.
+  void set_fp8_outer_vec(bool allowed);
 
  private:
   struct Impl;
