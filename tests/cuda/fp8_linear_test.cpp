@@ -57,7 +57,8 @@ Fp8Weight random_fp8_weight(std::mt19937& rng, int64_t n, int64_t k) {
 TEST(CudaFp8, QuantizeRowsMatchesHost) {
   LS_REQUIRE_CUDA();
   std::mt19937 rng(81);
-  for (DType dt : {DType::kBF16, DType::kF16}) {
+  // f32 too: the loader quantizes f32 checkpoints' weights with it.
+  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
     // 16-byte vectors held in registers (up to 2, 4, 8 per thread: k 16 to 14336); k not a
     // multiple of a vector and rows past 16384 elements are read twice, an element at a time.
     for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 16},

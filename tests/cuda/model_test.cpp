@@ -6,15 +6,21 @@
 // to the CPU backend's lserve within the same tolerance, its page summaries (written by the
 // append's index request) included.
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cuda_test_util.h"
+#include "io/checkpoint.h"
 #include "io/safetensors.h"
+#include "model/fp8_weights.h"
 #include "model/model_stack.h"
 
 namespace ls::cuda_test {
@@ -411,6 +417,48 @@ TEST_P(CudaFixtureModel, Fp8WeightsAgainstBf16AndTransformers) {
     for (size_t i = 0; i < clear; ++i) EXPECT_EQ(got[i], want[i]) << model << " step " << i;
     std::cout << "[ fp8      ] " << model << " greedy: " << clear << " of " << want.size()
               << " steps clear of margin " << margin << "\n";
+  }
+}
+
+// --quantization fp8 quantizes a float checkpoint's linear weights on the GPU
+// (Backend::quantize_fp8_rows): the e4m3 codes and row scales of the fused qkv and of down_proj
+// equal the host quantizer's (model/fp8_weights.h) over the checkpoint's values, bit for bit.
+TEST_P(CudaFixtureModel, Fp8QuantizeOnLoadEqualsTheHostQuantizer) {
+  LS_REQUIRE_CUDA();
+  const std::string model = GetParam();
+  auto fp8 = make_stack_at(fixture_dir(model), "fp8");
+  ASSERT_TRUE(fp8);
+  auto ckpt = Checkpoint::open(fixture_dir(model));
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().to_string();
+  const LayerWeights& layer = fp8->model->weights().layers[0];
+  const std::string p = "model.layers.0.";
+  const std::pair<const LinearWeight*, std::vector<std::string>> cases[] = {
+      {&layer.qkv,
+       {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+        p + "self_attn.v_proj.weight"}},
+      {&layer.down, {p + "mlp.down_proj.weight"}}};
+  for (const auto& [w, names] : cases) {
+    ASSERT_TRUE(w->is_fp8()) << model << " " << names[0];
+    const int64_t rows = w->w.dim(0), cols = w->w.dim(1);
+    std::vector<float> values;  // [rows, cols] as the checkpoint stores them, widened
+    for (const std::string& name : names) {
+      auto t = ckpt->get(name);
+      ASSERT_TRUE(t.ok()) << t.status().to_string();
+      const int64_t n = (*t)->nbytes / dtype_size(*(*t)->dtype);
+      const size_t at = values.size();
+      values.resize(at + static_cast<size_t>(n));
+      convert_to_f32(*(*t)->dtype, (*t)->data, values.data() + at, n);
+    }
+    ASSERT_EQ(static_cast<int64_t>(values.size()), rows * cols) << model << " " << names[0];
+    const Fp8Rows want = quantize_fp8_rows(values.data(), rows, cols);
+    std::vector<uint8_t> codes(static_cast<size_t>(rows * cols));
+    std::vector<float> scales(static_cast<size_t>(rows));
+    ASSERT_EQ(cudaMemcpy(codes.data(), w->w.data, codes.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(scales.data(), w->scale.data, scales.size() * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(codes, want.codes) << model << " " << names[0];
+    EXPECT_EQ(scales, want.scales) << model << " " << names[0];
   }
 }
 

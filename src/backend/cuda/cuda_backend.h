@@ -76,6 +76,8 @@ class CudaBackend final : public Backend {
   // FP8 e4m3 weights with per-row scales (docs/fp8-weights.md): the GEMV and cuBLASLt's FP8
   // GEMM both need whole 16-byte rows.
   bool reads_fp8(int64_t in_features) const override { return in_features > 0 && in_features % 16 == 0; }
+  Status quantize_fp8_rows(const TensorView& x, const TensorView& codes,
+                           const TensorView& scales) override;
 
   Result<Buffer> allocate(int64_t bytes, MemoryTier tier = MemoryTier::kDevice) override;
   void release(void* data, int64_t bytes, MemoryTier tier) override;

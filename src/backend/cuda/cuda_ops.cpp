@@ -171,6 +171,21 @@ void CudaBackend::linear_fp8(const TensorView& x, const LinearWeight& w, const T
   report(s, op);
 }
 
+Status CudaBackend::quantize_fp8_rows(const TensorView& x, const TensorView& codes,
+                                      const TensorView& scales) {
+  const bool ok = float_contiguous(x) && x.ndim == 2 && codes.is_contiguous() && codes.ndim == 2 &&
+                  codes.dtype == DType::kU8 && codes.dim(0) == x.dim(0) &&
+                  codes.dim(1) == x.dim(1) && scales.is_contiguous() &&
+                  scales.dtype == DType::kF32 && scales.numel() == x.dim(0);
+  if (!ok) {
+    return invalid_argument(
+        "quantize_fp8_rows: x must be [rows, cols] of a float dtype, codes [rows, cols] u8 and "
+        "scales [rows] f32, all contiguous");
+  }
+  return kc::quantize_rows_e4m3(x.data, x.dim(0), x.dim(1), x.dtype, codes.data,
+                                scales.ptr<float>(), stream_);
+}
+
 void CudaBackend::linear_silu_mul(const TensorView& x, const LinearWeight& w,
                                   const TensorView& scratch, const TensorView& out) {
   const bool fused = use_gemv_ && float_contiguous(x) && x.ndim == 2 && w.w.ndim == 2 &&
