@@ -297,9 +297,13 @@ variants_section() {
   "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections decode --kv-formats bf16,fp8,int8,int4 \
     --decode-l2-prefetch 0 --batches 1,8,32 --contexts "$ctx" \
     --policies dense,lserve --decode-rounds 2 || { echo "decode variants failed (exit $?)"; rc=1; }
-  # FP8 weights against bf16; up to 8 rows both FP8 paths (the e4m3 GEMV and cuBLASLt's GEMM).
+  # FP8 weights against bf16; up to 8 rows both FP8 paths (the e4m3 GEMV and cuBLASLt's GEMM),
+  # from 16 rows both GEMM forms (outer-vector scales, unscaled + epilogue).
   "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections fp8 \
-    --fp8-m 1,2,4,5,6,8,16,512,4096 || { echo "fp8 variants failed (exit $?)"; rc=1; }
+    --fp8-m 1,2,4,5,6,8,16,256,512,4096,16384 || { echo "fp8 variants failed (exit $?)"; rc=1; }
+  # cuBLASLt's heuristic algorithms for bf16 and the e4m3 forms, and the FP8 passes alone.
+  "$BUILD/bench/cuda/bench_cuda_kernels" --out "$RESULTS" --sections lt-algos \
+    --lt-algos-m 4096,16384 --lt-algos-max 8 || { echo "lt-algos failed (exit $?)"; rc=1; }
   return $rc
 }
 export -f variants_section
