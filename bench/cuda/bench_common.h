@@ -69,6 +69,17 @@ inline void die_on(cudaError_t err, const char* what) {
   }
 }
 
+// An allocation of at least 256 bytes (so empty shapes still get a valid pointer) or the end of
+// the benchmark with the reason.
+inline Buffer must_alloc(CudaBackend& b, int64_t bytes, MemoryTier tier = MemoryTier::kDevice) {
+  auto buf = b.allocate(std::max<int64_t>(bytes, 256), tier);
+  if (!buf.ok()) {
+    std::fprintf(stderr, "bench: %s\n", buf.status().to_string().c_str());
+    std::exit(2);
+  }
+  return std::move(*buf);
+}
+
 // Milliseconds of fn() on the backend's stream: `warmup` untimed runs, then the median of `reps`
 // runs timed with CUDA events.
 template <class Fn>

@@ -16,15 +16,6 @@ namespace ls::bench {
 
 namespace {
 
-Buffer must_alloc(CudaBackend& b, int64_t bytes) {
-  auto r = b.allocate(std::max<int64_t>(bytes, 256));
-  if (!r.ok()) {
-    std::fprintf(stderr, "bench_fp8_algos: %s\n", r.status().to_string().c_str());
-    std::exit(2);
-  }
-  return std::move(*r);
-}
-
 // What one GEMM form multiplies and how cuBLASLt is asked to scale it.
 enum class Form { kBf16, kFp8Unscaled, kFp8TensorScales, kFp8OuterVec, kFp8Blockwise };
 

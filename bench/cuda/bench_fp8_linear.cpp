@@ -12,19 +12,6 @@
 
 namespace ls::bench {
 
-namespace {
-
-Buffer must_alloc(CudaBackend& b, int64_t bytes) {
-  auto r = b.allocate(std::max<int64_t>(bytes, 256));
-  if (!r.ok()) {
-    std::fprintf(stderr, "bench_fp8_linear: %s\n", r.status().to_string().c_str());
-    std::exit(2);
-  }
-  return std::move(*r);
-}
-
-}  // namespace
-
 void bench_fp8_linear(CudaBackend& b, JsonLines& out, const std::vector<int64_t>& ms_list,
                       double copy_bps, int64_t l2_bytes) {
   struct Shape {

@@ -41,15 +41,6 @@ namespace {
 using kernels::PageCopyMethod;
 using kernels::PageCopyParams;
 
-Buffer must_alloc(CudaBackend& b, int64_t bytes, MemoryTier tier) {
-  auto buf = b.allocate(bytes, tier);
-  if (!buf.ok()) {
-    std::fprintf(stderr, "bench: %s\n", buf.status().to_string().c_str());
-    std::exit(2);
-  }
-  return std::move(*buf);
-}
-
 void must_ok(const Status& s, const char* what) {
   if (!s.ok()) {
     std::fprintf(stderr, "bench: %s: %s\n", what, s.to_string().c_str());

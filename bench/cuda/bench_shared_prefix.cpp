@@ -28,15 +28,6 @@ namespace {
 
 constexpr int32_t kQHeads = 32, kKvHeads = 8, kD = 128, kPage = 64;
 
-Buffer must_alloc(CudaBackend& b, int64_t bytes) {
-  auto buf = b.allocate(std::max<int64_t>(bytes, 256));
-  if (!buf.ok()) {
-    std::fprintf(stderr, "bench: %s\n", buf.status().to_string().c_str());
-    std::exit(2);
-  }
-  return std::move(*buf);
-}
-
 template <class T>
 Buffer upload_vec(CudaBackend& b, const std::vector<T>& v) {
   const int64_t bytes = static_cast<int64_t>(v.size() * sizeof(T));

@@ -151,17 +151,10 @@ Status launch_gemv(const void* x, const void* w, const float* w_scale, const flo
 
 constexpr int kQuantThreads = 256;
 
-template <typename T>
-__global__ void __launch_bounds__(kQuantThreads) quantize_rows_kernel(const T* __restrict__ x,
-                                                                     int64_t k,
-                                                                     __nv_fp8_storage_t* __restrict__ q,
-                                                                     float* __restrict__ scales) {
-  __shared__ float warp_max_smem[kQuantThreads / 32];
-  const T* row = x + static_cast<int64_t>(blockIdx.x) * k;
-  __nv_fp8_storage_t* qrow = q + static_cast<int64_t>(blockIdx.x) * k;
-  pdl_wait();
-  float amax = 0.0f;
-  for (int64_t i = threadIdx.x; i < k; i += kQuantThreads) amax = fmaxf(amax, fabsf(to_f32(row[i])));
+// The scale of the block's row (one row per block of kQuantThreads) from each thread's max|x|
+// over its elements: max|row| / 448, 1 for a zero row; thread 0 stores it to scales[row].
+__device__ __forceinline__ float block_row_scale(float amax, float* warp_max_smem,
+                                                 float* __restrict__ scales) {
   amax = warp_max(amax);
   if (threadIdx.x % 32 == 0) warp_max_smem[threadIdx.x / 32] = amax;
   __syncthreads();
@@ -170,6 +163,21 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_rows_kernel(const T* _
   for (int i = 1; i < kQuantThreads / 32; ++i) amax = fmaxf(amax, warp_max_smem[i]);
   const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
   if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+  return scale;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kQuantThreads) quantize_rows_kernel(const T* __restrict__ x,
+                                                                     int64_t k,
+                                                                     __nv_fp8_storage_t* __restrict__ q,
+                                                                     float* __restrict__ scales) {
+  __shared__ float warp_max_smem[kQuantThreads / 32];  // [warps of the block]
+  const T* row = x + static_cast<int64_t>(blockIdx.x) * k;
+  __nv_fp8_storage_t* qrow = q + static_cast<int64_t>(blockIdx.x) * k;
+  pdl_wait();
+  float amax = 0.0f;
+  for (int64_t i = threadIdx.x; i < k; i += kQuantThreads) amax = fmaxf(amax, fabsf(to_f32(row[i])));
+  const float scale = block_row_scale(amax, warp_max_smem, scales);
   for (int64_t i = threadIdx.x; i < k; i += kQuantThreads) {
     qrow[i] = __nv_cvt_float_to_fp8(__fdiv_rn(to_f32(row[i]), scale), __NV_SATFINITE, __NV_E4M3);
   }
@@ -182,7 +190,7 @@ __global__ void __launch_bounds__(kQuantThreads)
     quantize_rows_vec_kernel(const T* __restrict__ x, int64_t k, __nv_fp8_storage_t* __restrict__ q,
                              float* __restrict__ scales) {
   constexpr int V = kVecElems<T>;
-  __shared__ float warp_max_smem[kQuantThreads / 32];
+  __shared__ float warp_max_smem[kQuantThreads / 32];  // [warps of the block]
   const T* row = x + static_cast<int64_t>(blockIdx.x) * k;
   __nv_fp8_storage_t* qrow = q + static_cast<int64_t>(blockIdx.x) * k;
   pdl_wait();
@@ -197,14 +205,7 @@ __global__ void __launch_bounds__(kQuantThreads)
       for (int e = 0; e < V; ++e) amax = fmaxf(amax, fabsf(v[c][e]));
     }
   }
-  amax = warp_max(amax);
-  if (threadIdx.x % 32 == 0) warp_max_smem[threadIdx.x / 32] = amax;
-  __syncthreads();
-  amax = warp_max_smem[0];
-#pragma unroll
-  for (int i = 1; i < kQuantThreads / 32; ++i) amax = fmaxf(amax, warp_max_smem[i]);
-  const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
-  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+  const float scale = block_row_scale(amax, warp_max_smem, scales);
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     const int64_t i = (static_cast<int64_t>(c) * kQuantThreads + threadIdx.x) * V;
