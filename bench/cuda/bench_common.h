@@ -69,6 +69,18 @@ inline void die_on(cudaError_t err, const char* what) {
   }
 }
 
+// The Llama-3-8B linear layers (out_features n, in_features k): the fused qkv and gate_up the
+// model runs, q / o and k / v as separate projections, and down.
+struct LinearShape {
+  const char* name;
+  int64_t n, k;
+};
+inline constexpr LinearShape kLlama3LinearShapes[] = {{"q_or_o", 4096, 4096},
+                                                      {"k_or_v", 1024, 4096},
+                                                      {"qkv", 6144, 4096},
+                                                      {"gate_up", 28672, 4096},
+                                                      {"down", 4096, 14336}};
+
 // An allocation of at least 256 bytes (so empty shapes still get a valid pointer) or the end of
 // the benchmark with the reason.
 inline Buffer must_alloc(CudaBackend& b, int64_t bytes, MemoryTier tier = MemoryTier::kDevice) {

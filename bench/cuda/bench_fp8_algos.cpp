@@ -87,15 +87,6 @@ bool describe(LtProblem& p, Form f, int64_t m, int64_t n, int64_t k, const float
 
 void bench_fp8_algos(CudaBackend& b, JsonLines& out, const std::vector<int64_t>& ms_list,
                      int max_algos) {
-  struct Shape {
-    const char* name;
-    int64_t n, k;
-  };
-  const Shape shapes[] = {{"q_or_o", 4096, 4096},
-                          {"k_or_v", 1024, 4096},
-                          {"qkv", 6144, 4096},
-                          {"gate_up", 28672, 4096},
-                          {"down", 4096, 14336}};
   auto stream = static_cast<cudaStream_t>(b.stream_handle());
   cublasLtHandle_t lt = nullptr;
   if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
@@ -107,7 +98,7 @@ void bench_fp8_algos(CudaBackend& b, JsonLines& out, const std::vector<int64_t>&
   const Form forms[] = {Form::kBf16, Form::kFp8Unscaled, Form::kFp8TensorScales,
                         Form::kFp8OuterVec, Form::kFp8Blockwise};
   for (int64_t m : ms_list) {
-    for (const Shape& s : shapes) {
+    for (const LinearShape& s : kLlama3LinearShapes) {
       Buffer x = must_alloc(b, m * s.k * 2), w = must_alloc(b, s.n * s.k * 2);
       Buffer y = must_alloc(b, m * s.n * 2);
       // Scales: room for per-row / per-block vectors of either operand, all ones.

@@ -14,19 +14,10 @@ namespace ls::bench {
 
 void bench_fp8_linear(CudaBackend& b, JsonLines& out, const std::vector<int64_t>& ms_list,
                       double copy_bps, int64_t l2_bytes) {
-  struct Shape {
-    const char* name;
-    int64_t n, k;
-  };
   // The lm_head stays bf16 under --quantization fp8: not measured here.
-  const Shape shapes[] = {{"q_or_o", 4096, 4096},
-                          {"k_or_v", 1024, 4096},
-                          {"qkv", 6144, 4096},
-                          {"gate_up", 28672, 4096},
-                          {"down", 4096, 14336}};
   auto stream = static_cast<cudaStream_t>(b.stream_handle());
   for (int64_t m : ms_list) {
-    for (const Shape& s : shapes) {
+    for (const LinearShape& s : kLlama3LinearShapes) {
       // FP8 calls the GEMV may take are timed on both paths (the GEMV, then cuBLASLt's GEMM),
       // so one run shows where the row threshold belongs; GEMM-sized calls on both GEMM forms
       // (cuBLASLt's outer-vector scales where it has them, then the unscaled product + epilogue).
