@@ -934,7 +934,8 @@ int run(int argc, char** argv) {
   }
   if (has("lt-algos")) {  // bench_fp8_algos.cpp: cuBLASLt's algorithms and scale modes
     bench_fp8_algos(*dev.b, out, parse_list(arg(argc, argv, "--lt-algos-m", "4096,16384")),
-                    static_cast<int>(parse_list(arg(argc, argv, "--lt-algos-max", "8")).at(0)));
+                    static_cast<int>(std::clamp<int64_t>(
+                        parse_list(arg(argc, argv, "--lt-algos-max", "8")).at(0), 1, 64)));
   }
   if (has("select")) {  // bench_select.cpp: one level against two levels
     bench_select(

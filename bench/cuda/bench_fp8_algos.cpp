@@ -113,31 +113,42 @@ void bench_fp8_algos(CudaBackend& b, JsonLines& out, const std::vector<int64_t>&
              "scales");
       die_on(fill_uniform_bf16(x.data(), m * s.k, 31, -1, 1, stream), "fill x");
       die_on(fill_uniform_bf16(w.data(), s.n * s.k, 32, -0.05f, 0.05f, stream), "fill w");
-      // e4m3 copies of both (the bf16 buffers' first halves), quantized as production does.
+      // e4m3 copies of both, quantized per row as production does.
       Buffer xq = must_alloc(b, m * s.k), wq = must_alloc(b, s.n * s.k);
       Buffer xs = must_alloc(b, m * 4), wsc = must_alloc(b, s.n * 4);
       (void)kernels::cuda::quantize_rows_e4m3(w.data(), s.n, s.k, DType::kBF16, wq.data(),
                                               static_cast<float*>(wsc.data()), stream);
+      die_on(fill_uniform_bf16(y.data(), m * s.n, 33, -1, 1, stream), "fill y");
       b.synchronize();
       const double flop = 2.0 * static_cast<double>(m) * s.n * s.k;
-      const auto emit = [&](const std::string& form, int heuristics, int rank, double us) {
+      // tflops for the GEMM forms; 0 for the quantize / scale passes (they do no products).
+      const auto emit = [&](const std::string& form, int heuristics, int rank, double us,
+                            bool gemm = true) {
         out.write(fmt::format(
             R"({{"bench": "fp8_algos", "form": "{}", "name": "{}", "m": {}, "n": {}, "k": {}, )"
             R"("heuristics": {}, "rank": {}, "us": {:.2f}, "tflops": {:.1f}, "ok": {}}})",
             form, s.name, m, s.n, s.k, heuristics, rank, us,
-            us > 0 ? flop / (us * 1e-6) / 1e12 : 0.0, us > 0 ? "true" : "false"));
+            gemm && us > 0 ? flop / (us * 1e-6) / 1e12 : 0.0, us > 0 ? "true" : "false"));
       };
       // The passes around the unscaled product: activation quantization and the scale pass.
-      emit("quantize_rows", 0, 0, median_ms(b, 3, 10, [&] {
-             (void)kernels::cuda::quantize_rows_e4m3(x.data(), m, s.k, DType::kBF16, xq.data(),
-                                                     static_cast<float*>(xs.data()), stream);
-           }) * 1e3);
-      emit("scale_rows_cols", 0, 0, median_ms(b, 3, 10, [&] {
-             (void)kernels::cuda::scale_rows_cols(y.data(), m, s.n, 1.0f,
-                                                  static_cast<const float*>(xs.data()),
-                                                  static_cast<const float*>(wsc.data()), nullptr,
-                                                  DType::kBF16, stream);
-           }) * 1e3);
+      emit("quantize_rows", 0, 0,
+           median_ms(b, 3, 10,
+                     [&] {
+                       (void)kernels::cuda::quantize_rows_e4m3(
+                           x.data(), m, s.k, DType::kBF16, xq.data(),
+                           static_cast<float*>(xs.data()), stream);
+                     }) *
+               1e3,
+           false);
+      emit("scale_rows_cols", 0, 0,
+           median_ms(b, 3, 10,
+                     [&] {
+                       (void)kernels::cuda::scale_rows_cols(
+                           y.data(), m, s.n, 1.0f, static_cast<const float*>(xs.data()),
+                           static_cast<const float*>(wsc.data()), nullptr, DType::kBF16, stream);
+                     }) *
+               1e3,
+           false);
       for (const Form f : forms) {
         LtProblem p;
         const bool fp8 = f != Form::kBf16;

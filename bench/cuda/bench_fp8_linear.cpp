@@ -19,14 +19,15 @@ void bench_fp8_linear(CudaBackend& b, JsonLines& out, const std::vector<int64_t>
   for (int64_t m : ms_list) {
     for (const LinearShape& s : kLlama3LinearShapes) {
       // FP8 calls the GEMV may take are timed on both paths (the GEMV, then cuBLASLt's GEMM),
-      // so one run shows where the row threshold belongs; GEMM-sized calls on both GEMM forms
-      // (cuBLASLt's outer-vector scales where it has them, then the unscaled product + epilogue).
+      // so one run shows where the row threshold belongs; from kFp8OuterVecMinRows rows both GEMM
+      // forms (cuBLASLt's outer-vector scales where it has them, then the unscaled product +
+      // epilogue, which is all fewer rows run).
       struct Variant {
         bool fp8, gemm, unscaled;
       };
       std::vector<Variant> variants = {{false, false, false}, {true, false, false}};
       if (m <= kernels::cuda::kFp8GemvMaxRows) variants.push_back({true, true, false});
-      if (m > kernels::cuda::kFp8GemvMaxRows) variants.push_back({true, false, true});
+      if (m >= kernels::cuda::kFp8OuterVecMinRows) variants.push_back({true, false, true});
       for (const Variant& v : variants) {
         const bool fp8 = v.fp8;
         b.set_fp8_gemv_max_rows(v.gemm ? 0 : kernels::cuda::kFp8GemvMaxRows);

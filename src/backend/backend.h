@@ -97,7 +97,8 @@ class Backend {
   virtual bool reads_fp8(int64_t /*in_features*/) const { return false; }
   // Quantizes each row of x [rows, cols] (f32, bf16 or f16, in this backend's memory) to e4m3
   // codes [rows, cols] (u8) and one f32 scale per row [rows], bit for bit as core/fp8.h's
-  // quantize_row_e4m3 does; enqueued like an op (take_error() reports a fault). The loader
+  // quantize_row_e4m3 does for finite rows (a row holding an infinity or a NaN may differ in a
+  // NaN code's sign); enqueued like an op (take_error() reports a fault). The loader
   // quantizes `--quantization fp8` weights with it, so a backend whose reads_fp8() accepts
   // shapes implements it; kUnimplemented here.
   virtual Status quantize_fp8_rows(const TensorView& /*x*/, const TensorView& /*codes*/,

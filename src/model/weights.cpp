@@ -170,6 +170,7 @@ class Uploader {
                             read_fp8_rows(ckpt_, *fp8_format_, names[i], rows[i], cols));
         backend_.copy_bytes(part_codes, part.codes.data(), rows[i] * cols);
         backend_.copy_bytes(part_scales, part.scales.data(), rows[i] * 4);
+        LS_RETURN_IF_ERROR(backend_.take_error());
         continue;
       }
       LS_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(names[i]));
@@ -177,6 +178,7 @@ class Uploader {
           ckpt_.check_tensor(*t, {rows[i], cols}, {DType::kF32, DType::kF16, DType::kBF16}));
       LS_ASSIGN_OR_RETURN(Buffer stored, backend_.allocate(t->nbytes));  // [rows[i], cols]
       backend_.copy_bytes(stored.data(), t->data, t->nbytes);
+      LS_RETURN_IF_ERROR(backend_.take_error());
       LS_RETURN_IF_ERROR(backend_.quantize_fp8_rows(
           stored.view(*t->dtype, {rows[i], cols}),
           TensorView(part_codes, DType::kU8, {rows[i], cols}, backend_.device()),

@@ -204,7 +204,13 @@ TEST(CudaElementwise, QkvSplitRopeMatchesSeparateOps) {
                                  " rotary " + std::to_string(sh.rotary) + " norm " +
                                  std::to_string(norm);
         EXPECT_EQ(fv.download(), v.bytes) << what;
-        if (norm) {
+        // The vector kernel's norm sums a power-of-two group of lanes by the same shuffle tree as
+        // rmsnorm's warp (whose extra lanes add exact zeros): the same bits. Its 12- and 24-lane
+        // groups and the warp-per-head kernel sum in another order: within rounding.
+        const int64_t vec = 16 / static_cast<int64_t>(dtype_size(dt)), lanes = D / vec;
+        const bool same_sums =
+            D % vec == 0 && half % vec == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0;
+        if (norm && !same_sums) {
           EXPECT_TRUE(close_to(fq.download_floats(dt, T * qn), sq.download_floats(dt, T * qn),
                                rel_tol(dt) / 2, rel_tol(dt))) << what;
           EXPECT_TRUE(close_to(fk.download_floats(dt, T * kn), sk.download_floats(dt, T * kn),

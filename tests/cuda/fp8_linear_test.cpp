@@ -11,7 +11,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <initializer_list>
 #include <random>
 #include <vector>
@@ -144,13 +143,15 @@ TEST(CudaFp8, LinearWithinTheFp8Bound) {
     int64_t m, n, k;
   };
   // The GEMV where kernels::cuda::fp8_prefers_gemv says so (few rows or narrow layers), else
-  // per-token quantization + cuBLASLt's FP8 GEMM (n % 8 != 0: the GEMV in chunks of eight rows). The f16 cases check that unscaled products stay in range. n odd and k not a multiple of a warp's 512
-  // weights per pass; m not a multiple of any tile.
+  // per-token quantization + cuBLASLt's FP8 GEMM (n % 8 != 0: the GEMV in chunks of eight rows).
+  // The f16 cases check that unscaled products stay in range (k = 28672: a shift of 2^-17). n
+  // odd and k not a multiple of a warp's 512 weights per pass; m not a multiple of any tile;
+  // m = 520 takes cuBLASLt's outer-vector scales (asserted for bf16).
   const std::vector<Shape> shapes = {
       {1, 64, 64},      {2, 7, 208},     {3, 1000, 4096}, {4, 33, 1040},   {1, 4097, 1296},
       {5, 96, 128},     {17, 200, 272},  {37, 256, 320},  {128, 512, 512}, {300, 200, 112},
       {255, 264, 1024}, {9, 130, 16},    {6, 13, 64},     {2, 130, 14336}, {64, 1536, 512},
-      {7, 2056, 272},   {8, 2048, 1024}, {3, 6152, 128},  {520, 136, 272}};
+      {7, 2056, 272},   {8, 2048, 1024}, {3, 6152, 128},  {520, 136, 272}, {17, 64, 28672}};
   // Both GEMM forms: cuBLASLt's outer-vector scales (where it has them) and the unscaled
   // product + scale_rows_cols.
   for (bool outer_vec : {true, false}) {
@@ -207,12 +208,12 @@ TEST(CudaFp8, LinearWithinTheFp8Bound) {
             }
           }
           EXPECT_EQ(bad, 0) << "worst error / bound " << worst_ratio;
-          if (outer_vec && quantized_x && dt == DType::kBF16 &&
-              s.m >= kernels::cuda::kFp8OuterVecMinRows) {
-            std::printf("fp8 gemm m %lld n %lld k %lld: %s\n", static_cast<long long>(s.m),
-                        static_cast<long long>(s.n), static_cast<long long>(s.k),
-                        gpu()->fp8_outer_vec_scales(s.m, s.n, s.k) ? "outer-vector scales"
-                                                                   : "unscaled + epilogue");
+          const bool ran_outer_vec = gpu()->fp8_outer_vec_scales(s.m, s.n, s.k);
+          if (dt == DType::kBF16) {
+            // The outer-vector form only where asked for and from kFp8OuterVecMinRows rows, and
+            // then always (cuBLASLt 13.0 has it for every shape here).
+            EXPECT_EQ(ran_outer_vec,
+                      outer_vec && quantized_x && s.m >= kernels::cuda::kFp8OuterVecMinRows);
           }
         }
       }

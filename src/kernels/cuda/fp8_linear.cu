@@ -1,15 +1,19 @@
 // FP8 linear helpers (kernels/cuda/fp8_linear.h).
+//
 // fp8_gemv: up to 8 activation rows per pass; one warp per pair of weight rows, 4 warps per block,
 // as gemv.cu, but lane l reads 16 e4m3 weights (16 bytes) of each row at k = 16 * (l + 32 * i), two
 // batches in flight, and the 16 matching activations (32 bytes) through the read-only path. e4m3
 // pairs widen to f16 pairs (exact: every e4m3 value is an f16 value) and then to f32; the row scale
 // multiplies the reduced sum once. Launched as a programmatic dependent launch: the first weight
-// loads overlap the previous kernel's tail. quantize_rows_e4m3: one block per row: max|x| over the
-// row, then e4m3(x / scale). Rows of 16-byte vectors of up to 16384 elements (every activation row
-// of the model families) keep their vectors in registers between the two passes; other rows are
-// read twice, an element per thread at a time. scale_rows_cols: the elementwise epilogue of the
-// unscaled FP8 GEMM; where rows are whole 16-byte vectors, a block per row and 256 vectors, one
-// vector per thread.
+// loads overlap the previous kernel's tail.
+//
+// quantize_rows_e4m3: one block per row: max|x| over the row, then e4m3(x / scale). Rows of whole
+// 16-byte vectors of up to 16384 bf16 / f16 (8192 f32) elements keep their vectors in registers
+// between the two passes; other rows (unsharded Llama-3-70B's down_proj input, 28672) are read
+// twice, an element per thread at a time.
+//
+// scale_rows_cols: the elementwise epilogue of the unscaled FP8 GEMM; where rows are whole 16-byte
+// vectors, a block per row and 256 vectors, one vector per thread.
 
 #include <cuda_fp8.h>
 
@@ -210,7 +214,7 @@ __global__ void __launch_bounds__(kQuantThreads)
   for (int c = 0; c < kChunks; ++c) {
     const int64_t i = (static_cast<int64_t>(c) * kQuantThreads + threadIdx.x) * V;
     if (i < k) {
-      uint8_t codes[V];
+      alignas(8) uint8_t codes[V];
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         codes[e] = __nv_cvt_float_to_fp8(__fdiv_rn(v[c][e], scale), __NV_SATFINITE, __NV_E4M3);

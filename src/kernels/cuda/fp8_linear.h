@@ -6,9 +6,10 @@
 //   row scale once at the end. Its only error against the dequantized weights is f32 summation.
 // - Larger m: quantize_rows_e4m3 quantizes each activation row dynamically (scale max|row| / 448)
 //   and CublasLtLinear::run_fp8 multiplies on FP8 tensor cores with the row and column scales
-//   (cuBLASLt's outer-vector scale modes, or an unscaled product + scale_rows_cols where those
-//   modes have no algorithm; that product is taken times 2^-16 so that sums of e4m3 codes, up to
-//   448^2 k, stay inside f16's range). Against the dequantized weights the error is the activations'
+//   (cuBLASLt's outer-vector scale modes from kFp8OuterVecMinRows rows, or an unscaled product +
+//   scale_rows_cols below that or where those modes have no algorithm; that product is taken
+//   times 2^-16, or less past k = 14336, so that sums of e4m3 codes, up to 448^2 k, stay inside
+//   f16's range). Against the dequantized weights the error is the activations'
 //   rounding: at most half an e4m3 step per element, |x - x_q| <= 2^-4 |x| (or 2^-10 x_scale in
 //   e4m3's subnormal range), so |y - y_ref| <= sum_k (2^-4 |x_k| + 2^-10 s_x) |w_k| plus f32/bf16
 //   rounding of the output (the bound tests/cuda/fp8_linear_test.cpp asserts).

@@ -2,6 +2,7 @@
 
 #include <cublasLt.h>
 
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -317,13 +318,16 @@ Status CublasLtLinear::run_fp8(const void* xq, const float* x_scale, const void*
   }
   const Fp8Key key{m, n, k, static_cast<int>(dtype)};
   LS_ASSIGN_OR_RETURN(const Fp8Plan* p, impl_->fp8_plan_for(key));
-  // Unscaled products are taken times 2^-16: sums of up to k products of e4m3 codes (448^2 each)
-  // then fit f16 (65504) for k up to 14336 with room; scale_rows_cols multiplies it back.
-  constexpr float kUnscaledAlpha = 1.0f / 65536.0f;
+  // Unscaled products are taken times 2^-s so that sums of k products of e4m3 codes (448^2 each)
+  // fit f16 (65504): s = 16 up to k = 14336 (43,905 at most), one more per doubling of k beyond;
+  // scale_rows_cols multiplies it back (exact: a power of two).
+  int shift = 16;
+  while (448.0 * 448.0 * static_cast<double>(k) > 65504.0 * std::ldexp(1.0, shift)) ++shift;
+  const float unscaled_alpha = std::ldexp(1.0f, -shift);
   const float beta = 0.0f;
   float alpha = 1.0f;
   const auto matmul = [&](const Fp8Plan& plan) -> cublasStatus_t {
-    alpha = plan.outer_vec ? 1.0f : kUnscaledAlpha;
+    alpha = plan.outer_vec ? 1.0f : unscaled_alpha;
     if (plan.outer_vec) {
       cublasLtMatmulDescSetAttribute(plan.plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                      &w_scale, sizeof(w_scale));
@@ -345,7 +349,7 @@ Status CublasLtLinear::run_fp8(const void* xq, const float* x_scale, const void*
   }
   LS_RETURN_IF_ERROR(lt_status(st, "cublasLtMatmul (fp8)"));
   if (!p->outer_vec) {
-    return scale_rows_cols(out, m, n, 1.0f / kUnscaledAlpha, x_scale, w_scale, bias, dtype, stream);
+    return scale_rows_cols(out, m, n, 1.0f / unscaled_alpha, x_scale, w_scale, bias, dtype, stream);
   }
   if (bias) return bias_add(out, bias, m, n, dtype, stream);
   return {};

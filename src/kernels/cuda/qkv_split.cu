@@ -11,6 +11,8 @@
 // w * (x * inv) with explicit _rn products), round, rotate with rope.cu's exact arithmetic and
 // round again; v heads are copied.
 
+#include <cstdint>
+
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/dispatch.cuh"
@@ -188,6 +190,9 @@ Status qkv_split_rope(const QkvSplitParams& p, cudaStream_t stream) {
                             p.head_dim, p.rotary_dim);
   }
   if (p.tokens > 0x7fffffff) return invalid_argument("qkv_split_rope: too many tokens");
+  if ((p.q_norm == nullptr) != (p.k_norm == nullptr)) {
+    return invalid_argument("qkv_split_rope: q_norm and k_norm must both be given or both null");
+  }
   return dispatch_float(p.dtype, "qkv_split_rope", [&]<typename T>() {
     constexpr int V = kVecElems<T>;
     const int heads = p.q_heads + 2 * p.kv_heads;
@@ -198,6 +203,7 @@ Status qkv_split_rope(const QkvSplitParams& p, cudaStream_t stream) {
       const int64_t units = p.tokens * heads;
       const int64_t warps = (units + 32 / group - 1) / (32 / group);
       const int64_t blocks = (warps + 7) / 8;
+      if (blocks > INT32_MAX) return invalid_argument("qkv_split_rope: too many heads");
       qkv_split_vec_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, group, units);
       return launch_status("qkv_split_rope");
     }

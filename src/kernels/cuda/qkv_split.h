@@ -19,7 +19,7 @@ struct QkvSplitParams {
   void* k = nullptr;          // [tokens, kv_heads, head_dim]
   void* v = nullptr;          // [tokens, kv_heads, head_dim]
   const float* q_norm = nullptr;  // [head_dim] f32, or null (no per-head norm)
-  const float* k_norm = nullptr;  // [head_dim] f32, or null
+  const float* k_norm = nullptr;  // [head_dim] f32; null exactly when q_norm is
   float eps = 1e-6f;
   const float* cos = nullptr;  // [tokens, rotary_dim / 2] f32
   const float* sin = nullptr;  // [tokens, rotary_dim / 2] f32
