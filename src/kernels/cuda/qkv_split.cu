@@ -86,9 +86,11 @@ __global__ void __launch_bounds__(32 * kWarps) qkv_split_kernel(const QkvSplitPa
   }
 }
 
+constexpr int kVecWarps = 8;  // warps per block of qkv_split_vec_kernel
+
 // Lanes of a group: head_dim / V (V = 16-byte vector elements); groups per warp: 32 / that.
 template <typename T>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(32 * kVecWarps)
     qkv_split_vec_kernel(const QkvSplitParams p, int group, int64_t units) {
   constexpr int V = kVecElems<T>;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -97,7 +99,7 @@ __global__ void __launch_bounds__(256)
   const int gi = lane / group;      // group of this lane in the warp
   const int c = lane - gi * group;  // this lane's vector of the head
   const int heads = p.q_heads + 2 * p.kv_heads;
-  const int64_t unit = (static_cast<int64_t>(blockIdx.x) * 8 + warp) * per_warp + gi;
+  const int64_t unit = (static_cast<int64_t>(blockIdx.x) * kVecWarps + warp) * per_warp + gi;
   // Lanes past the last whole group, and groups past the last unit, still take part in the
   // shuffles (with zeros) but store nothing.
   const bool active = gi < per_warp && unit < units;
@@ -119,7 +121,7 @@ __global__ void __launch_bounds__(256)
     if ((group & (group - 1)) == 0) {
       for (int o = group / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     } else {
-      __shared__ float partial[8][32];
+      __shared__ float partial[kVecWarps][32];
       partial[warp][lane] = ss;
       __syncwarp();
       ss = 0.0f;
@@ -202,9 +204,10 @@ Status qkv_split_rope(const QkvSplitParams& p, cudaStream_t stream) {
     if (aligned && p.head_dim % V == 0 && (p.rotary_dim / 2) % V == 0 && group <= 32) {
       const int64_t units = p.tokens * heads;
       const int64_t warps = (units + 32 / group - 1) / (32 / group);
-      const int64_t blocks = (warps + 7) / 8;
+      const int64_t blocks = (warps + kVecWarps - 1) / kVecWarps;
       if (blocks > INT32_MAX) return invalid_argument("qkv_split_rope: too many heads");
-      qkv_split_vec_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, group, units);
+      qkv_split_vec_kernel<T>
+          <<<static_cast<unsigned>(blocks), 32 * kVecWarps, 0, stream>>>(p, group, units);
       return launch_status("qkv_split_rope");
     }
     const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((heads + kWarps - 1) / kWarps));
